@@ -1,0 +1,463 @@
+//! Conversations: create, list and search, the snapshot, rename, trash and
+//! restore, delete forever, fork, clear, export and import.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use rusqlite::params;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::time::{new_id, now_rfc3339, now_unix};
+
+use super::system::check_mode;
+use super::Json;
+use crate::model::{Conversation, Message};
+use crate::runs::{insert_message, insert_message_under};
+use crate::store::queries::{self, ListQuery, Trashed};
+use crate::store::Ctx;
+use crate::App;
+
+pub const MAX_TITLE: usize = 200;
+pub const MAX_MODEL: usize = 200;
+pub const MAX_SETTINGS: usize = 16 * 1024;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct CreateBody {
+    model: Option<String>,
+    title: Option<String>,
+    settings: Option<Value>,
+    agent_id: Option<String>,
+    permission_mode: Option<String>,
+}
+
+pub fn check_title(title: &str) -> Result<(), ApiError> {
+    if title.chars().count() > MAX_TITLE {
+        return Err(ApiError::bad_input("title", format!("is longer than {MAX_TITLE} characters")));
+    }
+    if title.chars().any(|c| c.is_control()) {
+        return Err(ApiError::bad_input("title", "holds control characters"));
+    }
+    Ok(())
+}
+
+fn check_model(model: &str) -> Result<(), ApiError> {
+    if model.is_empty() || model.len() > MAX_MODEL {
+        return Err(ApiError::bad_input("model", format!("must be 1 to {MAX_MODEL} bytes")));
+    }
+    Ok(())
+}
+
+fn check_settings(settings: &Value) -> Result<String, ApiError> {
+    if !settings.is_object() {
+        return Err(ApiError::bad_input("settings", "must be an object"));
+    }
+    let text = settings.to_string();
+    if text.len() > MAX_SETTINGS {
+        return Err(ApiError::bad_input("settings", format!("is larger than {MAX_SETTINGS} bytes")));
+    }
+    Ok(text)
+}
+
+/// The values a new conversation starts with, checked.
+pub struct NewConversation {
+    pub title: String,
+    pub model: String,
+    pub settings: String,
+    pub permission_mode: String,
+    pub origin: String,
+}
+
+pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conversation, ApiError> {
+    let id = new_id("c_");
+    let now = now_rfc3339();
+    ctx.conn().execute(
+        "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin) \
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)",
+        params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin],
+    )?;
+    let conversation = queries::conversation(ctx.conn(), &id, Trashed::Include)?;
+    ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+    Ok(conversation)
+}
+
+pub async fn create(State(app): State<Arc<App>>, Json(body): Json<CreateBody>) -> Result<Response, ApiError> {
+    let title = body.title.unwrap_or_default();
+    check_title(&title)?;
+    let model = match body.model {
+        Some(model) => {
+            check_model(&model)?;
+            model
+        }
+        None => app.default_model(),
+    };
+    let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
+    let permission_mode = match body.permission_mode {
+        Some(mode) => {
+            check_mode("permission_mode", &mode)?;
+            mode
+        }
+        None => super::system::default_mode_value(&app).await?,
+    };
+    if body.agent_id.is_some() {
+        return Err(ApiError::bad_input("agent_id", "saved agents are not part of this build yet"));
+    }
+    let new = NewConversation { title, model, settings, permission_mode, origin: "user".into() };
+    let conversation = app.store.write(move |ctx| insert_conversation(ctx, &new)).await?;
+    tracing::info!(conversation = %conversation.id, "conversation created");
+    Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ListParams {
+    limit: Option<String>,
+    before: Option<String>,
+    q: Option<String>,
+    trash: Option<String>,
+}
+
+pub async fn list(State(app): State<Arc<App>>, Query(params): Query<ListParams>) -> Result<axum::Json<Value>, ApiError> {
+    let limit = match params.limit.as_deref() {
+        None | Some("") => 50,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=200).contains(&n) => n,
+            _ => return Err(ApiError::bad_input("limit", format!("{text:?} is not a number from 1 to 200"))),
+        },
+    };
+    if params.q.as_ref().is_some_and(|q| q.len() > 500) {
+        return Err(ApiError::bad_input("q", "is longer than 500 bytes"));
+    }
+    let query = ListQuery {
+        limit,
+        before: params.before,
+        q: params.q,
+        trashed: matches!(params.trash.as_deref(), Some("1" | "true")),
+    };
+    let (conversations, next) = app.store.read(move |conn| queries::list(conn, &query)).await?;
+    let mut body = json!({"conversations": conversations});
+    if let Some(next) = next {
+        body["next"] = json!(next);
+    }
+    Ok(axum::Json(body))
+}
+
+pub async fn snapshot(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let snapshot = app.store.read(move |conn| queries::snapshot(conn, &id)).await?;
+    Ok(axum::Json(json!(snapshot)))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct UpdateBody {
+    title: Option<String>,
+    model: Option<String>,
+    settings: Option<Value>,
+}
+
+pub async fn update(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<UpdateBody>,
+) -> Result<axum::Json<Conversation>, ApiError> {
+    if let Some(title) = &body.title {
+        check_title(title)?;
+    }
+    if let Some(model) = &body.model {
+        check_model(model)?;
+    }
+    let settings = body.settings.as_ref().map(check_settings).transpose()?;
+    let conversation = app
+        .store
+        .write(move |ctx| {
+            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            if (body.title.is_some() || body.model.is_some())
+                && queries::active_run(ctx.conn(), &id)?.is_some()
+            {
+                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait, then change the title or model"));
+            }
+            let now = now_rfc3339();
+            ctx.conn().execute(
+                "UPDATE conversations SET title = COALESCE(?1, title), model = COALESCE(?2, model), \
+                 settings = COALESCE(?3, settings), updated = ?4 WHERE id = ?5",
+                params![body.title, body.model, settings, now, conversation.id],
+            )?;
+            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+            Ok(conversation)
+        })
+        .await?;
+    Ok(axum::Json(conversation))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RemoveParams {
+    forever: Option<String>,
+}
+
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(params): Query<RemoveParams>,
+) -> Result<StatusCode, ApiError> {
+    let forever = matches!(params.forever.as_deref(), Some("1" | "true"));
+    // A chat's run ends before its chat goes.
+    if app.runs.stop(&id) {
+        app.runs.wait_idle(&id, std::time::Duration::from_secs(5)).await;
+    }
+    let cid = id.clone();
+    app.store
+        .write(move |ctx| {
+            queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
+            if forever {
+                delete_forever(ctx, &cid)?;
+            } else {
+                ctx.conn().execute(
+                    "UPDATE conversations SET deleted_at = ?1 WHERE id = ?2",
+                    params![now_unix(), cid],
+                )?;
+                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
+                ctx.emit(&cid, "conversation.updated", json!({"conversation": conversation}))?;
+            }
+            Ok(())
+        })
+        .await?;
+    if forever {
+        app.remove_folders(&id);
+    }
+    tracing::info!(conversation = %id, forever, "conversation deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes a conversation and everything of it from the database.
+pub fn delete_forever(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
+    for table in ["events", "pending", "runs", "messages"] {
+        ctx.conn().execute(&format!("DELETE FROM {table} WHERE conversation_id = ?1"), [id])?;
+    }
+    ctx.conn().execute("DELETE FROM conversations WHERE id = ?1", [id])?;
+    ctx.forget(id);
+    Ok(())
+}
+
+pub async fn restore(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Conversation>, ApiError> {
+    let conversation = app
+        .store
+        .write(move |ctx| {
+            queries::conversation(ctx.conn(), &id, Trashed::Include)?;
+            ctx.conn().execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?1", [&id])?;
+            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+            Ok(conversation)
+        })
+        .await?;
+    Ok(axum::Json(conversation))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ExportParams {
+    format: Option<String>,
+}
+
+pub async fn export(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(params): Query<ExportParams>,
+) -> Result<Response, ApiError> {
+    let format = params.format.unwrap_or_else(|| "json".into());
+    if format != "json" && format != "md" {
+        return Err(ApiError::bad_input("format", format!("{format:?} is not json or md")));
+    }
+    let (conversation, messages) = app
+        .store
+        .read(move |conn| {
+            let conversation = queries::conversation(conn, &id, Trashed::Include)?;
+            let messages = queries::transcript(conn, &conversation)?;
+            Ok((conversation, messages))
+        })
+        .await?;
+    if format == "md" {
+        let mut text = format!("# {}\n\n", if conversation.title.is_empty() { "Untitled chat" } else { &conversation.title });
+        text.push_str(&format!("_Model: {} · created {}_\n\n", conversation.model, conversation.created));
+        for m in &messages {
+            let who = match m.role.as_str() {
+                "user" => "You",
+                "assistant" => "Assistant",
+                other => other,
+            };
+            text.push_str(&format!("## {who}\n\n{}\n\n", m.text));
+        }
+        return Ok(([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], text).into_response());
+    }
+    let messages: Vec<Value> = messages
+        .iter()
+        .map(|m| json!({"role": m.role, "text": m.text, "created": m.created, "reasoning": m.reasoning}))
+        .collect();
+    Ok(axum::Json(json!({
+        "version": 1,
+        "title": conversation.title,
+        "model": conversation.model,
+        "settings": conversation.settings,
+        "messages": messages,
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ImportBody {
+    version: u32,
+    #[serde(default)]
+    title: String,
+    model: String,
+    #[serde(default)]
+    settings: Option<Value>,
+    messages: Vec<ImportMessage>,
+}
+
+#[derive(Deserialize)]
+pub struct ImportMessage {
+    role: String,
+    text: String,
+}
+
+pub const MAX_IMPORT_MESSAGES: usize = 10_000;
+
+pub async fn import(State(app): State<Arc<App>>, Json(body): Json<ImportBody>) -> Result<Response, ApiError> {
+    if body.version != 1 {
+        return Err(ApiError::bad_input("version", format!("{} is not a version this build reads (1)", body.version)));
+    }
+    check_title(&body.title)?;
+    check_model(&body.model)?;
+    let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
+    if body.messages.len() > MAX_IMPORT_MESSAGES {
+        return Err(ApiError::bad_input("messages", format!("{} messages is more than {MAX_IMPORT_MESSAGES}", body.messages.len())));
+    }
+    for (i, m) in body.messages.iter().enumerate() {
+        if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
+            return Err(ApiError::bad_input(&format!("messages[{i}].role"), format!("{:?} is not user, assistant or system", m.role)));
+        }
+    }
+    let permission_mode = super::system::default_mode_value(&app).await?;
+    let new = NewConversation { title: body.title, model: body.model, settings, permission_mode, origin: "import".into() };
+    let conversation = app
+        .store
+        .write(move |ctx| {
+            let conversation = insert_conversation(ctx, &new)?;
+            for m in &body.messages {
+                let status = (m.role == "assistant").then_some("done");
+                insert_message(ctx, &conversation.id, &m.role, &m.text, None, status)?;
+            }
+            queries::conversation(ctx.conn(), &conversation.id, Trashed::Include)
+        })
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ForkBody {
+    from_message_id: String,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+pub async fn fork(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<ForkBody>,
+) -> Result<Response, ApiError> {
+    if let Some(title) = &body.title {
+        check_title(title)?;
+    }
+    let conversation = app
+        .store
+        .write(move |ctx| {
+            let source = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            queries::message(ctx.conn(), &id, &body.from_message_id)
+                .map_err(|_| ApiError::bad_input("from_message_id", "is not a message of this chat"))?;
+            let path: Vec<Message> = queries::path_to(ctx.conn(), &id, Some(&body.from_message_id))?;
+            let title = body.title.clone().unwrap_or_else(|| format!("{} (fork)", source.title).trim().to_string());
+            let new = NewConversation {
+                title,
+                model: source.model.clone(),
+                settings: source.settings.to_string(),
+                permission_mode: source.permission_mode.clone(),
+                origin: "fork".into(),
+            };
+            let fork = insert_conversation(ctx, &new)?;
+            let mut parent: Option<String> = None;
+            for m in &path {
+                let status = m.status.as_deref().map(|s| if s == "streaming" { "interrupted" } else { s });
+                let copy = insert_message_under(ctx, &fork.id, parent.as_deref(), &m.role, &m.text, None, status)?;
+                parent = Some(copy.id);
+            }
+            queries::conversation(ctx.conn(), &fork.id, Trashed::Include)
+        })
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
+}
+
+pub async fn clear(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    app.store
+        .write(move |ctx| {
+            queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            if queries::active_run(ctx.conn(), &id)?.is_some() {
+                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait, then clear"));
+            }
+            let marker = insert_message(ctx, &id, "cleared", "", None, None)?;
+            ctx.emit(&id, "cleared", json!({"message_id": marker.id}))?;
+            Ok(())
+        })
+        .await?;
+    Ok(axum::Json(json!({"cleared": true})))
+}
+
+pub async fn compact(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    app.store
+        .read(move |conn| {
+            queries::conversation(conn, &id, Trashed::Exclude)?;
+            if queries::active_run(conn, &id)?.is_some() {
+                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait, then compact"));
+            }
+            Ok(())
+        })
+        .await?;
+    Err(ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "not_implemented",
+        "compaction arrives with the agent loop; use clear to start the context afresh",
+    ))
+}
+
+pub async fn permission_mode(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let conversation = app.store.read(move |conn| queries::conversation(conn, &id, Trashed::Exclude)).await?;
+    Ok(axum::Json(json!({"mode": conversation.permission_mode})))
+}
+
+#[derive(Deserialize)]
+pub struct ModeBody {
+    mode: String,
+}
+
+pub async fn set_permission_mode(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<ModeBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    check_mode("mode", &body.mode)?;
+    let mode = body.mode.clone();
+    app.store
+        .write(move |ctx| {
+            queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            ctx.conn().execute("UPDATE conversations SET permission_mode = ?1 WHERE id = ?2", params![mode, id])?;
+            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
+            ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+            Ok(())
+        })
+        .await?;
+    Ok(axum::Json(json!({"mode": body.mode})))
+}
+

@@ -1,0 +1,240 @@
+//! Sending, waiting messages, stop, send-now, continue, regenerate and edit.
+//! Each decision (start a run or wait) is taken inside one write job, so two
+//! devices sending at once never start two runs in one chat.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rusqlite::params;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::time::{new_id, now_rfc3339};
+
+use super::Json;
+use crate::runs::{insert_message, insert_message_under, insert_run};
+use crate::store::queries::{self, Trashed};
+use crate::App;
+
+/// The most characters one message may hold.
+pub const MAX_TEXT: usize = 256 * 1024;
+
+#[derive(Deserialize)]
+pub struct SendBody {
+    text: String,
+    #[serde(default)]
+    attachments: Option<Vec<Value>>,
+}
+
+fn check_text(text: &str) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_input("text", "is empty"));
+    }
+    let chars = text.chars().count();
+    if chars > MAX_TEXT {
+        return Err(ApiError::bad_input("text", format!("{chars} characters is more than {MAX_TEXT}"))
+            .with("limit", MAX_TEXT));
+    }
+    Ok(())
+}
+
+enum Sent {
+    Run { message_id: String, run_id: String },
+    Pending { pending_id: String },
+}
+
+pub async fn send(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<SendBody>,
+) -> Result<Response, ApiError> {
+    check_text(&body.text)?;
+    if body.attachments.as_ref().is_some_and(|a| !a.is_empty()) {
+        return Err(ApiError::bad_input("attachments", "attachments are not part of this build yet"));
+    }
+    let text = body.text;
+    let cid = id.clone();
+    let sent = app
+        .store
+        .write(move |ctx| {
+            let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
+            if queries::active_run(ctx.conn(), &cid)?.is_some() {
+                let pending_id = new_id("p_");
+                ctx.conn().execute(
+                    "INSERT INTO pending (id, conversation_id, text, created) VALUES (?1, ?2, ?3, ?4)",
+                    params![pending_id, cid, text, now_rfc3339()],
+                )?;
+                let pending = queries::pending(ctx.conn(), &cid, &pending_id)?;
+                ctx.emit(&cid, "pending.added", json!({"pending": pending}))?;
+                return Ok(Sent::Pending { pending_id });
+            }
+            let message = insert_message(ctx, &cid, "user", &text, None, None)?;
+            let run = insert_run(ctx, &conversation, "send", "user", None)?;
+            Ok(Sent::Run { message_id: message.id, run_id: run.id })
+        })
+        .await?;
+    Ok(match sent {
+        Sent::Run { message_id, run_id } => {
+            app.runs.spawn(run_id.clone(), id);
+            accepted(json!({"message_id": message_id, "run_id": run_id}))
+        }
+        Sent::Pending { pending_id } => accepted(json!({"pending_id": pending_id})),
+    })
+}
+
+fn accepted(body: Value) -> Response {
+    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+}
+
+#[derive(Deserialize)]
+pub struct PendingBody {
+    text: String,
+}
+
+pub async fn update_pending(
+    State(app): State<Arc<App>>,
+    Path((id, pid)): Path<(String, String)>,
+    Json(body): Json<PendingBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    check_text(&body.text)?;
+    let pending = app
+        .store
+        .write(move |ctx| {
+            let pending = queries::pending(ctx.conn(), &id, &pid)?;
+            if pending.state != "waiting" {
+                return Err(ApiError::conflict("already_delivered", "this message has reached the model already"));
+            }
+            ctx.conn().execute("UPDATE pending SET text = ?1 WHERE id = ?2", params![body.text, pid])?;
+            let pending = queries::pending(ctx.conn(), &id, &pid)?;
+            ctx.emit(&id, "pending.updated", json!({"pending": pending}))?;
+            Ok(pending)
+        })
+        .await?;
+    Ok(axum::Json(json!(pending)))
+}
+
+pub async fn remove_pending(
+    State(app): State<Arc<App>>,
+    Path((id, pid)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    app.store
+        .write(move |ctx| {
+            let pending = queries::pending(ctx.conn(), &id, &pid)?;
+            if pending.state != "waiting" {
+                return Err(ApiError::conflict("already_delivered", "this message has reached the model already"));
+            }
+            ctx.conn().execute("DELETE FROM pending WHERE id = ?1", [&pid])?;
+            ctx.emit(&id, "pending.removed", json!({"pending_id": pid}))?;
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn stop(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let cid = id.clone();
+    let active = app
+        .store
+        .read(move |conn| {
+            queries::conversation(conn, &cid, Trashed::Include)?;
+            queries::active_run(conn, &cid)
+        })
+        .await?;
+    let Some(run) = active else {
+        return Err(ApiError::conflict("no_active_run", "no run is working in this chat"));
+    };
+    app.runs.stop(&id);
+    // Answer once the run has ended, so the caller's next step sees it stopped.
+    app.runs.wait_idle(&id, std::time::Duration::from_secs(5)).await;
+    Ok(axum::Json(json!({"run_id": run.id, "status": "stopped"})))
+}
+
+/// Starts a run in a chat with none working; `prepare` adds what the run answers.
+async fn start_run<F>(app: &Arc<App>, id: String, mode: &'static str, prepare: F) -> Result<Response, ApiError>
+where
+    F: FnOnce(&mut crate::store::Ctx, &crate::model::Conversation) -> Result<Option<String>, ApiError> + Send + 'static,
+{
+    let cid = id.clone();
+    let run = app
+        .store
+        .write(move |ctx| {
+            let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
+            if queries::active_run(ctx.conn(), &cid)?.is_some() {
+                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait"));
+            }
+            let message_id = prepare(ctx, &conversation)?;
+            insert_run(ctx, &conversation, mode, "user", message_id.as_deref())
+        })
+        .await?;
+    app.runs.spawn(run.id.clone(), id);
+    Ok(accepted(json!({"run_id": run.id})))
+}
+
+pub async fn send_now(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    start_run(&app, id, "send", |ctx, conversation| {
+        if queries::waiting(ctx.conn(), &conversation.id)?.is_empty() {
+            return Err(ApiError::conflict("nothing_waiting", "no message is waiting in this chat"));
+        }
+        Ok(None)
+    })
+    .await
+}
+
+pub async fn resume(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    start_run(&app, id, "continue", |ctx, conversation| {
+        let last = queries::last_run(ctx.conn(), &conversation.id)?;
+        let Some(last) = last.filter(|r| matches!(r.status.as_str(), "interrupted" | "paused" | "stopped")) else {
+            return Err(ApiError::conflict("nothing_to_continue", "the last run was not interrupted, paused or stopped"));
+        };
+        let Some(message_id) = last.message_id else {
+            return Err(ApiError::conflict("nothing_to_continue", "the last run wrote no answer to continue"));
+        };
+        // The answer continues in place: it must still be the head.
+        if conversation.head_id.as_deref() != Some(message_id.as_str()) {
+            return Err(ApiError::conflict("nothing_to_continue", "the chat has moved on since that answer"));
+        }
+        Ok(Some(message_id))
+    })
+    .await
+}
+
+pub async fn regenerate(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    start_run(&app, id, "regenerate", |ctx, conversation| {
+        let transcript = queries::transcript(ctx.conn(), conversation)?;
+        let Some(user) = transcript.iter().rev().find(|m| m.role == "user") else {
+            return Err(ApiError::conflict("nothing_to_regenerate", "this chat has no message to answer again"));
+        };
+        // The new answer is a sibling of the old: the head moves back to the question.
+        ctx.conn().execute(
+            "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
+            params![user.id, conversation.id],
+        )?;
+        Ok(None)
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct EditBody {
+    text: String,
+}
+
+pub async fn edit(
+    State(app): State<Arc<App>>,
+    Path((id, mid)): Path<(String, String)>,
+    Json(body): Json<EditBody>,
+) -> Result<Response, ApiError> {
+    check_text(&body.text)?;
+    let text = body.text;
+    start_run(&app, id, "edit", move |ctx, conversation| {
+        let original = queries::message(ctx.conn(), &conversation.id, &mid)?;
+        if original.role != "user" {
+            return Err(ApiError::bad_input("message_id", "only your own messages can be edited"));
+        }
+        insert_message_under(ctx, &conversation.id, original.parent_id.as_deref(), "user", &text, None, None)?;
+        Ok(None)
+    })
+    .await
+}

@@ -1,0 +1,95 @@
+//! chatd's HTTP API: `/health`, `/metrics` and the CONTRACT's `/v1/chat-app/*`.
+
+mod body;
+mod conversations;
+mod events;
+mod messages;
+mod system;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::Router;
+use tandem_shared::http::ApiError;
+
+use crate::App;
+
+pub use body::Json;
+pub use conversations::delete_forever;
+
+pub fn router(app: Arc<App>) -> Router {
+    let chat_app = Router::new()
+        .route("/capabilities", get(system::capabilities))
+        .route("/conversations", post(conversations::create).get(conversations::list))
+        .route("/conversations/import", post(conversations::import))
+        .route(
+            "/conversations/{id}",
+            get(conversations::snapshot).patch(conversations::update).delete(conversations::remove),
+        )
+        .route("/conversations/{id}/restore", post(conversations::restore))
+        .route("/conversations/{id}/export", get(conversations::export))
+        .route("/conversations/{id}/fork", post(conversations::fork))
+        .route("/conversations/{id}/clear", post(conversations::clear))
+        .route("/conversations/{id}/compact", post(conversations::compact))
+        .route("/conversations/{id}/permission-mode", get(conversations::permission_mode).put(conversations::set_permission_mode))
+        .route("/conversations/{id}/messages", post(messages::send))
+        .route("/conversations/{id}/messages/{mid}/edit", post(messages::edit))
+        .route("/conversations/{id}/pending/{pid}", patch(messages::update_pending).delete(messages::remove_pending))
+        .route("/conversations/{id}/stop", post(messages::stop))
+        .route("/conversations/{id}/send-now", post(messages::send_now))
+        .route("/conversations/{id}/continue", post(messages::resume))
+        .route("/conversations/{id}/regenerate", post(messages::regenerate))
+        .route("/conversations/{id}/events", get(events::stream))
+        .route("/permissions/mode", get(system::default_mode).put(system::set_default_mode))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(app.clone(), guard));
+    Router::new()
+        .route("/health", get(system::health))
+        .nest("/v1/chat-app", chat_app)
+        .merge(tandem_shared::metrics::router(app.registry.clone()))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}
+
+/// Every `/v1/chat-app/*` request: cross-site writes refused, then the
+/// forward key (constant-time). The capabilities probe answers without a
+/// key, saying `signed_in: false`.
+async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
+    let write = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let cross_site = request
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    if write && cross_site {
+        return ApiError::new(StatusCode::FORBIDDEN, "cross_site", "a write from another site is refused")
+            .into_response();
+    }
+    let signed_in = request
+        .headers()
+        .get("x-forward-key")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|key| app.secrets.forward_key.matches(key));
+    let probe = request.uri().path() == "/capabilities" && request.method() == Method::GET;
+    if !signed_in && !probe {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "forward_key_required",
+            "this route needs the X-Forward-Key header with the box's forward key",
+        )
+        .into_response();
+    }
+    request.extensions_mut().insert(SignedIn(signed_in));
+    next.run(request).await
+}
+
+/// Whether the caller presented the forward key.
+#[derive(Clone, Copy)]
+pub struct SignedIn(pub bool);

@@ -1,0 +1,117 @@
+//! Health, capabilities and the default permission mode.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, State};
+use rusqlite::OptionalExtension;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+
+use super::{Json, SignedIn};
+use crate::App;
+
+pub async fn health(State(app): State<Arc<App>>) -> axum::Json<Value> {
+    let engine = app.engine_state();
+    axum::Json(json!({
+        "ok": true,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": app.started.elapsed().as_secs(),
+        "engine": {"reachable": engine.reachable},
+        "runs": app.runs.running_count(),
+    }))
+}
+
+pub async fn capabilities(
+    State(app): State<Arc<App>>,
+    Extension(SignedIn(signed_in)): Extension<SignedIn>,
+) -> axum::Json<Value> {
+    let engine = app.engine_state();
+    if !signed_in {
+        return axum::Json(json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "signed_in": false,
+            "engine": {"reachable": engine.reachable},
+        }));
+    }
+    let models: Vec<Value> = engine
+        .models
+        .iter()
+        .map(|m| {
+            json!({
+                "id": m.id,
+                "context_window": m.context_window.unwrap_or(app.config.context_window),
+                "vision": m.vision,
+                "tools": m.tools,
+            })
+        })
+        .collect();
+    let mode = default_mode_value(&app).await.unwrap_or_else(|_| "ask".into());
+    axum::Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "signed_in": true,
+        "engine": {"url": app.engine.url(), "reachable": engine.reachable, "models": models},
+        "limits": {
+            "max_runs": app.config.max_runs,
+            "sse_reset_after": app.config.sse_reset_after,
+            "max_body_bytes": app.config.max_body_bytes,
+            "max_steps": 40,
+        },
+        "sandbox": {"installed": false, "runtime": Value::Null, "reason": "the sandbox is not part of this build yet"},
+        "host_exec": "off",
+        "defaults": {"permission_mode": mode, "agents": []},
+        "features": {
+            "branches": true, "fork": true, "trash": true, "export": ["json", "md"],
+            "import": true, "pending": true, "continue": true, "tools": false,
+        },
+    }))
+}
+
+const MODES: &[&str] = &["ask", "auto", "yolo"];
+
+pub fn check_mode(field: &str, mode: &str) -> Result<(), ApiError> {
+    if MODES.contains(&mode) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_input(field, format!("{mode:?} is not one of ask, auto, yolo")))
+    }
+}
+
+pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
+    app.store
+        .read(|conn| {
+            Ok(conn
+                .query_row("SELECT value FROM meta WHERE key = 'permission_mode'", [], |r| r.get(0))
+                .optional()?
+                .unwrap_or_else(|| "ask".to_string()))
+        })
+        .await
+}
+
+pub async fn default_mode(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
+    Ok(axum::Json(json!({"default": default_mode_value(&app).await?})))
+}
+
+#[derive(Deserialize)]
+pub struct ModeBody {
+    default: String,
+}
+
+pub async fn set_default_mode(
+    State(app): State<Arc<App>>,
+    Json(body): Json<ModeBody>,
+) -> Result<axum::Json<Value>, ApiError> {
+    check_mode("default", &body.default)?;
+    let mode = body.default.clone();
+    app.store
+        .write(move |ctx| {
+            ctx.conn().execute(
+                "INSERT INTO meta (key, value) VALUES ('permission_mode', ?1) \
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [&mode],
+            )?;
+            Ok(())
+        })
+        .await?;
+    Ok(axum::Json(json!({"default": body.default})))
+}

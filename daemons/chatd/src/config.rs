@@ -1,0 +1,138 @@
+//! chatd's settings: the `[chatd]` section of tandem.toml, the operator env
+//! files and the QSE_* environment (later wins). `--print-default-config`
+//! prints `DEFAULT_TOML`, and a test keeps config/tandem.toml in step with it.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use tandem_shared::config::EnvKey;
+
+/// The whole tandem.toml as chatd reads it: its own section checked key by
+/// key, the other daemons' sections left to them.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    /// chatd's settings.
+    pub chatd: ChatdConfig,
+    /// egressd's settings (read by egressd).
+    pub egress: Option<toml::Table>,
+    /// hostexecd's settings (read by hostexecd).
+    pub hostexec: Option<toml::Table>,
+    /// triggerd's settings (read by triggerd).
+    pub triggers: Option<toml::Table>,
+    /// connectord's settings (read by connectord).
+    pub connectors: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChatdConfig {
+    /// Address chatd listens on, loopback only unless you put a front before it.
+    pub listen: String,
+    /// The data folder: chat.sqlite3, blobs/, workspaces/, backups/, forward.key.
+    pub data_dir: PathBuf,
+    /// The box's OpenAI-compatible engine.
+    pub engine_url: String,
+    /// The secrets file holding QSE_FORWARD_KEY= and QSE_ADMIN_TOKEN=.
+    pub secrets: PathBuf,
+    /// Runs that talk to the engine at once; the others queue in order.
+    pub max_runs: u32,
+    /// How long a run keeps retrying a refused or cut engine before it ends interrupted.
+    pub retry_window_s: u64,
+    /// The longest wait between two engine retries (the wait starts at 1 s and doubles).
+    pub retry_max_wait_s: u64,
+    /// The largest request body chatd accepts, in bytes.
+    pub max_body_bytes: usize,
+    /// A device this many events behind gets `reset` and reloads the snapshot.
+    pub sse_reset_after: u64,
+    /// Seconds between SSE keepalive comments.
+    pub sse_keepalive_s: u64,
+    /// The model a new chat uses when none is given; empty means the engine's first.
+    pub default_model: String,
+    /// The context window assumed when the engine does not say.
+    pub context_window: u64,
+    /// Days a deleted chat stays in the trash.
+    pub trash_days: u64,
+    /// Days `text.delta` events are kept (messages keep their text).
+    pub delta_days: u64,
+    /// Daily database copies kept in backups/.
+    pub backups_kept: usize,
+    /// Seconds SIGTERM waits for open runs to be written interrupted.
+    pub shutdown_grace_s: u64,
+}
+
+impl Default for ChatdConfig {
+    fn default() -> Self {
+        let home = tandem_shared::secrets::home();
+        ChatdConfig {
+            listen: "127.0.0.1:8016".into(),
+            data_dir: home.join(".tandemllm/chat"),
+            engine_url: "http://127.0.0.1:8000".into(),
+            secrets: tandem_shared::secrets::default_secrets_path(),
+            max_runs: 2,
+            retry_window_s: 600,
+            retry_max_wait_s: 30,
+            max_body_bytes: 1 << 20,
+            sse_reset_after: 2000,
+            sse_keepalive_s: 15,
+            default_model: String::new(),
+            context_window: 32768,
+            trash_days: 7,
+            delta_days: 7,
+            backups_kept: 7,
+            shutdown_grace_s: 5,
+        }
+    }
+}
+
+/// The QSE_* variables chatd reads and the keys they set.
+pub const ENV_KEYS: &[EnvKey] = &[
+    EnvKey { env: "QSE_CHAT_URL", key: "chatd.listen" },
+    EnvKey { env: "QSE_CHAT_DATA", key: "chatd.data_dir" },
+    EnvKey { env: "QSE_ENGINE_URL", key: "chatd.engine_url" },
+    EnvKey { env: "QSE_SECRETS", key: "chatd.secrets" },
+    EnvKey { env: "QSE_CHAT_MAX_RUNS", key: "chatd.max_runs" },
+    EnvKey { env: "QSE_CHAT_RETRY_WINDOW_S", key: "chatd.retry_window_s" },
+    EnvKey { env: "QSE_CHAT_RETRY_MAX_WAIT_S", key: "chatd.retry_max_wait_s" },
+    EnvKey { env: "QSE_CHAT_MAX_BODY_BYTES", key: "chatd.max_body_bytes" },
+    EnvKey { env: "QSE_CHAT_DEFAULT_MODEL", key: "chatd.default_model" },
+    EnvKey { env: "QSE_CHAT_CONTEXT_WINDOW", key: "chatd.context_window" },
+];
+
+impl ChatdConfig {
+    /// Checks what types alone cannot; each error names the key and the limit.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let bad = |key: &str, why: String| anyhow::anyhow!("chatd.{key}: {why}");
+        self.listen_addr().map_err(|e| bad("listen", e))?;
+        if !(self.engine_url.starts_with("http://") || self.engine_url.starts_with("https://")) {
+            return Err(bad("engine_url", format!("{:?} must start with http:// or https://", self.engine_url)));
+        }
+        if !(1..=64).contains(&self.max_runs) {
+            return Err(bad("max_runs", format!("{} is outside 1..=64", self.max_runs)));
+        }
+        if self.retry_max_wait_s == 0 {
+            return Err(bad("retry_max_wait_s", "must be at least 1".into()));
+        }
+        if !(1024..=64 << 20).contains(&self.max_body_bytes) {
+            return Err(bad("max_body_bytes", format!("{} is outside 1024..=67108864", self.max_body_bytes)));
+        }
+        if !(100..=100_000).contains(&self.sse_reset_after) {
+            return Err(bad("sse_reset_after", format!("{} is outside 100..=100000", self.sse_reset_after)));
+        }
+        if self.sse_keepalive_s == 0 {
+            return Err(bad("sse_keepalive_s", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// `listen` as a socket address; `http://host:port` is taken too, since
+    /// QSE_CHAT_URL holds a URL.
+    pub fn listen_addr(&self) -> Result<std::net::SocketAddr, String> {
+        let text = self.listen.trim_start_matches("http://").trim_end_matches('/');
+        text.parse()
+            .map_err(|_| format!("{:?} is not an address like 127.0.0.1:8016", self.listen))
+    }
+}
+
+/// The commented default configuration, as `--print-default-config` prints it.
+pub const DEFAULT_TOML: &str = include_str!("../../../config/tandem.toml");

@@ -1,0 +1,298 @@
+//! The box's engine, reached as any OpenAI-compatible client reaches it:
+//! `POST /v1/chat/completions` streamed, `GET /v1/models`. chatd never
+//! imports engine code. Faults are sorted here into what a run does next.
+
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Clone)]
+pub struct Engine {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// What a model can do, as `GET /v1/models` says.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub id: String,
+    pub context_window: Option<u64>,
+    pub vision: bool,
+    pub tools: bool,
+}
+
+/// One piece of a streamed answer.
+#[derive(Debug)]
+pub enum Piece {
+    Text(String),
+    Reasoning(String),
+    /// A fragment of a tool call, merged by `index`.
+    ToolCall { index: u64, id: Option<String>, name: Option<String>, arguments: String },
+    Usage { prompt: u64, completion: u64, tokens_per_second: Option<f64>, prompt_ms: Option<f64> },
+    Finish(String),
+}
+
+/// Why a request did not give a whole answer, sorted by what to do next.
+#[derive(Debug)]
+pub enum Fault {
+    /// Refused, reset or timed out before an answer: retry with backoff.
+    Unreachable(String),
+    /// The stream stopped before its end: retry with backoff, continuing the text.
+    Cut(String),
+    /// 503 or 429: wait `retry_after` and try once more.
+    Busy { status: u16, retry_after: Option<u64>, message: String },
+    /// Another 5xx: retry with backoff.
+    Server { status: u16, message: String },
+    /// A 4xx: the run fails with the engine's message.
+    Rejected { status: u16, message: String },
+}
+
+impl Fault {
+    /// One line for `run.retrying` and a run's error.
+    pub fn reason(&self) -> String {
+        match self {
+            Fault::Unreachable(m) => format!("engine unreachable: {m}"),
+            Fault::Cut(m) => format!("engine stream cut: {m}"),
+            Fault::Busy { status, message, .. } => format!("engine busy ({status}): {message}"),
+            Fault::Server { status, message } => format!("engine error ({status}): {message}"),
+            Fault::Rejected { status, message } => format!("engine refused the request ({status}): {message}"),
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(base: &str) -> Engine {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            // Keep-alive connections to a restarted engine fail once; a short
+            // idle time keeps that rare.
+            .pool_idle_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Engine { base: base.trim_end_matches('/').to_string(), http }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// The models the engine serves; `Err` when it does not answer in time.
+    pub async fn models(&self, timeout: Duration) -> Result<Vec<ModelInfo>, String> {
+        let response = self
+            .http
+            .get(format!("{}/v1/models", self.base))
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| short(&e))?;
+        if !response.status().is_success() {
+            return Err(format!("GET /v1/models answered {}", response.status()));
+        }
+        let body: Value = response.json().await.map_err(|e| short(&e))?;
+        let list = body.get("data").and_then(Value::as_array).cloned().unwrap_or_default();
+        Ok(list
+            .iter()
+            .filter_map(|m| {
+                let id = m.get("id")?.as_str()?.to_string();
+                let window = ["context_length", "max_model_len", "context_window"]
+                    .iter()
+                    .find_map(|k| m.get(*k).and_then(Value::as_u64))
+                    .or_else(|| m.pointer("/meta/n_ctx_train").and_then(Value::as_u64));
+                let caps = m.get("capabilities");
+                let has = |c: &str| {
+                    caps.and_then(Value::as_array)
+                        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(c)))
+                };
+                Some(ModelInfo { id, context_window: window, vision: has("vision"), tools: true })
+            })
+            .collect())
+    }
+
+    /// Starts a streamed chat completion for `session` (`x-session-id`).
+    pub async fn stream(&self, session: &str, body: &Value) -> Result<EngineStream, Fault> {
+        let response = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .header("x-session-id", session)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| Fault::Unreachable(short(&e)))?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            let text = response.text().await.unwrap_or_default();
+            let message = error_message(&text);
+            return Err(match status {
+                503 | 429 => Fault::Busy { status, retry_after, message },
+                400..=499 => Fault::Rejected { status, message },
+                _ => Fault::Server { status, message },
+            });
+        }
+        Ok(EngineStream {
+            body: Box::pin(response.bytes_stream()),
+            buffer: BytesMut::new(),
+            queue: std::collections::VecDeque::new(),
+            done: false,
+            finished: false,
+            garbage: 0,
+        })
+    }
+}
+
+/// The engine's message from an OpenAI error body, else the body's first line.
+fn error_message(text: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(text).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(|v| v.pointer("/error/message").or_else(|| v.get("message")).or_else(|| v.get("error")))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
+    let mut message = message.trim().to_string();
+    if message.len() > 300 {
+        let mut cut = 300;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    if message.is_empty() {
+        "no message".into()
+    } else {
+        message
+    }
+}
+
+fn short(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
+}
+
+type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// The pieces of one streamed answer, line by line.
+pub struct EngineStream {
+    body: ByteStream,
+    buffer: BytesMut,
+    queue: std::collections::VecDeque<Piece>,
+    done: bool,
+    finished: bool,
+    /// Lines that were neither a chunk nor an SSE field or comment.
+    pub garbage: u64,
+}
+
+impl EngineStream {
+    /// The next piece; `Ok(None)` at the stream's proper end.
+    pub async fn next(&mut self) -> Result<Option<Piece>, Fault> {
+        loop {
+            if let Some(piece) = self.queue.pop_front() {
+                return Ok(Some(piece));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            if let Some(line) = self.take_line() {
+                self.parse_line(&line);
+                continue;
+            }
+            match self.body.next().await {
+                Some(Ok(bytes)) => self.buffer.extend_from_slice(&bytes),
+                Some(Err(err)) => return Err(Fault::Cut(short(&err))),
+                None => {
+                    // A last line without its newline still counts.
+                    if !self.buffer.is_empty() {
+                        let rest = String::from_utf8_lossy(&self.buffer).into_owned();
+                        self.buffer.clear();
+                        self.parse_line(&rest);
+                        continue;
+                    }
+                    if self.finished {
+                        self.done = true;
+                        continue;
+                    }
+                    return Err(Fault::Cut("the stream ended before the answer did".into()));
+                }
+            }
+        }
+    }
+
+    fn take_line(&mut self) -> Option<String> {
+        let end = self.buffer.iter().position(|b| *b == b'\n')?;
+        let line = String::from_utf8_lossy(&self.buffer[..end]).trim_end_matches('\r').to_string();
+        self.buffer.advance(end + 1);
+        Some(line)
+    }
+
+    fn parse_line(&mut self, line: &str) {
+        if line.is_empty() || line.starts_with(':') {
+            return;
+        }
+        let Some(data) = line.strip_prefix("data:") else {
+            if !(line.starts_with("event:") || line.starts_with("id:") || line.starts_with("retry:")) {
+                self.garbage += 1;
+            }
+            return;
+        };
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            self.garbage += 1;
+            return;
+        };
+        if let Some(choice) = chunk.pointer("/choices/0") {
+            let delta = choice.get("delta");
+            let text_of = |key: &str| {
+                delta.and_then(|d| d.get(key)).and_then(Value::as_str).filter(|s| !s.is_empty())
+            };
+            if let Some(r) = text_of("reasoning_content").or_else(|| text_of("reasoning")) {
+                self.queue.push_back(Piece::Reasoning(r.to_string()));
+            }
+            if let Some(t) = text_of("content") {
+                self.queue.push_back(Piece::Text(t.to_string()));
+            }
+            if let Some(calls) = delta.and_then(|d| d.get("tool_calls")).and_then(Value::as_array) {
+                for call in calls {
+                    self.queue.push_back(Piece::ToolCall {
+                        index: call.get("index").and_then(Value::as_u64).unwrap_or(0),
+                        id: call.get("id").and_then(Value::as_str).map(str::to_string),
+                        name: call.pointer("/function/name").and_then(Value::as_str).map(str::to_string),
+                        arguments: call
+                            .pointer("/function/arguments")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    });
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finished = true;
+                self.queue.push_back(Piece::Finish(reason.to_string()));
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+            self.queue.push_back(Piece::Usage {
+                prompt: get("prompt_tokens"),
+                completion: get("completion_tokens"),
+                tokens_per_second: chunk.pointer("/timings/predicted_per_second").and_then(Value::as_f64),
+                prompt_ms: chunk.pointer("/timings/prompt_ms").and_then(Value::as_f64),
+            });
+        }
+    }
+}

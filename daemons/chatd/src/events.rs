@@ -1,0 +1,157 @@
+//! The live side of the event log. The writer publishes each committed batch
+//! here; every device attached to a conversation reads from a shared ring of
+//! recent events (frames serialized once, shared by all devices) and falls
+//! back to the database when it is further behind than the ring holds.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+/// One committed event, with its SSE frame made once for every device.
+#[derive(Debug)]
+pub struct Event {
+    pub conversation_id: String,
+    pub seq: i64,
+    pub kind: &'static str,
+    /// The JSON data, as stored.
+    pub data: String,
+    /// `id: <seq>\nevent: <kind>\ndata: <data>\n\n`
+    pub frame: Bytes,
+}
+
+impl Event {
+    pub fn new(conversation_id: String, seq: i64, kind: &'static str, data: String) -> Event {
+        let frame = Bytes::from(format!("id: {seq}\nevent: {kind}\ndata: {data}\n\n"));
+        Event { conversation_id, seq, kind, data, frame }
+    }
+}
+
+/// Events kept in memory per conversation: a little more than the distance
+/// at which a device is told to reset, so a device inside that distance is
+/// served from memory.
+pub const RING: usize = 2_100;
+
+struct Channel {
+    ring: Mutex<VecDeque<Arc<Event>>>,
+    head: watch::Sender<i64>,
+}
+
+/// Per-conversation channels of committed events.
+#[derive(Clone, Default)]
+pub struct Hub {
+    channels: Arc<Mutex<HashMap<String, Arc<Channel>>>>,
+}
+
+/// What a device gets when it asks for events after its cursor.
+pub enum Fetch {
+    /// Events in order, starting right after the cursor.
+    Events(Vec<Arc<Event>>),
+    /// The ring no longer holds the next event: read it from the database.
+    FromDatabase,
+}
+
+/// A device's view of one conversation's channel.
+pub struct Subscription {
+    channel: Arc<Channel>,
+    head: watch::Receiver<i64>,
+}
+
+impl Hub {
+    fn channel(&self, conversation_id: &str, head: i64) -> Arc<Channel> {
+        // The lock only guards the map; poisoning would mean a panic while
+        // inserting, which cannot leave the map half-changed.
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels
+            .entry(conversation_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Channel { ring: Mutex::new(VecDeque::new()), head: watch::Sender::new(head) })
+            })
+            .clone()
+    }
+
+    /// Publishes one conversation's committed events, in seq order.
+    pub fn publish(&self, conversation_id: &str, events: Vec<Arc<Event>>) {
+        let Some(last) = events.last().map(|e| e.seq) else { return };
+        let channel = self.channel(conversation_id, 0);
+        {
+            let mut ring = channel.ring.lock().unwrap_or_else(|p| p.into_inner());
+            let head = *channel.head.borrow();
+            for event in events {
+                if event.seq <= head {
+                    continue;
+                }
+                // A gap (a channel made by a device after this batch was
+                // committed but before it was published) is never served
+                // from the ring: start the ring over from this event.
+                if ring.back().is_some_and(|b| b.seq + 1 != event.seq) {
+                    ring.clear();
+                }
+                ring.push_back(event);
+            }
+            while ring.len() > RING {
+                ring.pop_front();
+            }
+        }
+        channel.head.send_if_modified(|head| {
+            if last > *head {
+                *head = last;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Attaches a device. `stored_head` is the conversation's last seq as the
+    /// database has it, used when no channel exists yet.
+    pub fn subscribe(&self, conversation_id: &str, stored_head: i64) -> Subscription {
+        let channel = self.channel(conversation_id, stored_head);
+        channel.head.send_if_modified(|head| {
+            if stored_head > *head {
+                *head = stored_head;
+                true
+            } else {
+                false
+            }
+        });
+        let head = channel.head.subscribe();
+        Subscription { channel, head }
+    }
+
+    /// Drops channels nobody listens to, keeping memory flat over time.
+    pub fn sweep(&self) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.retain(|_, c| c.head.receiver_count() > 0);
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+impl Subscription {
+    /// The last committed seq this device knows of.
+    pub fn head(&self) -> i64 {
+        *self.head.borrow()
+    }
+
+    /// Waits until the head moves past `cursor` (returns at once if it has).
+    pub async fn wait_past(&mut self, cursor: i64) {
+        let _ = self.head.wait_for(|head| *head > cursor).await;
+    }
+
+    /// Events after `cursor` up to the head, from memory when it has them.
+    pub fn fetch(&self, cursor: i64, max: usize) -> Fetch {
+        let ring = self.channel.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(first) = ring.front().map(|e| e.seq) else {
+            return Fetch::FromDatabase;
+        };
+        if cursor + 1 < first {
+            return Fetch::FromDatabase;
+        }
+        let skip = (cursor + 1 - first) as usize;
+        Fetch::Events(ring.iter().skip(skip).take(max).cloned().collect())
+    }
+}

@@ -1,0 +1,107 @@
+//! Hourly housekeeping: a daily `VACUUM INTO backups/` copy (7 kept), chats
+//! in the trash past their days removed, old `text.delta` events dropped
+//! (messages keep their text).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::params;
+use tandem_shared::http::ApiError;
+use tandem_shared::time::now_unix;
+
+use crate::remove_chat_folders;
+use crate::App;
+
+pub fn spawn(app: Arc<App>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = app.shutdown.wait() => return,
+            }
+            if let Err(err) = once(&app).await {
+                tracing::warn!(error = %err, "housekeeping failed; next try in an hour");
+            }
+        }
+    });
+}
+
+/// One pass of every chore.
+pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
+    let backups = app.config.data_dir.join("backups");
+    if let Some(path) = due_backup(&backups) {
+        backup(app, &path).await?;
+        prune_backups(&backups, app.config.backups_kept);
+    }
+    let cutoff = now_unix() - (app.config.trash_days * 86_400) as i64;
+    let purged: Vec<String> = app
+        .store
+        .write(move |ctx| {
+            let ids: Vec<String> = {
+                let mut stmt = ctx.conn().prepare("SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at < ?1")?;
+                let ids = stmt.query_map([cutoff], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                ids
+            };
+            for id in &ids {
+                crate::api::delete_forever(ctx, id)?;
+            }
+            Ok(ids)
+        })
+        .await?;
+    for id in &purged {
+        remove_chat_folders(&app.config.data_dir, id);
+    }
+    let delta_cutoff = now_unix() - (app.config.delta_days * 86_400) as i64;
+    let dropped = app
+        .store
+        .write(move |ctx| {
+            Ok(ctx.conn().execute(
+                "DELETE FROM events WHERE kind IN ('text.delta', 'reasoning.delta') AND created < ?1",
+                params![delta_cutoff],
+            )?)
+        })
+        .await?;
+    tracing::info!(purged = purged.len(), deltas_dropped = dropped, "housekeeping done");
+    Ok(())
+}
+
+/// Today's backup path, when today has none yet.
+fn due_backup(dir: &Path) -> Option<PathBuf> {
+    let day = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
+    let path = dir.join(format!("chat-{day}.sqlite3"));
+    (!path.exists()).then_some(path)
+}
+
+async fn backup(app: &Arc<App>, path: &Path) -> Result<(), ApiError> {
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    tandem_shared::fsmode::private_dir(&dir).map_err(|e| ApiError::internal(format!("backups folder: {e}")))?;
+    let target = path.to_path_buf();
+    let started = std::time::Instant::now();
+    app.store
+        .read(move |conn| {
+            conn.execute("VACUUM INTO ?1", [target.to_string_lossy()])?;
+            tandem_shared::fsmode::private_file(&target).map_err(|e| ApiError::internal(format!("backup mode: {e}")))?;
+            Ok(())
+        })
+        .await?;
+    tracing::info!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "backup written");
+    Ok(())
+}
+
+fn prune_backups(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut names: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("chat-") && n.ends_with(".sqlite3")))
+        .collect();
+    // Names hold the date, so their order is the days' order.
+    names.sort();
+    let extra = names.len().saturating_sub(keep);
+    for old in names.into_iter().take(extra) {
+        if let Err(err) = std::fs::remove_file(&old) {
+            tracing::warn!(path = %old.display(), error = %err, "could not remove an old backup");
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! chatd: chats kept on the server. Runs talk to the box's engine over HTTP;
+//! every change is an event with a per-conversation seq, committed before it
+//! is sent; a device attaches with a snapshot and tails the log over SSE.
+//!
+//! `main.rs` parses arguments and loads the config; `run` does the rest, so
+//! tests can run chatd in-process or as the real binary alike.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod events;
+pub mod housekeeping;
+pub mod metrics;
+pub mod model;
+pub mod runs;
+pub mod store;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tandem_shared::metrics::Registry;
+use tandem_shared::secrets::Secrets;
+use tandem_shared::shutdown::Shutdown;
+
+use crate::config::ChatdConfig;
+use crate::engine::{Engine, ModelInfo};
+use crate::events::Hub;
+use crate::metrics::Metrics;
+use crate::runs::Runs;
+use crate::store::Store;
+
+/// Everything a request handler may need.
+pub struct App {
+    pub config: Arc<ChatdConfig>,
+    pub store: Store,
+    pub runs: Runs,
+    pub engine: Engine,
+    pub secrets: Secrets,
+    pub metrics: Arc<Metrics>,
+    pub registry: Arc<Registry>,
+    pub started: Instant,
+    pub shutdown: Shutdown,
+    engine_state: Mutex<EngineState>,
+}
+
+/// What the last look at the engine found.
+#[derive(Clone, Default)]
+pub struct EngineState {
+    pub reachable: bool,
+    pub models: Vec<ModelInfo>,
+}
+
+impl App {
+    pub fn engine_state(&self) -> EngineState {
+        self.engine_state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The model of a new chat: the configured default, else the engine's first.
+    pub fn default_model(&self) -> String {
+        if !self.config.default_model.is_empty() {
+            return self.config.default_model.clone();
+        }
+        self.engine_state()
+            .models
+            .first()
+            .map(|m| m.id.clone())
+            .unwrap_or_else(|| "default".into())
+    }
+
+    pub fn remove_folders(&self, conversation_id: &str) {
+        remove_chat_folders(&self.config.data_dir, conversation_id);
+    }
+
+    async fn probe_engine(&self) {
+        let state = match self.engine.models(Duration::from_secs(2)).await {
+            Ok(models) => {
+                for m in &models {
+                    if let Some(window) = m.context_window {
+                        self.runs.remember_window(&m.id, window);
+                    }
+                }
+                EngineState { reachable: true, models }
+            }
+            Err(_) => EngineState { reachable: false, models: self.engine_state().models },
+        };
+        let was = self.engine_state().reachable;
+        if was != state.reachable {
+            tracing::info!(reachable = state.reachable, "engine reachability changed");
+        }
+        *self.engine_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+}
+
+/// Removes a chat's folders (workspace, home, egress, snapshots) for good.
+pub fn remove_chat_folders(data_dir: &Path, conversation_id: &str) {
+    // Ids are made by chatd, but a folder name from a request is checked anyway.
+    if conversation_id.is_empty() || !conversation_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return;
+    }
+    for folder in ["workspaces", "homes", "egress", "snapshots"] {
+        let path = data_dir.join(folder).join(conversation_id);
+        if path.exists() {
+            if let Err(err) = std::fs::remove_dir_all(&path) {
+                tracing::warn!(conversation = conversation_id, folder, error = %err, "could not remove a chat folder");
+            }
+        }
+    }
+}
+
+/// Runs chatd on `listener` until `shutdown` begins, then ends open runs
+/// `interrupted` and returns within the grace period.
+pub async fn run(config: ChatdConfig, listener: tokio::net::TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    tandem_shared::fsmode::private_dir(&config.data_dir)
+        .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
+    let secrets = tandem_shared::secrets::load(&config.secrets, &config.data_dir)?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let hub = Hub::default();
+    let store = Store::open(&config.data_dir.join("chat.sqlite3"), hub.clone(), metrics.clone())?;
+    let engine = Engine::new(&config.engine_url);
+    let runs = Runs::new(store.clone(), engine.clone(), config.clone(), metrics.clone(), shutdown.clone());
+    let app = Arc::new(App {
+        config: config.clone(),
+        store: store.clone(),
+        runs: runs.clone(),
+        engine,
+        secrets,
+        metrics,
+        registry: Arc::new(registry),
+        started: Instant::now(),
+        shutdown: shutdown.clone(),
+        engine_state: Mutex::new(EngineState::default()),
+    });
+    app.probe_engine().await;
+    runs.recover().await?;
+
+    let probe = app.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => probe.probe_engine().await,
+                _ = probe.shutdown.wait() => return,
+            }
+        }
+    });
+    let sweeper = app.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => sweeper.store.hub.sweep(),
+                _ = sweeper.shutdown.wait() => return,
+            }
+        }
+    });
+    housekeeping::spawn(app.clone());
+
+    let address = listener.local_addr()?;
+    tracing::info!(%address, data = %config.data_dir.display(), engine = %config.engine_url,
+        forward_key_from = %app.secrets.forward_key_source.display(), max_runs = config.max_runs, "chatd serving");
+    tandem_shared::notify::ready(&format!("serving on {address}"));
+    let watched = store.clone();
+    let _ = watched;
+    tandem_shared::notify::spawn_watchdog(shutdown.clone(), || true);
+
+    let router = api::router(app.clone());
+    let server = tokio::spawn(tandem_shared::http::serve(listener, router, shutdown.clone()));
+    shutdown.wait().await;
+    tandem_shared::notify::stopping();
+    let grace = Duration::from_secs(config.shutdown_grace_s);
+    let left = runs.drain(grace).await;
+    if left > 0 {
+        tracing::warn!(runs = left, "runs still open at the end of the grace period");
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+    store.close().await;
+    tracing::info!("chatd stopped");
+    Ok(())
+}

@@ -1,0 +1,172 @@
+//! The records of the wire contract and how they are read from rows.
+
+use rusqlite::Row;
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Conversation {
+    pub id: String,
+    pub title: String,
+    pub model: String,
+    pub created: String,
+    pub updated: String,
+    /// idle | running | queued | waiting
+    pub state: String,
+    pub permission_mode: String,
+    pub settings: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<String>,
+    #[serde(skip)]
+    pub head_id: Option<String>,
+    #[serde(skip)]
+    pub last_seq: i64,
+}
+
+pub const CONVERSATION_COLUMNS: &str =
+    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq";
+
+impl Conversation {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Conversation> {
+        let settings: String = row.get(7)?;
+        let deleted_at: Option<i64> = row.get(8)?;
+        Ok(Conversation {
+            id: row.get(0)?,
+            title: row.get(1)?,
+            model: row.get(2)?,
+            created: row.get(3)?,
+            updated: row.get(4)?,
+            state: row.get(5)?,
+            permission_mode: row.get(6)?,
+            settings: serde_json::from_str(&settings).unwrap_or(Value::Object(Default::default())),
+            deleted: deleted_at.map(|t| {
+                jiff::Timestamp::from_second(t).map(|t| t.to_string()).unwrap_or_default()
+            }),
+            head_id: row.get(9)?,
+            last_seq: row.get(10)?,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Message {
+    pub id: String,
+    pub parent_id: Option<String>,
+    /// user | assistant | tool | system | compacted | cleared
+    pub role: String,
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// streaming | done | stopped | interrupted | failed (assistant messages)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    pub created: String,
+}
+
+pub const MESSAGE_COLUMNS: &str =
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created";
+
+impl Message {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Message> {
+        let tool_calls: Option<String> = row.get(5)?;
+        let reasoning: Option<String> = row.get(4)?;
+        Ok(Message {
+            id: row.get(0)?,
+            parent_id: row.get(1)?,
+            role: row.get(2)?,
+            text: row.get(3)?,
+            reasoning: reasoning.filter(|r| !r.is_empty()),
+            tool_calls: tool_calls.and_then(|t| serde_json::from_str(&t).ok()),
+            tool_call_id: row.get(6)?,
+            run_id: row.get(7)?,
+            status: row.get(8)?,
+            created: row.get(9)?,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub id: String,
+    pub conversation_id: String,
+    /// queued | running | waiting | done | failed | interrupted | stopped | paused
+    pub status: String,
+    pub mode: String,
+    pub model: String,
+    pub origin: String,
+    pub message_id: Option<String>,
+    pub steps: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub started: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
+}
+
+pub const RUN_COLUMNS: &str =
+    "id, conversation_id, status, mode, model, origin, message_id, steps, error, started, ended, usage";
+
+impl Run {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Run> {
+        let usage: Option<String> = row.get(11)?;
+        Ok(Run {
+            id: row.get(0)?,
+            conversation_id: row.get(1)?,
+            status: row.get(2)?,
+            mode: row.get(3)?,
+            model: row.get(4)?,
+            origin: row.get(5)?,
+            message_id: row.get(6)?,
+            steps: row.get(7)?,
+            error: row.get(8)?,
+            started: row.get(9)?,
+            ended: row.get(10)?,
+            usage: usage.and_then(|u| serde_json::from_str(&u).ok()),
+        })
+    }
+
+    pub fn is_active(&self) -> bool {
+        matches!(self.status.as_str(), "queued" | "running" | "waiting")
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Pending {
+    pub id: String,
+    pub conversation_id: String,
+    pub text: String,
+    pub state: String,
+    pub created: String,
+}
+
+pub const PENDING_COLUMNS: &str = "id, conversation_id, text, state, created";
+
+impl Pending {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Pending> {
+        Ok(Pending {
+            id: row.get(0)?,
+            conversation_id: row.get(1)?,
+            text: row.get(2)?,
+            state: row.get(3)?,
+            created: row.get(4)?,
+        })
+    }
+}
+
+/// The snapshot a device attaches with: `seq` is the last event it includes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub conversation: Conversation,
+    pub messages: Vec<Message>,
+    pub runs: Vec<Run>,
+    pub pending: Vec<Pending>,
+    pub seq: i64,
+}

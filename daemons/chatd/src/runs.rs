@@ -1,0 +1,713 @@
+//! Runs: at most `max_runs` talk to the engine at once, the others wait in
+//! order. A run belongs to chatd, not to a connection: only stop, the retry
+//! window or chatd's own shutdown end it early.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::params;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::shutdown::Shutdown;
+use tandem_shared::time::{new_id, now_rfc3339};
+use tokio::sync::{watch, Notify, Semaphore};
+
+use crate::config::ChatdConfig;
+use crate::engine::{Engine, Fault, Piece};
+use crate::metrics::{Metrics, RunLabels};
+use crate::model::{Conversation, Message, Run};
+use crate::store::queries::{self, Trashed};
+use crate::store::{Ctx, Delta, Store};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    Failed,
+    Stopped,
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Failed => "failed",
+            Outcome::Stopped => "stopped",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// A request from outside to end a run early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndRequest {
+    None,
+    Stop,
+}
+
+#[derive(Clone)]
+pub struct Runs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    engine: Engine,
+    config: Arc<ChatdConfig>,
+    metrics: Arc<Metrics>,
+    slots: Semaphore,
+    /// Runs waiting for a slot, oldest first (their position in `run.queued`).
+    queue: Mutex<VecDeque<String>>,
+    /// The live run of each conversation: its stop switch.
+    active: Mutex<HashMap<String, (String, watch::Sender<EndRequest>)>>,
+    shutdown: Shutdown,
+    /// Tasks still running, and a bell rung when one ends.
+    tasks: Mutex<usize>,
+    task_ended: Notify,
+    /// Context windows by model, from the engine, for `usage.limit`.
+    windows: Mutex<HashMap<String, u64>>,
+}
+
+impl Runs {
+    pub fn new(store: Store, engine: Engine, config: Arc<ChatdConfig>, metrics: Arc<Metrics>, shutdown: Shutdown) -> Runs {
+        let slots = Semaphore::new(config.max_runs as usize);
+        Runs {
+            inner: Arc::new(Inner {
+                store,
+                engine,
+                config,
+                metrics,
+                slots,
+                queue: Mutex::new(VecDeque::new()),
+                active: Mutex::new(HashMap::new()),
+                shutdown,
+                tasks: Mutex::new(0),
+                task_ended: Notify::new(),
+                windows: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub fn remember_window(&self, model: &str, window: u64) {
+        lock(&self.inner.windows).insert(model.to_string(), window);
+    }
+
+    /// Ends runs a crash left open (`interrupted`, text kept) and starts the
+    /// queued ones again, in their order.
+    pub async fn recover(&self) -> anyhow::Result<()> {
+        let queued = self
+            .inner
+            .store
+            .write(|ctx| {
+                let open: Vec<Run> = {
+                    let mut stmt = ctx.conn().prepare(&format!(
+                        "SELECT {} FROM runs WHERE status IN ('running', 'waiting') ORDER BY rowid",
+                        crate::model::RUN_COLUMNS
+                    ))?;
+                    let rows = stmt.query_map([], Run::from_row)?.collect::<Result<Vec<_>, _>>()?;
+                    rows
+                };
+                for run in &open {
+                    finish_run(ctx, run, Outcome::Interrupted, Some("chatd stopped while the run worked"), None)?;
+                }
+                let mut stmt = ctx.conn().prepare(
+                    "SELECT id, conversation_id FROM runs WHERE status = 'queued' ORDER BY rowid",
+                )?;
+                let queued = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                if !open.is_empty() {
+                    tracing::info!(runs = open.len(), "ended runs left open by a stop as interrupted");
+                }
+                Ok(queued)
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("recovering runs: {e}"))?;
+        for (run_id, conversation_id) in queued {
+            self.spawn(run_id, conversation_id);
+        }
+        Ok(())
+    }
+
+    /// Starts the task of a run recorded as `queued`.
+    pub fn spawn(&self, run_id: String, conversation_id: String) {
+        let (stop_tx, stop_rx) = watch::channel(EndRequest::None);
+        lock(&self.inner.active).insert(conversation_id.clone(), (run_id.clone(), stop_tx));
+        *lock(&self.inner.tasks) += 1;
+        let runs = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let origin_outcome = runs.drive(&run_id, &conversation_id, stop_rx).await;
+            match origin_outcome {
+                Ok(Some((origin, outcome))) => {
+                    runs.inner
+                        .metrics
+                        .runs
+                        .get_or_create(&RunLabels { origin, outcome: outcome.as_str().into() })
+                        .inc();
+                    runs.inner.metrics.run_seconds.observe(started.elapsed().as_secs_f64());
+                    tracing::info!(run = %run_id, conversation = %conversation_id, outcome = outcome.as_str(),
+                        seconds = started.elapsed().as_secs_f64(), "run ended");
+                }
+                Ok(None) => tracing::info!(run = %run_id, "run left queued for the next start"),
+                Err(err) => tracing::error!(run = %run_id, error = %err, "run task failed"),
+            }
+            {
+                let mut active = lock(&runs.inner.active);
+                if active.get(&conversation_id).is_some_and(|(id, _)| *id == run_id) {
+                    active.remove(&conversation_id);
+                }
+            }
+            *lock(&runs.inner.tasks) -= 1;
+            runs.inner.task_ended.notify_waiters();
+        });
+    }
+
+    /// Asks the conversation's live run to stop. `false` when none is live.
+    pub fn stop(&self, conversation_id: &str) -> bool {
+        match lock(&self.inner.active).get(conversation_id) {
+            Some((_, stop)) => {
+                let _ = stop.send(EndRequest::Stop);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Waits until every run task has ended, at most `bound`.
+    pub async fn drain(&self, bound: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let notified = self.inner.task_ended.notified();
+            let left = *lock(&self.inner.tasks);
+            if left == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return *lock(&self.inner.tasks);
+            }
+        }
+    }
+
+    /// Waits until the conversation has no live run task, at most `bound`.
+    pub async fn wait_idle(&self, conversation_id: &str, bound: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let notified = self.inner.task_ended.notified();
+            if !lock(&self.inner.active).contains_key(conversation_id) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    pub fn running_count(&self) -> usize {
+        lock(&self.inner.active).len()
+    }
+
+    /// The whole life of one run. `Ok(None)`: left queued for the next start.
+    async fn drive(
+        &self,
+        run_id: &str,
+        conversation_id: &str,
+        mut stop: watch::Receiver<EndRequest>,
+    ) -> Result<Option<(String, Outcome)>, ApiError> {
+        let inner = &self.inner;
+        let store = &inner.store;
+        let run = store.read({
+            let id = run_id.to_string();
+            move |conn| queries::run(conn, &id)
+        })
+        .await?;
+        let origin = run.origin.clone();
+
+        // A slot: at once when one is free, else in line.
+        let _permit = match inner.slots.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let position = {
+                    let mut queue = lock(&inner.queue);
+                    queue.push_back(run_id.to_string());
+                    queue.len()
+                };
+                inner.metrics.runs_queued.set(position as i64);
+                let rid = run_id.to_string();
+                store
+                    .write(move |ctx| {
+                        let run = queries::run(ctx.conn(), &rid)?;
+                        ctx.emit(&run.conversation_id, "run.queued", json!({"run_id": rid, "position": position}))?;
+                        set_state(ctx, &run.conversation_id, "queued")?;
+                        Ok(())
+                    })
+                    .await?;
+                let acquired = tokio::select! {
+                    permit = inner.slots.acquire() => Some(permit),
+                    _ = stop.wait_for(|r| *r == EndRequest::Stop) => None,
+                    _ = inner.shutdown.wait() => {
+                        self.dequeue(run_id);
+                        return Ok(None);
+                    }
+                };
+                self.dequeue(run_id);
+                match acquired {
+                    Some(Ok(permit)) => permit,
+                    // The semaphore is never closed; treat it like a stop.
+                    Some(Err(_)) | None => {
+                        let outcome = Outcome::Stopped;
+                        self.end(run_id, outcome, None).await?;
+                        return Ok(Some((origin, outcome)));
+                    }
+                }
+            }
+        };
+
+        let rid = run_id.to_string();
+        let (run, conversation) = store
+            .write(move |ctx| {
+                let run = queries::run(ctx.conn(), &rid)?;
+                ctx.conn().execute(
+                    "UPDATE runs SET status = 'running' WHERE id = ?1",
+                    [&rid],
+                )?;
+                ctx.emit(&run.conversation_id, "run.started", json!({"run_id": rid, "mode": run.mode, "model": run.model}))?;
+                set_state(ctx, &run.conversation_id, "running")?;
+                let conversation = queries::conversation(ctx.conn(), &run.conversation_id, Trashed::Include)?;
+                Ok((run, conversation))
+            })
+            .await?;
+        tracing::info!(run = %run.id, conversation = %conversation.id, mode = %run.mode, "run started");
+
+        let mut steps_left = 40u32;
+        let mut continue_message = (run.mode == "continue").then(|| run.message_id.clone()).flatten();
+        loop {
+            // Waiting messages reach the model at this request.
+            let cid = conversation_id.to_string();
+            let rid = run_id.to_string();
+            let resume = continue_message.take();
+            let (message, history) = store
+                .write(move |ctx| {
+                    deliver_waiting(ctx, &cid)?;
+                    let message = match resume {
+                        Some(mid) => {
+                            ctx.conn().execute(
+                                "UPDATE messages SET status = 'streaming', run_id = ?1 WHERE id = ?2",
+                                params![rid, mid],
+                            )?;
+                            let message = queries::message(ctx.conn(), &cid, &mid)?;
+                            ctx.emit(&cid, "message.updated", json!({"message": message}))?;
+                            message
+                        }
+                        None => new_assistant_message(ctx, &cid, &rid)?,
+                    };
+                    ctx.conn().execute(
+                        "UPDATE runs SET message_id = ?1, steps = steps + 1 WHERE id = ?2",
+                        params![message.id, rid],
+                    )?;
+                    let history = queries::path_to(ctx.conn(), &cid, message.parent_id.as_deref())?;
+                    Ok((message, history))
+                })
+                .await?;
+
+            let outcome = self.answer(&run, &conversation, &message, &history, &mut stop).await;
+            let (outcome, error) = match outcome {
+                Ok(()) => (Outcome::Done, None),
+                Err(end) => end,
+            };
+            if outcome != Outcome::Done {
+                self.end(run_id, outcome, error.as_deref()).await?;
+                return Ok(Some((origin, outcome)));
+            }
+            steps_left -= 1;
+            // Done: end the run unless messages came in meanwhile (decided in
+            // the writer, so a message sent now either sees the run still
+            // active and waits, or sees it ended and starts a new one).
+            let rid = run_id.to_string();
+            let mid = message.id.clone();
+            let more = steps_left > 0
+                && store
+                    .write(move |ctx| {
+                        let run = queries::run(ctx.conn(), &rid)?;
+                        ctx.conn().execute("UPDATE messages SET status = 'done' WHERE id = ?1", [&mid])?;
+                        let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
+                        ctx.emit(&run.conversation_id, "message.updated", json!({"message": message}))?;
+                        let waiting = queries::waiting(ctx.conn(), &run.conversation_id)?;
+                        if waiting.is_empty() {
+                            finish_run(ctx, &run, Outcome::Done, None, None)?;
+                            Ok(false)
+                        } else {
+                            Ok(true)
+                        }
+                    })
+                    .await?;
+            if !more {
+                if steps_left == 0 {
+                    self.end(run_id, Outcome::Done, None).await?;
+                }
+                return Ok(Some((origin, Outcome::Done)));
+            }
+        }
+    }
+
+    fn dequeue(&self, run_id: &str) {
+        let mut queue = lock(&self.inner.queue);
+        queue.retain(|id| id != run_id);
+        self.inner.metrics.runs_queued.set(queue.len() as i64);
+    }
+
+    async fn end(&self, run_id: &str, outcome: Outcome, error: Option<&str>) -> Result<(), ApiError> {
+        let rid = run_id.to_string();
+        let error = error.map(str::to_string);
+        self.inner
+            .store
+            .write(move |ctx| {
+                let run = queries::run(ctx.conn(), &rid)?;
+                finish_run(ctx, &run, outcome, error.as_deref(), None)
+            })
+            .await
+    }
+
+    /// One model request and its stream into `message`, with retries.
+    /// `Err((outcome, error))` ends the run.
+    async fn answer(
+        &self,
+        run: &Run,
+        conversation: &Conversation,
+        message: &Message,
+        history: &[Message],
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<(), (Outcome, Option<String>)> {
+        let inner = &self.inner;
+        let session = format!("chat-{}", conversation.id);
+        let mut text = message.text.clone();
+        let mut wait = Duration::from_secs(1);
+        let mut streak_started: Option<Instant> = None;
+        let mut busy_retried = false;
+        let mut attempt = 0u32;
+        let window = Duration::from_secs(inner.config.retry_window_s);
+        let store_err = |e: ApiError| (Outcome::Interrupted, Some(format!("chatd could not write: {}", e.message)));
+        loop {
+            let body = request_body(&run.model, history, &text);
+            let fault = tokio::select! {
+                result = self.stream_once(&session, &body, run, conversation, message, &mut text, &mut streak_started) => {
+                    match result {
+                        Ok(()) => return Ok(()),
+                        Err(fault) => fault,
+                    }
+                }
+                _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Err((Outcome::Stopped, None)),
+                _ = inner.shutdown.wait() => return Err((Outcome::Interrupted, Some("chatd stopped".into()))),
+            };
+            let reason = fault.reason();
+            let wait_for = match &fault {
+                Fault::Rejected { .. } => return Err((Outcome::Failed, Some(reason))),
+                Fault::Busy { retry_after, .. } => {
+                    if busy_retried {
+                        return Err((Outcome::Failed, Some(reason)));
+                    }
+                    busy_retried = true;
+                    Duration::from_secs(retry_after.unwrap_or(1).clamp(1, 120))
+                }
+                Fault::Unreachable(_) | Fault::Cut(_) | Fault::Server { .. } => {
+                    let began = *streak_started.get_or_insert_with(Instant::now);
+                    if began.elapsed() >= window {
+                        return Err((Outcome::Interrupted, Some(reason)));
+                    }
+                    let this = wait.min(window.saturating_sub(began.elapsed()));
+                    wait = (wait * 2).min(Duration::from_secs(inner.config.retry_max_wait_s));
+                    this
+                }
+            };
+            attempt += 1;
+            inner.metrics.engine_retries.inc();
+            tracing::warn!(run = %run.id, attempt, wait_s = wait_for.as_secs_f64(), fault = fault_kind(&fault), "engine fault, retrying");
+            let cid = conversation.id.clone();
+            let data = json!({"run_id": run.id, "attempt": attempt, "wait_s": wait_for.as_secs_f64(), "reason": reason});
+            inner.store.write(move |ctx| Ok(ctx.emit(&cid, "run.retrying", data).map(|_| ())?)).await.map_err(store_err)?;
+            tokio::select! {
+                _ = tokio::time::sleep(wait_for) => {}
+                _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Err((Outcome::Stopped, None)),
+                _ = inner.shutdown.wait() => return Err((Outcome::Interrupted, Some("chatd stopped".into()))),
+            }
+        }
+    }
+
+    /// One request. Text received is appended to `text` and written as deltas.
+    #[allow(clippy::too_many_arguments)]
+    async fn stream_once(
+        &self,
+        session: &str,
+        body: &Value,
+        run: &Run,
+        conversation: &Conversation,
+        message: &Message,
+        text: &mut String,
+        streak_started: &mut Option<Instant>,
+    ) -> Result<(), Fault> {
+        let inner = &self.inner;
+        let mut stream = inner.engine.stream(session, body).await?;
+        let mut tool_calls: Vec<Value> = Vec::new();
+        let result = loop {
+            let piece = match stream.next().await {
+                Ok(Some(piece)) => piece,
+                Ok(None) => break Ok(()),
+                Err(fault) => break Err(fault),
+            };
+            match piece {
+                Piece::Text(t) | Piece::Reasoning(t) if t.is_empty() => {}
+                Piece::Text(t) => {
+                    *streak_started = None;
+                    text.push_str(&t);
+                    self.delta(run, conversation, message, false, t).await;
+                }
+                Piece::Reasoning(t) => {
+                    *streak_started = None;
+                    self.delta(run, conversation, message, true, t).await;
+                }
+                Piece::ToolCall { index, id, name, arguments } => merge_tool_call(&mut tool_calls, index, id, name, &arguments),
+                Piece::Usage { prompt, completion, tokens_per_second, prompt_ms } => {
+                    let limit = lock(&inner.windows).get(&run.model).copied().unwrap_or(inner.config.context_window);
+                    let mut data = json!({"run_id": run.id, "used": prompt + completion, "limit": limit, "completion": completion});
+                    if let Some(tps) = tokens_per_second {
+                        data["tokens_per_second"] = json!(tps);
+                    }
+                    if let Some(ms) = prompt_ms {
+                        data["prompt_ms"] = json!(ms);
+                    }
+                    let cid = conversation.id.clone();
+                    let rid = run.id.clone();
+                    let usage = data.clone();
+                    let _ = inner
+                        .store
+                        .write(move |ctx| {
+                            ctx.conn().execute("UPDATE runs SET usage = ?1 WHERE id = ?2", params![usage.to_string(), rid])?;
+                            Ok(ctx.emit(&cid, "usage", data).map(|_| ())?)
+                        })
+                        .await;
+                }
+                Piece::Finish(_) => {}
+            }
+        };
+        if stream.garbage > 0 {
+            inner.metrics.engine_garbage_lines.inc_by(stream.garbage);
+            tracing::warn!(run = %run.id, lines = stream.garbage, "skipped lines of the engine stream that were not chunks");
+        }
+        if result.is_ok() && !tool_calls.is_empty() {
+            // Tools arrive with the agent loop; until then the calls are kept on the message.
+            let cid = conversation.id.clone();
+            let mid = message.id.clone();
+            let calls = Value::Array(tool_calls).to_string();
+            let _ = inner
+                .store
+                .write(move |ctx| {
+                    ctx.conn().execute("UPDATE messages SET tool_calls = ?1 WHERE id = ?2", params![calls, mid])?;
+                    let _ = cid;
+                    Ok(())
+                })
+                .await;
+        }
+        result
+    }
+
+    async fn delta(&self, run: &Run, conversation: &Conversation, message: &Message, reasoning: bool, text: String) {
+        let delta = Delta {
+            conversation_id: conversation.id.clone(),
+            run_id: run.id.clone(),
+            message_id: message.id.clone(),
+            reasoning,
+            text,
+        };
+        if self.inner.store.delta(delta).await.is_err() {
+            tracing::warn!(run = %run.id, "delta not written: the store is closing");
+        }
+    }
+}
+
+fn fault_kind(fault: &Fault) -> &'static str {
+    match fault {
+        Fault::Unreachable(_) => "unreachable",
+        Fault::Cut(_) => "cut",
+        Fault::Busy { .. } => "busy",
+        Fault::Server { .. } => "server",
+        Fault::Rejected { .. } => "rejected",
+    }
+}
+
+fn merge_tool_call(calls: &mut Vec<Value>, index: u64, id: Option<String>, name: Option<String>, arguments: &str) {
+    let index = index as usize;
+    while calls.len() <= index {
+        calls.push(json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
+    }
+    let call = &mut calls[index];
+    if let Some(id) = id {
+        call["id"] = json!(id);
+    }
+    if let Some(name) = name {
+        call["function"]["name"] = json!(name);
+    }
+    let args = call["function"]["arguments"].as_str().unwrap_or("").to_string() + arguments;
+    call["function"]["arguments"] = json!(args);
+}
+
+/// The chat-completions body: the transcript up to the answer, and the
+/// answer's text so far as an assistant prefill the engine continues.
+pub fn request_body(model: &str, history: &[Message], prefill: &str) -> Value {
+    let start = history.iter().rposition(|m| m.role == "cleared").map(|i| i + 1).unwrap_or(0);
+    let mut messages: Vec<Value> = history[start..]
+        .iter()
+        .filter(|m| matches!(m.role.as_str(), "user" | "assistant" | "system"))
+        .filter(|m| !(m.role == "assistant" && m.text.is_empty()))
+        .map(|m| json!({"role": m.role, "content": m.text}))
+        .collect();
+    let mut body = json!({
+        "model": model,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !prefill.is_empty() {
+        messages.push(json!({"role": "assistant", "content": prefill}));
+        // vLLM continues a final assistant message with these; llama.cpp does by itself.
+        body["continue_final_message"] = json!(true);
+        body["add_generation_prompt"] = json!(false);
+    }
+    body["messages"] = Value::Array(messages);
+    body
+}
+
+/// Turns every waiting message into a user message on the active path.
+fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError> {
+    for pending in queries::waiting(ctx.conn(), conversation_id)? {
+        ctx.conn().execute("UPDATE pending SET state = 'delivered' WHERE id = ?1", [&pending.id])?;
+        let message = insert_message(ctx, conversation_id, "user", &pending.text, None, None)?;
+        ctx.emit(conversation_id, "pending.delivered", json!({"pending_id": pending.id, "message_id": message.id}))?;
+    }
+    Ok(())
+}
+
+fn new_assistant_message(ctx: &mut Ctx, conversation_id: &str, run_id: &str) -> Result<Message, ApiError> {
+    insert_message(ctx, conversation_id, "assistant", "", Some(run_id), Some("streaming"))
+}
+
+/// Adds a message under the conversation's head and makes it the head.
+pub fn insert_message(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+    role: &str,
+    text: &str,
+    run_id: Option<&str>,
+    status: Option<&str>,
+) -> Result<Message, ApiError> {
+    let head: Option<String> = ctx
+        .conn()
+        .query_row("SELECT head_id FROM conversations WHERE id = ?1", [conversation_id], |r| r.get(0))?;
+    insert_message_under(ctx, conversation_id, head.as_deref(), role, text, run_id, status)
+}
+
+/// Adds a message under `parent` and makes it the head.
+pub fn insert_message_under(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+    parent: Option<&str>,
+    role: &str,
+    text: &str,
+    run_id: Option<&str>,
+    status: Option<&str>,
+) -> Result<Message, ApiError> {
+    let message = Message {
+        id: new_id("m_"),
+        parent_id: parent.map(str::to_string),
+        role: role.to_string(),
+        text: text.to_string(),
+        reasoning: None,
+        tool_calls: None,
+        tool_call_id: None,
+        run_id: run_id.map(str::to_string),
+        status: status.map(str::to_string),
+        created: now_rfc3339(),
+    };
+    ctx.conn().execute(
+        "INSERT INTO messages (id, conversation_id, parent_id, role, text, run_id, status, created) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![message.id, conversation_id, message.parent_id, message.role, message.text, message.run_id, message.status, message.created],
+    )?;
+    ctx.conn().execute(
+        "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",
+        params![message.id, message.created, conversation_id],
+    )?;
+    ctx.emit(conversation_id, "message.created", json!({"message": message}))?;
+    Ok(message)
+}
+
+/// Records a new run `queued` for the conversation (its task starts it).
+pub fn insert_run(ctx: &mut Ctx, conversation: &Conversation, mode: &str, origin: &str, message_id: Option<&str>) -> Result<Run, ApiError> {
+    let run = Run {
+        id: new_id("r_"),
+        conversation_id: conversation.id.clone(),
+        status: "queued".into(),
+        mode: mode.into(),
+        model: conversation.model.clone(),
+        origin: origin.into(),
+        message_id: message_id.map(str::to_string),
+        steps: 0,
+        error: None,
+        started: now_rfc3339(),
+        ended: None,
+        usage: None,
+    };
+    ctx.conn().execute(
+        "INSERT INTO runs (id, conversation_id, status, mode, model, origin, message_id, started) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![run.id, run.conversation_id, run.status, run.mode, run.model, run.origin, run.message_id, run.started],
+    )?;
+    set_state(ctx, &conversation.id, "queued")?;
+    Ok(run)
+}
+
+/// Ends a run: its status, its message's status, `run.finished`, and the
+/// conversation back to idle.
+pub fn finish_run(ctx: &mut Ctx, run: &Run, outcome: Outcome, error: Option<&str>, _usage: Option<&Value>) -> Result<(), ApiError> {
+    let ended = now_rfc3339();
+    ctx.conn().execute(
+        "UPDATE runs SET status = ?1, error = ?2, ended = ?3 WHERE id = ?4",
+        params![outcome.as_str(), error, ended, run.id],
+    )?;
+    let current = queries::run(ctx.conn(), &run.id)?;
+    if let Some(mid) = &current.message_id {
+        let changed = ctx.conn().execute(
+            "UPDATE messages SET status = ?1 WHERE id = ?2 AND status = 'streaming'",
+            params![outcome.as_str(), mid],
+        )?;
+        if changed > 0 {
+            let message = queries::message(ctx.conn(), &run.conversation_id, mid)?;
+            ctx.emit(&run.conversation_id, "message.updated", json!({"message": message}))?;
+        }
+    }
+    let mut data = json!({"run_id": run.id, "status": outcome.as_str()});
+    if let Some(error) = error {
+        data["error"] = json!(error);
+    }
+    ctx.emit(&run.conversation_id, "run.finished", data)?;
+    set_state(ctx, &run.conversation_id, "idle")?;
+    Ok(())
+}
+
+/// Sets the conversation's state and says so with `conversation.updated`.
+pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<(), ApiError> {
+    let changed = ctx.conn().execute(
+        "UPDATE conversations SET state = ?1 WHERE id = ?2 AND state != ?1",
+        params![state, conversation_id],
+    )?;
+    if changed > 0 {
+        let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
+        ctx.emit(conversation_id, "conversation.updated", json!({"conversation": conversation}))?;
+    }
+    Ok(())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; a poisoned one still holds valid data.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,140 @@
+//! chat.sqlite3: one writer thread owns the only write connection and
+//! commits every job waiting at each commit in one transaction (a group
+//! commit with no timer), then publishes that batch's events to the hub.
+//! Reads use a small pool of read-only connections (WAL lets them run
+//! beside the writer).
+
+pub mod queries;
+pub mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+use tandem_shared::http::ApiError;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::events::Hub;
+use crate::metrics::Metrics;
+pub use writer::Ctx;
+use writer::{Deliver, Job};
+
+/// The longest queue of jobs waiting for the writer; senders wait beyond it.
+const QUEUE: usize = 16_384;
+
+#[derive(Clone)]
+pub struct Store {
+    jobs: mpsc::Sender<Job>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    path: PathBuf,
+    pub hub: Hub,
+    writer: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+impl Store {
+    /// Opens the database (migrating it) and starts the writer thread.
+    pub fn open(path: &Path, hub: Hub, metrics: Arc<Metrics>) -> anyhow::Result<Store> {
+        let conn = tandem_shared::db::open_writer(path, schema::MIGRATIONS)?;
+        let (jobs, rx) = mpsc::channel(QUEUE);
+        let writer_hub = hub.clone();
+        let handle = std::thread::Builder::new()
+            .name("chatd-writer".into())
+            .spawn(move || writer::run(conn, rx, writer_hub, metrics))?;
+        Ok(Store {
+            jobs,
+            readers: Arc::new(Mutex::new(Vec::new())),
+            path: path.to_path_buf(),
+            hub,
+            writer: Arc::new(Mutex::new(Some(handle))),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in the writer's next transaction. Its changes and events
+    /// commit together; an `Err` from `f` rolls back what `f` did and nothing else.
+    pub async fn write<R, F>(&self, f: F) -> Result<R, ApiError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Ctx) -> Result<R, ApiError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job = Job::Closure(Box::new(move |ctx: &mut Ctx| {
+            let result = f(ctx);
+            let ok = result.is_ok();
+            let deliver: Deliver = Box::new(move |failure: Option<String>| {
+                let _ = tx.send(match failure {
+                    Some(message) => Err(ApiError::internal(message)),
+                    None => result,
+                });
+            });
+            (ok, deliver)
+        }));
+        self.jobs
+            .send(job)
+            .await
+            .map_err(|_| ApiError::internal("chatd is stopping"))?;
+        rx.await.map_err(|_| ApiError::internal("chatd is stopping"))?
+    }
+
+    /// Appends a piece of an answer (or its reasoning) to a message and
+    /// writes its `text.delta` / `reasoning.delta` event, without waiting for
+    /// the commit: deltas of one run keep their order because one task sends them.
+    pub async fn delta(&self, delta: Delta) -> Result<(), ApiError> {
+        self.jobs
+            .send(Job::Delta(delta))
+            .await
+            .map_err(|_| ApiError::internal("chatd is stopping"))
+    }
+
+    /// Waits until every job sent before this call has committed.
+    pub async fn barrier(&self) -> Result<(), ApiError> {
+        self.write(|_| Ok(())).await
+    }
+
+    /// Runs `f` on a read-only connection on the blocking pool.
+    pub async fn read<R, F>(&self, f: F) -> Result<R, ApiError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, ApiError> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = match store.readers.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                Some(conn) => conn,
+                None => tandem_shared::db::open_reader(&store.path)
+                    .map_err(|e| ApiError::internal(format!("{e:#}")))?,
+            };
+            let result = f(&conn);
+            let mut readers = store.readers.lock().unwrap_or_else(|p| p.into_inner());
+            if readers.len() < 8 {
+                readers.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|_| ApiError::internal("read task failed"))?
+    }
+
+    /// Commits what is queued, stops the writer thread and waits for it.
+    pub async fn close(&self) {
+        let _ = self.jobs.send(Job::Stop).await;
+        let handle = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = handle {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+    }
+}
+
+/// A piece of streamed text for the writer.
+#[derive(Debug)]
+pub struct Delta {
+    pub conversation_id: String,
+    pub run_id: String,
+    pub message_id: String,
+    pub reasoning: bool,
+    pub text: String,
+}

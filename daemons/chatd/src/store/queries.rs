@@ -1,0 +1,208 @@
+//! Reads shared by the API (on read connections) and by write jobs (inside
+//! the writer's transaction): both hold a `&Connection`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tandem_shared::http::ApiError;
+
+use crate::events::Event;
+use crate::model::*;
+
+/// Whether a trashed conversation counts as found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Trashed {
+    Include,
+    Exclude,
+}
+
+pub fn conversation(conn: &Connection, id: &str, trashed: Trashed) -> Result<Conversation, ApiError> {
+    let found = conn
+        .prepare_cached(&format!("SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?1"))?
+        .query_row([id], Conversation::from_row)
+        .optional()?;
+    match found {
+        Some(c) if c.deleted.is_none() || trashed == Trashed::Include => Ok(c),
+        _ => Err(ApiError::not_found("conversation", id)),
+    }
+}
+
+pub fn message(conn: &Connection, conversation_id: &str, id: &str) -> Result<Message, ApiError> {
+    conn.prepare_cached(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1 AND conversation_id = ?2"
+    ))?
+    .query_row([id, conversation_id], Message::from_row)
+    .optional()?
+    .ok_or_else(|| ApiError::not_found("message", id))
+}
+
+/// The messages from the root to `leaf`, oldest first.
+pub fn path_to(conn: &Connection, conversation_id: &str, leaf: Option<&str>) -> Result<Vec<Message>, ApiError> {
+    let Some(leaf) = leaf else { return Ok(Vec::new()) };
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?1"
+    ))?;
+    let mut all: HashMap<String, Message> = stmt
+        .query_map([conversation_id], Message::from_row)?
+        .map(|m| m.map(|m| (m.id.clone(), m)))
+        .collect::<Result<_, _>>()?;
+    let mut path = Vec::new();
+    let mut next = Some(leaf.to_string());
+    while let Some(id) = next {
+        let Some(message) = all.remove(&id) else { break };
+        next = message.parent_id.clone();
+        path.push(message);
+    }
+    path.reverse();
+    Ok(path)
+}
+
+/// The transcript: the active path of the conversation.
+pub fn transcript(conn: &Connection, conversation: &Conversation) -> Result<Vec<Message>, ApiError> {
+    path_to(conn, &conversation.id, conversation.head_id.as_deref())
+}
+
+pub fn runs(conn: &Connection, conversation_id: &str) -> Result<Vec<Run>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE conversation_id = ?1 ORDER BY rowid"
+    ))?;
+    let runs = stmt.query_map([conversation_id], Run::from_row)?.collect::<Result<_, _>>()?;
+    Ok(runs)
+}
+
+pub fn run(conn: &Connection, run_id: &str) -> Result<Run, ApiError> {
+    conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))?
+        .query_row([run_id], Run::from_row)
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("run", run_id))
+}
+
+/// The conversation's queued, running or waiting run, if any.
+pub fn active_run(conn: &Connection, conversation_id: &str) -> Result<Option<Run>, ApiError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE conversation_id = ?1 \
+             AND status IN ('queued', 'running', 'waiting') ORDER BY rowid DESC LIMIT 1"
+        ))?
+        .query_row([conversation_id], Run::from_row)
+        .optional()?)
+}
+
+/// The last run of the conversation, whatever its status.
+pub fn last_run(conn: &Connection, conversation_id: &str) -> Result<Option<Run>, ApiError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE conversation_id = ?1 ORDER BY rowid DESC LIMIT 1"
+        ))?
+        .query_row([conversation_id], Run::from_row)
+        .optional()?)
+}
+
+pub fn waiting(conn: &Connection, conversation_id: &str) -> Result<Vec<Pending>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {PENDING_COLUMNS} FROM pending WHERE conversation_id = ?1 AND state = 'waiting' ORDER BY rowid"
+    ))?;
+    let pending = stmt.query_map([conversation_id], Pending::from_row)?.collect::<Result<_, _>>()?;
+    Ok(pending)
+}
+
+pub fn pending(conn: &Connection, conversation_id: &str, id: &str) -> Result<Pending, ApiError> {
+    conn.prepare_cached(&format!(
+        "SELECT {PENDING_COLUMNS} FROM pending WHERE id = ?1 AND conversation_id = ?2"
+    ))?
+    .query_row([id, conversation_id], Pending::from_row)
+    .optional()?
+    .ok_or_else(|| ApiError::not_found("pending message", id))
+}
+
+/// A consistent snapshot: one read transaction, so `seq` names exactly the
+/// last event whose effect the records include.
+pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
+    conn.execute_batch("BEGIN")?;
+    let result = (|| {
+        let conversation = conversation(conn, id, Trashed::Include)?;
+        let messages = transcript(conn, &conversation)?;
+        let runs = runs(conn, id)?;
+        let pending = waiting(conn, id)?;
+        let seq = conversation.last_seq;
+        Ok(Snapshot { conversation, messages, runs, pending, seq })
+    })();
+    let _ = conn.execute_batch("COMMIT");
+    result
+}
+
+/// Events after `after`, oldest first, at most `limit`.
+pub fn events_after(conn: &Connection, conversation_id: &str, after: i64, limit: usize) -> Result<Vec<Arc<Event>>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, kind, data FROM events WHERE conversation_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![conversation_id, after, limit as i64], |row| {
+        let kind: String = row.get(1)?;
+        Ok(Arc::new(Event::new(conversation_id.to_string(), row.get(0)?, intern_kind(&kind), row.get(2)?)))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The oldest kept event's seq (events older than it were dropped).
+pub fn first_kept_seq(conn: &Connection, conversation_id: &str) -> Result<Option<i64>, ApiError> {
+    Ok(conn
+        .prepare_cached("SELECT MIN(seq) FROM events WHERE conversation_id = ?1")?
+        .query_row([conversation_id], |r| r.get(0))?)
+}
+
+/// Every event kind chatd writes, so stored kinds map back to `&'static str`.
+pub const KINDS: &[&str] = &[
+    "conversation.updated", "message.created", "message.updated", "run.queued", "run.started",
+    "text.delta", "reasoning.delta", "tool.started", "tool.finished", "tool.consent",
+    "tool.auto_approved", "usage", "run.retrying", "run.finished", "pending.added",
+    "pending.updated", "pending.removed", "pending.delivered", "compacted", "cleared", "reset",
+];
+
+fn intern_kind(kind: &str) -> &'static str {
+    KINDS.iter().find(|k| **k == kind).copied().unwrap_or("unknown")
+}
+
+pub struct ListQuery {
+    pub limit: usize,
+    /// A cursor from a previous page's `next`.
+    pub before: Option<String>,
+    pub q: Option<String>,
+    pub trashed: bool,
+}
+
+/// Conversations newest first (by `updated`), with a cursor for the next page.
+pub fn list(conn: &Connection, query: &ListQuery) -> Result<(Vec<Conversation>, Option<String>), ApiError> {
+    let mut sql = format!("SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE ");
+    sql.push_str(if query.trashed { "deleted_at IS NOT NULL" } else { "deleted_at IS NULL" });
+    let mut args: Vec<String> = Vec::new();
+    if let Some(before) = &query.before {
+        let (updated, id) = before
+            .split_once('|')
+            .ok_or_else(|| ApiError::bad_input("before", "is not a cursor from `next`"))?;
+        args.push(updated.to_string());
+        args.push(id.to_string());
+        sql.push_str(" AND (updated < ?1 OR (updated = ?1 AND id < ?2))");
+    }
+    if let Some(q) = query.q.as_deref().filter(|q| !q.trim().is_empty()) {
+        let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        args.push(format!("%{escaped}%"));
+        let n = args.len();
+        sql.push_str(&format!(
+            " AND (title LIKE ?{n} ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m \
+             WHERE m.conversation_id = c.id AND m.text LIKE ?{n} ESCAPE '\\'))"
+        ));
+    }
+    sql.push_str(&format!(" ORDER BY updated DESC, id DESC LIMIT {}", query.limit + 1));
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows: Vec<Conversation> = stmt
+        .query_map(rusqlite::params_from_iter(args.iter()), Conversation::from_row)?
+        .collect::<Result<_, _>>()?;
+    let next = if rows.len() > query.limit {
+        rows.truncate(query.limit);
+        rows.last().map(|c| format!("{}|{}", c.updated, c.id))
+    } else {
+        None
+    };
+    Ok((rows, next))
+}

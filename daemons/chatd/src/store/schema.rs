@@ -1,0 +1,79 @@
+//! The schema of chat.sqlite3, one migration per step (`PRAGMA user_version`).
+
+pub const MIGRATIONS: &[&str] = &[r#"
+-- Rows are ordered by rowid: a new row always gets a larger one than every row present.
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    model TEXT NOT NULL,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'idle',
+    permission_mode TEXT NOT NULL DEFAULT 'ask',
+    settings TEXT NOT NULL DEFAULT '{}',
+    -- the leaf of the active path: the transcript is head and its ancestors
+    head_id TEXT,
+    origin TEXT NOT NULL DEFAULT 'user',
+    -- unix seconds when moved to the trash
+    deleted_at INTEGER,
+    -- the last event's seq: kept here so it never goes back when old events are dropped
+    last_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX conversations_updated ON conversations(updated DESC, id DESC);
+
+CREATE TABLE messages (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_id TEXT,
+    role TEXT NOT NULL,
+    text TEXT NOT NULL DEFAULT '',
+    reasoning TEXT,
+    tool_calls TEXT,
+    tool_call_id TEXT,
+    run_id TEXT,
+    status TEXT,
+    created TEXT NOT NULL
+);
+CREATE INDEX messages_conversation ON messages(conversation_id);
+
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    status TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    model TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    -- the assistant message this run writes (the last one, for several steps)
+    message_id TEXT,
+    steps INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    started TEXT NOT NULL,
+    ended TEXT,
+    usage TEXT
+);
+CREATE INDEX runs_conversation ON runs(conversation_id);
+CREATE INDEX runs_status ON runs(status);
+
+CREATE TABLE pending (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'waiting',
+    created TEXT NOT NULL
+);
+CREATE INDEX pending_conversation ON pending(conversation_id, state);
+
+CREATE TABLE events (
+    conversation_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"#];

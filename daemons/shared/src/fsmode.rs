@@ -1,0 +1,37 @@
+//! Private folders (0700) and files (0600): every daemon's data is readable
+//! by its own user only, whatever the umask says.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// Creates `dir` and its missing parents with mode 0700, and tightens an
+/// existing `dir` to 0700.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Writes `contents` to a new file at `path` with mode 0600 (never wider,
+/// even for a moment), replacing nothing: an existing file is an error.
+pub fn write_private_new(path: &Path, contents: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()
+}
+
+/// Sets an existing file to mode 0600.
+pub fn private_file(path: &Path) -> io::Result<()> {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+}
+
+/// The permission bits of `path` (for checks and tests).
+pub fn mode_of(path: &Path) -> io::Result<u32> {
+    Ok(fs::metadata(path)?.permissions().mode() & 0o777)
+}

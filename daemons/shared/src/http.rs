@@ -1,0 +1,93 @@
+//! HTTP pieces every daemon shares: the CONTRACT's error shape and serving a
+//! router until shutdown, with a bound on draining.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+/// `{"error": {"type", "message", ...numbers}}` with a fitting status.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+    pub extra: Map<String, Value>,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, kind, message: message.into(), extra: Map::new(), retry_after: None }
+    }
+    /// 400 naming the field.
+    pub fn bad_input(field: &str, message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_input", format!("{field}: {message}"))
+            .with("field", field)
+    }
+    pub fn not_found(what: &str, id: &str) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no {what} with id {id:?}"))
+    }
+    pub fn conflict(kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, kind, message)
+    }
+    pub fn too_large(what: &str, limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("{what} is larger than the limit of {limit} bytes"),
+        )
+        .with("limit", limit)
+    }
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> ApiError {
+        self.extra.insert(key.to_string(), value.into());
+        self
+    }
+    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = Map::new();
+        body.insert("type".into(), Value::from(self.kind));
+        body.insert("message".into(), Value::from(self.message));
+        body.extend(self.extra);
+        let mut response = (self.status, axum::Json(json!({ "error": body }))).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` begins, then stops taking
+/// connections; open streams are left to the caller's own drain.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: crate::shutdown::Shutdown,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .await
+}
+
+impl From<rusqlite::Error> for ApiError {
+    fn from(err: rusqlite::Error) -> ApiError {
+        tracing::error!(error = %err, "database error");
+        ApiError::internal("database error; the daemon's log has the details")
+    }
+}

@@ -1,0 +1,14 @@
+//! What every tandem daemon does the same way: configuration and env files,
+//! logging, sd-notify, SQLite opening, private folders, shutdown, metrics and
+//! HTTP serving. A daemon's `main` is these calls in order, then its own work.
+
+pub mod config;
+pub mod db;
+pub mod fsmode;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod notify;
+pub mod secrets;
+pub mod shutdown;
+pub mod time;

@@ -1,0 +1,134 @@
+//! The forward key every internal call carries, and the admin token of the
+//! front. They come from `QSE_SECRETS` (`~/TandemLLM/state/secrets.env`);
+//! with no forward key there, the daemon makes `forward.key` (0600) in its
+//! data folder once and keeps using it. Secrets are never logged.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use subtle::ConstantTimeEq;
+
+/// A secret that never prints itself.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// Constant-time comparison with what a caller presented.
+    pub fn matches(&self, presented: &str) -> bool {
+        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Secrets {
+    pub forward_key: Secret,
+    pub admin_token: Option<Secret>,
+    /// Where the forward key came from (a path), for the startup log line.
+    pub forward_key_source: PathBuf,
+}
+
+/// The default secrets file: `~/TandemLLM/state/secrets.env`.
+pub fn default_secrets_path() -> PathBuf {
+    home().join("TandemLLM/state/secrets.env")
+}
+
+pub fn home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// Loads the secrets: `secrets_file` when it exists, else a `forward.key`
+/// kept in `data_dir` (made on first use).
+pub fn load(secrets_file: &Path, data_dir: &Path) -> anyhow::Result<Secrets> {
+    let mut forward = None;
+    let mut admin = None;
+    if secrets_file.exists() {
+        let text = std::fs::read_to_string(secrets_file)
+            .with_context(|| format!("reading secrets file {}", secrets_file.display()))?;
+        let entries = crate::config::parse_env_file(&text).map_err(|(line, reason)| {
+            anyhow::anyhow!("{}:{line}: {reason}", secrets_file.display())
+        })?;
+        for entry in entries {
+            match entry.key.as_str() {
+                "QSE_FORWARD_KEY" if !entry.value.is_empty() => {
+                    forward = Some(Secret::new(entry.value))
+                }
+                "QSE_ADMIN_TOKEN" if !entry.value.is_empty() => {
+                    admin = Some(Secret::new(entry.value))
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(key) = forward {
+        return Ok(Secrets {
+            forward_key: key,
+            admin_token: admin,
+            forward_key_source: secrets_file.to_path_buf(),
+        });
+    }
+    let key_path = data_dir.join("forward.key");
+    let key = read_or_make_key(&key_path)?;
+    Ok(Secrets { forward_key: key, admin_token: admin, forward_key_source: key_path })
+}
+
+/// Reads `path` as a key, or makes a new random one there (0600).
+pub fn read_or_make_key(path: &Path) -> anyhow::Result<Secret> {
+    if let Some(dir) = path.parent() {
+        crate::fsmode::private_dir(dir)
+            .with_context(|| format!("making folder {}", dir.display()))?;
+    }
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(Secret::new(text.trim().to_string())),
+        Ok(_) => anyhow::bail!("{} is empty: delete it to make a new key", path.display()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+    }
+    let bytes: [u8; 32] = rand::random();
+    let key: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    crate::fsmode::write_private_new(path, format!("{key}\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(Secret::new(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn makes_a_private_key_once_and_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chat");
+        let first = load(&dir.path().join("none.env"), &data).unwrap();
+        let second = load(&dir.path().join("none.env"), &data).unwrap();
+        assert_eq!(first.forward_key.expose(), second.forward_key.expose());
+        assert_eq!(first.forward_key.expose().len(), 64);
+        assert_eq!(crate::fsmode::mode_of(&data.join("forward.key")).unwrap(), 0o600);
+        assert_eq!(format!("{:?}", first.forward_key), "<secret>");
+    }
+
+    #[test]
+    fn secrets_file_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secrets.env");
+        std::fs::write(&file, "QSE_FORWARD_KEY=abc\nQSE_ADMIN_TOKEN=tok\n").unwrap();
+        let s = load(&file, &dir.path().join("chat")).unwrap();
+        assert!(s.forward_key.matches("abc"));
+        assert!(!s.forward_key.matches("abd"));
+        assert!(s.admin_token.unwrap().matches("tok"));
+        assert!(!dir.path().join("chat/forward.key").exists());
+    }
+}

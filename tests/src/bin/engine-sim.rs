@@ -1,0 +1,77 @@
+//! `engine-sim`: an OpenAI-compatible inference engine simulator for tests,
+//! benchmarks and `tandem up` without an engine. See `--help`.
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use clap::Parser;
+use tandem_tests::sim::{self, SimConfig};
+
+/// An OpenAI-compatible engine simulator (llama-server / vLLM stand-in).
+///
+/// Serves GET /health, GET /v1/models, POST /v1/chat/completions (streaming
+/// and not) with deterministic answers `w0 w1 ... w{N-1} `, plus /sim/*
+/// control routes. Prints one line `engine-sim listening on http://ADDR`
+/// and serves until SIGTERM or SIGINT.
+#[derive(Parser, Debug)]
+#[command(name = "engine-sim", version, after_long_help = sim::CUE_HELP, after_help = "Cue syntax and control routes: --help")]
+struct Args {
+    /// Address to listen on (port 0 picks a free port; the printed line names it).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: String,
+    /// Model id served at /v1/models and named in answers.
+    #[arg(long, default_value = "sim-small")]
+    model: String,
+    /// Context window in tokens; longer prompts get llama.cpp's 400.
+    #[arg(long, default_value_t = 32768, value_parser = clap::value_parser!(u64).range(1..))]
+    context_window: u64,
+    /// Answer pace in tokens per second; 0 means as fast as possible.
+    #[arg(long, default_value_t = 50.0, value_parser = parse_tps)]
+    tokens_per_second: f64,
+    /// Default answer length in tokens (a cue `tokens=N` overrides it).
+    #[arg(long, default_value_t = 24)]
+    tokens: usize,
+}
+
+fn parse_tps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 0.0 => Ok(f),
+        _ => Err(format!("`{s}` is not a number >= 0")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("engine-sim: cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "engine-sim listening on http://{addr}")?;
+        out.flush()?;
+    }
+    let config = SimConfig {
+        model: args.model,
+        context_window: args.context_window,
+        tokens_per_second: args.tokens_per_second,
+        tokens: args.tokens,
+    };
+    sim::serve_with_shutdown(listener, config, async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("engine-sim: cannot watch SIGTERM: {e}");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
+    .await
+}

@@ -1,0 +1,1419 @@
+//! `engine-sim`: an OpenAI-compatible inference engine simulator.
+//!
+//! It stands in for the box's real engine (llama.cpp `llama-server`, vLLM)
+//! in tests, benchmarks and in `tandem up` when no engine answers. It speaks
+//! the same wire format, including the failures a real engine shows:
+//! refused connections, streams cut mid-answer, 503/429 with `Retry-After`,
+//! 400 over the context window, junk lines in the event stream.
+//!
+//! Answers are deterministic: token `i` of an answer is `w{i} `, so a whole
+//! answer of N tokens is `w0 w1 ... w{N-1} ` and a test can check that
+//! nothing was lost or repeated. A request whose last message is a
+//! non-empty `assistant` message (a resume by prefill) continues at the first
+//! missing index.
+//!
+//! Behaviour is steered per request by cues (`[sim key=value ...]`) in the
+//! last user message, or by faults queued over `POST /sim/faults`; see
+//! [`CUE_HELP`].
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The cue and fault syntax, for `--help` and the README.
+pub const CUE_HELP: &str = "\
+CUES
+  Put `[sim key=value key=value ...]` anywhere in the text of the LAST user
+  message. Several cue blocks are merged. Values have no spaces (or are
+  \"quoted\"); unknown keys or bad values get a 400 naming the problem.
+
+  tokens=N          answer length in tokens (default --tokens; 0 with tool_call)
+  tps=F             pace in tokens per second (0 = as fast as possible)
+  first_token_ms=M  delay before the first token
+  reasoning=N       N tokens `r{i} ` in delta.reasoning_content before the content
+  tool_call=NAME    finish with one tool call (finish_reason \"tool_calls\")
+  args=JSON         its arguments, JSON without spaces (default {})
+  stamp=1           tokens are `w{i}:{unix micros at send} `
+  garbage=1         junk SSE lines between the real chunks
+  cut_after=K       drop the connection after K content tokens of this request,
+                    only while the answer continues from an index < K (a resumed
+                    answer that already has K tokens is not cut again);
+                    cut_after=0 drops right after the response headers
+  status=CODE       answer CODE (4xx/5xx) with an OpenAI error body
+  retry_after=S     with status: a `Retry-After: S` header
+  message=TEXT      with status: the error message
+  refuse_s=F        drop this request and refuse connections for F seconds
+                    (an engine restart)
+  fail_times=K      the failing keys (status, cut_after, refuse_s) apply to the
+                    first K requests carrying the same cue text only; default:
+                    always for status and cut_after, once for refuse_s
+  id=ANY            ignored; makes a cue text (and its fail_times count) unique
+
+  Token i of an answer is `w{i} `. A request whose last message is a non-empty
+  assistant message continues the answer at the first index missing from it.
+  Prompt tokens are (characters of all message contents)/4 + 1; more than
+  --context-window gives llama.cpp's 400 exceed_context_size_error.
+
+CONTROL ROUTES
+  POST   /sim/faults   {\"next\":[{\"status\":503,\"retry_after\":1},{\"cut_after\":5},{}]}
+                       queue faults (same keys as cues) for the next chat requests,
+                       one each, in order; {} is a normal answer
+  GET    /sim/faults   the queue;  DELETE /sim/faults clears it
+  POST   /sim/refuse   {\"seconds\":F} close the listening socket (new connections
+                       are refused; open ones are cut), re-bind after F seconds
+  GET    /sim/requests chat requests received (last 1000):
+                       [{\"session_id\":<x-session-id or null>,\"body\":{..},\"at\":\"RFC 3339\"}]
+  DELETE /sim/requests clear that list
+  GET    /sim/stats    {\"requests\",\"completed\",\"tokens_sent\",\"cuts\",\"refusals\",\"statuses\"}
+  POST   /sim/reset    clear queue, request list, fail_times counters and stats
+";
+
+/// How the simulated engine is set up.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The model id served at `/v1/models` and named in answers.
+    pub model: String,
+    /// Context window in tokens.
+    pub context_window: u64,
+    /// Pace of the answer; 0 means as fast as possible.
+    pub tokens_per_second: f64,
+    /// Default answer length in tokens.
+    pub tokens: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            model: "sim-small".into(),
+            context_window: 32768,
+            tokens_per_second: 50.0,
+            tokens: 24,
+        }
+    }
+}
+
+/// One fault, from a cue or from the `/sim/faults` queue. Every key is
+/// optional; a later source overrides an earlier one key by key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fault {
+    pub tokens: Option<usize>,
+    pub tps: Option<f64>,
+    pub first_token_ms: Option<u64>,
+    pub reasoning: Option<usize>,
+    pub tool_call: Option<String>,
+    pub args: Option<String>,
+    pub stamp: Option<bool>,
+    pub garbage: Option<bool>,
+    pub cut_after: Option<usize>,
+    pub status: Option<u16>,
+    pub retry_after: Option<String>,
+    pub message: Option<String>,
+    pub refuse_s: Option<f64>,
+    pub fail_times: Option<u64>,
+}
+
+const KNOWN_KEYS: &str = "tokens tps first_token_ms reasoning tool_call args stamp garbage \
+                          cut_after status retry_after message refuse_s fail_times id";
+
+impl Fault {
+    /// Sets one key from its text value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
+            v.parse()
+                .map_err(|_| format!("{key}={v}: not a whole number"))
+        }
+        fn float(key: &str, v: &str) -> Result<f64, String> {
+            match v.parse::<f64>() {
+                Ok(f) if f.is_finite() && f >= 0.0 => Ok(f),
+                _ => Err(format!("{key}={v}: not a number >= 0")),
+            }
+        }
+        fn flag(key: &str, v: &str) -> Result<bool, String> {
+            match v {
+                "1" | "true" | "yes" | "on" => Ok(true),
+                "0" | "false" | "no" | "off" => Ok(false),
+                _ => Err(format!("{key}={v}: not 1/0/true/false")),
+            }
+        }
+        fn upto<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+            key: &str,
+            v: &str,
+            max: T,
+        ) -> Result<T, String> {
+            let n: T = num(key, v)?;
+            if n > max {
+                return Err(format!("{key}={v}: at most {max}"));
+            }
+            Ok(n)
+        }
+        const MAX_TOKENS: usize = 1_000_000;
+        match key {
+            "tokens" => self.tokens = Some(upto(key, value, MAX_TOKENS)?),
+            "tps" => self.tps = Some(float(key, value)?),
+            "first_token_ms" => self.first_token_ms = Some(upto(key, value, 86_400_000)?),
+            "reasoning" => self.reasoning = Some(upto(key, value, MAX_TOKENS)?),
+            "tool_call" => {
+                if value.is_empty() {
+                    return Err("tool_call needs a name".into());
+                }
+                self.tool_call = Some(value.to_string())
+            }
+            "args" => self.args = Some(value.to_string()),
+            "stamp" => self.stamp = Some(flag(key, value)?),
+            "garbage" => self.garbage = Some(flag(key, value)?),
+            "cut_after" => self.cut_after = Some(num(key, value)?),
+            "status" => {
+                let s: u16 = num(key, value)?;
+                if !(400..=599).contains(&s) {
+                    return Err(format!("status={s}: must be 400..=599"));
+                }
+                self.status = Some(s)
+            }
+            "retry_after" => {
+                if value.is_empty() || HeaderValue::from_str(value).is_err() {
+                    return Err(format!("retry_after={value}: not a header value"));
+                }
+                self.retry_after = Some(value.to_string())
+            }
+            "message" => self.message = Some(value.to_string()),
+            "refuse_s" => {
+                let f = float(key, value)?;
+                if f > 86400.0 {
+                    return Err(format!("{key}={value}: at most 86400"));
+                }
+                self.refuse_s = Some(f)
+            }
+            "fail_times" => self.fail_times = Some(num(key, value)?),
+            "id" => {}
+            _ => return Err(format!("unknown key `{key}` (known: {KNOWN_KEYS})")),
+        }
+        Ok(())
+    }
+
+    /// A fault from a JSON object with the cue keys (`{"status":503}`).
+    pub fn from_json(v: &Value) -> Result<Fault, String> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| format!("a fault must be an object, got {v}"))?;
+        let mut f = Fault::default();
+        for (k, v) in obj {
+            let text = match v {
+                Value::Null => continue,
+                Value::String(s) => s.clone(),
+                Value::Bool(b) => b.to_string(),
+                other => other.to_string(),
+            };
+            f.set(k, &text)?;
+        }
+        Ok(f)
+    }
+
+    /// `other`'s keys override ours.
+    fn merge(&mut self, other: &Fault) {
+        macro_rules! take {
+            ($($field:ident),*) => { $( if other.$field.is_some() { self.$field = other.$field.clone(); } )* };
+        }
+        take!(
+            tokens,
+            tps,
+            first_token_ms,
+            reasoning,
+            tool_call,
+            args,
+            stamp,
+            garbage,
+            cut_after,
+            status,
+            retry_after,
+            message,
+            refuse_s,
+            fail_times
+        );
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        macro_rules! put {
+            ($($field:ident),*) => { $( if let Some(v) = &self.$field { m.insert(stringify!($field).into(), json!(v)); } )* };
+        }
+        put!(
+            tokens,
+            tps,
+            first_token_ms,
+            reasoning,
+            tool_call,
+            args,
+            stamp,
+            garbage,
+            cut_after,
+            status,
+            retry_after,
+            message,
+            refuse_s,
+            fail_times
+        );
+        Value::Object(m)
+    }
+}
+
+/// Finds every `[sim ...]` cue in `text`. Returns the cue texts joined (the
+/// key of the fail_times counter) and the merged fault, or `None` if the
+/// text has no cue.
+pub fn parse_cues(text: &str) -> Result<Option<(String, Fault)>, String> {
+    let mut fault = Fault::default();
+    let mut texts: Vec<&str> = Vec::new();
+    let mut from = 0;
+    while let Some(rel) = text[from..].find("[sim") {
+        let start = from + rel;
+        let body_at = start + 4;
+        let rest = &text[body_at..];
+        if !(rest.starts_with(char::is_whitespace) || rest.starts_with(']')) {
+            from = body_at;
+            continue;
+        }
+        let used = parse_pairs(rest, &mut fault)?;
+        texts.push(&text[start..body_at + used]);
+        from = body_at + used;
+    }
+    if texts.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((texts.join(" "), fault)))
+}
+
+/// Parses `key=value ...]`; returns the bytes used, through the `]`.
+fn parse_pairs(s: &str, fault: &mut Fault) -> Result<usize, String> {
+    let mut it = s.char_indices().peekable();
+    loop {
+        while it.peek().is_some_and(|(_, c)| c.is_whitespace()) {
+            it.next();
+        }
+        let Some(&(i, c)) = it.peek() else {
+            return Err("unclosed [sim ...] cue".into());
+        };
+        if c == ']' {
+            return Ok(i + 1);
+        }
+        let key_start = i;
+        let mut key_end = s.len();
+        while let Some(&(j, c)) = it.peek() {
+            if c.is_whitespace() || c == '=' || c == ']' {
+                key_end = j;
+                break;
+            }
+            it.next();
+        }
+        let key = &s[key_start..key_end];
+        if it.peek().map(|&(_, c)| c) != Some('=') {
+            return Err(format!("cue `{key}` needs a value (key=value)"));
+        }
+        it.next();
+        let value_start = it.peek().map_or(s.len(), |&(j, _)| j);
+        let mut value_end = s.len();
+        let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+        while let Some(&(j, c)) = it.peek() {
+            if in_str {
+                if esc {
+                    esc = false;
+                } else if c == '\\' {
+                    esc = true;
+                } else if c == '"' {
+                    in_str = false;
+                }
+            } else {
+                match c {
+                    '"' => in_str = true,
+                    '{' | '[' => depth += 1,
+                    '}' | ']' if depth > 0 => depth -= 1,
+                    ']' => {
+                        value_end = j;
+                        break;
+                    }
+                    c if c.is_whitespace() && depth == 0 => {
+                        value_end = j;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            it.next();
+        }
+        let raw = &s[value_start..value_end];
+        // A "quoted" value is a JSON string literal.
+        let value = if raw.len() >= 2 && raw.starts_with('"') && raw.ends_with('"') {
+            serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw[1..raw.len() - 1].into())
+        } else {
+            raw.to_string()
+        };
+        fault.set(key, &value)?;
+    }
+}
+
+/// The text of a message's `content`: a string, or the text parts of an array.
+fn content_text(msg: &Value) -> String {
+    match msg.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The first answer index missing from a prefilled answer (`w<k> ` or
+/// `w<k>:<stamp> ` tokens).
+pub fn continuation_start(prefill: &str) -> usize {
+    let have: HashSet<usize> = prefill
+        .split_whitespace()
+        .filter_map(|w| {
+            let digits = w.strip_prefix('w')?;
+            let digits = digits.split_once(':').map_or(digits, |(d, _)| d);
+            digits.parse().ok()
+        })
+        .collect();
+    (0..).find(|k| !have.contains(k)).unwrap_or(0)
+}
+
+#[derive(Default)]
+struct Stats {
+    requests: u64,
+    completed: u64,
+    tokens_sent: u64,
+    cuts: u64,
+    refusals: u64,
+    statuses: BTreeMap<u16, u64>,
+}
+
+#[derive(Default)]
+struct Inner {
+    queue: VecDeque<Fault>,
+    counters: HashMap<String, u64>,
+    log: VecDeque<Value>,
+    stats: Stats,
+}
+
+enum Cmd {
+    Refuse {
+        seconds: f64,
+        ack: oneshot::Sender<()>,
+    },
+}
+
+struct Sim {
+    config: SimConfig,
+    inner: Mutex<Inner>,
+    cmd: mpsc::UnboundedSender<Cmd>,
+    /// Bumped when open connections and streams must be cut (refuse, shutdown).
+    cut: watch::Receiver<u64>,
+    seq: AtomicU64,
+}
+
+impl Sim {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count_status(&self, status: u16) {
+        *self.lock().stats.statuses.entry(status).or_default() += 1;
+    }
+
+    /// Closes the listener (acknowledged once it is closed).
+    async fn refuse(&self, seconds: f64) {
+        let (ack, done) = oneshot::channel();
+        if self.cmd.send(Cmd::Refuse { seconds, ack }).is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+const REQUEST_LOG_MAX: usize = 1000;
+const GRACE: Duration = Duration::from_millis(300);
+
+/// A simulator served in this process (for tests that want no child process).
+/// Dropping it stops it.
+pub struct SimServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl SimServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving and waits for the accept loop to end.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.context("engine-sim task")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Binds `listen` (port 0 allowed) and serves in a background task.
+pub async fn start(listen: &str, config: SimConfig) -> anyhow::Result<SimServer> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("bind {listen}"))?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve_with_shutdown(listener, config, async move {
+        let _ = stopped.await;
+    }));
+    Ok(SimServer {
+        addr,
+        stop: Some(stop),
+        task: Some(task),
+    })
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: TcpListener, config: SimConfig) -> anyhow::Result<()> {
+    serve_with_shutdown(listener, config, std::future::pending()).await
+}
+
+/// Serves until `shutdown` completes; then open connections are cut.
+pub async fn serve_with_shutdown(
+    listener: TcpListener,
+    config: SimConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr().context("listener address")?;
+    let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
+    let (cut_tx, cut_rx) = watch::channel(0u64);
+    let sim = Arc::new(Sim {
+        config,
+        inner: Mutex::new(Inner::default()),
+        cmd: cmd_tx,
+        cut: cut_rx,
+        seq: AtomicU64::new(1),
+    });
+    let app = router(sim.clone());
+
+    let mut listener = Some(listener);
+    let mut rebind_at: Option<tokio::time::Instant> = None;
+    let mut bind_warned = false;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(cmd) = cmd_rx.recv() => match cmd {
+                Cmd::Refuse { seconds, ack } => {
+                    listener = None;
+                    cut_tx.send_modify(|e| *e += 1);
+                    let until = tokio::time::Instant::now()
+                        + Duration::try_from_secs_f64(seconds.min(86400.0)).unwrap_or_default();
+                    rebind_at = Some(rebind_at.map_or(until, |r| r.max(until)));
+                    sim.lock().stats.refusals += 1;
+                    let _ = ack.send(());
+                }
+            },
+            accepted = accept(listener.as_ref()) => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(serve_connection(stream, app.clone(), cut_tx.subscribe()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, go on.
+                    eprintln!("engine-sim: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = sleep_until(rebind_at), if listener.is_none() => {
+                match TcpListener::bind(addr).await {
+                    Ok(l) => {
+                        listener = Some(l);
+                        rebind_at = None;
+                        bind_warned = false;
+                    }
+                    Err(e) => {
+                        if !bind_warned {
+                            eprintln!("engine-sim: re-bind {addr}: {e}; retrying");
+                            bind_warned = true;
+                        }
+                        rebind_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    cut_tx.send_modify(|e| *e += 1);
+    Ok(())
+}
+
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn serve_connection(stream: TcpStream, app: Router, mut cut: watch::Receiver<u64>) {
+    let _ = stream.set_nodelay(true);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = cut.changed() => {}
+    }
+    // An engine restart: let a response being written finish briefly, then
+    // close whatever is left (idle keep-alive connections included).
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(GRACE, conn).await;
+}
+
+fn router(sim: Arc<Sim>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route(
+            "/sim/faults",
+            post(faults_push).get(faults_get).delete(faults_clear),
+        )
+        .route("/sim/refuse", post(refuse))
+        .route("/sim/requests", get(requests_get).delete(requests_clear))
+        .route("/sim/stats", get(stats))
+        .route("/sim/reset", post(reset))
+        .fallback(|| async {
+            error_response(404, "engine-sim: no such route", "not_found_error", None)
+        })
+        .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
+        .with_state(sim)
+}
+
+fn error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        501 => "not_supported_error",
+        503 => "unavailable_error",
+        _ => "server_error",
+    }
+}
+
+fn error_response(status: u16, message: &str, typ: &str, retry_after: Option<&str>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = json!({"error": {"code": status, "message": message, "type": typ}});
+    let mut resp = (code, Json(body)).into_response();
+    if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(v).ok()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+fn bad_request(sim: &Sim, message: &str) -> Response {
+    sim.count_status(400);
+    error_response(400, message, "invalid_request_error", None)
+}
+
+async fn models(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    let c = &sim.config;
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": c.model,
+            "object": "model",
+            "created": unix_secs(),
+            "owned_by": "engine-sim",
+            "max_model_len": c.context_window,
+            "meta": {"n_ctx_train": c.context_window},
+        }]
+    }))
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn unix_micros() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+async fn faults_push(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(&sim, &format!("malformed JSON: {e}")),
+    };
+    let Some(next) = v.get("next").and_then(Value::as_array) else {
+        return bad_request(&sim, "body must be {\"next\":[{...fault...}]}");
+    };
+    let mut faults = Vec::with_capacity(next.len());
+    for f in next {
+        match Fault::from_json(f) {
+            Ok(f) => faults.push(f),
+            Err(e) => return bad_request(&sim, &format!("bad fault: {e}")),
+        }
+    }
+    let mut inner = sim.lock();
+    inner.queue.extend(faults);
+    Json(json!({"queued": inner.queue.len()})).into_response()
+}
+
+async fn faults_get(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    let inner = sim.lock();
+    Json(json!({"next": inner.queue.iter().map(Fault::to_json).collect::<Vec<_>>()}))
+}
+
+async fn faults_clear(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    sim.lock().queue.clear();
+    Json(json!({"queued": 0}))
+}
+
+async fn refuse(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(&sim, &format!("malformed JSON: {e}")),
+    };
+    let seconds = match v.get("seconds").and_then(Value::as_f64) {
+        Some(s) if s.is_finite() && (0.0..=86400.0).contains(&s) => s,
+        _ => return bad_request(&sim, "body must be {\"seconds\": F} with 0 <= F <= 86400"),
+    };
+    sim.refuse(seconds).await;
+    Json(json!({"refusing_for_s": seconds})).into_response()
+}
+
+async fn requests_get(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    Json(Value::Array(sim.lock().log.iter().cloned().collect()))
+}
+
+async fn requests_clear(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    sim.lock().log.clear();
+    Json(json!({"cleared": true}))
+}
+
+async fn stats(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    let inner = sim.lock();
+    let s = &inner.stats;
+    let statuses: Map<String, Value> = s
+        .statuses
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    Json(json!({
+        "requests": s.requests,
+        "completed": s.completed,
+        "tokens_sent": s.tokens_sent,
+        "cuts": s.cuts,
+        "refusals": s.refusals,
+        "statuses": statuses,
+        "queued_faults": inner.queue.len(),
+    }))
+}
+
+async fn reset(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    *sim.lock() = Inner::default();
+    Json(json!({"reset": true}))
+}
+
+/// What a request fails with, if anything.
+#[derive(Clone, Copy, Debug)]
+enum Failure {
+    Refuse(f64),
+    Status(u16),
+    Cut(usize),
+}
+
+fn failure_of(f: &Fault, start: usize) -> Option<Failure> {
+    if let Some(s) = f.refuse_s {
+        Some(Failure::Refuse(s))
+    } else if let Some(s) = f.status {
+        Some(Failure::Status(s))
+    } else {
+        match f.cut_after {
+            Some(k) if k == 0 || start < k => Some(Failure::Cut(k)),
+            _ => None,
+        }
+    }
+}
+
+/// A chunk (or, with `object: "chat.completion"`, a whole answer) in the
+/// field order OpenAI and llama.cpp use.
+#[derive(Serialize)]
+struct ChunkOut<'a, C = Vec<ChoiceOut>> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: &'static str,
+    choices: C,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timings: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct ChoiceOut {
+    index: u32,
+    delta: DeltaOut,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize, Default)]
+struct DeltaOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Value>,
+}
+
+/// Everything needed to produce one answer.
+struct Plan {
+    id: String,
+    created: u64,
+    model: String,
+    /// Content token indices `start..start + content`.
+    start: usize,
+    content: usize,
+    reasoning: usize,
+    tool: Option<(String, String)>,
+    tool_id: String,
+    finish: &'static str,
+    interval: Option<Duration>,
+    first_token: Duration,
+    cut_after: Option<usize>,
+    garbage: bool,
+    stamp: bool,
+    include_usage: bool,
+    prompt_tokens: u64,
+}
+
+impl Plan {
+    fn completion_tokens(&self) -> usize {
+        self.reasoning + self.content
+    }
+
+    fn token(&self, i: usize) -> String {
+        if self.stamp {
+            format!("w{i}:{} ", unix_micros())
+        } else {
+            format!("w{i} ")
+        }
+    }
+
+    fn usage(&self, completion: usize) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion as u64,
+        })
+    }
+
+    fn timings(&self, completion: usize, generating: Duration) -> Value {
+        let prompt_ms = self.first_token.as_secs_f64() * 1000.0;
+        let predicted_ms = generating.as_secs_f64() * 1000.0;
+        let per_second = |n: f64, ms: f64| if ms > 0.0 { n * 1000.0 / ms } else { 0.0 };
+        let per_token = |n: f64, ms: f64| if n > 0.0 { ms / n } else { 0.0 };
+        let (pn, cn) = (self.prompt_tokens as f64, completion as f64);
+        json!({
+            "cache_n": 0,
+            "prompt_n": self.prompt_tokens,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": per_token(pn, prompt_ms),
+            "prompt_per_second": per_second(pn, prompt_ms),
+            "predicted_n": completion,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": per_token(cn, predicted_ms),
+            "predicted_per_second": per_second(cn, predicted_ms),
+        })
+    }
+
+    fn chunk(&self, choices: Vec<ChoiceOut>) -> ChunkOut<'_> {
+        ChunkOut {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: "engine-sim",
+            choices,
+            usage: None,
+            timings: None,
+        }
+    }
+
+    fn delta(&self, delta: DeltaOut, finish_reason: Option<&'static str>) -> ChunkOut<'_> {
+        self.chunk(vec![ChoiceOut {
+            index: 0,
+            delta,
+            finish_reason,
+        }])
+    }
+
+    /// The tool call's arguments in 2+ pieces.
+    fn arg_pieces(args: &str) -> Vec<String> {
+        let chars: Vec<char> = args.chars().collect();
+        if chars.len() < 2 {
+            return vec![args.to_string(), String::new()];
+        }
+        let n = chars.len().min(4);
+        let size = chars.len().div_ceil(n);
+        chars.chunks(size).map(|c| c.iter().collect()).collect()
+    }
+}
+
+async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> Response {
+    sim.lock().stats.requests += 1;
+    let session_id = headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let parsed = serde_json::from_slice::<Value>(&body);
+    {
+        let logged = match &parsed {
+            Ok(v) => v.clone(),
+            Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+        };
+        let mut inner = sim.lock();
+        if inner.log.len() >= REQUEST_LOG_MAX {
+            inner.log.pop_front();
+        }
+        inner.log.push_back(json!({
+            "session_id": session_id,
+            "body": logged,
+            "at": jiff::Timestamp::now().to_string(),
+        }));
+    }
+    let req = match parsed {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return bad_request(&sim, "the request body must be a JSON object"),
+        Err(e) => return bad_request(&sim, &format!("malformed JSON: {e}")),
+    };
+    let messages = match req.get("messages").and_then(Value::as_array) {
+        Some(m) if !m.is_empty() => m,
+        Some(_) => return bad_request(&sim, "'messages' must not be empty"),
+        None => return bad_request(&sim, "'messages' is required and must be an array"),
+    };
+    if let Some(bad) = messages
+        .iter()
+        .find(|m| m.get("role").and_then(Value::as_str).is_none())
+    {
+        return bad_request(&sim, &format!("each message needs a 'role': {bad}"));
+    }
+    let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = req
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let max_tokens = req
+        .get("max_completion_tokens")
+        .or_else(|| req.get("max_tokens"))
+        .and_then(Value::as_u64)
+        .map(|n| n as usize);
+
+    let chars: usize = messages
+        .iter()
+        .map(|m| content_text(m).chars().count())
+        .sum();
+    let prompt_tokens = (chars / 4 + 1) as u64;
+
+    // Continuation by prefill.
+    let last = &messages[messages.len() - 1];
+    let prefill = (last.get("role").and_then(Value::as_str) == Some("assistant"))
+        .then(|| content_text(last))
+        .filter(|t| !t.is_empty());
+    let start = prefill.as_deref().map_or(0, continuation_start);
+
+    // Cues in the last user message, then the queued fault.
+    let user_text = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(content_text)
+        .unwrap_or_default();
+    let cue = match parse_cues(&user_text) {
+        Ok(c) => c,
+        Err(e) => return bad_request(&sim, &format!("engine-sim: bad cue: {e}")),
+    };
+    let (failure, fault) = {
+        let mut inner = sim.lock();
+        let queued = inner.queue.pop_front();
+        let mut fault = Fault::default();
+        let mut failure = None;
+        if let Some((_, cf)) = &cue {
+            fault.merge(cf);
+        }
+        if let Some(q) = &queued {
+            fault.merge(q);
+            failure = failure_of(q, start);
+        }
+        if failure.is_none() {
+            if let Some((key, cf)) = &cue {
+                if let Some(f) = failure_of(cf, start) {
+                    let limit = cf
+                        .fail_times
+                        .or(matches!(f, Failure::Refuse(_)).then_some(1));
+                    let count = inner.counters.entry(key.clone()).or_insert(0);
+                    if limit.is_none_or(|l| *count < l) {
+                        *count += 1;
+                        failure = Some(f);
+                    }
+                }
+            }
+        }
+        (failure, fault)
+    };
+
+    match failure {
+        Some(Failure::Refuse(seconds)) => {
+            sim.refuse(seconds).await;
+            // The engine went away mid-request: no answer; the connection is
+            // closed under us.
+            return std::future::pending().await;
+        }
+        Some(Failure::Status(status)) => {
+            sim.count_status(status);
+            let typ = error_type(status);
+            let message = fault.message.clone().unwrap_or_else(|| match status {
+                503 => {
+                    "engine-sim: the engine is busy (simulated out of memory), retry later".into()
+                }
+                429 => "engine-sim: too many requests (simulated), retry later".into(),
+                _ => format!("engine-sim: simulated error {status}"),
+            });
+            return error_response(status, &message, typ, fault.retry_after.as_deref());
+        }
+        _ => {}
+    }
+    let cut_after = match failure {
+        Some(Failure::Cut(k)) => Some(k),
+        _ => None,
+    };
+
+    if prompt_tokens > sim.config.context_window {
+        sim.count_status(400);
+        let body = json!({"error": {
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": prompt_tokens,
+            "n_ctx": sim.config.context_window,
+        }});
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    }
+
+    let tool = fault
+        .tool_call
+        .clone()
+        .map(|name| (name, fault.args.clone().unwrap_or_else(|| "{}".into())));
+    let default_tokens = if tool.is_some() { 0 } else { sim.config.tokens };
+    let total = fault.tokens.unwrap_or(default_tokens);
+    let mut reasoning = if start == 0 {
+        fault.reasoning.unwrap_or(0)
+    } else {
+        0
+    };
+    let mut content = total.saturating_sub(start);
+    let mut finish = if tool.is_some() { "tool_calls" } else { "stop" };
+    if let Some(max) = max_tokens {
+        if reasoning + content + usize::from(tool.is_some()) > max {
+            reasoning = reasoning.min(max);
+            content = content.min(max - reasoning);
+            finish = "length";
+        }
+    }
+    let tps = fault.tps.unwrap_or(sim.config.tokens_per_second);
+    let seq = sim.seq.fetch_add(1, Ordering::Relaxed);
+    let plan = Plan {
+        id: format!("chatcmpl-sim{seq:06}"),
+        created: unix_secs(),
+        model: sim.config.model.clone(),
+        start,
+        content,
+        reasoning,
+        tool: if finish == "tool_calls" { tool } else { None },
+        tool_id: format!("call_sim{seq:06}"),
+        finish,
+        interval: (tps > 0.0).then(|| {
+            Duration::try_from_secs_f64(1.0 / tps)
+                .unwrap_or(Duration::MAX)
+                .min(Duration::from_secs(3600))
+        }),
+        first_token: Duration::from_millis(fault.first_token_ms.unwrap_or(0)),
+        cut_after,
+        garbage: fault.garbage.unwrap_or(false),
+        stamp: fault.stamp.unwrap_or(false),
+        include_usage,
+        prompt_tokens,
+    };
+    if stream {
+        stream_answer(sim, plan)
+    } else {
+        whole_answer(sim, plan).await
+    }
+}
+
+/// Why an answer stopped early.
+enum Stop {
+    /// Cut: by a cue, or by a refuse (engine restart).
+    Cut,
+    /// The client went away.
+    Gone,
+}
+
+/// Sends the frames of one streamed answer.
+struct Sender {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    cut: watch::Receiver<u64>,
+    junk: Option<Junk>,
+}
+
+impl Sender {
+    async fn send(&mut self, frame: String) -> Result<(), Stop> {
+        tokio::select! {
+            r = self.tx.send(Ok(Bytes::from(frame))) => r.map_err(|_| Stop::Gone),
+            _ = self.cut.changed() => Err(Stop::Cut),
+        }
+    }
+
+    async fn chunk(&mut self, v: &impl Serialize) -> Result<(), Stop> {
+        let text = serde_json::to_string(v).unwrap_or_default();
+        self.send(format!("data: {text}\n\n")).await?;
+        if let Some(junk) = &mut self.junk {
+            let line = junk.next_line();
+            self.send(line).await?;
+        }
+        Ok(())
+    }
+
+    async fn pause(&mut self, d: Duration) -> Result<(), Stop> {
+        if d.is_zero() {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => Ok(()),
+            _ = self.cut.changed() => Err(Stop::Cut),
+            _ = self.tx.closed() => Err(Stop::Gone),
+        }
+    }
+
+    async fn fail(&mut self) {
+        let err = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "engine-sim cut");
+        let _ = self.tx.send(Err(err)).await;
+    }
+}
+
+/// Junk SSE lines that a robust client must skip.
+struct Junk {
+    n: u64,
+    rng: u64,
+}
+
+impl Junk {
+    fn next_line(&mut self) -> String {
+        self.n += 1;
+        match self.n % 4 {
+            1 => "data: {not json\n\n".into(),
+            2 => ": engine-sim comment\n\n".into(),
+            3 => "data: \n\n".into(),
+            _ => {
+                const ALPHABET: &[char] = &[
+                    'a', 'Z', '7', '#', '%', '{', '}', '"', ' ', 'é', 'ß', '€', '漢', '字', '😀',
+                    '\u{fffd}', '\t', '\u{7f}', '\u{1}',
+                ];
+                let mut s = String::from("~");
+                for _ in 0..24 {
+                    self.rng = self
+                        .rng
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    s.push(ALPHABET[(self.rng >> 33) as usize % ALPHABET.len()]);
+                }
+                s.push_str("\n\n");
+                s
+            }
+        }
+    }
+}
+
+fn stream_answer(sim: Arc<Sim>, plan: Plan) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let mut cut = sim.cut.clone();
+    cut.mark_unchanged();
+    let sender = Sender {
+        tx,
+        cut,
+        junk: plan.garbage.then(|| Junk {
+            n: 0,
+            rng: unix_micros() as u64,
+        }),
+    };
+    tokio::spawn(async move {
+        let mut sender = sender;
+        match produce_stream(&sim, &plan, &mut sender).await {
+            Ok(()) => sim.lock().stats.completed += 1,
+            Err(Stop::Cut) => {
+                sim.lock().stats.cuts += 1;
+                sender.fail().await;
+            }
+            Err(Stop::Gone) => {}
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+async fn produce_stream(sim: &Sim, plan: &Plan, tx: &mut Sender) -> Result<(), Stop> {
+    let count_token = || sim.lock().stats.tokens_sent += 1;
+    if plan.cut_after == Some(0) {
+        tx.pause(Duration::from_millis(20)).await?;
+        return Err(Stop::Cut);
+    }
+    tx.pause(plan.first_token).await?;
+    let began = Instant::now();
+    let mut next_at = tokio::time::Instant::now();
+    let mut role = true;
+    let mut first = true;
+    // Waits for the next token's slot (none before the first).
+    macro_rules! pace {
+        () => {
+            if !first {
+                if let Some(iv) = plan.interval {
+                    next_at += iv;
+                    let now = tokio::time::Instant::now();
+                    if next_at > now {
+                        tx.pause(next_at - now).await?;
+                    } else {
+                        next_at = now;
+                    }
+                }
+            }
+            first = false;
+        };
+    }
+    let with_role = |role: &mut bool, mut d: DeltaOut| {
+        if std::mem::take(role) {
+            d.role = Some("assistant");
+        }
+        d
+    };
+    for i in 0..plan.reasoning {
+        pace!();
+        let d = DeltaOut {
+            reasoning_content: Some(format!("r{i} ")),
+            ..Default::default()
+        };
+        tx.chunk(&plan.delta(with_role(&mut role, d), None)).await?;
+        count_token();
+    }
+    for n in 0..plan.content {
+        pace!();
+        let d = DeltaOut {
+            content: Some(plan.token(plan.start + n)),
+            ..Default::default()
+        };
+        tx.chunk(&plan.delta(with_role(&mut role, d), None)).await?;
+        count_token();
+        if plan.cut_after == Some(n + 1) {
+            // Let the last token reach the client, then drop the stream.
+            tx.pause(Duration::from_millis(20)).await?;
+            return Err(Stop::Cut);
+        }
+    }
+    if let Some((name, args)) = &plan.tool {
+        pace!();
+        let d = DeltaOut {
+            tool_calls: Some(json!([{"index": 0, "id": plan.tool_id, "type": "function",
+                                     "function": {"name": name, "arguments": ""}}])),
+            ..Default::default()
+        };
+        tx.chunk(&plan.delta(with_role(&mut role, d), None)).await?;
+        for piece in Plan::arg_pieces(args) {
+            pace!();
+            let d = DeltaOut {
+                tool_calls: Some(json!([{"index": 0, "function": {"arguments": piece}}])),
+                ..Default::default()
+            };
+            tx.chunk(&plan.delta(d, None)).await?;
+        }
+    }
+    if role {
+        // Nothing was generated (a continuation that was already complete).
+        let d = DeltaOut {
+            content: Some(String::new()),
+            ..Default::default()
+        };
+        tx.chunk(&plan.delta(with_role(&mut role, d), None)).await?;
+    }
+    let generating = began.elapsed();
+    let completion = plan.completion_tokens();
+    tx.chunk(&plan.delta(DeltaOut::default(), Some(plan.finish)))
+        .await?;
+    if plan.include_usage {
+        let mut usage = plan.chunk(Vec::new());
+        usage.usage = Some(plan.usage(completion));
+        usage.timings = Some(plan.timings(completion, generating));
+        tx.chunk(&usage).await?;
+    }
+    tx.send("data: [DONE]\n\n".into()).await?;
+    Ok(())
+}
+
+async fn whole_answer(sim: Arc<Sim>, plan: Plan) -> Response {
+    let mut cut = sim.cut.clone();
+    cut.mark_unchanged();
+    let per = plan.interval.unwrap_or_default();
+    let steps = |n: usize| per.saturating_mul(n.saturating_sub(1).try_into().unwrap_or(u32::MAX));
+    let cut_at = plan.cut_after.filter(|&k| k == 0 || k <= plan.content);
+    let produced = match cut_at {
+        Some(0) => 0,
+        Some(k) => plan.reasoning + k,
+        None => plan.completion_tokens() + usize::from(plan.tool.is_some()),
+    };
+    let wait = if produced > 0 {
+        plan.first_token.saturating_add(steps(produced))
+    } else {
+        Duration::ZERO
+    };
+    let began = Instant::now();
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = cut.changed() => {
+            sim.lock().stats.cuts += 1;
+            return truncated_body(b"{\"id\":\"".to_vec(), 1024);
+        }
+    }
+    let generating = began.elapsed().saturating_sub(plan.first_token);
+    let reasoning: String = (0..plan.reasoning).map(|i| format!("r{i} ")).collect();
+    let content: String = (0..plan.content)
+        .map(|n| plan.token(plan.start + n))
+        .collect();
+    let completion = plan.completion_tokens();
+    let mut message = json!({"role": "assistant", "content": content});
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    if let Some((name, args)) = &plan.tool {
+        if content.is_empty() {
+            message["content"] = Value::Null;
+        }
+        message["tool_calls"] = json!([{"id": plan.tool_id, "type": "function",
+                                        "function": {"name": name, "arguments": args}}]);
+    }
+    let body = ChunkOut {
+        id: &plan.id,
+        object: "chat.completion",
+        created: plan.created,
+        model: &plan.model,
+        system_fingerprint: "engine-sim",
+        choices: json!([{"index": 0, "message": message, "finish_reason": plan.finish}]),
+        usage: Some(plan.usage(completion)),
+        timings: Some(plan.timings(completion, generating)),
+    };
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    {
+        let mut inner = sim.lock();
+        inner.stats.tokens_sent += produced.min(completion) as u64;
+        if cut_at.is_some() {
+            inner.stats.cuts += 1;
+        } else {
+            inner.stats.completed += 1;
+        }
+    }
+    if let Some(k) = cut_at {
+        // Send part of the body, then drop the connection.
+        let full = bytes.len();
+        let part = if k == 0 {
+            0
+        } else {
+            (full * k / (plan.content + 1)).min(full - 1)
+        };
+        return truncated_body(bytes[..part].to_vec(), full);
+    }
+    let mut resp = Response::new(Body::from(bytes));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A response that announces `full` bytes, sends `part`, then fails.
+fn truncated_body(part: Vec<u8>, full: usize) -> Response {
+    let frames: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from(part)),
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "engine-sim cut",
+        )),
+    ];
+    let body = futures_util::stream::unfold(frames.into_iter(), |mut it| async move {
+        let item = it.next()?;
+        if item.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Some((item, it))
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(full));
+    resp
+}

@@ -1,0 +1,780 @@
+//! Tests of `engine-sim`, run as the real binary (a child process).
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tandem_tests::sim::{self, continuation_start, parse_cues, Fault, SimConfig};
+
+/// The engine-sim binary as a child process; killed on drop.
+struct SimProc {
+    child: Child,
+    base: String,
+}
+
+impl SimProc {
+    fn start(extra: &[&str]) -> SimProc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_engine-sim"))
+            .args(["--listen", "127.0.0.1:0", "--tokens-per-second", "500"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn engine-sim");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send(line);
+            // Drain whatever else comes so the child never blocks on a full pipe.
+            let _ = std::io::copy(&mut reader.take(u64::MAX), &mut std::io::sink());
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("engine-sim printed no address within 30 s");
+            }
+        };
+        let base = line
+            .trim_end()
+            .strip_prefix("engine-sim listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+        assert!(
+            !base.ends_with(":0"),
+            "the printed port must be the real one: {base}"
+        );
+        SimProc { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for SimProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// What a streamed answer looked like on the wire.
+#[derive(Debug, Default)]
+struct Streamed {
+    chunks: Vec<Value>,
+    done: bool,
+    junk: usize,
+    error: Option<String>,
+}
+
+impl Streamed {
+    fn content(&self) -> String {
+        self.deltas("content")
+    }
+
+    fn reasoning(&self) -> String {
+        self.deltas("reasoning_content")
+    }
+
+    fn deltas(&self, field: &str) -> String {
+        self.chunks
+            .iter()
+            .filter_map(|c| c.pointer(&format!("/choices/0/delta/{field}"))?.as_str())
+            .collect()
+    }
+
+    fn content_chunks(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter(|c| {
+                c.pointer("/choices/0/delta/content")
+                    .is_some_and(Value::is_string)
+            })
+            .count()
+    }
+
+    fn finish_reason(&self) -> Option<&str> {
+        self.chunks
+            .iter()
+            .find_map(|c| c.pointer("/choices/0/finish_reason")?.as_str())
+    }
+
+    fn usage_chunk(&self) -> Option<&Value> {
+        self.chunks.iter().find(|c| c.get("usage").is_some())
+    }
+
+    /// Parses SSE text: `data: {json}` lines are chunks, anything else is junk.
+    fn feed_line(&mut self, line: &str) {
+        if line.is_empty() {
+            return;
+        }
+        match line.strip_prefix("data: ") {
+            Some("[DONE]") => self.done = true,
+            Some(payload) => match serde_json::from_str::<Value>(payload) {
+                Ok(v) if v.is_object() => {
+                    assert!(!self.done, "a chunk after [DONE]: {payload}");
+                    self.chunks.push(v)
+                }
+                _ => self.junk += 1,
+            },
+            None => self.junk += 1,
+        }
+    }
+}
+
+/// Reads an SSE body to its end (or its cut).
+async fn read_stream(resp: reqwest::Response) -> Streamed {
+    read_stream_from(resp.bytes_stream(), Vec::new()).await
+}
+
+async fn read_stream_from(
+    mut body: impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    mut buf: Vec<u8>,
+) -> Streamed {
+    let mut out = Streamed::default();
+    loop {
+        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let line = String::from_utf8(line).expect("the stream must be UTF-8");
+            out.feed_line(line.trim_end_matches(['\n', '\r']));
+        }
+        match tokio::time::timeout(Duration::from_secs(30), body.next()).await {
+            Err(_) => panic!("stream stalled for 30 s"),
+            Ok(None) => break,
+            Ok(Some(Ok(bytes))) => buf.extend_from_slice(&bytes),
+            Ok(Some(Err(e))) => {
+                out.error = Some(format!("{e:?}"));
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn words(n: std::ops::Range<usize>) -> String {
+    n.map(|i| format!("w{i} ")).collect()
+}
+
+fn chat_body(messages: Value) -> Value {
+    json!({
+        "model": "sim-small",
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": text}])
+}
+
+async fn post_chat(c: &reqwest::Client, sim: &SimProc, body: &Value) -> reqwest::Response {
+    c.post(sim.url("/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .expect("send chat")
+}
+
+async fn stats(c: &reqwest::Client, sim: &SimProc) -> Value {
+    c.get(sim.url("/sim/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("stats json")
+}
+
+#[tokio::test]
+async fn health_and_models() {
+    let sim = SimProc::start(&["--model", "tiny-test", "--context-window", "4096"]);
+    let c = client();
+    let r = c.get(sim.url("/health")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+    let m: Value = c
+        .get(sim.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(m["object"], "list");
+    let d = &m["data"][0];
+    assert_eq!(d["id"], "tiny-test");
+    assert_eq!(d["object"], "model");
+    assert_eq!(d["owned_by"], "engine-sim");
+    assert_eq!(d["max_model_len"], 4096);
+    assert_eq!(d["meta"]["n_ctx_train"], 4096);
+    let r = c.get(sim.url("/nope")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+}
+
+#[tokio::test]
+async fn stream_of_ten_tokens_with_usage() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let resp = post_chat(&c, &sim, &chat_body(user("hello [sim tokens=10]"))).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let s = read_stream(resp).await;
+    assert!(s.error.is_none(), "{s:?}");
+    assert!(s.done, "no [DONE]");
+    assert_eq!(s.junk, 0);
+    assert_eq!(s.content(), words(0..10));
+    assert_eq!(s.content_chunks(), 10, "one chunk per token");
+    let first = &s.chunks[0];
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert_eq!(first["model"], "sim-small");
+    assert!(first["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert!(first["created"].is_u64());
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    assert!(first["choices"][0]["finish_reason"].is_null());
+    assert_eq!(s.finish_reason(), Some("stop"));
+    let usage = s.usage_chunk().expect("usage chunk");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 10);
+    let prompt = usage["usage"]["prompt_tokens"].as_u64().unwrap();
+    // (8 + 20 chars) / 4 + 1
+    assert_eq!(
+        prompt,
+        ("be brief".len() + "hello [sim tokens=10]".len()) as u64 / 4 + 1
+    );
+    assert_eq!(usage["usage"]["total_tokens"], prompt + 10);
+    assert!(usage["timings"]["prompt_ms"].is_number());
+    assert!(usage["timings"]["predicted_per_second"].is_number());
+    // The usage chunk is the last chunk.
+    assert!(s.chunks.last().unwrap().get("usage").is_some());
+
+    // Without include_usage: no usage chunk. Default length is --tokens.
+    let body = json!({"messages": user("hi"), "stream": true});
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert!(s.done);
+    assert!(s.usage_chunk().is_none());
+    assert_eq!(s.content(), words(0..24));
+
+    // Not streaming: one chat.completion object.
+    let body = json!({"messages": user("hi [sim tokens=5]")});
+    let v: Value = post_chat(&c, &sim, &body).await.json().await.unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], words(0..5));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+
+    // max_tokens cuts the answer short with finish_reason "length".
+    let mut body = chat_body(user("hi [sim tokens=10]"));
+    body["max_tokens"] = json!(4);
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert_eq!(s.content(), words(0..4));
+    assert_eq!(s.finish_reason(), Some("length"));
+}
+
+#[tokio::test]
+async fn continuation_from_prefill() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let prefill = words(0..4);
+    let messages = json!([
+        {"role": "user", "content": "go [sim tokens=10]"},
+        {"role": "assistant", "content": prefill},
+    ]);
+    let s = read_stream(post_chat(&c, &sim, &chat_body(messages)).await).await;
+    assert!(s.done);
+    assert_eq!(s.content(), words(4..10));
+    assert_eq!(format!("{prefill}{}", s.content()), words(0..10));
+    assert_eq!(s.usage_chunk().unwrap()["usage"]["completion_tokens"], 6);
+
+    // A complete answer as prefill: nothing more, finish "stop".
+    let messages = json!([
+        {"role": "user", "content": "go [sim tokens=3]"},
+        {"role": "assistant", "content": words(0..3)},
+    ]);
+    let s = read_stream(post_chat(&c, &sim, &chat_body(messages)).await).await;
+    assert!(s.done);
+    assert_eq!(s.content(), "");
+    assert_eq!(s.finish_reason(), Some("stop"));
+
+    // Stamped tokens count too.
+    let messages = json!([
+        {"role": "user", "content": "go [sim tokens=5 stamp=1]"},
+        {"role": "assistant", "content": "w0:1700000000000000 w1:1700000000000001 "},
+    ]);
+    let s = read_stream(post_chat(&c, &sim, &chat_body(messages)).await).await;
+    assert!(s.done);
+    let got: Vec<String> = s.content().split_whitespace().map(str::to_string).collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    for (tok, i) in got.iter().zip(2..) {
+        let (w, micros) = tok.split_once(':').expect("stamped token");
+        assert_eq!(w, format!("w{i}"));
+        assert!(micros.parse::<u128>().unwrap() > 1_700_000_000_000_000);
+    }
+}
+
+#[tokio::test]
+async fn cut_after_then_resume() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let cue = "tell me [sim tokens=10 cut_after=3]";
+    let s = read_stream(post_chat(&c, &sim, &chat_body(user(cue))).await).await;
+    assert!(!s.done, "a cut stream has no [DONE]");
+    assert!(s.error.is_some(), "the client must see a cut: {s:?}");
+    assert_eq!(s.content(), words(0..3));
+    assert_eq!(s.finish_reason(), None);
+    assert!(s.usage_chunk().is_none());
+
+    // The resume by prefill is not cut again and completes the answer.
+    let messages = json!([
+        {"role": "user", "content": cue},
+        {"role": "assistant", "content": s.content()},
+    ]);
+    let s2 = read_stream(post_chat(&c, &sim, &chat_body(messages)).await).await;
+    assert!(s2.done, "{s2:?}");
+    assert_eq!(format!("{}{}", s.content(), s2.content()), words(0..10));
+    assert_eq!(stats(&c, &sim).await["cuts"], 1);
+
+    // Not streaming: the body is cut short.
+    let body = json!({"messages": user("[sim tokens=10 cut_after=3 id=b]")});
+    let resp = post_chat(&c, &sim, &body).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.bytes().await.is_err(), "a cut body must be an error");
+}
+
+#[tokio::test]
+async fn status_503_with_retry_after_once() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let body = chat_body(user("hi [sim status=503 retry_after=1 fail_times=1]"));
+    let r = post_chat(&c, &sim, &body).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"].to_str().unwrap(), "1");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "unavailable_error");
+    assert_eq!(e["error"]["code"], 503);
+    assert!(e["error"]["message"].is_string());
+    // The same cue text again: answered.
+    let r = post_chat(&c, &sim, &body).await;
+    assert_eq!(r.status(), 200);
+    let s = read_stream(r).await;
+    assert!(s.done);
+    assert_eq!(s.content(), words(0..24));
+
+    // Without fail_times a status cue fails every time.
+    let body = chat_body(user("[sim status=429 retry_after=2 message=slow_down]"));
+    for _ in 0..3 {
+        let r = post_chat(&c, &sim, &body).await;
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()["retry-after"].to_str().unwrap(), "2");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["message"], "slow_down");
+    }
+    let st = stats(&c, &sim).await;
+    assert_eq!(st["statuses"]["503"], 1);
+    assert_eq!(st["statuses"]["429"], 3);
+}
+
+#[tokio::test]
+async fn queued_faults_apply_in_order() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let r = c
+        .post(sim.url("/sim/faults"))
+        .json(&json!({"next": [
+            {"status": 503, "retry_after": 1},
+            {"cut_after": 2, "tokens": 6},
+            {},
+            {"status": 500, "message": "boom"},
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["queued"], 4);
+    let body = chat_body(user("plain [sim tokens=6]"));
+
+    let r = post_chat(&c, &sim, &body).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"].to_str().unwrap(), "1");
+
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert!(!s.done);
+    assert_eq!(s.content(), words(0..2));
+
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert!(s.done);
+    assert_eq!(s.content(), words(0..6));
+
+    let r = post_chat(&c, &sim, &body).await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["message"], "boom");
+
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert!(s.done);
+
+    // Bad fault objects are refused.
+    let r = c
+        .post(sim.url("/sim/faults"))
+        .json(&json!({"next": [{"status": "soon"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn over_context_is_400() {
+    let sim = SimProc::start(&["--context-window", "100"]);
+    let c = client();
+    let long = "x".repeat(1000);
+    let body = chat_body(json!([{"role": "user", "content": long}]));
+    let r = post_chat(&c, &sim, &body).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "exceed_context_size_error");
+    assert_eq!(e["error"]["code"], 400);
+    assert_eq!(e["error"]["n_ctx"], 100);
+    assert_eq!(e["error"]["n_prompt_tokens"], 251);
+    assert_eq!(
+        e["error"]["message"],
+        "the request exceeds the available context size, try increasing it"
+    );
+    // Just under the window is fine.
+    let body = chat_body(json!([{"role": "user", "content": "x".repeat(390)}]));
+    assert_eq!(post_chat(&c, &sim, &body).await.status(), 200);
+}
+
+#[tokio::test]
+async fn bad_requests_are_400_not_crashes() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    for raw in [
+        "{not json",
+        "[]",
+        "{}",
+        "{\"messages\": 3}",
+        "{\"messages\": []}",
+    ] {
+        let r = c
+            .post(sim.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{raw}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["type"], "invalid_request_error", "{raw}");
+        assert!(e["error"]["message"].is_string());
+    }
+    let r = post_chat(&c, &sim, &chat_body(user("[sim tokens=lots]"))).await;
+    assert_eq!(r.status(), 400);
+    let msg = r.json::<Value>().await.unwrap()["error"]["message"].to_string();
+    assert!(msg.contains("tokens=lots"), "{msg}");
+    // Still serving.
+    assert_eq!(
+        c.get(sim.url("/health")).send().await.unwrap().status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn garbage_lines_leave_tokens_intact() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let s =
+        read_stream(post_chat(&c, &sim, &chat_body(user("[sim tokens=12 garbage=1]"))).await).await;
+    assert!(s.done);
+    assert!(s.junk >= 8, "junk lines: {}", s.junk);
+    assert_eq!(s.content(), words(0..12));
+    assert_eq!(s.content_chunks(), 12);
+    assert!(s.usage_chunk().is_some());
+}
+
+#[tokio::test]
+async fn reasoning_then_content() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let s = read_stream(post_chat(&c, &sim, &chat_body(user("[sim tokens=3 reasoning=4]"))).await)
+        .await;
+    assert!(s.done);
+    assert_eq!(s.reasoning(), "r0 r1 r2 r3 ");
+    assert_eq!(s.content(), words(0..3));
+    // Reasoning comes first.
+    let first_content = s
+        .chunks
+        .iter()
+        .position(|c| {
+            c.pointer("/choices/0/delta/content")
+                .is_some_and(Value::is_string)
+        })
+        .unwrap();
+    assert_eq!(first_content, 4);
+    assert_eq!(s.usage_chunk().unwrap()["usage"]["completion_tokens"], 7);
+}
+
+#[tokio::test]
+async fn tool_call_streaming() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let cue = r#"weather? [sim tool_call=get_weather args={"city":"Paris","days":[1,2]}]"#;
+    let s = read_stream(post_chat(&c, &sim, &chat_body(user(cue))).await).await;
+    assert!(s.done);
+    assert_eq!(s.finish_reason(), Some("tool_calls"));
+    let calls: Vec<&Value> = s
+        .chunks
+        .iter()
+        .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0"))
+        .collect();
+    assert!(
+        calls.len() >= 3,
+        "a header and 2+ argument pieces: {calls:?}"
+    );
+    assert_eq!(calls[0]["index"], 0);
+    assert_eq!(calls[0]["type"], "function");
+    assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    let args: String = calls
+        .iter()
+        .filter_map(|c| c["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(args, r#"{"city":"Paris","days":[1,2]}"#);
+    let pieces = calls
+        .iter()
+        .filter(|c| {
+            c["function"]["arguments"]
+                .as_str()
+                .is_some_and(|a| !a.is_empty())
+        })
+        .count();
+    assert!(pieces >= 2, "arguments in {pieces} piece(s)");
+    assert_eq!(s.content(), "");
+
+    // Default arguments {} and some text before the call; not streaming.
+    let body = json!({"messages": user("[sim tool_call=ls tokens=2]")});
+    let v: Value = post_chat(&c, &sim, &body).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(v["choices"][0]["message"]["content"], words(0..2));
+    let call = &v["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "ls");
+    assert_eq!(call["function"]["arguments"], "{}");
+}
+
+#[tokio::test]
+async fn refuse_then_answer_again() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    // A slow stream in flight when the engine "restarts".
+    let resp = post_chat(&c, &sim, &chat_body(user("[sim tokens=200 tps=20]"))).await;
+    let mut body = resp.bytes_stream();
+    let first = tokio::time::timeout(Duration::from_secs(30), body.next())
+        .await
+        .expect("first chunk")
+        .expect("a chunk")
+        .expect("bytes");
+
+    let began = Instant::now();
+    let r = client()
+        .post(sim.url("/sim/refuse"))
+        .json(&json!({"seconds": 1.5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    let s = read_stream_from(body, first.to_vec()).await;
+    assert!(!s.done);
+    assert!(s.error.is_some(), "the open stream must be cut: {s:?}");
+    assert!(s.content().starts_with("w0 "), "{:?}", s.content());
+
+    // New connections are refused now.
+    let err = client()
+        .get(sim.url("/health"))
+        .send()
+        .await
+        .expect_err("connection must be refused");
+    assert!(err.is_connect(), "{err:?}");
+
+    // ... and accepted again after the time.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client().get(sim.url("/health")).send().await {
+            Ok(r) if r.status() == 200 => break,
+            other => {
+                assert!(Instant::now() < deadline, "not back after 20 s: {other:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let waited = began.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "back after {waited:?}"
+    );
+    let st = stats(&c, &sim).await;
+    assert_eq!(st["refusals"], 1);
+    assert!(st["cuts"].as_u64().unwrap() >= 1);
+
+    // A queued refuse_s fault: that request gets no answer, then refusals.
+    c.post(sim.url("/sim/faults"))
+        .json(&json!({"next": [{"refuse_s": 0.5}]}))
+        .send()
+        .await
+        .unwrap();
+    let err = client()
+        .post(sim.url("/v1/chat/completions"))
+        .json(&chat_body(user("hi")))
+        .send()
+        .await
+        .expect_err("the request dies with the engine");
+    assert!(!err.is_timeout(), "{err:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client().get(sim.url("/health")).send().await {
+            Ok(r) if r.status() == 200 => break,
+            other => {
+                assert!(Instant::now() < deadline, "not back after 20 s: {other:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert_eq!(stats(&client(), &sim).await["refusals"], 2);
+}
+
+#[tokio::test]
+async fn requests_are_recorded_with_session_id() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let body = chat_body(user("[sim tokens=2]"));
+    let r = c
+        .post(sim.url("/v1/chat/completions"))
+        .header("x-session-id", "chat-42")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    read_stream(r).await;
+    let body2 = json!({"messages": user("second [sim tokens=1]")});
+    post_chat(&c, &sim, &body2).await.bytes().await.unwrap();
+
+    let log: Value = c
+        .get(sim.url("/sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let log = log.as_array().expect("a list");
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0]["session_id"], "chat-42");
+    assert_eq!(log[0]["body"], body);
+    assert!(log[0]["at"].as_str().unwrap().contains('T'));
+    assert!(log[1]["session_id"].is_null());
+    assert_eq!(log[1]["body"], body2);
+
+    let r = c.delete(sim.url("/sim/requests")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let log: Value = c
+        .get(sim.url("/sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(log, json!([]));
+    let st = stats(&c, &sim).await;
+    assert_eq!(st["requests"], 2);
+    assert_eq!(st["completed"], 2);
+    assert_eq!(st["tokens_sent"], 3);
+}
+
+#[tokio::test]
+async fn in_process_server() {
+    let server = sim::start(
+        "127.0.0.1:0",
+        SimConfig {
+            tokens_per_second: 0.0,
+            tokens: 3,
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let c = client();
+    let r = c
+        .post(format!("{}/v1/chat/completions", server.url()))
+        .json(&chat_body(user("hi")))
+        .send()
+        .await
+        .unwrap();
+    let s = read_stream(r).await;
+    assert!(s.done);
+    assert_eq!(s.content(), words(0..3));
+    let url = server.url();
+    server.stop().await.unwrap();
+    let err = client()
+        .get(format!("{url}/health"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(err.is_connect(), "{err:?}");
+}
+
+#[test]
+fn cue_parsing() {
+    assert_eq!(parse_cues("no cue here").unwrap(), None);
+    assert_eq!(parse_cues("[simple]").unwrap(), None);
+    let (key, f) = parse_cues("a [sim tokens=3 tps=0] b [sim cut_after=2]")
+        .unwrap()
+        .unwrap();
+    assert_eq!(key, "[sim tokens=3 tps=0] [sim cut_after=2]");
+    assert_eq!(f.tokens, Some(3));
+    assert_eq!(f.tps, Some(0.0));
+    assert_eq!(f.cut_after, Some(2));
+    let (_, f) = parse_cues(r#"[sim tool_call=x args={"a":[1,{"b":"]"}]} message="two words"]"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.tool_call.as_deref(), Some("x"));
+    assert_eq!(f.args.as_deref(), Some(r#"{"a":[1,{"b":"]"}]}"#));
+    assert_eq!(f.message.as_deref(), Some("two words"));
+    assert!(parse_cues("[sim tokens=3").is_err());
+    assert!(parse_cues("[sim tokens]").is_err());
+    assert!(parse_cues("[sim status=200]").is_err());
+    assert!(parse_cues("[sim what=1]").is_err());
+    let f = Fault::from_json(&json!({"status": 503, "retry_after": 1, "garbage": true})).unwrap();
+    assert_eq!(f.status, Some(503));
+    assert_eq!(f.retry_after.as_deref(), Some("1"));
+    assert_eq!(f.garbage, Some(true));
+}
+
+#[test]
+fn continuation_counting() {
+    assert_eq!(continuation_start(""), 0);
+    assert_eq!(continuation_start("w0 w1 w2 "), 3);
+    assert_eq!(continuation_start("w0 w1 w2"), 3);
+    assert_eq!(continuation_start("w0:17 w1:18 "), 2);
+    assert_eq!(continuation_start("w0 w2 "), 1);
+    assert_eq!(continuation_start("some other text"), 0);
+}
