@@ -1,2 +1,6 @@
-pub fn _x() {}
+//! tandem's cross-daemon tests: the engine simulator (`sim`, binary
+//! `engine-sim`), a harness that runs the real binaries (`harness`), and the
+//! benchmarks (binary `bench`).
+
+pub mod harness;
 pub mod sim;

@@ -1,0 +1,485 @@
+//! Runs the real binaries for tests and benchmarks: each daemon in its own
+//! temp folder on a free loopback port, waited on by polling `/health` with a
+//! deadline (never a fixed sleep), stopped with SIGTERM then SIGKILL on drop,
+//! and its log printed when the test failed.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+/// The forward key every test chatd is given.
+pub const FORWARD_KEY: &str = "test-forward-key-0123456789";
+
+/// The folder holding the built binaries (`target/<profile>/`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        if d.join("chatd").exists() && d.join("engine-sim").exists() {
+            return d;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    panic!("chatd and engine-sim are not built: run `cargo build --workspace` first");
+}
+
+/// A free loopback port (bound, then released for the daemon to take).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    listener.local_addr().expect("a bound socket has an address").port()
+}
+
+/// Polls `check` until it returns `Some`, failing after `bound`.
+pub async fn wait_until<T, F, Fut>(what: &str, bound: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + bound;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {bound:?} waiting for {what}");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+fn terminate(child: &mut Child, bound: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The engine simulator as a real process.
+pub struct Sim {
+    child: Option<Child>,
+    pub port: u16,
+    args: Vec<String>,
+}
+
+impl Sim {
+    /// Starts `engine-sim` on a free port with extra `args`.
+    pub fn start(args: &[&str]) -> anyhow::Result<Sim> {
+        let mut sim = Sim { child: None, port: 0, args: args.iter().map(|s| s.to_string()).collect() };
+        sim.spawn("127.0.0.1:0")?;
+        Ok(sim)
+    }
+
+    fn spawn(&mut self, listen: &str) -> anyhow::Result<()> {
+        let mut child = Command::new(bin_dir().join("engine-sim"))
+            .arg("--listen")
+            .arg(listen)
+            .args(&self.args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting engine-sim")?;
+        let stdout = child.stdout.take().context("engine-sim stdout")?;
+        // The first line names the address; reading it blocks only until the
+        // sim prints it (or exits, which ends the read).
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let addr = line
+            .trim()
+            .rsplit("http://")
+            .next()
+            .filter(|_| line.contains("listening"))
+            .with_context(|| format!("engine-sim printed {line:?}"))?;
+        self.port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).context("engine-sim port")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: the engine dies as a crashed one does.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let listen = format!("127.0.0.1:{}", self.port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn(&listen) {
+                Ok(()) => return Ok(()),
+                Err(err) if Instant::now() < deadline => {
+                    let _ = err;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Queues faults for the next chat requests (`POST /sim/faults`).
+    pub async fn faults(&self, next: Value) -> anyhow::Result<()> {
+        let response = reqwest::Client::new()
+            .post(format!("{}/sim/faults", self.url()))
+            .json(&json!({"next": next}))
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            bail!("sim refused the faults: {}", response.text().await?);
+        }
+        Ok(())
+    }
+
+    /// The chat requests the sim received (`GET /sim/requests`).
+    pub async fn requests(&self) -> anyhow::Result<Vec<Value>> {
+        Ok(reqwest::get(format!("{}/sim/requests", self.url())).await?.json().await?)
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&mut child, Duration::from_secs(2));
+        }
+    }
+}
+
+/// chatd as a real process in a temp folder.
+pub struct Chatd {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    engine_url: String,
+    env: Vec<(String, String)>,
+}
+
+impl Chatd {
+    /// Starts chatd against `engine_url` with extra environment and waits for `/health`.
+    pub async fn start(engine_url: &str, env: &[(&str, &str)]) -> anyhow::Result<Chatd> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("secrets.env"), format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"))?;
+        let mut chatd = Chatd {
+            child: None,
+            dir,
+            port: free_port(),
+            engine_url: engine_url.to_string(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        chatd.spawn()?;
+        chatd.wait_healthy().await?;
+        Ok(chatd)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("chat")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("chatd.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path())?;
+        let mut command = Command::new(bin_dir().join("chatd"));
+        command
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("QSE_CHAT_DATA", self.data_dir())
+            .env("QSE_SECRETS", self.dir.path().join("secrets.env"))
+            .env("QSE_CHAT_URL", format!("127.0.0.1:{}", self.port))
+            .env("QSE_ENGINE_URL", &self.engine_url)
+            .env("QSE_LOG_TO", "stderr")
+            .env("QSE_LOG_LEVEL", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        self.child = Some(command.spawn().context("starting chatd")?);
+        Ok(())
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub async fn wait_healthy(&mut self) -> anyhow::Result<()> {
+        let url = format!("{}/health", self.url());
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!("chatd exited ({status}) before answering /health:\n{}", self.log());
+                }
+            }
+            if let Ok(r) = client.get(&url).timeout(Duration::from_secs(1)).send().await {
+                if r.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("chatd did not answer /health within 20 s:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns how long the exit took and the exit status.
+    pub fn sigterm(&mut self, bound: Duration) -> anyhow::Result<(Duration, std::process::ExitStatus)> {
+        let mut child = self.child.take().context("chatd is not running")?;
+        let started = Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)?;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok((started.elapsed(), status));
+            }
+            if started.elapsed() > bound {
+                let _ = child.kill();
+                bail!("chatd did not exit within {bound:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts it again on the same port and data.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()?;
+        self.wait_healthy().await
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url(), FORWARD_KEY)
+    }
+}
+
+impl Drop for Chatd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&mut child, Duration::from_secs(6));
+        }
+        if std::thread::panicking() {
+            eprintln!("---- chatd log ----\n{}\n---- end of chatd log ----", self.log());
+        }
+    }
+}
+
+/// A client of chatd's API with the forward key.
+#[derive(Clone)]
+pub struct Client {
+    pub base: String,
+    key: String,
+    pub http: reqwest::Client,
+}
+
+/// An answer: status and JSON body (`Null` when the body is not JSON).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl Client {
+    pub fn new(base: &str, key: &str) -> Client {
+        Client { base: base.to_string(), key: key.to_string(), http: reqwest::Client::new() }
+    }
+
+    pub fn api(&self, path: &str) -> String {
+        format!("{}/v1/chat-app{path}", self.base)
+    }
+
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Answer> {
+        let mut request = self.http.request(method, self.api(path)).header("x-forward-key", &self.key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(Answer { status, body, headers })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Answer> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Answer> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Creates a conversation and returns its id.
+    pub async fn create_chat(&self) -> anyhow::Result<String> {
+        let answer = self.post("/conversations", json!({})).await?;
+        anyhow::ensure!(answer.status == 201, "create answered {answer:?}");
+        Ok(answer.body["id"].as_str().context("conversation id")?.to_string())
+    }
+
+    /// Sends a message; returns the 202 body.
+    pub async fn send(&self, chat: &str, text: &str) -> anyhow::Result<Value> {
+        let answer = self.post(&format!("/conversations/{chat}/messages"), json!({"text": text})).await?;
+        anyhow::ensure!(answer.status == 202, "send answered {answer:?}");
+        Ok(answer.body)
+    }
+
+    pub async fn snapshot(&self, chat: &str) -> anyhow::Result<Value> {
+        let answer = self.get(&format!("/conversations/{chat}")).await?;
+        anyhow::ensure!(answer.status == 200, "snapshot answered {answer:?}");
+        Ok(answer.body)
+    }
+
+    /// The run with `run_id` in the snapshot.
+    pub async fn run(&self, chat: &str, run_id: &str) -> anyhow::Result<Value> {
+        let snapshot = self.snapshot(chat).await?;
+        snapshot["runs"]
+            .as_array()
+            .and_then(|runs| runs.iter().find(|r| r["id"] == run_id).cloned())
+            .with_context(|| format!("run {run_id} not in the snapshot"))
+    }
+
+    /// Waits (polling, bounded) until the run's status is one of `statuses`.
+    pub async fn wait_run(&self, chat: &str, run_id: &str, statuses: &[&str], bound: Duration) -> anyhow::Result<Value> {
+        wait_until(&format!("run {run_id} to be {statuses:?}"), bound, || async {
+            let run = self.run(chat, run_id).await.ok()?;
+            statuses.contains(&run["status"].as_str()?).then_some(run)
+        })
+        .await
+    }
+
+    /// Opens an event stream after `seq`.
+    pub async fn events(&self, chat: &str, after: i64) -> anyhow::Result<EventStream> {
+        let response = self
+            .http
+            .get(self.api(&format!("/conversations/{chat}/events")))
+            .header("x-forward-key", &self.key)
+            .header("last-event-id", after.to_string())
+            .send()
+            .await?;
+        anyhow::ensure!(response.status() == 200, "events answered {}", response.status());
+        Ok(EventStream { body: Box::pin(response.bytes_stream()), buffer: String::new(), last_seq: after })
+    }
+}
+
+/// One SSE event.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub seq: Option<i64>,
+    pub kind: String,
+    pub data: Value,
+}
+
+type Bytes = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// A device's event stream, parsed frame by frame.
+pub struct EventStream {
+    body: Bytes,
+    buffer: String,
+    /// The last seq this device saw.
+    pub last_seq: i64,
+}
+
+impl EventStream {
+    /// The next event (keepalive comments skipped); `None` when the stream ends.
+    pub async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                let mut seq = None;
+                let mut kind = String::from("message");
+                let mut data = String::new();
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        seq = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        kind = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if data.is_empty() && seq.is_none() {
+                    continue; // a comment such as `: keepalive`
+                }
+                if let Some(s) = seq {
+                    self.last_seq = s;
+                }
+                let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                return Ok(Some(SseEvent { seq, kind, data }));
+            }
+            match self.body.next().await {
+                Some(Ok(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                Some(Err(err)) => return Err(err.into()),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Reads events until `stop` says so, within `bound`; returns them all.
+    pub async fn read_until<F>(&mut self, bound: Duration, mut stop: F) -> anyhow::Result<Vec<SseEvent>>
+    where
+        F: FnMut(&SseEvent) -> bool,
+    {
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.next())
+                .await
+                .map_err(|_| anyhow::anyhow!("timed out after {bound:?}; saw {} events", seen.len()))??;
+            let Some(event) = next else { bail!("the stream ended; saw {} events", seen.len()) };
+            let done = stop(&event);
+            seen.push(event);
+            if done {
+                return Ok(seen);
+            }
+        }
+    }
+}
+
+/// The canonical answer of `n` tokens from the simulator.
+pub fn sim_answer(n: usize) -> String {
+    (0..n).map(|i| format!("w{i} ")).collect()
+}
