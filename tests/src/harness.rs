@@ -31,7 +31,10 @@ pub fn bin_dir() -> PathBuf {
 /// A free loopback port (bound, then released for the daemon to take).
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-    listener.local_addr().expect("a bound socket has an address").port()
+    listener
+        .local_addr()
+        .expect("a bound socket has an address")
+        .port()
 }
 
 /// Polls `check` until it returns `Some`, failing after `bound`.
@@ -81,7 +84,11 @@ pub struct Sim {
 impl Sim {
     /// Starts `engine-sim` on a free port with extra `args`.
     pub fn start(args: &[&str]) -> anyhow::Result<Sim> {
-        let mut sim = Sim { child: None, port: 0, args: args.iter().map(|s| s.to_string()).collect() };
+        let mut sim = Sim {
+            child: None,
+            port: 0,
+            args: args.iter().map(|s| s.to_string()).collect(),
+        };
         sim.spawn("127.0.0.1:0")?;
         Ok(sim)
     }
@@ -106,7 +113,11 @@ impl Sim {
             .next()
             .filter(|_| line.contains("listening"))
             .with_context(|| format!("engine-sim printed {line:?}"))?;
-        self.port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).context("engine-sim port")?;
+        self.port = addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .context("engine-sim port")?;
         self.child = Some(child);
         Ok(())
     }
@@ -155,7 +166,10 @@ impl Sim {
 
     /// The chat requests the sim received (`GET /sim/requests`).
     pub async fn requests(&self) -> anyhow::Result<Vec<Value>> {
-        Ok(reqwest::get(format!("{}/sim/requests", self.url())).await?.json().await?)
+        Ok(reqwest::get(format!("{}/sim/requests", self.url()))
+            .await?
+            .json()
+            .await?)
     }
 }
 
@@ -180,13 +194,19 @@ impl Chatd {
     /// Starts chatd against `engine_url` with extra environment and waits for `/health`.
     pub async fn start(engine_url: &str, env: &[(&str, &str)]) -> anyhow::Result<Chatd> {
         let dir = tempfile::tempdir()?;
-        std::fs::write(dir.path().join("secrets.env"), format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"))?;
+        std::fs::write(
+            dir.path().join("secrets.env"),
+            format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"),
+        )?;
         let mut chatd = Chatd {
             child: None,
             dir,
             port: free_port(),
             engine_url: engine_url.to_string(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         chatd.spawn()?;
         chatd.wait_healthy().await?;
@@ -206,7 +226,10 @@ impl Chatd {
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
         let mut command = Command::new(bin_dir().join("chatd"));
         command
             .current_dir(self.dir.path())
@@ -244,10 +267,18 @@ impl Chatd {
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    bail!("chatd exited ({status}) before answering /health:\n{}", self.log());
+                    bail!(
+                        "chatd exited ({status}) before answering /health:\n{}",
+                        self.log()
+                    );
                 }
             }
-            if let Ok(r) = client.get(&url).timeout(Duration::from_secs(1)).send().await {
+            if let Ok(r) = client
+                .get(&url)
+                .timeout(Duration::from_secs(1))
+                .send()
+                .await
+            {
                 if r.status().is_success() {
                     return Ok(());
                 }
@@ -268,10 +299,16 @@ impl Chatd {
     }
 
     /// SIGTERM and wait; returns how long the exit took and the exit status.
-    pub fn sigterm(&mut self, bound: Duration) -> anyhow::Result<(Duration, std::process::ExitStatus)> {
+    pub fn sigterm(
+        &mut self,
+        bound: Duration,
+    ) -> anyhow::Result<(Duration, std::process::ExitStatus)> {
         let mut child = self.child.take().context("chatd is not running")?;
         let started = Instant::now();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
         loop {
             if let Some(status) = child.try_wait()? {
                 return Ok((started.elapsed(), status));
@@ -302,7 +339,10 @@ impl Drop for Chatd {
             terminate(&mut child, Duration::from_secs(6));
         }
         if std::thread::panicking() {
-            eprintln!("---- chatd log ----\n{}\n---- end of chatd log ----", self.log());
+            eprintln!(
+                "---- chatd log ----\n{}\n---- end of chatd log ----",
+                self.log()
+            );
         }
     }
 }
@@ -325,15 +365,27 @@ pub struct Answer {
 
 impl Client {
     pub fn new(base: &str, key: &str) -> Client {
-        Client { base: base.to_string(), key: key.to_string(), http: reqwest::Client::new() }
+        Client {
+            base: base.to_string(),
+            key: key.to_string(),
+            http: reqwest::Client::new(),
+        }
     }
 
     pub fn api(&self, path: &str) -> String {
         format!("{}/v1/chat-app{path}", self.base)
     }
 
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Answer> {
-        let mut request = self.http.request(method, self.api(path)).header("x-forward-key", &self.key);
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Answer> {
+        let mut request = self
+            .http
+            .request(method, self.api(path))
+            .header("x-forward-key", &self.key);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -342,7 +394,11 @@ impl Client {
         let headers = response.headers().clone();
         let text = response.text().await?;
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Ok(Answer { status, body, headers })
+        Ok(Answer {
+            status,
+            body,
+            headers,
+        })
     }
 
     pub async fn get(&self, path: &str) -> anyhow::Result<Answer> {
@@ -357,12 +413,20 @@ impl Client {
     pub async fn create_chat(&self) -> anyhow::Result<String> {
         let answer = self.post("/conversations", json!({})).await?;
         anyhow::ensure!(answer.status == 201, "create answered {answer:?}");
-        Ok(answer.body["id"].as_str().context("conversation id")?.to_string())
+        Ok(answer.body["id"]
+            .as_str()
+            .context("conversation id")?
+            .to_string())
     }
 
     /// Sends a message; returns the 202 body.
     pub async fn send(&self, chat: &str, text: &str) -> anyhow::Result<Value> {
-        let answer = self.post(&format!("/conversations/{chat}/messages"), json!({"text": text})).await?;
+        let answer = self
+            .post(
+                &format!("/conversations/{chat}/messages"),
+                json!({"text": text}),
+            )
+            .await?;
         anyhow::ensure!(answer.status == 202, "send answered {answer:?}");
         Ok(answer.body)
     }
@@ -383,11 +447,21 @@ impl Client {
     }
 
     /// Waits (polling, bounded) until the run's status is one of `statuses`.
-    pub async fn wait_run(&self, chat: &str, run_id: &str, statuses: &[&str], bound: Duration) -> anyhow::Result<Value> {
-        wait_until(&format!("run {run_id} to be {statuses:?}"), bound, || async {
-            let run = self.run(chat, run_id).await.ok()?;
-            statuses.contains(&run["status"].as_str()?).then_some(run)
-        })
+    pub async fn wait_run(
+        &self,
+        chat: &str,
+        run_id: &str,
+        statuses: &[&str],
+        bound: Duration,
+    ) -> anyhow::Result<Value> {
+        wait_until(
+            &format!("run {run_id} to be {statuses:?}"),
+            bound,
+            || async {
+                let run = self.run(chat, run_id).await.ok()?;
+                statuses.contains(&run["status"].as_str()?).then_some(run)
+            },
+        )
         .await
     }
 
@@ -400,8 +474,16 @@ impl Client {
             .header("last-event-id", after.to_string())
             .send()
             .await?;
-        anyhow::ensure!(response.status() == 200, "events answered {}", response.status());
-        Ok(EventStream { body: Box::pin(response.bytes_stream()), buffer: String::new(), last_seq: after })
+        anyhow::ensure!(
+            response.status() == 200,
+            "events answered {}",
+            response.status()
+        );
+        Ok(EventStream {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+            last_seq: after,
+        })
     }
 }
 
@@ -413,7 +495,8 @@ pub struct SseEvent {
     pub data: Value,
 }
 
-type Bytes = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+type Bytes =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// A device's event stream, parsed frame by frame.
 pub struct EventStream {
@@ -459,7 +542,11 @@ impl EventStream {
     }
 
     /// Reads events until `stop` says so, within `bound`; returns them all.
-    pub async fn read_until<F>(&mut self, bound: Duration, mut stop: F) -> anyhow::Result<Vec<SseEvent>>
+    pub async fn read_until<F>(
+        &mut self,
+        bound: Duration,
+        mut stop: F,
+    ) -> anyhow::Result<Vec<SseEvent>>
     where
         F: FnMut(&SseEvent) -> bool,
     {
@@ -468,8 +555,12 @@ impl EventStream {
         loop {
             let next = tokio::time::timeout_at(deadline, self.next())
                 .await
-                .map_err(|_| anyhow::anyhow!("timed out after {bound:?}; saw {} events", seen.len()))??;
-            let Some(event) = next else { bail!("the stream ended; saw {} events", seen.len()) };
+                .map_err(|_| {
+                    anyhow::anyhow!("timed out after {bound:?}; saw {} events", seen.len())
+                })??;
+            let Some(event) = next else {
+                bail!("the stream ended; saw {} events", seen.len())
+            };
             let done = stop(&event);
             seen.push(event);
             if done {

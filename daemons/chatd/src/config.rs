@@ -24,7 +24,7 @@ pub struct FileConfig {
     pub connectors: Option<toml::Table>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChatdConfig {
     /// Address chatd listens on, loopback only unless you put a front before it.
@@ -87,16 +87,46 @@ impl Default for ChatdConfig {
 
 /// The QSE_* variables chatd reads and the keys they set.
 pub const ENV_KEYS: &[EnvKey] = &[
-    EnvKey { env: "QSE_CHAT_URL", key: "chatd.listen" },
-    EnvKey { env: "QSE_CHAT_DATA", key: "chatd.data_dir" },
-    EnvKey { env: "QSE_ENGINE_URL", key: "chatd.engine_url" },
-    EnvKey { env: "QSE_SECRETS", key: "chatd.secrets" },
-    EnvKey { env: "QSE_CHAT_MAX_RUNS", key: "chatd.max_runs" },
-    EnvKey { env: "QSE_CHAT_RETRY_WINDOW_S", key: "chatd.retry_window_s" },
-    EnvKey { env: "QSE_CHAT_RETRY_MAX_WAIT_S", key: "chatd.retry_max_wait_s" },
-    EnvKey { env: "QSE_CHAT_MAX_BODY_BYTES", key: "chatd.max_body_bytes" },
-    EnvKey { env: "QSE_CHAT_DEFAULT_MODEL", key: "chatd.default_model" },
-    EnvKey { env: "QSE_CHAT_CONTEXT_WINDOW", key: "chatd.context_window" },
+    EnvKey {
+        env: "QSE_CHAT_URL",
+        key: "chatd.listen",
+    },
+    EnvKey {
+        env: "QSE_CHAT_DATA",
+        key: "chatd.data_dir",
+    },
+    EnvKey {
+        env: "QSE_ENGINE_URL",
+        key: "chatd.engine_url",
+    },
+    EnvKey {
+        env: "QSE_SECRETS",
+        key: "chatd.secrets",
+    },
+    EnvKey {
+        env: "QSE_CHAT_MAX_RUNS",
+        key: "chatd.max_runs",
+    },
+    EnvKey {
+        env: "QSE_CHAT_RETRY_WINDOW_S",
+        key: "chatd.retry_window_s",
+    },
+    EnvKey {
+        env: "QSE_CHAT_RETRY_MAX_WAIT_S",
+        key: "chatd.retry_max_wait_s",
+    },
+    EnvKey {
+        env: "QSE_CHAT_MAX_BODY_BYTES",
+        key: "chatd.max_body_bytes",
+    },
+    EnvKey {
+        env: "QSE_CHAT_DEFAULT_MODEL",
+        key: "chatd.default_model",
+    },
+    EnvKey {
+        env: "QSE_CHAT_CONTEXT_WINDOW",
+        key: "chatd.context_window",
+    },
 ];
 
 impl ChatdConfig {
@@ -105,19 +135,31 @@ impl ChatdConfig {
         let bad = |key: &str, why: String| anyhow::anyhow!("chatd.{key}: {why}");
         self.listen_addr().map_err(|e| bad("listen", e))?;
         if !(self.engine_url.starts_with("http://") || self.engine_url.starts_with("https://")) {
-            return Err(bad("engine_url", format!("{:?} must start with http:// or https://", self.engine_url)));
+            return Err(bad(
+                "engine_url",
+                format!("{:?} must start with http:// or https://", self.engine_url),
+            ));
         }
         if !(1..=64).contains(&self.max_runs) {
-            return Err(bad("max_runs", format!("{} is outside 1..=64", self.max_runs)));
+            return Err(bad(
+                "max_runs",
+                format!("{} is outside 1..=64", self.max_runs),
+            ));
         }
         if self.retry_max_wait_s == 0 {
             return Err(bad("retry_max_wait_s", "must be at least 1".into()));
         }
         if !(1024..=64 << 20).contains(&self.max_body_bytes) {
-            return Err(bad("max_body_bytes", format!("{} is outside 1024..=67108864", self.max_body_bytes)));
+            return Err(bad(
+                "max_body_bytes",
+                format!("{} is outside 1024..=67108864", self.max_body_bytes),
+            ));
         }
         if !(100..=100_000).contains(&self.sse_reset_after) {
-            return Err(bad("sse_reset_after", format!("{} is outside 100..=100000", self.sse_reset_after)));
+            return Err(bad(
+                "sse_reset_after",
+                format!("{} is outside 100..=100000", self.sse_reset_after),
+            ));
         }
         if self.sse_keepalive_s == 0 {
             return Err(bad("sse_keepalive_s", "must be at least 1".into()));
@@ -128,7 +170,10 @@ impl ChatdConfig {
     /// `listen` as a socket address; `http://host:port` is taken too, since
     /// QSE_CHAT_URL holds a URL.
     pub fn listen_addr(&self) -> Result<std::net::SocketAddr, String> {
-        let text = self.listen.trim_start_matches("http://").trim_end_matches('/');
+        let text = self
+            .listen
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
         text.parse()
             .map_err(|_| format!("{:?} is not an address like 127.0.0.1:8016", self.listen))
     }
@@ -136,3 +181,43 @@ impl ChatdConfig {
 
 /// The commented default configuration, as `--print-default-config` prints it.
 pub const DEFAULT_TOML: &str = include_str!("../../../config/tandem.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// config/tandem.toml is what `--print-default-config` prints: its values
+    /// must be the built-in defaults, so the commented file never lies.
+    #[test]
+    fn default_file_matches_the_built_in_defaults() {
+        let file: FileConfig = toml::from_str(DEFAULT_TOML).expect("config/tandem.toml parses");
+        assert_eq!(file.chatd, ChatdConfig::default());
+        file.chatd.check().expect("the defaults pass the checks");
+    }
+
+    #[test]
+    fn checks_name_the_key_and_the_limit() {
+        let check = |change: fn(&mut ChatdConfig), expect: &str| {
+            let mut config = ChatdConfig::default();
+            change(&mut config);
+            let err = config.check().unwrap_err().to_string();
+            assert!(err.contains(expect), "{err:?} should contain {expect:?}");
+        };
+        check(|c| c.max_runs = 0, "chatd.max_runs: 0 is outside 1..=64");
+        check(|c| c.listen = "nowhere".into(), "chatd.listen");
+        check(|c| c.engine_url = "ftp://x".into(), "chatd.engine_url");
+        check(
+            |c| c.max_body_bytes = 10,
+            "chatd.max_body_bytes: 10 is outside",
+        );
+    }
+
+    #[test]
+    fn listen_takes_a_url_too() {
+        let config = ChatdConfig {
+            listen: "http://127.0.0.1:9016".into(),
+            ..ChatdConfig::default()
+        };
+        assert_eq!(config.listen_addr().unwrap().port(), 9016);
+    }
+}

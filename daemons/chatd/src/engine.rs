@@ -30,8 +30,18 @@ pub enum Piece {
     Text(String),
     Reasoning(String),
     /// A fragment of a tool call, merged by `index`.
-    ToolCall { index: u64, id: Option<String>, name: Option<String>, arguments: String },
-    Usage { prompt: u64, completion: u64, tokens_per_second: Option<f64>, prompt_ms: Option<f64> },
+    ToolCall {
+        index: u64,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    Usage {
+        prompt: u64,
+        completion: u64,
+        tokens_per_second: Option<f64>,
+        prompt_ms: Option<f64>,
+    },
     Finish(String),
 }
 
@@ -43,7 +53,11 @@ pub enum Fault {
     /// The stream stopped before its end: retry with backoff, continuing the text.
     Cut(String),
     /// 503 or 429: wait `retry_after` and try once more.
-    Busy { status: u16, retry_after: Option<u64>, message: String },
+    Busy {
+        status: u16,
+        retry_after: Option<u64>,
+        message: String,
+    },
     /// Another 5xx: retry with backoff.
     Server { status: u16, message: String },
     /// A 4xx: the run fails with the engine's message.
@@ -56,9 +70,13 @@ impl Fault {
         match self {
             Fault::Unreachable(m) => format!("engine unreachable: {m}"),
             Fault::Cut(m) => format!("engine stream cut: {m}"),
-            Fault::Busy { status, message, .. } => format!("engine busy ({status}): {message}"),
+            Fault::Busy {
+                status, message, ..
+            } => format!("engine busy ({status}): {message}"),
             Fault::Server { status, message } => format!("engine error ({status}): {message}"),
-            Fault::Rejected { status, message } => format!("engine refused the request ({status}): {message}"),
+            Fault::Rejected { status, message } => {
+                format!("engine refused the request ({status}): {message}")
+            }
         }
     }
 }
@@ -72,7 +90,10 @@ impl Engine {
             .pool_idle_timeout(Duration::from_secs(20))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Engine { base: base.trim_end_matches('/').to_string(), http }
+        Engine {
+            base: base.trim_end_matches('/').to_string(),
+            http,
+        }
     }
 
     pub fn url(&self) -> &str {
@@ -92,7 +113,11 @@ impl Engine {
             return Err(format!("GET /v1/models answered {}", response.status()));
         }
         let body: Value = response.json().await.map_err(|e| short(&e))?;
-        let list = body.get("data").and_then(Value::as_array).cloned().unwrap_or_default();
+        let list = body
+            .get("data")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         Ok(list
             .iter()
             .filter_map(|m| {
@@ -106,7 +131,12 @@ impl Engine {
                     caps.and_then(Value::as_array)
                         .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(c)))
                 };
-                Some(ModelInfo { id, context_window: window, vision: has("vision"), tools: true })
+                Some(ModelInfo {
+                    id,
+                    context_window: window,
+                    vision: has("vision"),
+                    tools: true,
+                })
             })
             .collect())
     }
@@ -131,7 +161,11 @@ impl Engine {
             let text = response.text().await.unwrap_or_default();
             let message = error_message(&text);
             return Err(match status {
-                503 | 429 => Fault::Busy { status, retry_after, message },
+                503 | 429 => Fault::Busy {
+                    status,
+                    retry_after,
+                    message,
+                },
                 400..=499 => Fault::Rejected { status, message },
                 _ => Fault::Server { status, message },
             });
@@ -152,7 +186,11 @@ fn error_message(text: &str) -> String {
     let parsed: Option<Value> = serde_json::from_str(text).ok();
     let message = parsed
         .as_ref()
-        .and_then(|v| v.pointer("/error/message").or_else(|| v.get("message")).or_else(|| v.get("error")))
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("message"))
+                .or_else(|| v.get("error"))
+        })
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
@@ -181,7 +219,8 @@ fn short(err: &reqwest::Error) -> String {
     text
 }
 
-type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// The pieces of one streamed answer, line by line.
 pub struct EngineStream {
@@ -231,7 +270,9 @@ impl EngineStream {
 
     fn take_line(&mut self) -> Option<String> {
         let end = self.buffer.iter().position(|b| *b == b'\n')?;
-        let line = String::from_utf8_lossy(&self.buffer[..end]).trim_end_matches('\r').to_string();
+        let line = String::from_utf8_lossy(&self.buffer[..end])
+            .trim_end_matches('\r')
+            .to_string();
         self.buffer.advance(end + 1);
         Some(line)
     }
@@ -241,7 +282,10 @@ impl EngineStream {
             return;
         }
         let Some(data) = line.strip_prefix("data:") else {
-            if !(line.starts_with("event:") || line.starts_with("id:") || line.starts_with("retry:")) {
+            if !(line.starts_with("event:")
+                || line.starts_with("id:")
+                || line.starts_with("retry:"))
+            {
                 self.garbage += 1;
             }
             return;
@@ -258,7 +302,10 @@ impl EngineStream {
         if let Some(choice) = chunk.pointer("/choices/0") {
             let delta = choice.get("delta");
             let text_of = |key: &str| {
-                delta.and_then(|d| d.get(key)).and_then(Value::as_str).filter(|s| !s.is_empty())
+                delta
+                    .and_then(|d| d.get(key))
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
             };
             if let Some(r) = text_of("reasoning_content").or_else(|| text_of("reasoning")) {
                 self.queue.push_back(Piece::Reasoning(r.to_string()));
@@ -266,12 +313,18 @@ impl EngineStream {
             if let Some(t) = text_of("content") {
                 self.queue.push_back(Piece::Text(t.to_string()));
             }
-            if let Some(calls) = delta.and_then(|d| d.get("tool_calls")).and_then(Value::as_array) {
+            if let Some(calls) = delta
+                .and_then(|d| d.get("tool_calls"))
+                .and_then(Value::as_array)
+            {
                 for call in calls {
                     self.queue.push_back(Piece::ToolCall {
                         index: call.get("index").and_then(Value::as_u64).unwrap_or(0),
                         id: call.get("id").and_then(Value::as_str).map(str::to_string),
-                        name: call.pointer("/function/name").and_then(Value::as_str).map(str::to_string),
+                        name: call
+                            .pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
                         arguments: call
                             .pointer("/function/arguments")
                             .and_then(Value::as_str)
@@ -290,7 +343,9 @@ impl EngineStream {
             self.queue.push_back(Piece::Usage {
                 prompt: get("prompt_tokens"),
                 completion: get("completion_tokens"),
-                tokens_per_second: chunk.pointer("/timings/predicted_per_second").and_then(Value::as_f64),
+                tokens_per_second: chunk
+                    .pointer("/timings/predicted_per_second")
+                    .and_then(Value::as_f64),
                 prompt_ms: chunk.pointer("/timings/prompt_ms").and_then(Value::as_f64),
             });
         }

@@ -24,7 +24,13 @@ pub struct Event {
 impl Event {
     pub fn new(conversation_id: String, seq: i64, kind: &'static str, data: String) -> Event {
         let frame = Bytes::from(format!("id: {seq}\nevent: {kind}\ndata: {data}\n\n"));
-        Event { conversation_id, seq, kind, data, frame }
+        Event {
+            conversation_id,
+            seq,
+            kind,
+            data,
+            frame,
+        }
     }
 }
 
@@ -66,14 +72,19 @@ impl Hub {
         channels
             .entry(conversation_id.to_string())
             .or_insert_with(|| {
-                Arc::new(Channel { ring: Mutex::new(VecDeque::new()), head: watch::Sender::new(head) })
+                Arc::new(Channel {
+                    ring: Mutex::new(VecDeque::new()),
+                    head: watch::Sender::new(head),
+                })
             })
             .clone()
     }
 
     /// Publishes one conversation's committed events, in seq order.
     pub fn publish(&self, conversation_id: &str, events: Vec<Arc<Event>>) {
-        let Some(last) = events.last().map(|e| e.seq) else { return };
+        let Some(last) = events.last().map(|e| e.seq) else {
+            return;
+        };
         let channel = self.channel(conversation_id, 0);
         {
             let mut ring = channel.ring.lock().unwrap_or_else(|p| p.into_inner());
@@ -127,7 +138,10 @@ impl Hub {
     }
 
     pub fn channel_count(&self) -> usize {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 }
 

@@ -40,8 +40,12 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         .store
         .write(move |ctx| {
             let ids: Vec<String> = {
-                let mut stmt = ctx.conn().prepare("SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at < ?1")?;
-                let ids = stmt.query_map([cutoff], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                let mut stmt = ctx.conn().prepare(
+                    "SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at < ?1",
+                )?;
+                let ids = stmt
+                    .query_map([cutoff], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
                 ids
             };
             for id in &ids {
@@ -63,7 +67,11 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
             )?)
         })
         .await?;
-    tracing::info!(purged = purged.len(), deltas_dropped = dropped, "housekeeping done");
+    tracing::info!(
+        purged = purged.len(),
+        deltas_dropped = dropped,
+        "housekeeping done"
+    );
     Ok(())
 }
 
@@ -76,13 +84,15 @@ fn due_backup(dir: &Path) -> Option<PathBuf> {
 
 async fn backup(app: &Arc<App>, path: &Path) -> Result<(), ApiError> {
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    tandem_shared::fsmode::private_dir(&dir).map_err(|e| ApiError::internal(format!("backups folder: {e}")))?;
+    tandem_shared::fsmode::private_dir(&dir)
+        .map_err(|e| ApiError::internal(format!("backups folder: {e}")))?;
     let target = path.to_path_buf();
     let started = std::time::Instant::now();
     app.store
         .read(move |conn| {
             conn.execute("VACUUM INTO ?1", [target.to_string_lossy()])?;
-            tandem_shared::fsmode::private_file(&target).map_err(|e| ApiError::internal(format!("backup mode: {e}")))?;
+            tandem_shared::fsmode::private_file(&target)
+                .map_err(|e| ApiError::internal(format!("backup mode: {e}")))?;
             Ok(())
         })
         .await?;
@@ -91,10 +101,16 @@ async fn backup(app: &Arc<App>, path: &Path) -> Result<(), ApiError> {
 }
 
 fn prune_backups(dir: &Path, keep: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut names: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("chat-") && n.ends_with(".sqlite3")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("chat-") && n.ends_with(".sqlite3"))
+        })
         .collect();
     // Names hold the date, so their order is the days' order.
     names.sort();

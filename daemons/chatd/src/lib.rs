@@ -54,7 +54,10 @@ pub struct EngineState {
 
 impl App {
     pub fn engine_state(&self) -> EngineState {
-        self.engine_state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.engine_state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The model of a new chat: the configured default, else the engine's first.
@@ -81,9 +84,15 @@ impl App {
                         self.runs.remember_window(&m.id, window);
                     }
                 }
-                EngineState { reachable: true, models }
+                EngineState {
+                    reachable: true,
+                    models,
+                }
             }
-            Err(_) => EngineState { reachable: false, models: self.engine_state().models },
+            Err(_) => EngineState {
+                reachable: false,
+                models: self.engine_state().models,
+            },
         };
         let was = self.engine_state().reachable;
         if was != state.reachable {
@@ -96,7 +105,11 @@ impl App {
 /// Removes a chat's folders (workspace, home, egress, snapshots) for good.
 pub fn remove_chat_folders(data_dir: &Path, conversation_id: &str) {
     // Ids are made by chatd, but a folder name from a request is checked anyway.
-    if conversation_id.is_empty() || !conversation_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    if conversation_id.is_empty()
+        || !conversation_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
         return;
     }
     for folder in ["workspaces", "homes", "egress", "snapshots"] {
@@ -111,7 +124,11 @@ pub fn remove_chat_folders(data_dir: &Path, conversation_id: &str) {
 
 /// Runs chatd on `listener` until `shutdown` begins, then ends open runs
 /// `interrupted` and returns within the grace period.
-pub async fn run(config: ChatdConfig, listener: tokio::net::TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(
+    config: ChatdConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let config = Arc::new(config);
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
@@ -119,9 +136,19 @@ pub async fn run(config: ChatdConfig, listener: tokio::net::TcpListener, shutdow
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
     let hub = Hub::default();
-    let store = Store::open(&config.data_dir.join("chat.sqlite3"), hub.clone(), metrics.clone())?;
+    let store = Store::open(
+        &config.data_dir.join("chat.sqlite3"),
+        hub.clone(),
+        metrics.clone(),
+    )?;
     let engine = Engine::new(&config.engine_url);
-    let runs = Runs::new(store.clone(), engine.clone(), config.clone(), metrics.clone(), shutdown.clone());
+    let runs = Runs::new(
+        store.clone(),
+        engine.clone(),
+        config.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
@@ -168,13 +195,20 @@ pub async fn run(config: ChatdConfig, listener: tokio::net::TcpListener, shutdow
     tandem_shared::notify::spawn_watchdog(shutdown.clone(), || true);
 
     let router = api::router(app.clone());
-    let server = tokio::spawn(tandem_shared::http::serve(listener, router, shutdown.clone()));
+    let server = tokio::spawn(tandem_shared::http::serve(
+        listener,
+        router,
+        shutdown.clone(),
+    ));
     shutdown.wait().await;
     tandem_shared::notify::stopping();
     let grace = Duration::from_secs(config.shutdown_grace_s);
     let left = runs.drain(grace).await;
     if left > 0 {
-        tracing::warn!(runs = left, "runs still open at the end of the grace period");
+        tracing::warn!(
+            runs = left,
+            "runs still open at the end of the grace period"
+        );
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
     store.close().await;

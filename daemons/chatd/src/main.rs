@@ -41,18 +41,25 @@ fn main() -> ExitCode {
 fn start(args: Args) -> anyhow::Result<()> {
     let run_dir = args.env_dir.clone().unwrap_or_else(|| PathBuf::from("."));
     let sources = tandem_shared::config::Sources::from_process(args.config.clone(), Some(&run_dir));
-    let loaded = tandem_shared::config::load::<chatd::config::FileConfig>(&sources, chatd::config::ENV_KEYS)?;
+    let loaded = tandem_shared::config::load::<chatd::config::FileConfig>(
+        &sources,
+        chatd::config::ENV_KEYS,
+    )?;
     let config = loaded.config.chatd;
     config.check()?;
     let logs = tandem_shared::secrets::home().join(".tandemllm/logs");
     tandem_shared::logging::init("chatd", &logs)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?loaded.origins, "chatd starting");
-    let address = config.listen_addr().map_err(|e| anyhow::anyhow!("chatd.listen: {e}"))?;
+    let address = config
+        .listen_addr()
+        .map_err(|e| anyhow::anyhow!("chatd.listen: {e}"))?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(address)
             .await
-            .with_context(|| format!("listening on {address} (is another chatd running? `tandem chat status`)"))?;
+            .with_context(|| {
+                format!("listening on {address} (is another chatd running? `tandem chat status`)")
+            })?;
         let (_trigger, shutdown) = tandem_shared::shutdown::Shutdown::on_signals()?;
         chatd::run(config, listener, shutdown).await
     })

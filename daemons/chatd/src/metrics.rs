@@ -38,12 +38,36 @@ impl Metrics {
             engine_garbage_lines: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("tandem");
-        r.register("runs", "Runs ended, by origin and outcome", metrics.runs.clone());
-        r.register("run_seconds", "Seconds from a run's start to its end", metrics.run_seconds.clone());
-        r.register("events_written", "Events committed to the event log", metrics.events_written.clone());
-        r.register("sse_devices", "Devices attached to an event stream now", metrics.sse_devices.clone());
-        r.register("engine_retries", "Engine requests retried after a fault", metrics.engine_retries.clone());
-        r.register("runs_queued", "Runs waiting for a free slot now", metrics.runs_queued.clone());
+        r.register(
+            "runs",
+            "Runs ended, by origin and outcome",
+            metrics.runs.clone(),
+        );
+        r.register(
+            "run_seconds",
+            "Seconds from a run's start to its end",
+            metrics.run_seconds.clone(),
+        );
+        r.register(
+            "events_written",
+            "Events committed to the event log",
+            metrics.events_written.clone(),
+        );
+        r.register(
+            "sse_devices",
+            "Devices attached to an event stream now",
+            metrics.sse_devices.clone(),
+        );
+        r.register(
+            "engine_retries",
+            "Engine requests retried after a fault",
+            metrics.engine_retries.clone(),
+        );
+        r.register(
+            "runs_queued",
+            "Runs waiting for a free slot now",
+            metrics.runs_queued.clone(),
+        );
         r.register(
             "engine_garbage_lines",
             "Lines of the engine's stream that were not valid chunks, skipped",

@@ -40,7 +40,9 @@ impl Conversation {
             permission_mode: row.get(6)?,
             settings: serde_json::from_str(&settings).unwrap_or(Value::Object(Default::default())),
             deleted: deleted_at.map(|t| {
-                jiff::Timestamp::from_second(t).map(|t| t.to_string()).unwrap_or_default()
+                jiff::Timestamp::from_second(t)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default()
             }),
             head_id: row.get(9)?,
             last_seq: row.get(10)?,

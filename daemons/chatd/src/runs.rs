@@ -71,7 +71,13 @@ struct Inner {
 }
 
 impl Runs {
-    pub fn new(store: Store, engine: Engine, config: Arc<ChatdConfig>, metrics: Arc<Metrics>, shutdown: Shutdown) -> Runs {
+    pub fn new(
+        store: Store,
+        engine: Engine,
+        config: Arc<ChatdConfig>,
+        metrics: Arc<Metrics>,
+        shutdown: Shutdown,
+    ) -> Runs {
         let slots = Semaphore::new(config.max_runs as usize);
         Runs {
             inner: Arc::new(Inner {
@@ -106,11 +112,19 @@ impl Runs {
                         "SELECT {} FROM runs WHERE status IN ('running', 'waiting') ORDER BY rowid",
                         crate::model::RUN_COLUMNS
                     ))?;
-                    let rows = stmt.query_map([], Run::from_row)?.collect::<Result<Vec<_>, _>>()?;
+                    let rows = stmt
+                        .query_map([], Run::from_row)?
+                        .collect::<Result<Vec<_>, _>>()?;
                     rows
                 };
                 for run in &open {
-                    finish_run(ctx, run, Outcome::Interrupted, Some("chatd stopped while the run worked"), None)?;
+                    finish_run(
+                        ctx,
+                        run,
+                        Outcome::Interrupted,
+                        Some("chatd stopped while the run worked"),
+                        None,
+                    )?;
                 }
                 let mut stmt = ctx.conn().prepare(
                     "SELECT id, conversation_id FROM runs WHERE status = 'queued' ORDER BY rowid",
@@ -119,7 +133,10 @@ impl Runs {
                     .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
                     .collect::<Result<Vec<_>, _>>()?;
                 if !open.is_empty() {
-                    tracing::info!(runs = open.len(), "ended runs left open by a stop as interrupted");
+                    tracing::info!(
+                        runs = open.len(),
+                        "ended runs left open by a stop as interrupted"
+                    );
                 }
                 Ok(queued)
             })
@@ -145,9 +162,15 @@ impl Runs {
                     runs.inner
                         .metrics
                         .runs
-                        .get_or_create(&RunLabels { origin, outcome: outcome.as_str().into() })
+                        .get_or_create(&RunLabels {
+                            origin,
+                            outcome: outcome.as_str().into(),
+                        })
                         .inc();
-                    runs.inner.metrics.run_seconds.observe(started.elapsed().as_secs_f64());
+                    runs.inner
+                        .metrics
+                        .run_seconds
+                        .observe(started.elapsed().as_secs_f64());
                     tracing::info!(run = %run_id, conversation = %conversation_id, outcome = outcome.as_str(),
                         seconds = started.elapsed().as_secs_f64(), "run ended");
                 }
@@ -156,7 +179,10 @@ impl Runs {
             }
             {
                 let mut active = lock(&runs.inner.active);
-                if active.get(&conversation_id).is_some_and(|(id, _)| *id == run_id) {
+                if active
+                    .get(&conversation_id)
+                    .is_some_and(|(id, _)| *id == run_id)
+                {
                     active.remove(&conversation_id);
                 }
             }
@@ -218,11 +244,12 @@ impl Runs {
     ) -> Result<Option<(String, Outcome)>, ApiError> {
         let inner = &self.inner;
         let store = &inner.store;
-        let run = store.read({
-            let id = run_id.to_string();
-            move |conn| queries::run(conn, &id)
-        })
-        .await?;
+        let run = store
+            .read({
+                let id = run_id.to_string();
+                move |conn| queries::run(conn, &id)
+            })
+            .await?;
         let origin = run.origin.clone();
 
         // A slot: at once when one is free, else in line.
@@ -239,7 +266,11 @@ impl Runs {
                 store
                     .write(move |ctx| {
                         let run = queries::run(ctx.conn(), &rid)?;
-                        ctx.emit(&run.conversation_id, "run.queued", json!({"run_id": rid, "position": position}))?;
+                        ctx.emit(
+                            &run.conversation_id,
+                            "run.queued",
+                            json!({"run_id": rid, "position": position}),
+                        )?;
                         set_state(ctx, &run.conversation_id, "queued")?;
                         Ok(())
                     })
@@ -269,20 +300,25 @@ impl Runs {
         let (run, conversation) = store
             .write(move |ctx| {
                 let run = queries::run(ctx.conn(), &rid)?;
-                ctx.conn().execute(
-                    "UPDATE runs SET status = 'running' WHERE id = ?1",
-                    [&rid],
+                ctx.conn()
+                    .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
+                ctx.emit(
+                    &run.conversation_id,
+                    "run.started",
+                    json!({"run_id": rid, "mode": run.mode, "model": run.model}),
                 )?;
-                ctx.emit(&run.conversation_id, "run.started", json!({"run_id": rid, "mode": run.mode, "model": run.model}))?;
                 set_state(ctx, &run.conversation_id, "running")?;
-                let conversation = queries::conversation(ctx.conn(), &run.conversation_id, Trashed::Include)?;
+                let conversation =
+                    queries::conversation(ctx.conn(), &run.conversation_id, Trashed::Include)?;
                 Ok((run, conversation))
             })
             .await?;
         tracing::info!(run = %run.id, conversation = %conversation.id, mode = %run.mode, "run started");
 
         let mut steps_left = 40u32;
-        let mut continue_message = (run.mode == "continue").then(|| run.message_id.clone()).flatten();
+        let mut continue_message = (run.mode == "continue")
+            .then(|| run.message_id.clone())
+            .flatten();
         loop {
             // Waiting messages reach the model at this request.
             let cid = conversation_id.to_string();
@@ -312,7 +348,9 @@ impl Runs {
                 })
                 .await?;
 
-            let outcome = self.answer(&run, &conversation, &message, &history, &mut stop).await;
+            let outcome = self
+                .answer(&run, &conversation, &message, &history, &mut stop)
+                .await;
             let (outcome, error) = match outcome {
                 Ok(()) => (Outcome::Done, None),
                 Err(end) => end,
@@ -331,9 +369,14 @@ impl Runs {
                 && store
                     .write(move |ctx| {
                         let run = queries::run(ctx.conn(), &rid)?;
-                        ctx.conn().execute("UPDATE messages SET status = 'done' WHERE id = ?1", [&mid])?;
+                        ctx.conn()
+                            .execute("UPDATE messages SET status = 'done' WHERE id = ?1", [&mid])?;
                         let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
-                        ctx.emit(&run.conversation_id, "message.updated", json!({"message": message}))?;
+                        ctx.emit(
+                            &run.conversation_id,
+                            "message.updated",
+                            json!({"message": message}),
+                        )?;
                         let waiting = queries::waiting(ctx.conn(), &run.conversation_id)?;
                         if waiting.is_empty() {
                             finish_run(ctx, &run, Outcome::Done, None, None)?;
@@ -358,7 +401,12 @@ impl Runs {
         self.inner.metrics.runs_queued.set(queue.len() as i64);
     }
 
-    async fn end(&self, run_id: &str, outcome: Outcome, error: Option<&str>) -> Result<(), ApiError> {
+    async fn end(
+        &self,
+        run_id: &str,
+        outcome: Outcome,
+        error: Option<&str>,
+    ) -> Result<(), ApiError> {
         let rid = run_id.to_string();
         let error = error.map(str::to_string);
         self.inner
@@ -388,7 +436,12 @@ impl Runs {
         let mut busy_retried = false;
         let mut attempt = 0u32;
         let window = Duration::from_secs(inner.config.retry_window_s);
-        let store_err = |e: ApiError| (Outcome::Interrupted, Some(format!("chatd could not write: {}", e.message)));
+        let store_err = |e: ApiError| {
+            (
+                Outcome::Interrupted,
+                Some(format!("chatd could not write: {}", e.message)),
+            )
+        };
         loop {
             let body = request_body(&run.model, history, &text);
             let fault = tokio::select! {
@@ -426,7 +479,11 @@ impl Runs {
             tracing::warn!(run = %run.id, attempt, wait_s = wait_for.as_secs_f64(), fault = fault_kind(&fault), "engine fault, retrying");
             let cid = conversation.id.clone();
             let data = json!({"run_id": run.id, "attempt": attempt, "wait_s": wait_for.as_secs_f64(), "reason": reason});
-            inner.store.write(move |ctx| Ok(ctx.emit(&cid, "run.retrying", data).map(|_| ())?)).await.map_err(store_err)?;
+            inner
+                .store
+                .write(move |ctx| Ok(ctx.emit(&cid, "run.retrying", data).map(|_| ())?))
+                .await
+                .map_err(store_err)?;
             tokio::select! {
                 _ = tokio::time::sleep(wait_for) => {}
                 _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Err((Outcome::Stopped, None)),
@@ -467,9 +524,22 @@ impl Runs {
                     *streak_started = None;
                     self.delta(run, conversation, message, true, t).await;
                 }
-                Piece::ToolCall { index, id, name, arguments } => merge_tool_call(&mut tool_calls, index, id, name, &arguments),
-                Piece::Usage { prompt, completion, tokens_per_second, prompt_ms } => {
-                    let limit = lock(&inner.windows).get(&run.model).copied().unwrap_or(inner.config.context_window);
+                Piece::ToolCall {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                } => merge_tool_call(&mut tool_calls, index, id, name, &arguments),
+                Piece::Usage {
+                    prompt,
+                    completion,
+                    tokens_per_second,
+                    prompt_ms,
+                } => {
+                    let limit = lock(&inner.windows)
+                        .get(&run.model)
+                        .copied()
+                        .unwrap_or(inner.config.context_window);
                     let mut data = json!({"run_id": run.id, "used": prompt + completion, "limit": limit, "completion": completion});
                     if let Some(tps) = tokens_per_second {
                         data["tokens_per_second"] = json!(tps);
@@ -483,7 +553,10 @@ impl Runs {
                     let _ = inner
                         .store
                         .write(move |ctx| {
-                            ctx.conn().execute("UPDATE runs SET usage = ?1 WHERE id = ?2", params![usage.to_string(), rid])?;
+                            ctx.conn().execute(
+                                "UPDATE runs SET usage = ?1 WHERE id = ?2",
+                                params![usage.to_string(), rid],
+                            )?;
                             Ok(ctx.emit(&cid, "usage", data).map(|_| ())?)
                         })
                         .await;
@@ -503,7 +576,10 @@ impl Runs {
             let _ = inner
                 .store
                 .write(move |ctx| {
-                    ctx.conn().execute("UPDATE messages SET tool_calls = ?1 WHERE id = ?2", params![calls, mid])?;
+                    ctx.conn().execute(
+                        "UPDATE messages SET tool_calls = ?1 WHERE id = ?2",
+                        params![calls, mid],
+                    )?;
                     let _ = cid;
                     Ok(())
                 })
@@ -512,7 +588,14 @@ impl Runs {
         result
     }
 
-    async fn delta(&self, run: &Run, conversation: &Conversation, message: &Message, reasoning: bool, text: String) {
+    async fn delta(
+        &self,
+        run: &Run,
+        conversation: &Conversation,
+        message: &Message,
+        reasoning: bool,
+        text: String,
+    ) {
         let delta = Delta {
             conversation_id: conversation.id.clone(),
             run_id: run.id.clone(),
@@ -536,10 +619,17 @@ fn fault_kind(fault: &Fault) -> &'static str {
     }
 }
 
-fn merge_tool_call(calls: &mut Vec<Value>, index: u64, id: Option<String>, name: Option<String>, arguments: &str) {
+fn merge_tool_call(
+    calls: &mut Vec<Value>,
+    index: u64,
+    id: Option<String>,
+    name: Option<String>,
+    arguments: &str,
+) {
     let index = index as usize;
     while calls.len() <= index {
-        calls.push(json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
+        calls
+            .push(json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
     }
     let call = &mut calls[index];
     if let Some(id) = id {
@@ -548,14 +638,22 @@ fn merge_tool_call(calls: &mut Vec<Value>, index: u64, id: Option<String>, name:
     if let Some(name) = name {
         call["function"]["name"] = json!(name);
     }
-    let args = call["function"]["arguments"].as_str().unwrap_or("").to_string() + arguments;
+    let args = call["function"]["arguments"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+        + arguments;
     call["function"]["arguments"] = json!(args);
 }
 
 /// The chat-completions body: the transcript up to the answer, and the
 /// answer's text so far as an assistant prefill the engine continues.
 pub fn request_body(model: &str, history: &[Message], prefill: &str) -> Value {
-    let start = history.iter().rposition(|m| m.role == "cleared").map(|i| i + 1).unwrap_or(0);
+    let start = history
+        .iter()
+        .rposition(|m| m.role == "cleared")
+        .map(|i| i + 1)
+        .unwrap_or(0);
     let mut messages: Vec<Value> = history[start..]
         .iter()
         .filter(|m| matches!(m.role.as_str(), "user" | "assistant" | "system"))
@@ -580,15 +678,33 @@ pub fn request_body(model: &str, history: &[Message], prefill: &str) -> Value {
 /// Turns every waiting message into a user message on the active path.
 fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError> {
     for pending in queries::waiting(ctx.conn(), conversation_id)? {
-        ctx.conn().execute("UPDATE pending SET state = 'delivered' WHERE id = ?1", [&pending.id])?;
+        ctx.conn().execute(
+            "UPDATE pending SET state = 'delivered' WHERE id = ?1",
+            [&pending.id],
+        )?;
         let message = insert_message(ctx, conversation_id, "user", &pending.text, None, None)?;
-        ctx.emit(conversation_id, "pending.delivered", json!({"pending_id": pending.id, "message_id": message.id}))?;
+        ctx.emit(
+            conversation_id,
+            "pending.delivered",
+            json!({"pending_id": pending.id, "message_id": message.id}),
+        )?;
     }
     Ok(())
 }
 
-fn new_assistant_message(ctx: &mut Ctx, conversation_id: &str, run_id: &str) -> Result<Message, ApiError> {
-    insert_message(ctx, conversation_id, "assistant", "", Some(run_id), Some("streaming"))
+fn new_assistant_message(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+    run_id: &str,
+) -> Result<Message, ApiError> {
+    insert_message(
+        ctx,
+        conversation_id,
+        "assistant",
+        "",
+        Some(run_id),
+        Some("streaming"),
+    )
 }
 
 /// Adds a message under the conversation's head and makes it the head.
@@ -600,10 +716,20 @@ pub fn insert_message(
     run_id: Option<&str>,
     status: Option<&str>,
 ) -> Result<Message, ApiError> {
-    let head: Option<String> = ctx
-        .conn()
-        .query_row("SELECT head_id FROM conversations WHERE id = ?1", [conversation_id], |r| r.get(0))?;
-    insert_message_under(ctx, conversation_id, head.as_deref(), role, text, run_id, status)
+    let head: Option<String> = ctx.conn().query_row(
+        "SELECT head_id FROM conversations WHERE id = ?1",
+        [conversation_id],
+        |r| r.get(0),
+    )?;
+    insert_message_under(
+        ctx,
+        conversation_id,
+        head.as_deref(),
+        role,
+        text,
+        run_id,
+        status,
+    )
 }
 
 /// Adds a message under `parent` and makes it the head.
@@ -637,12 +763,22 @@ pub fn insert_message_under(
         "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",
         params![message.id, message.created, conversation_id],
     )?;
-    ctx.emit(conversation_id, "message.created", json!({"message": message}))?;
+    ctx.emit(
+        conversation_id,
+        "message.created",
+        json!({"message": message}),
+    )?;
     Ok(message)
 }
 
 /// Records a new run `queued` for the conversation (its task starts it).
-pub fn insert_run(ctx: &mut Ctx, conversation: &Conversation, mode: &str, origin: &str, message_id: Option<&str>) -> Result<Run, ApiError> {
+pub fn insert_run(
+    ctx: &mut Ctx,
+    conversation: &Conversation,
+    mode: &str,
+    origin: &str,
+    message_id: Option<&str>,
+) -> Result<Run, ApiError> {
     let run = Run {
         id: new_id("r_"),
         conversation_id: conversation.id.clone(),
@@ -660,7 +796,16 @@ pub fn insert_run(ctx: &mut Ctx, conversation: &Conversation, mode: &str, origin
     ctx.conn().execute(
         "INSERT INTO runs (id, conversation_id, status, mode, model, origin, message_id, started) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![run.id, run.conversation_id, run.status, run.mode, run.model, run.origin, run.message_id, run.started],
+        params![
+            run.id,
+            run.conversation_id,
+            run.status,
+            run.mode,
+            run.model,
+            run.origin,
+            run.message_id,
+            run.started
+        ],
     )?;
     set_state(ctx, &conversation.id, "queued")?;
     Ok(run)
@@ -668,7 +813,13 @@ pub fn insert_run(ctx: &mut Ctx, conversation: &Conversation, mode: &str, origin
 
 /// Ends a run: its status, its message's status, `run.finished`, and the
 /// conversation back to idle.
-pub fn finish_run(ctx: &mut Ctx, run: &Run, outcome: Outcome, error: Option<&str>, _usage: Option<&Value>) -> Result<(), ApiError> {
+pub fn finish_run(
+    ctx: &mut Ctx,
+    run: &Run,
+    outcome: Outcome,
+    error: Option<&str>,
+    _usage: Option<&Value>,
+) -> Result<(), ApiError> {
     let ended = now_rfc3339();
     ctx.conn().execute(
         "UPDATE runs SET status = ?1, error = ?2, ended = ?3 WHERE id = ?4",
@@ -682,7 +833,11 @@ pub fn finish_run(ctx: &mut Ctx, run: &Run, outcome: Outcome, error: Option<&str
         )?;
         if changed > 0 {
             let message = queries::message(ctx.conn(), &run.conversation_id, mid)?;
-            ctx.emit(&run.conversation_id, "message.updated", json!({"message": message}))?;
+            ctx.emit(
+                &run.conversation_id,
+                "message.updated",
+                json!({"message": message}),
+            )?;
         }
     }
     let mut data = json!({"run_id": run.id, "status": outcome.as_str()});
@@ -702,7 +857,11 @@ pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<()
     )?;
     if changed > 0 {
         let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
-        ctx.emit(conversation_id, "conversation.updated", json!({"conversation": conversation}))?;
+        ctx.emit(
+            conversation_id,
+            "conversation.updated",
+            json!({"conversation": conversation}),
+        )?;
     }
     Ok(())
 }

@@ -27,8 +27,7 @@ pub fn open_writer(path: &Path, migrations: &[&str]) -> anyhow::Result<Connectio
         crate::fsmode::private_file(path)
             .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
     }
-    let mut conn =
-        Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
     tune(&conn)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     migrate(&mut conn, migrations).with_context(|| format!("migrating {}", path.display()))?;

@@ -9,7 +9,10 @@ use std::path::Path;
 /// Creates `dir` and its missing parents with mode 0700, and tightens an
 /// existing `dir` to 0700.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 

@@ -17,15 +17,29 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, kind, message: message.into(), extra: Map::new(), retry_after: None }
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            extra: Map::new(),
+            retry_after: None,
+        }
     }
     /// 400 naming the field.
     pub fn bad_input(field: &str, message: impl std::fmt::Display) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_input", format!("{field}: {message}"))
-            .with("field", field)
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_input",
+            format!("{field}: {message}"),
+        )
+        .with("field", field)
     }
     pub fn not_found(what: &str, id: &str) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no {what} with id {id:?}"))
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no {what} with id {id:?}"),
+        )
     }
     pub fn conflict(kind: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, kind, message)

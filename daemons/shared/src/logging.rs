@@ -44,14 +44,22 @@ pub fn init(daemon: &str, logs_dir: &Path) -> anyhow::Result<LogTarget> {
             registry.with(layer).try_init()?;
         }
         LogTarget::Stderr => {
-            registry.with(fmt::layer().with_writer(std::io::stderr)).try_init()?;
+            use std::io::IsTerminal;
+            let ansi = std::io::stderr().is_terminal();
+            registry
+                .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
+                .try_init()?;
         }
         LogTarget::File(path) => {
             crate::fsmode::private_dir(logs_dir)
                 .with_context(|| format!("making log folder {}", logs_dir.display()))?;
             let file = open_append_private(path)?;
             registry
-                .with(fmt::layer().with_ansi(false).with_writer(std::sync::Mutex::new(file)))
+                .with(
+                    fmt::layer()
+                        .with_ansi(false)
+                        .with_writer(std::sync::Mutex::new(file)),
+                )
                 .try_init()?;
         }
     }

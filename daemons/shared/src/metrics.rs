@@ -19,7 +19,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(registry: Arc<Registry>) -> Rout
             async move {
                 let mut text = String::new();
                 if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
-                    return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n")
+                    return (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        "encoding failed\n",
+                    )
                         .into_response();
                 }
                 (
@@ -34,5 +37,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(registry: Arc<Registry>) -> Rout
 
 /// Histogram buckets for durations in seconds, from 5 ms to 30 minutes.
 pub fn seconds_buckets() -> impl Iterator<Item = f64> {
-    [0.005, 0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0].into_iter()
+    [
+        0.005, 0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0,
+    ]
+    .into_iter()
 }

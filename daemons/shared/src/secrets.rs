@@ -82,7 +82,11 @@ pub fn load(secrets_file: &Path, data_dir: &Path) -> anyhow::Result<Secrets> {
     }
     let key_path = data_dir.join("forward.key");
     let key = read_or_make_key(&key_path)?;
-    Ok(Secrets { forward_key: key, admin_token: admin, forward_key_source: key_path })
+    Ok(Secrets {
+        forward_key: key,
+        admin_token: admin,
+        forward_key_source: key_path,
+    })
 }
 
 /// Reads `path` as a key, or makes a new random one there (0600).
@@ -116,7 +120,10 @@ mod tests {
         let second = load(&dir.path().join("none.env"), &data).unwrap();
         assert_eq!(first.forward_key.expose(), second.forward_key.expose());
         assert_eq!(first.forward_key.expose().len(), 64);
-        assert_eq!(crate::fsmode::mode_of(&data.join("forward.key")).unwrap(), 0o600);
+        assert_eq!(
+            crate::fsmode::mode_of(&data.join("forward.key")).unwrap(),
+            0o600
+        );
         assert_eq!(format!("{:?}", first.forward_key), "<secret>");
     }
 

@@ -25,7 +25,12 @@ impl Shutdown {
     /// A pair not tied to signals (tests and in-process use).
     pub fn new() -> (ShutdownTrigger, Shutdown) {
         let (tx, rx) = watch::channel(false);
-        (ShutdownTrigger { tx: std::sync::Arc::new(tx) }, Shutdown { rx })
+        (
+            ShutdownTrigger {
+                tx: std::sync::Arc::new(tx),
+            },
+            Shutdown { rx },
+        )
     }
 
     /// A pair whose trigger also fires on SIGTERM or SIGINT.

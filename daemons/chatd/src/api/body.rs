@@ -35,7 +35,11 @@ impl<T: DeserializeOwned + Send> FromRequest<Arc<App>> for Json<T> {
 
 /// Parses a body; an empty body reads as `{}` so all-optional bodies may be left out.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let bytes: &[u8] = if bytes.iter().all(|b| b.is_ascii_whitespace()) { b"{}" } else { bytes };
+    let bytes: &[u8] = if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        b"{}"
+    } else {
+        bytes
+    };
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
@@ -50,7 +54,11 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             path
         };
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_input", format!("{field}: {inner}"))
-            .with("field", field)
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_input",
+            format!("{field}: {inner}"),
+        )
+        .with("field", field)
     })
 }

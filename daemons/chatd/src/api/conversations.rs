@@ -36,7 +36,10 @@ pub struct CreateBody {
 
 pub fn check_title(title: &str) -> Result<(), ApiError> {
     if title.chars().count() > MAX_TITLE {
-        return Err(ApiError::bad_input("title", format!("is longer than {MAX_TITLE} characters")));
+        return Err(ApiError::bad_input(
+            "title",
+            format!("is longer than {MAX_TITLE} characters"),
+        ));
     }
     if title.chars().any(|c| c.is_control()) {
         return Err(ApiError::bad_input("title", "holds control characters"));
@@ -46,7 +49,10 @@ pub fn check_title(title: &str) -> Result<(), ApiError> {
 
 fn check_model(model: &str) -> Result<(), ApiError> {
     if model.is_empty() || model.len() > MAX_MODEL {
-        return Err(ApiError::bad_input("model", format!("must be 1 to {MAX_MODEL} bytes")));
+        return Err(ApiError::bad_input(
+            "model",
+            format!("must be 1 to {MAX_MODEL} bytes"),
+        ));
     }
     Ok(())
 }
@@ -57,7 +63,10 @@ fn check_settings(settings: &Value) -> Result<String, ApiError> {
     }
     let text = settings.to_string();
     if text.len() > MAX_SETTINGS {
-        return Err(ApiError::bad_input("settings", format!("is larger than {MAX_SETTINGS} bytes")));
+        return Err(ApiError::bad_input(
+            "settings",
+            format!("is larger than {MAX_SETTINGS} bytes"),
+        ));
     }
     Ok(text)
 }
@@ -80,11 +89,18 @@ pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conve
         params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin],
     )?;
     let conversation = queries::conversation(ctx.conn(), &id, Trashed::Include)?;
-    ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+    ctx.emit(
+        &id,
+        "conversation.updated",
+        json!({"conversation": conversation}),
+    )?;
     Ok(conversation)
 }
 
-pub async fn create(State(app): State<Arc<App>>, Json(body): Json<CreateBody>) -> Result<Response, ApiError> {
+pub async fn create(
+    State(app): State<Arc<App>>,
+    Json(body): Json<CreateBody>,
+) -> Result<Response, ApiError> {
     let title = body.title.unwrap_or_default();
     check_title(&title)?;
     let model = match body.model {
@@ -103,10 +119,22 @@ pub async fn create(State(app): State<Arc<App>>, Json(body): Json<CreateBody>) -
         None => super::system::default_mode_value(&app).await?,
     };
     if body.agent_id.is_some() {
-        return Err(ApiError::bad_input("agent_id", "saved agents are not part of this build yet"));
+        return Err(ApiError::bad_input(
+            "agent_id",
+            "saved agents are not part of this build yet",
+        ));
     }
-    let new = NewConversation { title, model, settings, permission_mode, origin: "user".into() };
-    let conversation = app.store.write(move |ctx| insert_conversation(ctx, &new)).await?;
+    let new = NewConversation {
+        title,
+        model,
+        settings,
+        permission_mode,
+        origin: "user".into(),
+    };
+    let conversation = app
+        .store
+        .write(move |ctx| insert_conversation(ctx, &new))
+        .await?;
     tracing::info!(conversation = %conversation.id, "conversation created");
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
 }
@@ -120,12 +148,20 @@ pub struct ListParams {
     trash: Option<String>,
 }
 
-pub async fn list(State(app): State<Arc<App>>, Query(params): Query<ListParams>) -> Result<axum::Json<Value>, ApiError> {
+pub async fn list(
+    State(app): State<Arc<App>>,
+    Query(params): Query<ListParams>,
+) -> Result<axum::Json<Value>, ApiError> {
     let limit = match params.limit.as_deref() {
         None | Some("") => 50,
         Some(text) => match text.parse::<usize>() {
             Ok(n) if (1..=200).contains(&n) => n,
-            _ => return Err(ApiError::bad_input("limit", format!("{text:?} is not a number from 1 to 200"))),
+            _ => {
+                return Err(ApiError::bad_input(
+                    "limit",
+                    format!("{text:?} is not a number from 1 to 200"),
+                ))
+            }
         },
     };
     if params.q.as_ref().is_some_and(|q| q.len() > 500) {
@@ -137,7 +173,10 @@ pub async fn list(State(app): State<Arc<App>>, Query(params): Query<ListParams>)
         q: params.q,
         trashed: matches!(params.trash.as_deref(), Some("1" | "true")),
     };
-    let (conversations, next) = app.store.read(move |conn| queries::list(conn, &query)).await?;
+    let (conversations, next) = app
+        .store
+        .read(move |conn| queries::list(conn, &query))
+        .await?;
     let mut body = json!({"conversations": conversations});
     if let Some(next) = next {
         body["next"] = json!(next);
@@ -145,8 +184,14 @@ pub async fn list(State(app): State<Arc<App>>, Query(params): Query<ListParams>)
     Ok(axum::Json(body))
 }
 
-pub async fn snapshot(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
-    let snapshot = app.store.read(move |conn| queries::snapshot(conn, &id)).await?;
+pub async fn snapshot(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let snapshot = app
+        .store
+        .read(move |conn| queries::snapshot(conn, &id))
+        .await?;
     Ok(axum::Json(json!(snapshot)))
 }
 
@@ -207,7 +252,9 @@ pub async fn remove(
     let forever = matches!(params.forever.as_deref(), Some("1" | "true"));
     // A chat's run ends before its chat goes.
     if app.runs.stop(&id) {
-        app.runs.wait_idle(&id, std::time::Duration::from_secs(5)).await;
+        app.runs
+            .wait_idle(&id, std::time::Duration::from_secs(5))
+            .await;
     }
     let cid = id.clone();
     app.store
@@ -221,7 +268,11 @@ pub async fn remove(
                     params![now_unix(), cid],
                 )?;
                 let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
-                ctx.emit(&cid, "conversation.updated", json!({"conversation": conversation}))?;
+                ctx.emit(
+                    &cid,
+                    "conversation.updated",
+                    json!({"conversation": conversation}),
+                )?;
             }
             Ok(())
         })
@@ -236,21 +287,35 @@ pub async fn remove(
 /// Removes a conversation and everything of it from the database.
 pub fn delete_forever(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
     for table in ["events", "pending", "runs", "messages"] {
-        ctx.conn().execute(&format!("DELETE FROM {table} WHERE conversation_id = ?1"), [id])?;
+        ctx.conn().execute(
+            &format!("DELETE FROM {table} WHERE conversation_id = ?1"),
+            [id],
+        )?;
     }
-    ctx.conn().execute("DELETE FROM conversations WHERE id = ?1", [id])?;
+    ctx.conn()
+        .execute("DELETE FROM conversations WHERE id = ?1", [id])?;
     ctx.forget(id);
     Ok(())
 }
 
-pub async fn restore(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Conversation>, ApiError> {
+pub async fn restore(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Conversation>, ApiError> {
     let conversation = app
         .store
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &id, Trashed::Include)?;
-            ctx.conn().execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?1", [&id])?;
+            ctx.conn().execute(
+                "UPDATE conversations SET deleted_at = NULL WHERE id = ?1",
+                [&id],
+            )?;
             let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+            ctx.emit(
+                &id,
+                "conversation.updated",
+                json!({"conversation": conversation}),
+            )?;
             Ok(conversation)
         })
         .await?;
@@ -270,7 +335,10 @@ pub async fn export(
 ) -> Result<Response, ApiError> {
     let format = params.format.unwrap_or_else(|| "json".into());
     if format != "json" && format != "md" {
-        return Err(ApiError::bad_input("format", format!("{format:?} is not json or md")));
+        return Err(ApiError::bad_input(
+            "format",
+            format!("{format:?} is not json or md"),
+        ));
     }
     let (conversation, messages) = app
         .store
@@ -281,8 +349,18 @@ pub async fn export(
         })
         .await?;
     if format == "md" {
-        let mut text = format!("# {}\n\n", if conversation.title.is_empty() { "Untitled chat" } else { &conversation.title });
-        text.push_str(&format!("_Model: {} · created {}_\n\n", conversation.model, conversation.created));
+        let mut text = format!(
+            "# {}\n\n",
+            if conversation.title.is_empty() {
+                "Untitled chat"
+            } else {
+                &conversation.title
+            }
+        );
+        text.push_str(&format!(
+            "_Model: {} · created {}_\n\n",
+            conversation.model, conversation.created
+        ));
         for m in &messages {
             let who = match m.role.as_str() {
                 "user" => "You",
@@ -291,7 +369,11 @@ pub async fn export(
             };
             text.push_str(&format!("## {who}\n\n{}\n\n", m.text));
         }
-        return Ok(([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], text).into_response());
+        return Ok((
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            text,
+        )
+            .into_response());
     }
     let messages: Vec<Value> = messages
         .iter()
@@ -326,23 +408,44 @@ pub struct ImportMessage {
 
 pub const MAX_IMPORT_MESSAGES: usize = 10_000;
 
-pub async fn import(State(app): State<Arc<App>>, Json(body): Json<ImportBody>) -> Result<Response, ApiError> {
+pub async fn import(
+    State(app): State<Arc<App>>,
+    Json(body): Json<ImportBody>,
+) -> Result<Response, ApiError> {
     if body.version != 1 {
-        return Err(ApiError::bad_input("version", format!("{} is not a version this build reads (1)", body.version)));
+        return Err(ApiError::bad_input(
+            "version",
+            format!("{} is not a version this build reads (1)", body.version),
+        ));
     }
     check_title(&body.title)?;
     check_model(&body.model)?;
     let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
     if body.messages.len() > MAX_IMPORT_MESSAGES {
-        return Err(ApiError::bad_input("messages", format!("{} messages is more than {MAX_IMPORT_MESSAGES}", body.messages.len())));
+        return Err(ApiError::bad_input(
+            "messages",
+            format!(
+                "{} messages is more than {MAX_IMPORT_MESSAGES}",
+                body.messages.len()
+            ),
+        ));
     }
     for (i, m) in body.messages.iter().enumerate() {
         if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
-            return Err(ApiError::bad_input(&format!("messages[{i}].role"), format!("{:?} is not user, assistant or system", m.role)));
+            return Err(ApiError::bad_input(
+                &format!("messages[{i}].role"),
+                format!("{:?} is not user, assistant or system", m.role),
+            ));
         }
     }
     let permission_mode = super::system::default_mode_value(&app).await?;
-    let new = NewConversation { title: body.title, model: body.model, settings, permission_mode, origin: "import".into() };
+    let new = NewConversation {
+        title: body.title,
+        model: body.model,
+        settings,
+        permission_mode,
+        origin: "import".into(),
+    };
     let conversation = app
         .store
         .write(move |ctx| {
@@ -376,10 +479,15 @@ pub async fn fork(
         .store
         .write(move |ctx| {
             let source = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            queries::message(ctx.conn(), &id, &body.from_message_id)
-                .map_err(|_| ApiError::bad_input("from_message_id", "is not a message of this chat"))?;
-            let path: Vec<Message> = queries::path_to(ctx.conn(), &id, Some(&body.from_message_id))?;
-            let title = body.title.clone().unwrap_or_else(|| format!("{} (fork)", source.title).trim().to_string());
+            queries::message(ctx.conn(), &id, &body.from_message_id).map_err(|_| {
+                ApiError::bad_input("from_message_id", "is not a message of this chat")
+            })?;
+            let path: Vec<Message> =
+                queries::path_to(ctx.conn(), &id, Some(&body.from_message_id))?;
+            let title = body
+                .title
+                .clone()
+                .unwrap_or_else(|| format!("{} (fork)", source.title).trim().to_string());
             let new = NewConversation {
                 title,
                 model: source.model.clone(),
@@ -390,8 +498,19 @@ pub async fn fork(
             let fork = insert_conversation(ctx, &new)?;
             let mut parent: Option<String> = None;
             for m in &path {
-                let status = m.status.as_deref().map(|s| if s == "streaming" { "interrupted" } else { s });
-                let copy = insert_message_under(ctx, &fork.id, parent.as_deref(), &m.role, &m.text, None, status)?;
+                let status =
+                    m.status
+                        .as_deref()
+                        .map(|s| if s == "streaming" { "interrupted" } else { s });
+                let copy = insert_message_under(
+                    ctx,
+                    &fork.id,
+                    parent.as_deref(),
+                    &m.role,
+                    &m.text,
+                    None,
+                    status,
+                )?;
                 parent = Some(copy.id);
             }
             queries::conversation(ctx.conn(), &fork.id, Trashed::Include)
@@ -400,12 +519,18 @@ pub async fn fork(
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
 }
 
-pub async fn clear(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+pub async fn clear(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     app.store
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
             if queries::active_run(ctx.conn(), &id)?.is_some() {
-                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait, then clear"));
+                return Err(ApiError::conflict(
+                    "run_active",
+                    "a run is working in this chat: stop it or wait, then clear",
+                ));
             }
             let marker = insert_message(ctx, &id, "cleared", "", None, None)?;
             ctx.emit(&id, "cleared", json!({"message_id": marker.id}))?;
@@ -415,12 +540,18 @@ pub async fn clear(State(app): State<Arc<App>>, Path(id): Path<String>) -> Resul
     Ok(axum::Json(json!({"cleared": true})))
 }
 
-pub async fn compact(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+pub async fn compact(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     app.store
         .read(move |conn| {
             queries::conversation(conn, &id, Trashed::Exclude)?;
             if queries::active_run(conn, &id)?.is_some() {
-                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait, then compact"));
+                return Err(ApiError::conflict(
+                    "run_active",
+                    "a run is working in this chat: stop it or wait, then compact",
+                ));
             }
             Ok(())
         })
@@ -432,8 +563,14 @@ pub async fn compact(State(app): State<Arc<App>>, Path(id): Path<String>) -> Res
     ))
 }
 
-pub async fn permission_mode(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
-    let conversation = app.store.read(move |conn| queries::conversation(conn, &id, Trashed::Exclude)).await?;
+pub async fn permission_mode(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let conversation = app
+        .store
+        .read(move |conn| queries::conversation(conn, &id, Trashed::Exclude))
+        .await?;
     Ok(axum::Json(json!({"mode": conversation.permission_mode})))
 }
 
@@ -452,12 +589,18 @@ pub async fn set_permission_mode(
     app.store
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.conn().execute("UPDATE conversations SET permission_mode = ?1 WHERE id = ?2", params![mode, id])?;
+            ctx.conn().execute(
+                "UPDATE conversations SET permission_mode = ?1 WHERE id = ?2",
+                params![mode, id],
+            )?;
             let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+            ctx.emit(
+                &id,
+                "conversation.updated",
+                json!({"conversation": conversation}),
+            )?;
             Ok(())
         })
         .await?;
     Ok(axum::Json(json!({"mode": body.mode})))
 }
-

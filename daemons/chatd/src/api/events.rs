@@ -31,7 +31,12 @@ fn parse_cursor(field: &str, text: &str) -> Result<i64, ApiError> {
         .parse::<i64>()
         .ok()
         .filter(|n| *n >= 0)
-        .ok_or_else(|| ApiError::bad_input(field, format!("{text:?} is not a sequence number (a whole number from 0)")))
+        .ok_or_else(|| {
+            ApiError::bad_input(
+                field,
+                format!("{text:?} is not a sequence number (a whole number from 0)"),
+            )
+        })
 }
 
 pub async fn stream(
@@ -47,12 +52,18 @@ pub async fn stream(
         (None, None) => 0,
     };
     let cid = id.clone();
-    let stored = app.store.read(move |conn| queries::conversation(conn, &cid, Trashed::Include)).await?;
+    let stored = app
+        .store
+        .read(move |conn| queries::conversation(conn, &cid, Trashed::Include))
+        .await?;
     let subscription = app.store.hub.subscribe(&id, stored.last_seq);
     let head = subscription.head();
     if cursor > head {
-        return Err(ApiError::bad_input("after", format!("{cursor} is past the last event of this chat ({head})"))
-            .with("last_seq", head));
+        return Err(ApiError::bad_input(
+            "after",
+            format!("{cursor} is past the last event of this chat ({head})"),
+        )
+        .with("last_seq", head));
     }
     app.metrics.sse_devices.inc();
     let device = Device {

@@ -34,8 +34,11 @@ fn check_text(text: &str) -> Result<(), ApiError> {
     }
     let chars = text.chars().count();
     if chars > MAX_TEXT {
-        return Err(ApiError::bad_input("text", format!("{chars} characters is more than {MAX_TEXT}"))
-            .with("limit", MAX_TEXT));
+        return Err(ApiError::bad_input(
+            "text",
+            format!("{chars} characters is more than {MAX_TEXT}"),
+        )
+        .with("limit", MAX_TEXT));
     }
     Ok(())
 }
@@ -52,7 +55,10 @@ pub async fn send(
 ) -> Result<Response, ApiError> {
     check_text(&body.text)?;
     if body.attachments.as_ref().is_some_and(|a| !a.is_empty()) {
-        return Err(ApiError::bad_input("attachments", "attachments are not part of this build yet"));
+        return Err(ApiError::bad_input(
+            "attachments",
+            "attachments are not part of this build yet",
+        ));
     }
     let text = body.text;
     let cid = id.clone();
@@ -104,9 +110,15 @@ pub async fn update_pending(
         .write(move |ctx| {
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
             if pending.state != "waiting" {
-                return Err(ApiError::conflict("already_delivered", "this message has reached the model already"));
+                return Err(ApiError::conflict(
+                    "already_delivered",
+                    "this message has reached the model already",
+                ));
             }
-            ctx.conn().execute("UPDATE pending SET text = ?1 WHERE id = ?2", params![body.text, pid])?;
+            ctx.conn().execute(
+                "UPDATE pending SET text = ?1 WHERE id = ?2",
+                params![body.text, pid],
+            )?;
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
             ctx.emit(&id, "pending.updated", json!({"pending": pending}))?;
             Ok(pending)
@@ -123,9 +135,13 @@ pub async fn remove_pending(
         .write(move |ctx| {
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
             if pending.state != "waiting" {
-                return Err(ApiError::conflict("already_delivered", "this message has reached the model already"));
+                return Err(ApiError::conflict(
+                    "already_delivered",
+                    "this message has reached the model already",
+                ));
             }
-            ctx.conn().execute("DELETE FROM pending WHERE id = ?1", [&pid])?;
+            ctx.conn()
+                .execute("DELETE FROM pending WHERE id = ?1", [&pid])?;
             ctx.emit(&id, "pending.removed", json!({"pending_id": pid}))?;
             Ok(())
         })
@@ -133,7 +149,10 @@ pub async fn remove_pending(
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn stop(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+pub async fn stop(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     let cid = id.clone();
     let active = app
         .store
@@ -143,18 +162,33 @@ pub async fn stop(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result
         })
         .await?;
     let Some(run) = active else {
-        return Err(ApiError::conflict("no_active_run", "no run is working in this chat"));
+        return Err(ApiError::conflict(
+            "no_active_run",
+            "no run is working in this chat",
+        ));
     };
     app.runs.stop(&id);
     // Answer once the run has ended, so the caller's next step sees it stopped.
-    app.runs.wait_idle(&id, std::time::Duration::from_secs(5)).await;
+    app.runs
+        .wait_idle(&id, std::time::Duration::from_secs(5))
+        .await;
     Ok(axum::Json(json!({"run_id": run.id, "status": "stopped"})))
 }
 
 /// Starts a run in a chat with none working; `prepare` adds what the run answers.
-async fn start_run<F>(app: &Arc<App>, id: String, mode: &'static str, prepare: F) -> Result<Response, ApiError>
+async fn start_run<F>(
+    app: &Arc<App>,
+    id: String,
+    mode: &'static str,
+    prepare: F,
+) -> Result<Response, ApiError>
 where
-    F: FnOnce(&mut crate::store::Ctx, &crate::model::Conversation) -> Result<Option<String>, ApiError> + Send + 'static,
+    F: FnOnce(
+            &mut crate::store::Ctx,
+            &crate::model::Conversation,
+        ) -> Result<Option<String>, ApiError>
+        + Send
+        + 'static,
 {
     let cid = id.clone();
     let run = app
@@ -162,7 +196,10 @@ where
         .write(move |ctx| {
             let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
             if queries::active_run(ctx.conn(), &cid)?.is_some() {
-                return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait"));
+                return Err(ApiError::conflict(
+                    "run_active",
+                    "a run is working in this chat: stop it or wait",
+                ));
             }
             let message_id = prepare(ctx, &conversation)?;
             insert_run(ctx, &conversation, mode, "user", message_id.as_deref())
@@ -172,39 +209,65 @@ where
     Ok(accepted(json!({"run_id": run.id})))
 }
 
-pub async fn send_now(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn send_now(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     start_run(&app, id, "send", |ctx, conversation| {
         if queries::waiting(ctx.conn(), &conversation.id)?.is_empty() {
-            return Err(ApiError::conflict("nothing_waiting", "no message is waiting in this chat"));
+            return Err(ApiError::conflict(
+                "nothing_waiting",
+                "no message is waiting in this chat",
+            ));
         }
         Ok(None)
     })
     .await
 }
 
-pub async fn resume(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn resume(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     start_run(&app, id, "continue", |ctx, conversation| {
         let last = queries::last_run(ctx.conn(), &conversation.id)?;
-        let Some(last) = last.filter(|r| matches!(r.status.as_str(), "interrupted" | "paused" | "stopped")) else {
-            return Err(ApiError::conflict("nothing_to_continue", "the last run was not interrupted, paused or stopped"));
+        let Some(last) =
+            last.filter(|r| matches!(r.status.as_str(), "interrupted" | "paused" | "stopped"))
+        else {
+            return Err(ApiError::conflict(
+                "nothing_to_continue",
+                "the last run was not interrupted, paused or stopped",
+            ));
         };
         let Some(message_id) = last.message_id else {
-            return Err(ApiError::conflict("nothing_to_continue", "the last run wrote no answer to continue"));
+            return Err(ApiError::conflict(
+                "nothing_to_continue",
+                "the last run wrote no answer to continue",
+            ));
         };
         // The answer continues in place: it must still be the head.
         if conversation.head_id.as_deref() != Some(message_id.as_str()) {
-            return Err(ApiError::conflict("nothing_to_continue", "the chat has moved on since that answer"));
+            return Err(ApiError::conflict(
+                "nothing_to_continue",
+                "the chat has moved on since that answer",
+            ));
         }
         Ok(Some(message_id))
     })
     .await
 }
 
-pub async fn regenerate(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn regenerate(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     start_run(&app, id, "regenerate", |ctx, conversation| {
         let transcript = queries::transcript(ctx.conn(), conversation)?;
         let Some(user) = transcript.iter().rev().find(|m| m.role == "user") else {
-            return Err(ApiError::conflict("nothing_to_regenerate", "this chat has no message to answer again"));
+            return Err(ApiError::conflict(
+                "nothing_to_regenerate",
+                "this chat has no message to answer again",
+            ));
         };
         // The new answer is a sibling of the old: the head moves back to the question.
         ctx.conn().execute(
@@ -231,9 +294,20 @@ pub async fn edit(
     start_run(&app, id, "edit", move |ctx, conversation| {
         let original = queries::message(ctx.conn(), &conversation.id, &mid)?;
         if original.role != "user" {
-            return Err(ApiError::bad_input("message_id", "only your own messages can be edited"));
+            return Err(ApiError::bad_input(
+                "message_id",
+                "only your own messages can be edited",
+            ));
         }
-        insert_message_under(ctx, &conversation.id, original.parent_id.as_deref(), "user", &text, None, None)?;
+        insert_message_under(
+            ctx,
+            &conversation.id,
+            original.parent_id.as_deref(),
+            "user",
+            &text,
+            None,
+            None,
+        )?;
         Ok(None)
     })
     .await

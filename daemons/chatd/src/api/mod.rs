@@ -24,27 +24,44 @@ pub use conversations::delete_forever;
 pub fn router(app: Arc<App>) -> Router {
     let chat_app = Router::new()
         .route("/capabilities", get(system::capabilities))
-        .route("/conversations", post(conversations::create).get(conversations::list))
+        .route(
+            "/conversations",
+            post(conversations::create).get(conversations::list),
+        )
         .route("/conversations/import", post(conversations::import))
         .route(
             "/conversations/{id}",
-            get(conversations::snapshot).patch(conversations::update).delete(conversations::remove),
+            get(conversations::snapshot)
+                .patch(conversations::update)
+                .delete(conversations::remove),
         )
         .route("/conversations/{id}/restore", post(conversations::restore))
         .route("/conversations/{id}/export", get(conversations::export))
         .route("/conversations/{id}/fork", post(conversations::fork))
         .route("/conversations/{id}/clear", post(conversations::clear))
         .route("/conversations/{id}/compact", post(conversations::compact))
-        .route("/conversations/{id}/permission-mode", get(conversations::permission_mode).put(conversations::set_permission_mode))
+        .route(
+            "/conversations/{id}/permission-mode",
+            get(conversations::permission_mode).put(conversations::set_permission_mode),
+        )
         .route("/conversations/{id}/messages", post(messages::send))
-        .route("/conversations/{id}/messages/{mid}/edit", post(messages::edit))
-        .route("/conversations/{id}/pending/{pid}", patch(messages::update_pending).delete(messages::remove_pending))
+        .route(
+            "/conversations/{id}/messages/{mid}/edit",
+            post(messages::edit),
+        )
+        .route(
+            "/conversations/{id}/pending/{pid}",
+            patch(messages::update_pending).delete(messages::remove_pending),
+        )
         .route("/conversations/{id}/stop", post(messages::stop))
         .route("/conversations/{id}/send-now", post(messages::send_now))
         .route("/conversations/{id}/continue", post(messages::resume))
         .route("/conversations/{id}/regenerate", post(messages::regenerate))
         .route("/conversations/{id}/events", get(events::stream))
-        .route("/permissions/mode", get(system::default_mode).put(system::set_default_mode))
+        .route(
+            "/permissions/mode",
+            get(system::default_mode).put(system::set_default_mode),
+        )
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), guard));
     Router::new()
@@ -63,14 +80,21 @@ async fn not_found() -> ApiError {
 /// forward key (constant-time). The capabilities probe answers without a
 /// key, saying `signed_in: false`.
 async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
-    let write = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let write = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
     let cross_site = request
         .headers()
         .get("sec-fetch-site")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
     if write && cross_site {
-        return ApiError::new(StatusCode::FORBIDDEN, "cross_site", "a write from another site is refused")
-            .into_response();
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            "a write from another site is refused",
+        )
+        .into_response();
     }
     let signed_in = request
         .headers()

@@ -46,7 +46,9 @@ pub async fn capabilities(
             })
         })
         .collect();
-    let mode = default_mode_value(&app).await.unwrap_or_else(|_| "ask".into());
+    let mode = default_mode_value(&app)
+        .await
+        .unwrap_or_else(|_| "ask".into());
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "signed_in": true,
@@ -73,7 +75,10 @@ pub fn check_mode(field: &str, mode: &str) -> Result<(), ApiError> {
     if MODES.contains(&mode) {
         Ok(())
     } else {
-        Err(ApiError::bad_input(field, format!("{mode:?} is not one of ask, auto, yolo")))
+        Err(ApiError::bad_input(
+            field,
+            format!("{mode:?} is not one of ask, auto, yolo"),
+        ))
     }
 }
 
@@ -81,7 +86,11 @@ pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
     app.store
         .read(|conn| {
             Ok(conn
-                .query_row("SELECT value FROM meta WHERE key = 'permission_mode'", [], |r| r.get(0))
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'permission_mode'",
+                    [],
+                    |r| r.get(0),
+                )
                 .optional()?
                 .unwrap_or_else(|| "ask".to_string()))
         })
@@ -89,7 +98,9 @@ pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
 }
 
 pub async fn default_mode(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
-    Ok(axum::Json(json!({"default": default_mode_value(&app).await?})))
+    Ok(axum::Json(
+        json!({"default": default_mode_value(&app).await?}),
+    ))
 }
 
 #[derive(Deserialize)]

@@ -77,7 +77,8 @@ impl Store {
             .send(job)
             .await
             .map_err(|_| ApiError::internal("chatd is stopping"))?;
-        rx.await.map_err(|_| ApiError::internal("chatd is stopping"))?
+        rx.await
+            .map_err(|_| ApiError::internal("chatd is stopping"))?
     }
 
     /// Appends a piece of an answer (or its reasoning) to a message and
@@ -103,7 +104,12 @@ impl Store {
     {
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = match store.readers.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            let conn = match store
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+            {
                 Some(conn) => conn,
                 None => tandem_shared::db::open_reader(&store.path)
                     .map_err(|e| ApiError::internal(format!("{e:#}")))?,

@@ -17,9 +17,15 @@ pub enum Trashed {
     Exclude,
 }
 
-pub fn conversation(conn: &Connection, id: &str, trashed: Trashed) -> Result<Conversation, ApiError> {
+pub fn conversation(
+    conn: &Connection,
+    id: &str,
+    trashed: Trashed,
+) -> Result<Conversation, ApiError> {
     let found = conn
-        .prepare_cached(&format!("SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?1"))?
+        .prepare_cached(&format!(
+            "SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?1"
+        ))?
         .query_row([id], Conversation::from_row)
         .optional()?;
     match found {
@@ -38,8 +44,14 @@ pub fn message(conn: &Connection, conversation_id: &str, id: &str) -> Result<Mes
 }
 
 /// The messages from the root to `leaf`, oldest first.
-pub fn path_to(conn: &Connection, conversation_id: &str, leaf: Option<&str>) -> Result<Vec<Message>, ApiError> {
-    let Some(leaf) = leaf else { return Ok(Vec::new()) };
+pub fn path_to(
+    conn: &Connection,
+    conversation_id: &str,
+    leaf: Option<&str>,
+) -> Result<Vec<Message>, ApiError> {
+    let Some(leaf) = leaf else {
+        return Ok(Vec::new());
+    };
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?1"
     ))?;
@@ -50,7 +62,9 @@ pub fn path_to(conn: &Connection, conversation_id: &str, leaf: Option<&str>) -> 
     let mut path = Vec::new();
     let mut next = Some(leaf.to_string());
     while let Some(id) = next {
-        let Some(message) = all.remove(&id) else { break };
+        let Some(message) = all.remove(&id) else {
+            break;
+        };
         next = message.parent_id.clone();
         path.push(message);
     }
@@ -59,7 +73,10 @@ pub fn path_to(conn: &Connection, conversation_id: &str, leaf: Option<&str>) -> 
 }
 
 /// The transcript: the active path of the conversation.
-pub fn transcript(conn: &Connection, conversation: &Conversation) -> Result<Vec<Message>, ApiError> {
+pub fn transcript(
+    conn: &Connection,
+    conversation: &Conversation,
+) -> Result<Vec<Message>, ApiError> {
     path_to(conn, &conversation.id, conversation.head_id.as_deref())
 }
 
@@ -67,7 +84,9 @@ pub fn runs(conn: &Connection, conversation_id: &str) -> Result<Vec<Run>, ApiErr
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE conversation_id = ?1 ORDER BY rowid"
     ))?;
-    let runs = stmt.query_map([conversation_id], Run::from_row)?.collect::<Result<_, _>>()?;
+    let runs = stmt
+        .query_map([conversation_id], Run::from_row)?
+        .collect::<Result<_, _>>()?;
     Ok(runs)
 }
 
@@ -103,7 +122,9 @@ pub fn waiting(conn: &Connection, conversation_id: &str) -> Result<Vec<Pending>,
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {PENDING_COLUMNS} FROM pending WHERE conversation_id = ?1 AND state = 'waiting' ORDER BY rowid"
     ))?;
-    let pending = stmt.query_map([conversation_id], Pending::from_row)?.collect::<Result<_, _>>()?;
+    let pending = stmt
+        .query_map([conversation_id], Pending::from_row)?
+        .collect::<Result<_, _>>()?;
     Ok(pending)
 }
 
@@ -126,20 +147,36 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
         let runs = runs(conn, id)?;
         let pending = waiting(conn, id)?;
         let seq = conversation.last_seq;
-        Ok(Snapshot { conversation, messages, runs, pending, seq })
+        Ok(Snapshot {
+            conversation,
+            messages,
+            runs,
+            pending,
+            seq,
+        })
     })();
     let _ = conn.execute_batch("COMMIT");
     result
 }
 
 /// Events after `after`, oldest first, at most `limit`.
-pub fn events_after(conn: &Connection, conversation_id: &str, after: i64, limit: usize) -> Result<Vec<Arc<Event>>, ApiError> {
+pub fn events_after(
+    conn: &Connection,
+    conversation_id: &str,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<Arc<Event>>, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, data FROM events WHERE conversation_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![conversation_id, after, limit as i64], |row| {
         let kind: String = row.get(1)?;
-        Ok(Arc::new(Event::new(conversation_id.to_string(), row.get(0)?, intern_kind(&kind), row.get(2)?)))
+        Ok(Arc::new(Event::new(
+            conversation_id.to_string(),
+            row.get(0)?,
+            intern_kind(&kind),
+            row.get(2)?,
+        )))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -153,14 +190,35 @@ pub fn first_kept_seq(conn: &Connection, conversation_id: &str) -> Result<Option
 
 /// Every event kind chatd writes, so stored kinds map back to `&'static str`.
 pub const KINDS: &[&str] = &[
-    "conversation.updated", "message.created", "message.updated", "run.queued", "run.started",
-    "text.delta", "reasoning.delta", "tool.started", "tool.finished", "tool.consent",
-    "tool.auto_approved", "usage", "run.retrying", "run.finished", "pending.added",
-    "pending.updated", "pending.removed", "pending.delivered", "compacted", "cleared", "reset",
+    "conversation.updated",
+    "message.created",
+    "message.updated",
+    "run.queued",
+    "run.started",
+    "text.delta",
+    "reasoning.delta",
+    "tool.started",
+    "tool.finished",
+    "tool.consent",
+    "tool.auto_approved",
+    "usage",
+    "run.retrying",
+    "run.finished",
+    "pending.added",
+    "pending.updated",
+    "pending.removed",
+    "pending.delivered",
+    "compacted",
+    "cleared",
+    "reset",
 ];
 
 fn intern_kind(kind: &str) -> &'static str {
-    KINDS.iter().find(|k| **k == kind).copied().unwrap_or("unknown")
+    KINDS
+        .iter()
+        .find(|k| **k == kind)
+        .copied()
+        .unwrap_or("unknown")
 }
 
 pub struct ListQuery {
@@ -172,9 +230,16 @@ pub struct ListQuery {
 }
 
 /// Conversations newest first (by `updated`), with a cursor for the next page.
-pub fn list(conn: &Connection, query: &ListQuery) -> Result<(Vec<Conversation>, Option<String>), ApiError> {
+pub fn list(
+    conn: &Connection,
+    query: &ListQuery,
+) -> Result<(Vec<Conversation>, Option<String>), ApiError> {
     let mut sql = format!("SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE ");
-    sql.push_str(if query.trashed { "deleted_at IS NOT NULL" } else { "deleted_at IS NULL" });
+    sql.push_str(if query.trashed {
+        "deleted_at IS NOT NULL"
+    } else {
+        "deleted_at IS NULL"
+    });
     let mut args: Vec<String> = Vec::new();
     if let Some(before) = &query.before {
         let (updated, id) = before
@@ -185,7 +250,10 @@ pub fn list(conn: &Connection, query: &ListQuery) -> Result<(Vec<Conversation>, 
         sql.push_str(" AND (updated < ?1 OR (updated = ?1 AND id < ?2))");
     }
     if let Some(q) = query.q.as_deref().filter(|q| !q.trim().is_empty()) {
-        let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        let escaped = q
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
         args.push(format!("%{escaped}%"));
         let n = args.len();
         sql.push_str(&format!(
@@ -193,10 +261,16 @@ pub fn list(conn: &Connection, query: &ListQuery) -> Result<(Vec<Conversation>, 
              WHERE m.conversation_id = c.id AND m.text LIKE ?{n} ESCAPE '\\'))"
         ));
     }
-    sql.push_str(&format!(" ORDER BY updated DESC, id DESC LIMIT {}", query.limit + 1));
+    sql.push_str(&format!(
+        " ORDER BY updated DESC, id DESC LIMIT {}",
+        query.limit + 1
+    ));
     let mut stmt = conn.prepare(&sql)?;
     let mut rows: Vec<Conversation> = stmt
-        .query_map(rusqlite::params_from_iter(args.iter()), Conversation::from_row)?
+        .query_map(
+            rusqlite::params_from_iter(args.iter()),
+            Conversation::from_row,
+        )?
         .collect::<Result<_, _>>()?;
     let next = if rows.len() > query.limit {
         rows.truncate(query.limit);

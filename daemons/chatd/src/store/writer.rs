@@ -59,7 +59,12 @@ impl<'a> Ctx<'a> {
                 "INSERT INTO events (conversation_id, seq, kind, data, created) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute(params![conversation_id, seq, kind, data, self.now])?;
-        self.events.push(Arc::new(Event::new(conversation_id.to_string(), seq, kind, data)));
+        self.events.push(Arc::new(Event::new(
+            conversation_id.to_string(),
+            seq,
+            kind,
+            data,
+        )));
         Ok(seq)
     }
 
@@ -116,7 +121,9 @@ pub fn run(mut conn: Connection, mut rx: mpsc::Receiver<Job>, hub: Hub, metrics:
     let mut seqs: HashMap<String, i64> = HashMap::new();
     let mut stop = false;
     while !stop {
-        let Some(first) = rx.blocking_recv() else { break };
+        let Some(first) = rx.blocking_recv() else {
+            break;
+        };
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -137,7 +144,9 @@ pub fn run(mut conn: Connection, mut rx: mpsc::Receiver<Job>, hub: Hub, metrics:
                 seqs.clear();
                 tracing::error!(error = %err, jobs = delivers.len(), "batch commit failed");
                 for deliver in delivers {
-                    deliver(Some("the database refused the write; chatd's log has the details".into()));
+                    deliver(Some(
+                        "the database refused the write; chatd's log has the details".into(),
+                    ));
                 }
             }
         }
@@ -172,13 +181,23 @@ fn commit_batch(
         match job {
             Job::Stop => *stop = true,
             Job::Delta(delta) => {
-                let kind = if delta.reasoning { "reasoning.delta" } else { "text.delta" };
+                let kind = if delta.reasoning {
+                    "reasoning.delta"
+                } else {
+                    "text.delta"
+                };
                 let data = serde_json::json!({
                     "run_id": delta.run_id,
                     "message_id": delta.message_id,
                     "text": delta.text,
                 });
-                let mut ctx = Ctx { conn: &tx, seqs, moved: Vec::new(), events: Vec::new(), now };
+                let mut ctx = Ctx {
+                    conn: &tx,
+                    seqs,
+                    moved: Vec::new(),
+                    events: Vec::new(),
+                    now,
+                };
                 match ctx.emit(&delta.conversation_id, kind, data) {
                     Ok(_) => {
                         events.append(&mut ctx.events);
@@ -203,9 +222,19 @@ fn commit_batch(
                     failure = Some(err);
                     continue;
                 }
-                let mut ctx = Ctx { conn: &tx, seqs, moved: Vec::new(), events: Vec::new(), now };
+                let mut ctx = Ctx {
+                    conn: &tx,
+                    seqs,
+                    moved: Vec::new(),
+                    events: Vec::new(),
+                    now,
+                };
                 let (ok, deliver) = closure(&mut ctx);
-                let Ctx { moved, events: job_events, .. } = ctx;
+                let Ctx {
+                    moved,
+                    events: job_events,
+                    ..
+                } = ctx;
                 let end = if ok {
                     for (conversation, _) in &moved {
                         note_touched(&mut touched, conversation);
@@ -282,7 +311,10 @@ fn flush_appends(conn: &Connection, appends: &mut HashMap<String, Append>) -> ru
 fn publish(hub: &Hub, events: Vec<Arc<Event>>) {
     let mut by_conversation: Vec<(String, Vec<Arc<Event>>)> = Vec::new();
     for event in events {
-        match by_conversation.iter_mut().find(|(c, _)| *c == event.conversation_id) {
+        match by_conversation
+            .iter_mut()
+            .find(|(c, _)| *c == event.conversation_id)
+        {
             Some((_, list)) => list.push(event),
             None => by_conversation.push((event.conversation_id.clone(), vec![event])),
         }

@@ -1,0 +1,243 @@
+//! `tandem chat send|attach`: a terminal client that streams an answer and
+//! survives a chatd restart by reconnecting with its last seq.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use crate::paths;
+
+#[derive(clap::Subcommand)]
+pub enum ChatCommand {
+    /// Send a message and stream the answer.
+    ///
+    /// Starts a new chat unless --chat names one. The answer is printed as it
+    /// arrives; a chatd restart mid-answer is ridden out (the stream resumes
+    /// from the last event seen). Exit 0 when the run ends done, 1 otherwise.
+    ///
+    /// Example: tandem chat send 'Summarise the notes' --chat c_0123abcd
+    Send {
+        /// The message.
+        text: String,
+        /// The chat to send to (default: a new chat).
+        #[arg(long)]
+        chat: Option<String>,
+    },
+    /// Follow a chat's events from now on, printing answers as they stream.
+    ///
+    /// Example: tandem chat attach c_0123abcd
+    Attach {
+        /// The chat id.
+        id: String,
+    },
+}
+
+pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    match command {
+        ChatCommand::Send { text, chat } => {
+            let chat = match chat {
+                Some(chat) => chat,
+                None => {
+                    let created = client
+                        .call(reqwest::Method::POST, "/conversations", Some(json!({})))
+                        .await?;
+                    let id = created["id"]
+                        .as_str()
+                        .context("chatd gave no conversation id")?
+                        .to_string();
+                    eprintln!("tandem: new chat {id}");
+                    id
+                }
+            };
+            let snapshot = client
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/conversations/{chat}"),
+                    None,
+                )
+                .await?;
+            let after = snapshot["seq"].as_i64().unwrap_or(0);
+            let sent = client
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/conversations/{chat}/messages"),
+                    Some(json!({"text": text})),
+                )
+                .await?;
+            let Some(run_id) = sent["run_id"].as_str() else {
+                eprintln!("tandem: a run is working in this chat; your message waits and reaches the model at its next request");
+                return Ok(ExitCode::SUCCESS);
+            };
+            follow(&client, &chat, after, Some(run_id)).await
+        }
+        ChatCommand::Attach { id } => {
+            let snapshot = client
+                .call(reqwest::Method::GET, &format!("/conversations/{id}"), None)
+                .await?;
+            if let Some(last) = snapshot["messages"].as_array().and_then(|m| m.last()) {
+                if last["status"] == "streaming" {
+                    print!("{}", last["text"].as_str().unwrap_or(""));
+                }
+            }
+            follow(&client, &id, snapshot["seq"].as_i64().unwrap_or(0), None).await
+        }
+    }
+}
+
+struct Client {
+    base: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    fn new() -> anyhow::Result<Client> {
+        let secrets = tandem_shared::secrets::load(&paths::secrets_file(), &paths::chat_data())
+            .context("reading the forward key")?;
+        Ok(Client {
+            base: format!("{}/v1/chat-app", paths::chat_url().trim_end_matches('/')),
+            key: secrets.forward_key.expose().to_string(),
+            http: reqwest::Client::new(),
+        })
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("x-forward-key", &self.key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.with_context(|| {
+            format!(
+                "chatd does not answer at {} (is it running? `tandem up`)",
+                self.base
+            )
+        })?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = body
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("no message");
+            bail!("chatd answered {status}: {message}");
+        }
+        Ok(body)
+    }
+}
+
+/// Prints the chat's events after `after`; with `run`, returns when that run ends.
+async fn follow(
+    client: &Client,
+    chat: &str,
+    mut after: i64,
+    run: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
+    let mut lost_since: Option<tokio::time::Instant> = None;
+    loop {
+        let response = client
+            .http
+            .get(format!("{}/conversations/{chat}/events", client.base))
+            .header("x-forward-key", &client.key)
+            .header("last-event-id", after.to_string())
+            .send()
+            .await;
+        let response = match response {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) if r.status().is_client_error() => {
+                bail!("chatd refused the event stream: {}", r.status())
+            }
+            _ => {
+                let since = *lost_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() > Duration::from_secs(120) {
+                    bail!("chatd has not answered for 2 minutes; the run goes on without this terminal");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if lost_since.take().is_some() {
+            eprintln!("\ntandem: reconnected after event {after}");
+        }
+        let mut body = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(chunk) = body.next().await {
+            let Ok(chunk) = chunk else { break };
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let frame: String = buffer.drain(..end + 2).collect();
+                let (mut seq, mut kind, mut data) = (None, "", String::new());
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        seq = v.parse::<i64>().ok();
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        kind = v;
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                let Some(seq) = seq else { continue };
+                after = seq;
+                let data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                match kind {
+                    "text.delta" => {
+                        print!("{}", data["text"].as_str().unwrap_or(""));
+                        let _ = out.flush();
+                    }
+                    "run.queued" => eprintln!("tandem: queued (position {})", data["position"]),
+                    "run.retrying" => eprintln!(
+                        "\ntandem: engine fault, retry {} in {}s: {}",
+                        data["attempt"],
+                        data["wait_s"],
+                        data["reason"].as_str().unwrap_or("")
+                    ),
+                    "tool.consent" => eprintln!(
+                        "\ntandem: consent needed for {}: {} (answer in the web page)",
+                        data["name"], data["summary"]
+                    ),
+                    "reset" => {
+                        eprintln!("\ntandem: too far behind; following from event {seq}");
+                    }
+                    "run.finished" => {
+                        let status = data["status"].as_str().unwrap_or("");
+                        if run.is_none_or(|r| data["run_id"] == r) {
+                            println!();
+                            if status == "done" {
+                                if run.is_some() {
+                                    return Ok(ExitCode::SUCCESS);
+                                }
+                            } else {
+                                eprintln!(
+                                    "tandem: run {status}{}",
+                                    data["error"]
+                                        .as_str()
+                                        .map(|e| format!(": {e}"))
+                                        .unwrap_or_default()
+                                );
+                                if run.is_some() {
+                                    return Ok(ExitCode::FAILURE);
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        eprintln!("\ntandem: the event stream closed; reconnecting from event {after}");
+        lost_since.get_or_insert_with(tokio::time::Instant::now);
+    }
+}

@@ -1,0 +1,111 @@
+//! `tandem up`: chatd in the foreground; the engine simulator beside it only
+//! when no engine answers at QSE_ENGINE_URL, and it says so.
+
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+use crate::paths;
+
+pub const LONG_ABOUT: &str = "\
+Run chatd in the foreground until Ctrl-C.
+
+If no engine answers at QSE_ENGINE_URL (default http://127.0.0.1:8000), the
+engine simulator is started there first, and tandem says so: chats then get
+deterministic simulated answers. A real engine (llama-server, vLLM, ...) is
+used as soon as it is the one answering.
+
+Example:
+  tandem up
+  tandem chat send 'hello'          # in another terminal";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Never start the simulator: fail when no engine answers.
+    #[arg(long)]
+    no_sim: bool,
+}
+
+pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
+    let engine = paths::engine_url();
+    let mut sim: Option<Child> = None;
+    if engine_answers(&engine).await {
+        eprintln!("tandem: the engine at {engine} answers; using it");
+    } else if args.no_sim {
+        anyhow::bail!(
+            "no engine answers at {engine} (--no-sim given): start the engine, or drop --no-sim"
+        );
+    } else {
+        let listen = engine
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        eprintln!("tandem: no engine answers at {engine}; starting the engine simulator there (simulated answers)");
+        let child = Command::new(paths::sibling_binary("engine-sim"))
+            .args(["--listen", &listen])
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting engine-sim (build it with `cargo build --release --workspace`)")?;
+        sim = Some(child);
+        wait_for(&engine)
+            .await
+            .context("the engine simulator did not answer within 10 s")?;
+    }
+    let mut chatd = Command::new(paths::sibling_binary("chatd"))
+        .env(
+            "QSE_LOG_TO",
+            std::env::var("QSE_LOG_TO").unwrap_or_else(|_| "stderr".into()),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting chatd")?;
+    let chat = paths::chat_url();
+    eprintln!(
+        "tandem: chatd at {chat}; data in {}; Ctrl-C stops",
+        paths::chat_data().display()
+    );
+    let status = tokio::select! {
+        status = chatd.wait() => status?,
+        _ = tokio::signal::ctrl_c() => {
+            // chatd has the same terminal and got the Ctrl-C too; give it its grace period.
+            if let Some(pid) = chatd.id() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            }
+            match tokio::time::timeout(Duration::from_secs(8), chatd.wait()).await {
+                Ok(status) => status?,
+                Err(_) => {
+                    let _ = chatd.kill().await;
+                    chatd.wait().await?
+                }
+            }
+        }
+    };
+    if let Some(mut sim) = sim {
+        let _ = sim.kill().await;
+    }
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn engine_answers(engine: &str) -> bool {
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/models", engine.trim_end_matches('/'));
+    matches!(client.get(url).timeout(Duration::from_secs(2)).send().await, Ok(r) if r.status().is_success())
+}
+
+async fn wait_for(engine: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        if engine_answers(engine).await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("timed out")
+}
