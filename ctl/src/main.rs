@@ -1,32 +1,98 @@
 //! `tandem`: the one command that operates tandem. `main` only dispatches;
 //! each verb lives in its own file under `commands/`.
 //!
-//! Exit codes: 0 success, 1 the thing asked for did not happen (a daemon did
-//! not start, a run failed), 2 bad usage.
+//! Exit codes: 0 success; 1 the thing asked for did not happen (a daemon did
+//! not start or is not healthy, a run did not end done); 2 bad usage.
 
 mod commands;
+mod daemons;
+mod manager;
 mod paths;
+mod settings;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+use commands::service::ServiceVerb;
 
 /// Operate tandem, the chat services of this box.
 #[derive(Parser)]
-#[command(name = "tandem", version, about, long_about = None)]
+#[command(name = "tandem", version, about, long_about = LONG_ABOUT)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+const LONG_ABOUT: &str = "\
+Operate tandem, the chat services of this box: chatd (chats kept on the
+server) and, as they land, egressd, hostexecd, triggerd and connectord.
+
+Daemons run under `systemctl --user` when their units are installed and a
+user manager answers; otherwise tandem runs them itself, with pid files in
+$XDG_RUNTIME_DIR/tandem and logs in ~/.tandemllm/logs. The verbs and their
+output are the same either way.
+
+Exit codes: 0 success; 1 what was asked did not happen; 2 bad usage.";
 
 #[derive(Subcommand)]
 enum Command {
     /// Run chatd in the foreground, with the engine simulator when no engine answers.
     #[command(long_about = commands::up::LONG_ABOUT)]
     Up(commands::up::Args),
-    /// Talk to chats: send a message and stream the answer, or follow a chat.
+    /// One line per daemon and one for the engine; exit 0 when all is well.
+    #[command(long_about = commands::status::LONG_ABOUT)]
+    Status,
+    /// Start daemons (all of this build, or those named).
+    ///
+    /// Example: tandem start chat
+    Start {
+        /// chat, egress, hostexec, triggers, connectors (default: all).
+        daemons: Vec<String>,
+    },
+    /// Stop daemons (all, or those named).
+    ///
+    /// Example: tandem stop
+    Stop { daemons: Vec<String> },
+    /// Restart daemons (all, or those named).
+    ///
+    /// Example: tandem restart chat
+    Restart { daemons: Vec<String> },
+    /// chatd: start, stop, restart, status, logs; send a message; attach to a chat.
     #[command(subcommand)]
     Chat(commands::chat::ChatCommand),
+    /// egressd's service verbs (arrives with the egress issue).
+    #[command(subcommand)]
+    Egress(ServiceVerb),
+    /// hostexecd's service verbs (arrives with the hostexec issue).
+    #[command(subcommand)]
+    Hostexec(ServiceVerb),
+    /// triggerd's service verbs (arrives with the triggers issue).
+    #[command(subcommand)]
+    Triggers(ServiceVerb),
+    /// connectord's service verbs (arrives with the connectors issue).
+    #[command(subcommand)]
+    Connectors(ServiceVerb),
+    /// For cron: start chatd when the engine answers and chatd does not (3 an hour at most).
+    #[command(long_about = commands::watchdog::LONG_ABOUT)]
+    Watchdog,
+    /// Check this box's set-up, one line per check, with fixes.
+    #[command(long_about = commands::doctor::LONG_ABOUT)]
+    Doctor,
+    /// Print shell completions.
+    ///
+    /// Example: tandem completions bash > ~/.local/share/bash-completion/completions/tandem
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (tandem.1 and one per verb) into a folder.
+    ///
+    /// Example: tandem man ~/.local/share/man/man1
+    Man {
+        /// The folder to write into.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -39,9 +105,44 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        let daemon = |name: &str| {
+            daemons::by_name(name)
+                .ok_or_else(|| anyhow::anyhow!("{name} is not in the daemon table"))
+        };
         match cli.command {
             Command::Up(args) => commands::up::exec(args).await,
+            Command::Status => commands::status::exec().await,
+            Command::Start { daemons } => {
+                commands::service::suite(ServiceVerb::Start, &daemons).await
+            }
+            Command::Stop { daemons } => {
+                commands::service::suite(ServiceVerb::Stop, &daemons).await
+            }
+            Command::Restart { daemons } => {
+                commands::service::suite(ServiceVerb::Restart, &daemons).await
+            }
             Command::Chat(command) => commands::chat::exec(command).await,
+            Command::Egress(verb) => commands::service::exec(daemon("egress")?, verb).await,
+            Command::Hostexec(verb) => commands::service::exec(daemon("hostexec")?, verb).await,
+            Command::Triggers(verb) => commands::service::exec(daemon("triggers")?, verb).await,
+            Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,
+            Command::Watchdog => commands::watchdog::exec().await,
+            Command::Doctor => commands::doctor::exec().await,
+            Command::Completions { shell } => {
+                clap_complete::generate(
+                    shell,
+                    &mut Cli::command(),
+                    "tandem",
+                    &mut std::io::stdout(),
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Man { dir } => {
+                std::fs::create_dir_all(&dir)?;
+                clap_mangen::generate_to(Cli::command(), &dir)?;
+                println!("man pages written to {}", dir.display());
+                Ok(ExitCode::SUCCESS)
+            }
         }
     });
     match result {

@@ -9,10 +9,12 @@ use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use crate::paths;
+use crate::settings::Settings;
 
 #[derive(clap::Subcommand)]
 pub enum ChatCommand {
+    #[command(flatten)]
+    Service(crate::commands::service::ServiceVerb),
     /// Send a message and stream the answer.
     ///
     /// Starts a new chat unless --chat names one. The answer is printed as it
@@ -37,9 +39,13 @@ pub enum ChatCommand {
 }
 
 pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
-    let client = Client::new()?;
     match command {
+        ChatCommand::Service(verb) => {
+            let chatd = crate::daemons::by_name("chatd").context("chatd is in the daemon table")?;
+            crate::commands::service::exec(chatd, verb).await
+        }
         ChatCommand::Send { text, chat } => {
+            let client = Client::new()?;
             let chat = match chat {
                 Some(chat) => chat,
                 None => {
@@ -76,6 +82,7 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             follow(&client, &chat, after, Some(run_id)).await
         }
         ChatCommand::Attach { id } => {
+            let client = Client::new()?;
             let snapshot = client
                 .call(reqwest::Method::GET, &format!("/conversations/{id}"), None)
                 .await?;
@@ -97,10 +104,13 @@ struct Client {
 
 impl Client {
     fn new() -> anyhow::Result<Client> {
-        let secrets = tandem_shared::secrets::load(&paths::secrets_file(), &paths::chat_data())
-            .context("reading the forward key")?;
+        let settings = Settings::load()?;
+        let secrets =
+            tandem_shared::secrets::load(&settings.chatd.secrets, &settings.chatd.data_dir)
+                .context("reading the forward key")?;
+        let chatd = crate::daemons::by_name("chatd").context("chatd is in the daemon table")?;
         Ok(Client {
-            base: format!("{}/v1/chat-app", paths::chat_url().trim_end_matches('/')),
+            base: format!("{}/v1/chat-app", settings.daemon_url(chatd)),
             key: secrets.forward_key.expose().to_string(),
             http: reqwest::Client::new(),
         })

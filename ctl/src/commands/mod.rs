@@ -1,2 +1,6 @@
 pub mod chat;
+pub mod doctor;
+pub mod service;
+pub mod status;
 pub mod up;
+pub mod watchdog;

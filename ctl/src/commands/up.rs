@@ -8,6 +8,7 @@ use anyhow::Context;
 use tokio::process::{Child, Command};
 
 use crate::paths;
+use crate::settings::Settings;
 
 pub const LONG_ABOUT: &str = "\
 Run chatd in the foreground until Ctrl-C.
@@ -29,7 +30,8 @@ pub struct Args {
 }
 
 pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
-    let engine = paths::engine_url();
+    let settings = Settings::load()?;
+    let engine = settings.engine_url().to_string();
     let mut sim: Option<Child> = None;
     if engine_answers(&engine).await {
         eprintln!("tandem: the engine at {engine} answers; using it");
@@ -55,6 +57,7 @@ pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
             .context("the engine simulator did not answer within 10 s")?;
     }
     let mut chatd = Command::new(paths::sibling_binary("chatd"))
+        .current_dir(&settings.root)
         .env(
             "QSE_LOG_TO",
             std::env::var("QSE_LOG_TO").unwrap_or_else(|_| "stderr".into()),
@@ -62,10 +65,11 @@ pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
         .kill_on_drop(true)
         .spawn()
         .context("starting chatd")?;
-    let chat = paths::chat_url();
+    let chatd_daemon = crate::daemons::by_name("chatd").context("chatd is in the daemon table")?;
     eprintln!(
-        "tandem: chatd at {chat}; data in {}; Ctrl-C stops",
-        paths::chat_data().display()
+        "tandem: chatd at {}; data in {}; Ctrl-C stops",
+        settings.daemon_url(chatd_daemon),
+        settings.chatd.data_dir.display()
     );
     let status = tokio::select! {
         status = chatd.wait() => status?,
@@ -94,9 +98,9 @@ pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn engine_answers(engine: &str) -> bool {
-    let client = reqwest::Client::new();
-    let url = format!("{}/v1/models", engine.trim_end_matches('/'));
-    matches!(client.get(url).timeout(Duration::from_secs(2)).send().await, Ok(r) if r.status().is_success())
+    crate::daemons::engine_answers(&reqwest::Client::new(), engine, Duration::from_secs(2))
+        .await
+        .is_some()
 }
 
 async fn wait_for(engine: &str) -> anyhow::Result<()> {

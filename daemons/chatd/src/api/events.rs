@@ -141,6 +141,12 @@ impl Device {
                 if events.first().is_none_or(|e| e.seq != self.cursor + 1) {
                     return Some(self.reset(head));
                 }
+                // Housekeeping drops deltas from the middle of the log too:
+                // send only up to the first hole, so the device never sees a
+                // gap; the next fetch then starts past the hole and resets.
+                let mut events = events;
+                let whole = events.iter().zip(self.cursor + 1..).take_while(|(e, seq)| e.seq == *seq).count();
+                events.truncate(whole);
                 let mut frames = BytesMut::new();
                 for event in &events {
                     frames.extend_from_slice(&event.frame);

@@ -1,0 +1,123 @@
+//! `tandem doctor`: each line a check, with the fix when it fails.
+
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use crate::daemons;
+use crate::settings::Settings;
+
+pub const LONG_ABOUT: &str = "\
+Checks what tandem needs on this box, one line each, with the fix for each
+failure: the engine, the secrets file, file modes, the units, lingering, the
+container runtime and the egress rules. Exits 0 when every check passes.
+
+Example:
+  tandem doctor";
+
+pub async fn exec() -> anyhow::Result<ExitCode> {
+    let settings = Settings::load()?;
+    let mut failed = 0;
+    let mut check = |ok: bool, what: String, fix: &str| {
+        if ok {
+            println!("ok    {what}");
+        } else {
+            failed += 1;
+            println!("FAIL  {what}\n      fix: {fix}");
+        }
+    };
+    let client = reqwest::Client::new();
+    let engine = settings.engine_url().to_string();
+    let models = daemons::engine_answers(&client, &engine, Duration::from_secs(2)).await;
+    check(
+        models.is_some(),
+        format!("engine answers at {engine}"),
+        "start the box's engine; tandem never starts it (or set QSE_ENGINE_URL)",
+    );
+    let chatd = daemons::by_name("chatd")
+        .map(|d| settings.daemon_url(d))
+        .unwrap_or_default();
+    let up = daemons::health(&client, &chatd, Duration::from_secs(1))
+        .await
+        .is_some();
+    check(
+        up,
+        format!("chatd answers at {chatd}"),
+        "tandem chat start (and `tandem chat logs` when it will not)",
+    );
+
+    let secrets = &settings.chatd.secrets;
+    let has_key = std::fs::read_to_string(secrets).is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.trim_start().starts_with("QSE_FORWARD_KEY="))
+    });
+    check(
+        has_key,
+        format!("secrets file {} holds QSE_FORWARD_KEY", secrets.display()),
+        "ops/make-secrets.sh (chatd meanwhile uses forward.key in its data folder)",
+    );
+    if secrets.exists() {
+        let mode = tandem_shared::fsmode::mode_of(secrets).unwrap_or(0o777);
+        check(
+            mode & 0o077 == 0,
+            format!("secrets file mode {mode:o} (want 600)"),
+            &format!("chmod 600 {}", secrets.display()),
+        );
+    }
+    let data = &settings.chatd.data_dir;
+    if data.exists() {
+        let mode = tandem_shared::fsmode::mode_of(data).unwrap_or(0o777);
+        check(
+            mode == 0o700,
+            format!("data folder {} mode {mode:o} (want 700)", data.display()),
+            &format!("chmod 700 {}", data.display()),
+        );
+        let db = data.join("chat.sqlite3");
+        if db.exists() {
+            let mode = tandem_shared::fsmode::mode_of(&db).unwrap_or(0o777);
+            check(
+                mode == 0o600,
+                format!("database mode {mode:o} (want 600)"),
+                &format!("chmod 600 {}", db.display()),
+            );
+        }
+    }
+    let unit = tandem_shared::secrets::home().join(".config/systemd/user/tandem-chatd.service");
+    check(
+        unit.exists(),
+        format!("unit installed at {}", unit.display()),
+        "ops/install.sh (or run without systemd: tandem chat start)",
+    );
+    let user = std::env::var("USER").unwrap_or_default();
+    let linger = Command::new("loginctl")
+        .args(["show-user", &user, "-p", "Linger", "--value"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "yes");
+    check(
+        linger,
+        "lingering on (user units run without a login)".into(),
+        "loginctl enable-linger $USER",
+    );
+    let socket =
+        std::env::var("QSE_SANDBOX_SOCKET").unwrap_or_else(|_| "/var/run/docker.sock".into());
+    check(std::path::Path::new(&socket).exists(), format!("container runtime socket {socket}"), "install podman + runc (the sandbox issue brings sandbox/install); chats still work without it, with no bash tool");
+    let nft = Command::new("nft")
+        .args(["list", "table", "inet", "tandem"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    check(
+        nft,
+        "nftables table inet tandem (egress rules)".into(),
+        "arrives with egressd; until then sandboxes have no network at all",
+    );
+    println!();
+    if failed == 0 {
+        println!("all checks passed");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{failed} check(s) failed");
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,60 @@
+//! The settings `tandem` needs, read the way the daemons read them: the
+//! TOML file, the operator env files in the root folder, the environment.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::daemons::Daemon;
+
+pub struct Settings {
+    /// The folder holding `run/serve.env` and `run/local.env`; daemons
+    /// started by tandem run there. `$QSE_ROOT`, else ~/TandemLLM when it
+    /// exists, else the current folder.
+    pub root: PathBuf,
+    pub chatd: chatd::config::ChatdConfig,
+}
+
+impl Settings {
+    pub fn load() -> anyhow::Result<Settings> {
+        let root = match std::env::var_os("QSE_ROOT") {
+            Some(root) => PathBuf::from(root),
+            None => {
+                let box_root = tandem_shared::secrets::home().join("TandemLLM");
+                if box_root.is_dir() {
+                    box_root
+                } else {
+                    std::env::current_dir().context("reading the current folder")?
+                }
+            }
+        };
+        let sources = tandem_shared::config::Sources::from_process(None, Some(&root));
+        let loaded = tandem_shared::config::load::<chatd::config::FileConfig>(
+            &sources,
+            chatd::config::ENV_KEYS,
+        )?;
+        Ok(Settings {
+            root,
+            chatd: loaded.config.chatd,
+        })
+    }
+
+    /// Where the daemon answers `/health`.
+    pub fn daemon_url(&self, daemon: Daemon) -> String {
+        match daemon.binary {
+            "chatd" => match self.chatd.listen_addr() {
+                Ok(addr) => format!("http://{addr}"),
+                Err(_) => "http://127.0.0.1:8016".into(),
+            },
+            // The other daemons serve on unix sockets; they join as they land.
+            other => format!(
+                "unix:{}/{other}.sock",
+                crate::daemons::runtime_dir().display()
+            ),
+        }
+    }
+
+    pub fn engine_url(&self) -> &str {
+        &self.chatd.engine_url
+    }
+}
