@@ -14,7 +14,9 @@ fn read_until(socket: &UnixDatagram, want: &str, bound: Duration) -> Vec<String>
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        socket.set_read_timeout(Some(deadline - Instant::now())).unwrap();
+        socket
+            .set_read_timeout(Some(deadline - Instant::now()))
+            .unwrap();
         match socket.recv(&mut buf) {
             Ok(n) => {
                 let text = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -37,9 +39,12 @@ async fn ready_watchdog_and_stopping_are_sent() {
     let socket = UnixDatagram::bind(&path).unwrap();
     let sim = Sim::start(&[]).unwrap();
     let notify = path.to_string_lossy().to_string();
-    let mut chatd = Chatd::start(&sim.url(), &[("NOTIFY_SOCKET", &notify), ("WATCHDOG_USEC", "400000")])
-        .await
-        .unwrap();
+    let mut chatd = Chatd::start(
+        &sim.url(),
+        &[("NOTIFY_SOCKET", &notify), ("WATCHDOG_USEC", "400000")],
+    )
+    .await
+    .unwrap();
 
     let seen = read_until(&socket, "READY=1", Duration::from_secs(10));
     assert!(

@@ -145,7 +145,11 @@ impl Device {
                 // send only up to the first hole, so the device never sees a
                 // gap; the next fetch then starts past the hole and resets.
                 let mut events = events;
-                let whole = events.iter().zip(self.cursor + 1..).take_while(|(e, seq)| e.seq == *seq).count();
+                let whole = events
+                    .iter()
+                    .zip(self.cursor + 1..)
+                    .take_while(|(e, seq)| e.seq == *seq)
+                    .count();
                 events.truncate(whole);
                 let mut frames = BytesMut::new();
                 for event in &events {
