@@ -145,9 +145,10 @@ pub async fn start(
             } else {
                 "exited right after starting".to_string()
             };
-            if alive && manager == Manager::Processes {
+            if manager == Manager::Processes {
                 // Half-started is worse than stopped: a later start would find the port taken.
                 let _ = stop(manager, daemon, Duration::from_secs(5)).await;
+                let _ = std::fs::remove_file(daemon.pid_file());
             }
             bail!(
                 "{} {why}. The log's last lines ({}):\n{}",

@@ -465,15 +465,30 @@ impl Client {
         .await
     }
 
-    /// Opens an event stream after `seq`.
+    /// Opens an event stream after `seq` (sent as `Last-Event-ID`).
     pub async fn events(&self, chat: &str, after: i64) -> anyhow::Result<EventStream> {
-        let response = self
+        let request = self
             .http
             .get(self.api(&format!("/conversations/{chat}/events")))
-            .header("x-forward-key", &self.key)
-            .header("last-event-id", after.to_string())
-            .send()
-            .await?;
+            .header("last-event-id", after.to_string());
+        self.open_events(request, after).await
+    }
+
+    /// Opens an event stream after `seq` given as `?after=`, as a browser's
+    /// first `EventSource` request does.
+    pub async fn events_query(&self, chat: &str, after: i64) -> anyhow::Result<EventStream> {
+        let request = self
+            .http
+            .get(self.api(&format!("/conversations/{chat}/events?after={after}")));
+        self.open_events(request, after).await
+    }
+
+    async fn open_events(
+        &self,
+        request: reqwest::RequestBuilder,
+        after: i64,
+    ) -> anyhow::Result<EventStream> {
+        let response = request.header("x-forward-key", &self.key).send().await?;
         anyhow::ensure!(
             response.status() == 200,
             "events answered {}",

@@ -1,0 +1,421 @@
+//! `tandem` against real daemon processes, without systemd: the process
+//! manager (pid files, a new session, logs to files), the watchdog, the
+//! `--help` texts, and the units checked by systemd-analyze.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use tandem_tests::harness::{bin_dir, free_port, wait_until, Sim};
+
+/// A box of its own: HOME, runtime folder and chatd port in a temp folder.
+struct Box_ {
+    dir: tempfile::TempDir,
+    port: u16,
+    engine: String,
+}
+
+impl Box_ {
+    fn new(engine: &str) -> Box_ {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        Box_ {
+            dir,
+            port: free_port(),
+            engine: engine.to_string(),
+        }
+    }
+
+    fn home(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn tandem(&self, args: &[&str]) -> Output {
+        self.tandem_env(args, &[])
+    }
+
+    fn tandem_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = Command::new(bin_dir().join("tandem"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("XDG_RUNTIME_DIR", self.home().join("run"))
+            .env("QSE_ROOT", self.home())
+            .env("QSE_CHAT_URL", format!("127.0.0.1:{}", self.port))
+            .env("QSE_ENGINE_URL", &self.engine)
+            .env("QSE_TANDEM_MANAGER", "processes");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.home().join("run/tandem/chatd.pid")
+    }
+
+    fn chatd_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.pid_file())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    fn health_url(&self) -> String {
+        format!("http://127.0.0.1:{}/health", self.port)
+    }
+
+    async fn healthy(&self) -> bool {
+        reqwest::Client::new()
+            .get(self.health_url())
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    fn kill9_chatd(&self) {
+        let pid = self.chatd_pid().expect("a pid file");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        // Reaped by init: wait until /proc says it is gone or a zombie.
+        let stat = format!("/proc/{pid}/stat");
+        for _ in 0..500 {
+            let text = std::fs::read_to_string(&stat).unwrap_or_default();
+            if text.is_empty()
+                || text
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("chatd {pid} did not die");
+    }
+
+    fn watchdog_log(&self) -> String {
+        std::fs::read_to_string(self.home().join(".tandemllm/logs/watchdog.log"))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Box_ {
+    fn drop(&mut self) {
+        if let Some(pid) = self.chatd_pid() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_status_logs_restart_stop() {
+    let sim = Sim::start(&[]).unwrap();
+    let b = Box_::new(&sim.url());
+
+    let started = b.tandem(&["chat", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    assert!(
+        text(&started).contains("chatd started: pid"),
+        "{}",
+        text(&started)
+    );
+    assert!(b.healthy().await);
+    let first_pid = b.chatd_pid().unwrap();
+
+    let again = b.tandem(&["chat", "start"]);
+    assert!(again.status.success());
+    assert!(text(&again).contains("already running"), "{}", text(&again));
+
+    let status = b.tandem(&["status"]);
+    assert!(status.status.success(), "{}", text(&status));
+    let out = text(&status);
+    assert!(
+        out.contains(&format!("chatd       running  pid {first_pid}")),
+        "{out}"
+    );
+    assert!(out.contains("engine      reachable"), "{out}");
+
+    let chat_status = b.tandem(&["chat", "status"]);
+    assert!(chat_status.status.success());
+    let out = text(&chat_status);
+    for want in [
+        "chatd: running",
+        &format!("pid      {first_pid}"),
+        "data     ",
+        "health   ok (engine reachable)",
+        "binary   ",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from {out}");
+    }
+
+    let logs = b.tandem(&["chat", "logs", "5"]);
+    assert!(logs.status.success());
+    let out = String::from_utf8_lossy(&logs.stdout).to_string();
+    assert!(out.lines().count() <= 5 && out.contains("chatd"), "{out}");
+
+    let restarted = b.tandem(&["chat", "restart"]);
+    assert!(restarted.status.success(), "{}", text(&restarted));
+    let second_pid = b.chatd_pid().unwrap();
+    assert_ne!(first_pid, second_pid, "restart makes a new process");
+    assert!(b.healthy().await);
+
+    let stopped = b.tandem(&["chat", "stop"]);
+    assert!(stopped.status.success());
+    assert!(
+        text(&stopped).contains("chatd stopped in"),
+        "{}",
+        text(&stopped)
+    );
+    assert!(!b.pid_file().exists(), "the pid file goes with the process");
+    assert!(!b.healthy().await);
+
+    let status = b.tandem(&["status"]);
+    assert_eq!(
+        status.status.code(),
+        Some(1),
+        "status fails when chatd is down"
+    );
+    assert!(text(&status).contains("chatd       NOT RUNNING"));
+    let chat_status = b.tandem(&["chat", "status"]);
+    assert_eq!(chat_status.status.code(), Some(1));
+
+    let stopped_again = b.tandem(&["chat", "stop"]);
+    assert!(text(&stopped_again).contains("was not running"));
+
+    // The suite verbs name daemons; an unknown one is refused.
+    let bad = b.tandem(&["start", "nosuch"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad).contains("\"nosuch\" is not a daemon"),
+        "{}",
+        text(&bad)
+    );
+    let unbuilt = b.tandem(&["egress", "start"]);
+    assert!(text(&unbuilt).contains("egressd is not part of this build yet"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_start_fails_with_the_log_tail_when_the_port_is_taken() {
+    let sim = Sim::start(&[]).unwrap();
+    let b = Box_::new(&sim.url());
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", b.port)).unwrap();
+    let started = b.tandem(&["chat", "start"]);
+    assert_eq!(started.status.code(), Some(1), "{}", text(&started));
+    let out = text(&started);
+    assert!(out.contains("exited right after starting"), "{out}");
+    assert!(out.contains("The log's last lines"), "{out}");
+    assert!(
+        out.contains(&format!("listening on 127.0.0.1:{}", b.port)),
+        "the tail shows why: {out}"
+    );
+    assert!(
+        !b.pid_file().exists()
+            || b.chatd_pid()
+                .is_none_or(|p| !std::path::Path::new(&format!("/proc/{p}/cmdline")).exists())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_starts_chatd_only_when_the_engine_lives_three_times_an_hour() {
+    let mut sim = Sim::start(&[]).unwrap();
+    let b = Box_::new(&sim.url());
+
+    // Engine up, chatd down: started.
+    let run = b.tandem(&["watchdog"]);
+    assert!(run.status.success(), "{}", text(&run));
+    assert!(b.healthy().await, "the watchdog started chatd");
+    // Up and up: nothing to do.
+    let run = b.tandem(&["watchdog"]);
+    assert!(run.status.success());
+    assert!(b
+        .watchdog_log()
+        .contains("engine up, chatd up: nothing to do"));
+
+    // Two more deaths: started each time (starts 2 and 3 of the hour).
+    for n in 2..=3 {
+        b.kill9_chatd();
+        let run = b.tandem(&["watchdog"]);
+        assert!(run.status.success(), "{}", text(&run));
+        assert!(
+            b.watchdog_log()
+                .contains(&format!("start {n} of 3 this hour")),
+            "{}",
+            b.watchdog_log()
+        );
+        assert!(b.healthy().await);
+    }
+    // The fourth death in the hour: refused, logged, chatd stays down.
+    b.kill9_chatd();
+    let run = b.tandem(&["watchdog"]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        b.watchdog_log()
+            .contains("NOT starting chatd, 3 starts in the last hour already"),
+        "{}",
+        b.watchdog_log()
+    );
+    assert!(!b.healthy().await);
+
+    // QSE_CHATD=off: nothing checked.
+    let off = b.tandem_env(&["watchdog"], &[("QSE_CHATD", "off")]);
+    assert!(off.status.success());
+    assert!(b.watchdog_log().contains("QSE_CHATD=off"));
+
+    // The engine down: nothing started, and the engine is left alone.
+    std::fs::remove_file(b.home().join(".tandemllm/watchdog.json")).unwrap();
+    sim.kill();
+    let run = b.tandem(&["watchdog"]);
+    assert!(run.status.success());
+    assert!(
+        b.watchdog_log()
+            .contains("does not answer: nothing started"),
+        "{}",
+        b.watchdog_log()
+    );
+    assert!(!b.healthy().await);
+    assert!(
+        wait_until(
+            "nothing to listen on the engine port",
+            Duration::from_secs(1),
+            || async {
+                std::net::TcpStream::connect(("127.0.0.1", sim.port))
+                    .is_err()
+                    .then_some(())
+            }
+        )
+        .await
+        .is_ok(),
+        "the watchdog never starts an engine"
+    );
+}
+
+/// Every command's `--help` is what tests/snapshots/help/ holds. Run with
+/// UPDATE_SNAPSHOTS=1 to rewrite them after a deliberate change.
+#[test]
+fn help_texts_match_their_snapshots() {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["up"],
+        &["status"],
+        &["start"],
+        &["stop"],
+        &["restart"],
+        &["chat"],
+        &["chat", "start"],
+        &["chat", "stop"],
+        &["chat", "restart"],
+        &["chat", "status"],
+        &["chat", "logs"],
+        &["chat", "send"],
+        &["chat", "attach"],
+        &["watchdog"],
+        &["doctor"],
+        &["completions"],
+        &["man"],
+    ];
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("snapshots/help");
+    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some();
+    let mut mismatches = Vec::new();
+    for args in commands {
+        let output = Command::new(bin_dir().join("tandem"))
+            .args(*args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "tandem {args:?} --help failed");
+        let got = String::from_utf8_lossy(&output.stdout).to_string();
+        let name = if args.is_empty() {
+            "tandem".to_string()
+        } else {
+            format!("tandem-{}", args.join("-"))
+        };
+        let path = dir.join(format!("{name}.txt"));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        if got != want {
+            mismatches.push(format!(
+                "{}:\n--- want\n{want}\n--- got\n{got}",
+                path.display()
+            ));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "help texts changed (UPDATE_SNAPSHOTS=1 to accept):\n{}",
+        mismatches.join("\n")
+    );
+}
+
+/// The units pass `systemd-analyze verify`, and chatd's exposure is 3.0 or lower.
+#[test]
+fn units_verify_and_are_hardened() {
+    let units = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../units");
+    let home = tempfile::tempdir().unwrap();
+    let runtime = home.path().join("run");
+    std::fs::create_dir_all(home.path().join(".local/bin")).unwrap();
+    std::fs::create_dir_all(&runtime).unwrap();
+    for binary in ["chatd", "tandem"] {
+        std::fs::copy(
+            bin_dir().join(binary),
+            home.path().join(".local/bin").join(binary),
+        )
+        .unwrap();
+    }
+    let files: Vec<PathBuf> = std::fs::read_dir(&units)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let analyze = |args: &[&str], files: &[PathBuf]| {
+        Command::new("systemd-analyze")
+            .args(args)
+            .args(files)
+            .env("HOME", home.path())
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .output()
+            .expect("systemd-analyze is installed (.ci/run installs systemd)")
+    };
+    let verify = analyze(&["--user", "verify"], &files);
+    assert!(
+        verify.status.success() && verify.stderr.is_empty(),
+        "verify: {}",
+        text(&verify)
+    );
+    let limits = [("tandem-chatd.service", 3.0)];
+    for (unit, limit) in limits {
+        let out = analyze(
+            &["security", "--offline=yes", "--user"],
+            &[units.join(unit)],
+        );
+        let report = text(&out);
+        let level: f64 = report
+            .lines()
+            .find_map(|l| l.split("exposure level for ").nth(1))
+            .and_then(|rest| rest.split(": ").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no exposure level in {report}"));
+        assert!(level <= limit, "{unit}: exposure {level} is above {limit}");
+    }
+}
