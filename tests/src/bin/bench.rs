@@ -700,6 +700,9 @@ async fn relay(sizes: &Sizes, rows: &mut Vec<Row>, nofile: u64) -> anyhow::Resul
     let mut busy = 0;
     for &devices in &sizes.levels {
         let sampler = (devices == most).then(|| RssSampler::start(pid, Duration::from_secs(600)));
+        let cpu = |p: Option<u32>| p.map(cpu_secs).unwrap_or(0.0);
+        let (me, sim_pid) = (std::process::id(), child_pid("engine-sim"));
+        let (c0, b0, s0, w0) = (cpu(Some(pid)), cpu(Some(me)), cpu(sim_pid), Instant::now());
         let (latencies, fewest) = relay_once(
             &chatd,
             &client,
@@ -709,6 +712,13 @@ async fn relay(sizes: &Sizes, rows: &mut Vec<Row>, nofile: u64) -> anyhow::Resul
             &format!("relay{devices}"),
         )
         .await?;
+        say(format!(
+            "{devices:>5} devices: CPU over {:.1} s: chatd {:.2} s, bench (the devices) {:.2} s, engine-sim {:.2} s",
+            w0.elapsed().as_secs_f64(),
+            cpu(Some(pid)) - c0,
+            cpu(Some(me)) - b0,
+            cpu(sim_pid) - s0
+        ));
         if let Some(sampler) = sampler {
             busy = sampler.peak().await;
         }
