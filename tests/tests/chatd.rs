@@ -1042,21 +1042,26 @@ async fn bad_input_is_refused_in_the_contract_shape_and_stores_nothing() -> anyh
     let post = reqwest::Method::POST;
     let key = Some(FORWARD_KEY);
 
-    let (status, body) = raw(
-        &client,
-        post.clone(),
-        &messages,
-        key,
-        &[],
-        Some(r#"{"text": "#),
-    )
-    .await?;
-    let (kind, message) = error_of("malformed JSON", &body);
-    assert_eq!((status, kind.as_str()), (400, "bad_input"), "{body}");
-    assert!(
-        message.contains("body") || body["error"]["field"].is_string(),
-        "names the body or a field: {body}"
-    );
+    // Not JSON, cut short, JSON with more after it, or not an object: the body is named.
+    let malformed = [
+        "{not json}",
+        "{\"text\": \"hi\",}",
+        r#"{"text": "#,
+        r#"{"text": "hi [sim id=trailing]"} and more"#,
+        r#"["hi [sim id=array]"]"#,
+    ];
+    for text in malformed {
+        let field = "body";
+        let (status, body) = raw(&client, post.clone(), &messages, key, &[], Some(text)).await?;
+        let (kind, message) = error_of("malformed JSON", &body);
+        assert_eq!(
+            (status, kind.as_str()),
+            (400, "bad_input"),
+            "{text}: {body}"
+        );
+        assert_eq!(body["error"]["field"], field, "{text}: {body}");
+        assert!(message.starts_with(field), "{text}: {body}");
+    }
 
     let (status, body) = raw(
         &client,
@@ -1070,6 +1075,7 @@ async fn bad_input_is_refused_in_the_contract_shape_and_stores_nothing() -> anyh
     let (kind, message) = error_of("missing text", &body);
     assert_eq!((status, kind.as_str()), (400, "bad_input"), "{body}");
     assert!(message.contains("text"), "names `text`: {body}");
+    assert_eq!(body["error"]["field"], "text", "{body}");
 
     let (status, body) = raw(
         &client,
@@ -1080,14 +1086,16 @@ async fn bad_input_is_refused_in_the_contract_shape_and_stores_nothing() -> anyh
         Some(r#"{"text": 42}"#),
     )
     .await?;
-    error_of("text of the wrong type", &body);
-    assert_eq!(status, 400, "{body}");
+    let (kind, _) = error_of("text of the wrong type", &body);
+    assert_eq!((status, kind.as_str()), (400, "bad_input"), "{body}");
+    assert_eq!(body["error"]["field"], "text", "{body}");
 
     let big = json!({"text": "x".repeat(2_000)}).to_string();
     let (status, body) = raw(&client, post.clone(), &messages, key, &[], Some(&big)).await?;
     let (_, message) = error_of("body over the limit", &body);
     assert_eq!(status, 413, "{body}");
     assert!(message.contains("1024"), "says the limit: {body}");
+    assert_eq!(body["error"]["limit"], 1024, "{body}");
 
     let (status, body) = raw(
         &client,

@@ -118,7 +118,19 @@ impl Hub {
     /// Attaches a device. `stored_head` is the conversation's last seq as the
     /// database has it, used when no channel exists yet.
     pub fn subscribe(&self, conversation_id: &str, stored_head: i64) -> Subscription {
-        let channel = self.channel(conversation_id, stored_head);
+        // The receiver is made under the map's lock: `sweep` (which takes the
+        // same lock) then sees it and cannot drop the channel between the
+        // lookup and the subscription, which would leave a device on a
+        // channel the writer no longer publishes to.
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let channel = channels
+            .entry(conversation_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Channel { ring: Mutex::new(VecDeque::new()), head: watch::Sender::new(stored_head) })
+            })
+            .clone();
+        let head = channel.head.subscribe();
+        drop(channels);
         channel.head.send_if_modified(|head| {
             if stored_head > *head {
                 *head = stored_head;
@@ -127,7 +139,6 @@ impl Hub {
                 false
             }
         });
-        let head = channel.head.subscribe();
         Subscription { channel, head }
     }
 
@@ -167,5 +178,53 @@ impl Subscription {
         }
         let skip = (cursor + 1 - first) as usize;
         Fetch::Events(ring.iter().skip(skip).take(max).cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: i64) -> Arc<Event> {
+        Arc::new(Event::new("c".into(), seq, "text.delta", "{}".into()))
+    }
+
+    fn seqs(fetch: Fetch) -> Vec<i64> {
+        match fetch {
+            Fetch::Events(events) => events.iter().map(|e| e.seq).collect(),
+            Fetch::FromDatabase => vec![-1],
+        }
+    }
+
+    #[test]
+    fn a_subscriber_survives_a_sweep_and_sees_later_events() {
+        let hub = Hub::default();
+        let sub = hub.subscribe("c", 3);
+        hub.sweep();
+        hub.publish("c", vec![event(4), event(5)]);
+        assert_eq!(sub.head(), 5);
+        assert_eq!(seqs(sub.fetch(3, 10)), vec![4, 5]);
+    }
+
+    #[test]
+    fn the_ring_serves_what_it_holds_and_sends_older_cursors_to_the_database() {
+        let hub = Hub::default();
+        hub.publish("c", (1..=RING as i64 + 10).map(event).collect());
+        let sub = hub.subscribe("c", 0);
+        assert_eq!(seqs(sub.fetch(5, 10)), vec![-1], "seq 6 fell out of the ring");
+        let last = RING as i64 + 10;
+        assert_eq!(seqs(sub.fetch(last - 2, 10)), vec![last - 1, last]);
+    }
+
+    #[test]
+    fn unwatched_channels_are_swept() {
+        let hub = Hub::default();
+        hub.publish("c", vec![event(1)]);
+        let sub = hub.subscribe("d", 0);
+        hub.sweep();
+        assert_eq!(hub.channel_count(), 1, "only the watched channel stays");
+        drop(sub);
+        hub.sweep();
+        assert_eq!(hub.channel_count(), 0);
     }
 }
