@@ -86,6 +86,8 @@ pub struct Health {
     pub version: String,
     pub uptime_s: u64,
     pub engine_reachable: Option<bool>,
+    /// The daemon's own pid, which finds a daemon started without tandem.
+    pub pid: Option<u32>,
 }
 
 /// Asks `url/health` with a short bound; `None` when it does not answer well.
@@ -107,6 +109,7 @@ pub async fn health(client: &reqwest::Client, url: &str, bound: Duration) -> Opt
         version: body["version"].as_str().unwrap_or("?").to_string(),
         uptime_s: body["uptime_s"].as_u64().unwrap_or(0),
         engine_reachable: body.pointer("/engine/reachable").and_then(Value::as_bool),
+        pid: body["pid"].as_u64().map(|p| p as u32),
     })
 }
 

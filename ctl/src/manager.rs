@@ -198,6 +198,18 @@ fn spawn_detached(daemon: Daemon, settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Records a running daemon's pid (one started without tandem) so the
+/// process verbs can manage it.
+pub fn adopt(daemon: Daemon, pid: u32) -> anyhow::Result<()> {
+    let runtime = daemons::runtime_dir();
+    tandem_shared::fsmode::private_dir(&runtime)
+        .with_context(|| format!("making {}", runtime.display()))?;
+    let pid_file = daemon.pid_file();
+    let _ = std::fs::remove_file(&pid_file);
+    tandem_shared::fsmode::write_private_new(&pid_file, format!("{pid}\n").as_bytes())
+        .with_context(|| format!("writing {}", pid_file.display()))
+}
+
 fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()

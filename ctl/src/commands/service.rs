@@ -64,9 +64,9 @@ pub async fn exec(daemon: Daemon, verb: ServiceVerb) -> anyhow::Result<ExitCode>
     let manager = Manager::detect(daemon);
     match verb {
         ServiceVerb::Start => start(&settings, manager, daemon).await,
-        ServiceVerb::Stop => stop(manager, daemon).await,
+        ServiceVerb::Stop => stop(&settings, manager, daemon).await,
         ServiceVerb::Restart => {
-            stop(manager, daemon).await?;
+            stop(&settings, manager, daemon).await?;
             start(&settings, manager, daemon).await
         }
         ServiceVerb::Status => status(&settings, manager, daemon).await,
@@ -96,7 +96,23 @@ async fn start(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
-async fn stop(manager: Manager, daemon: Daemon) -> anyhow::Result<ExitCode> {
+async fn stop(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow::Result<ExitCode> {
+    // A daemon started without tandem (`tandem up`, by hand) has no pid
+    // file; its /health names its pid.
+    if manager == Manager::Processes && manager::pid(manager, daemon).is_none() {
+        let client = reqwest::Client::new();
+        if let Some(pid) = daemons::health(
+            &client,
+            &settings.daemon_url(daemon),
+            Duration::from_millis(500),
+        )
+        .await
+        .and_then(|h| h.pid)
+        .filter(|pid| manager::is_daemon_process(*pid, daemon))
+        {
+            manager::adopt(daemon, pid)?;
+        }
+    }
     match manager::stop(manager, daemon, STOP_BOUND).await? {
         Stopped::WasNotRunning => println!("{} was not running", daemon.binary),
         Stopped::Exited { seconds } => {
@@ -120,7 +136,7 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
     let url = settings.daemon_url(daemon);
     let client = reqwest::Client::new();
     let health = daemons::health(&client, &url, Duration::from_millis(800)).await;
-    let pid = manager::pid(manager, daemon);
+    let pid = manager::pid(manager, daemon).or(health.as_ref().and_then(|h| h.pid));
     let state = match (&health, pid) {
         (Some(_), _) => "running",
         (None, Some(_)) => "running, not answering /health",

@@ -126,7 +126,10 @@ impl Hub {
         let channel = channels
             .entry(conversation_id.to_string())
             .or_insert_with(|| {
-                Arc::new(Channel { ring: Mutex::new(VecDeque::new()), head: watch::Sender::new(stored_head) })
+                Arc::new(Channel {
+                    ring: Mutex::new(VecDeque::new()),
+                    head: watch::Sender::new(stored_head),
+                })
             })
             .clone();
         let head = channel.head.subscribe();
@@ -211,7 +214,11 @@ mod tests {
         let hub = Hub::default();
         hub.publish("c", (1..=RING as i64 + 10).map(event).collect());
         let sub = hub.subscribe("c", 0);
-        assert_eq!(seqs(sub.fetch(5, 10)), vec![-1], "seq 6 fell out of the ring");
+        assert_eq!(
+            seqs(sub.fetch(5, 10)),
+            vec![-1],
+            "seq 6 fell out of the ring"
+        );
         let last = RING as i64 + 10;
         assert_eq!(seqs(sub.fetch(last - 2, 10)), vec![last - 1, last]);
     }

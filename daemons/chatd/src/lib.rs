@@ -169,7 +169,16 @@ pub async fn run(
         let mut tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
-                _ = tick.tick() => probe.probe_engine().await,
+                _ = tick.tick() => {
+                    probe.probe_engine().await;
+                    // systemctl status shows this line.
+                    tandem_shared::notify::status(&format!(
+                        "serving; {} runs, {} devices; engine {}",
+                        probe.runs.running_count(),
+                        probe.metrics.sse_devices.get(),
+                        if probe.engine_state().reachable { "reachable" } else { "NOT reachable" },
+                    ));
+                }
                 _ = probe.shutdown.wait() => return,
             }
         }
@@ -190,8 +199,6 @@ pub async fn run(
     tracing::info!(%address, data = %config.data_dir.display(), engine = %config.engine_url,
         forward_key_from = %app.secrets.forward_key_source.display(), max_runs = config.max_runs, "chatd serving");
     tandem_shared::notify::ready(&format!("serving on {address}"));
-    let watched = store.clone();
-    let _ = watched;
     tandem_shared::notify::spawn_watchdog(shutdown.clone(), || true);
 
     let router = api::router(app.clone());

@@ -43,8 +43,12 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Every body of the contract is an object; serde would also read a
     // struct from an array (`["hi"]`), which no client means.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_input", "body: must be a JSON object")
-            .with("field", "body"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_input",
+            "body: must be a JSON object",
+        )
+        .with("field", "body"));
     }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {

@@ -17,6 +17,7 @@ pub async fn health(State(app): State<Arc<App>>) -> axum::Json<Value> {
         "ok": true,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": app.started.elapsed().as_secs(),
+        "pid": std::process::id(),
         "engine": {"reachable": engine.reachable},
         "runs": app.runs.running_count(),
     }))
