@@ -922,6 +922,45 @@ async fn stop_keeps_a_waiting_message_and_send_now_delivers_it() -> anyhow::Resu
     Ok(())
 }
 
+/// Continue after a stop finishes the stopped answer in place first; the
+/// waiting message is answered at the next step, under the finished answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_finishes_the_answer_before_a_waiting_message() -> anyhow::Result<()> {
+    let (_sim, _chatd, client) = start(&[]).await?;
+    let chat = client.create_chat().await?;
+    let first = cued("long", "tokens=300 tps=40", "cont-1");
+    let run = run_id(&client.send(&chat, &first).await?)?;
+    let mut device = Device::attach(&client, &chat, "laptop").await?;
+    device.read_deltas(3).await?;
+    let later = cued("and then", "tokens=4 tps=0", "cont-2");
+    client.send(&chat, &later).await?;
+    let stop = client
+        .post(&format!("/conversations/{chat}/stop"), json!({}))
+        .await?;
+    assert_eq!(stop.status, 200, "{stop:?}");
+    device.read_until(QUICK, finished(&run)).await?;
+
+    let resumed = client
+        .post(&format!("/conversations/{chat}/continue"), json!({}))
+        .await?;
+    assert_eq!(resumed.status, 202, "{resumed:?}");
+    let second = run_id(&resumed.body)?;
+    device.read_until(ANSWER, finished(&second)).await?;
+    assert_eq!(client.run(&chat, &second).await?["status"], "done");
+    let snapshot = client.snapshot(&chat).await?;
+    assert_eq!(
+        transcript(&snapshot),
+        vec![
+            ("user".to_string(), first),
+            ("assistant".to_string(), sim_answer(300)),
+            ("user".to_string(), later),
+            ("assistant".to_string(), sim_answer(4)),
+        ],
+        "the continued answer is whole and sits under its question"
+    );
+    Ok(())
+}
+
 // 7 ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -319,14 +319,20 @@ impl Runs {
         let mut continue_message = (run.mode == "continue")
             .then(|| run.message_id.clone())
             .flatten();
+        // A continued, regenerated or edited answer belongs right under its
+        // question: waiting messages join at the step after it, not before.
+        let mut deliver_now = run.mode == "send";
         loop {
-            // Waiting messages reach the model at this request.
             let cid = conversation_id.to_string();
             let rid = run_id.to_string();
             let resume = continue_message.take();
+            let deliver = std::mem::replace(&mut deliver_now, true);
             let (message, history) = store
                 .write(move |ctx| {
-                    deliver_waiting(ctx, &cid)?;
+                    // Waiting messages reach the model at this request.
+                    if deliver {
+                        deliver_waiting(ctx, &cid)?;
+                    }
                     let message = match resume {
                         Some(mid) => {
                             ctx.conn().execute(
