@@ -1,0 +1,494 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016,SC2001 # single-quoted sh -c scripts run in the container, on purpose
+# Runs tandem's user units under a REAL systemd, booted in a root file system
+# of its own (never over this machine's root: see DESIGN.md, "Facts about
+# these machines"). Needs root, Debian bookworm, and Debian's package mirror.
+#
+#   1. installs debootstrap and systemd-container when missing
+#   2. builds a minimal bookworm root once, cached in /var/cache/tandem-systemd-root
+#   3. copies the release binaries and units/ into it, for a user `box` (uid
+#      1000, lingering) with tandem.target enabled, and an engine (engine-sim
+#      on 127.0.0.1:8000, a system unit: the engine is not ours)
+#   4. boots it with systemd-nspawn (private mount namespace, private network,
+#      no journal linked to the host) under `timeout -s KILL`
+#   5. checks, each bounded, one PASS/FAIL line each: user manager up, chatd
+#      active (READY=1), `tandem status`, restart after kill -9, watchdog
+#      restart of a stopped chatd, `tandem chat stop|start|logs`, the sandbox
+#      applied, tandem-watchdog.service bringing a stopped chatd back; NOTE
+#      lines (not counted) for known gaps of the units
+#   6. ends the container with SIGKILL to its PID 1
+# Last line: "N passed, N failed"; exit 1 when anything failed.
+#
+# Usage: tests/systemd/boot-test.sh [--bin DIR] [--root DIR]
+#   --bin DIR    the release binaries chatd, tandem, engine-sim (default: target/release)
+#   --root DIR   the cached root (default: /var/cache/tandem-systemd-root)
+# Env: TANDEM_DEBIAN_MIRROR (default http://deb.debian.org/debian)
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="$here/target/release"
+root=/var/cache/tandem-systemd-root
+mirror="${TANDEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) bin="$(cd "$2" && pwd)"; shift 2 ;;
+    --root) root="$2"; shift 2 ;;
+    -h|--help) sed -n '3,25p' "$0"; exit 0 ;;
+    *) echo "boot-test: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+started=$(date +%s)
+passed=0
+failed=0
+say() { printf 'boot-test: [%3ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
+pass() { passed=$((passed + 1)); printf 'PASS  %s\n' "$*"; }
+fail() { failed=$((failed + 1)); printf 'FAIL  %s\n' "$*"; }
+summary() { printf '%d passed, %d failed\n' "$passed" "$failed"; }
+# A failure before any check ran: say why and end with the summary line.
+abort() { say "$*"; fail "setup: $*"; summary; exit 1; }
+
+[ "$(id -u)" = 0 ] || abort "needs root (debootstrap, nspawn, nsenter)"
+case "$root" in
+  /?*/?*) root="${root%/}" ;;
+  *) abort "--root must be an absolute path two levels deep or more, not '$root'" ;;
+esac
+for b in chatd tandem engine-sim; do
+  [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace"
+done
+for u in tandem-chatd.service tandem.target; do
+  [ -f "$here/units/$u" ] || abort "units/$u is missing"
+done
+
+# ---------------------------------------------------------------- 1. tools
+need=()
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+if [ ${#need[@]} -gt 0 ]; then
+  say "installing ${need[*]} (apt-get update first)"
+  apt_log="$(mktemp)"
+  if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+         timeout 600 apt-get install -y -qq "${need[@]}"; } >"$apt_log" 2>&1; then
+    tail -20 "$apt_log" >&2; rm -f "$apt_log"
+    abort "apt-get install ${need[*]} failed"
+  fi
+  rm -f "$apt_log"
+fi
+for t in unshare nsenter timeout runuser flock; do
+  command -v "$t" >/dev/null || abort "$t is missing (util-linux / coreutils)"
+done
+
+# One run at a time: two runs would share the cached root.
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock -w 30 9 || abort "another boot-test holds $root.lock"
+
+# ---------------------------------------------------------------- 2. the root
+if [ -x "$root/usr/lib/systemd/systemd" ]; then
+  say "reusing the cached root $root"
+else
+  rm -rf "$root" "$root".partial.*
+  partial="$root.partial.$$"
+  log="$root.debootstrap.log"
+  say "making a bookworm root with debootstrap (a few minutes; log: $log)"
+  # Progress: only debootstrap's stage lines, not one line per package.
+  if ! timeout 1200 debootstrap --variant=minbase \
+      --include=systemd,systemd-sysv,dbus,dbus-user-session,curl,ca-certificates \
+      bookworm "$partial" "$mirror" 2>&1 | tee "$log" \
+      | grep --line-buffered -E '^(E|W):|^I: (Retrieving (InRelease|Release|Packages)|Resolving|Checking|Found|Installing|Unpacking (required|the base)|Configuring (required|the base)|Base system)' \
+      | while IFS= read -r line; do say "debootstrap: $line"; done; then
+    rm -rf "$partial"
+    tail -20 "$log" >&2 || true
+    abort "debootstrap failed (log: $log)"
+  fi
+  [ -x "$partial/usr/lib/systemd/systemd" ] || { rm -rf "$partial"; abort "debootstrap made no systemd"; }
+  rm -f "$partial"/var/cache/apt/archives/*.deb
+  # A machine id now: an empty one would mean "first boot" and systemd-firstboot's prompts.
+  chroot "$partial" systemd-machine-id-setup >/dev/null
+  chroot "$partial" useradd --create-home --uid 1000 --user-group --shell /bin/bash box
+  mv "$partial" "$root"
+  say "root ready: $(du -sh "$root" | cut -f1)"
+fi
+
+# ---------------------------------------------------------------- 3. this run's files
+# Everything below is laid anew on every run: nothing from an earlier run is reused.
+say "copying binaries and units into the root"
+grep -q '^box:x:1000:' "$root/etc/passwd" || chroot "$root" useradd --create-home --uid 1000 --user-group --shell /bin/bash box
+rm -rf "$root/home/box" "$root"/var/log/journal/* "$root/var/lib/systemd/linger" \
+  "$root/var/lib/systemd/coredump" "$root"/tmp/* "$root"/var/tmp/*
+h="$root/home/box"
+install -d -o 1000 -g 1000 -m 0755 "$h"
+install -d -o 1000 -g 1000 -m 0700 "$h/.tandemllm"
+install -d -o 1000 -g 1000 "$h/.local" "$h/.local/bin" "$h/.config" "$h/.config/systemd" \
+  "$h/.config/systemd/user" "$h/.config/systemd/user/default.target.wants" \
+  "$h/.config/systemd/user/tandem.target.wants" "$h/TandemLLM" "$h/TandemLLM/run"
+for b in chatd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
+for u in "$here"/units/*; do install -o 1000 -g 1000 -m 0644 "$u" "$h/.config/systemd/user/$(basename "$u")"; done
+# Enabled as `systemctl --user enable tandem.target tandem-chatd.service` would
+# (ops/install.sh also enables tandem-watchdog.timer: left off here, so that it
+# cannot start chatd behind a check's back; the watchdog service is run by hand).
+ln -s /home/box/.config/systemd/user/tandem.target "$h/.config/systemd/user/default.target.wants/tandem.target"
+ln -s /home/box/.config/systemd/user/tandem-chatd.service "$h/.config/systemd/user/tandem.target.wants/tandem-chatd.service"
+chown -h 1000:1000 "$h"/.config/systemd/user/*.wants/*
+install -d "$root/var/lib/systemd/linger"
+: >"$root/var/lib/systemd/linger/box"
+
+# The engine, as the box has one: not ours, so a system unit of its own.
+install -m 0755 "$bin/engine-sim" "$root/usr/local/bin/engine-sim"
+cat >"$root/etc/systemd/system/tandem-test-engine.service" <<'EOF'
+[Unit]
+Description=the box's engine (engine-sim, for the boot test)
+After=network.target
+[Service]
+ExecStart=/usr/local/bin/engine-sim --listen 127.0.0.1:8000
+User=nobody
+Restart=on-failure
+[Install]
+WantedBy=multi-user.target
+EOF
+install -d "$root/etc/systemd/system/multi-user.target.wants"
+ln -sfn /etc/systemd/system/tandem-test-engine.service \
+  "$root/etc/systemd/system/multi-user.target.wants/tandem-test-engine.service"
+# Nothing that waits on a console or reaches for the network at boot.
+for u in console-getty.service getty@.service systemd-firstboot.service apt-daily.timer \
+  apt-daily-upgrade.timer dpkg-db-backup.timer; do
+  ln -sfn /dev/null "$root/etc/systemd/system/$u"
+done
+# nspawn lays a FIFO from a deleted file over /proc/kmsg. A user unit with
+# ProtectKernelLogs= (in its own user namespace) then fails at NAMESPACE:
+# mounting over that deleted file gives ENOENT. On a real machine /proc/kmsg
+# is procfs's own file, so the container takes the FIFO away before any user
+# manager starts.
+cat >"$root/etc/systemd/system/tandem-test-kmsg.service" <<'EOF'
+[Unit]
+Description=boot test: /proc/kmsg as on a real machine (no nspawn FIFO over it)
+DefaultDependencies=no
+Before=sysinit.target systemd-logind.service user@1000.service
+ConditionPathIsMountPoint=/proc/kmsg
+[Service]
+Type=oneshot
+ExecStart=/bin/umount /proc/kmsg
+[Install]
+WantedBy=sysinit.target
+EOF
+install -d "$root/etc/systemd/system/sysinit.target.wants"
+ln -sfn /etc/systemd/system/tandem-test-kmsg.service \
+  "$root/etc/systemd/system/sysinit.target.wants/tandem-test-kmsg.service"
+
+# ---------------------------------------------------------------- 4. boot
+work="$(mktemp -d)"
+boot_log="$work/boot.log"
+nspawn_pid=""
+nspawn_real=""
+ct=""
+guard_pid=""
+made_nspawn_dir=no
+teardown() {
+  set +e
+  if [ -n "$ct" ] && kill -0 "$ct" 2>/dev/null; then
+    kill -KILL "$ct"
+  fi
+  if [ -n "$guard_pid" ]; then
+    kill -KILL -- "-$guard_pid" 2>/dev/null
+    wait "$guard_pid" 2>/dev/null
+    guard_pid=""
+  fi
+  if [ -n "$nspawn_pid" ]; then
+    # nspawn (and the timeout around it) end once the container's PID 1 is gone.
+    for _ in $(seq 1 100); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$nspawn_pid" 2>/dev/null; then
+      say "nspawn still running 10 s after its container ended: SIGKILL"
+      [ -n "$nspawn_real" ] && kill -KILL "$nspawn_real" 2>/dev/null
+      kill -KILL "$nspawn_pid" 2>/dev/null
+    fi
+    wait "$nspawn_pid" 2>/dev/null
+    nspawn_pid=""
+  fi
+  ct=""
+  # nspawn, with no systemd on the host, made its cgroups at the hierarchies'
+  # roots; the container is gone, so they are empty: remove them.
+  local g d
+  for g in /sys/fs/cgroup/systemd /sys/fs/cgroup/unified /sys/fs/cgroup; do
+    for d in payload supervisor; do
+      [ -d "$g/$d" ] && find "$g/$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
+  done
+  [ "$made_nspawn_dir" = yes ] && rmdir /run/systemd/nspawn 2>/dev/null
+  rm -rf "$work"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# /run/systemd/nspawn gets a tmpfs inside the private mount namespace only;
+# the empty folder, when this run makes it, is removed at the end.
+[ -d /run/systemd/nspawn ] || { mkdir -p /run/systemd/nspawn && made_nspawn_dir=yes; }
+say "booting the root with systemd-nspawn"
+timeout -s KILL 600 unshare -m --propagation private sh -c \
+  'mount -t tmpfs tmpfs /run/systemd/nspawn && exec systemd-nspawn --quiet --keep-unit --register=no \
+     --private-network --link-journal=no --resolv-conf=off --timezone=off --console=read-only \
+     -D "$1" --boot' sh "$root" </dev/null >"$boot_log" 2>&1 &
+nspawn_pid=$!
+
+# The container's PID 1: a process named systemd whose parent is systemd-nspawn,
+# started by us, PID 1 in its own PID namespace.
+descends_from() { # PID ANCESTOR
+  local p="$1"
+  while [ -n "$p" ] && [ "$p" -gt 1 ]; do
+    [ "$p" = "$2" ] && return 0
+    p="$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null)" || return 1
+  done
+  return 1
+}
+find_ct() {
+  local d p
+  for d in /proc/[0-9]*; do
+    p="${d#/proc/}"
+    [ "$(cat "$d/comm" 2>/dev/null)" = systemd ] || continue
+    [ "$(cat "/proc/$(awk '{print $4}' "$d/stat" 2>/dev/null)/comm" 2>/dev/null)" = systemd-nspawn ] || continue
+    grep -qE '^NSpid:.*[[:space:]]1$' "$d/status" 2>/dev/null || continue
+    descends_from "$p" "$nspawn_pid" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+for _ in $(seq 1 300); do # 30 s
+  ct="$(find_ct)" && break
+  kill -0 "$nspawn_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$ct" ]; then
+  say "no container systemd found; nspawn said:"
+  tail -30 "$boot_log" >&2 || true
+  fail "container: systemd-nspawn booted the root's systemd as PID 1 (none within 30 s)"
+  summary
+  exit 1
+fi
+nspawn_real="$(awk '{print $4}' "/proc/$ct/stat")"
+# Should this script itself be killed (no teardown), the container still ends:
+# a guard in a session of its own SIGKILLs its PID 1 after the run's bound.
+setsid sh -c 'sleep 600; [ "$(cat "/proc/$1/comm" 2>/dev/null)" = systemd ] && kill -KILL "$1"' sh "$ct" \
+  </dev/null >/dev/null 2>&1 &
+guard_pid=$!
+pass "container: systemd-nspawn booted the root's systemd as PID 1 (host pid $ct)"
+
+path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# A command inside the container as root, bounded (T seconds, default 20).
+in_ct() { timeout -s KILL "${T:-20}" nsenter -t "$ct" -a env -i PATH="$path" LANG=C.UTF-8 "$@"; }
+# A command inside the container as box, with no QSE_TANDEM_MANAGER: tandem decides.
+as_box() {
+  in_ct runuser -u box -- env -i HOME=/home/box USER=box LOGNAME=box LANG=C.UTF-8 \
+    XDG_RUNTIME_DIR=/run/user/1000 DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1000/bus \
+    PATH="/home/box/.local/bin:$path" "$@"
+}
+uctl() { as_box systemctl --user "$@"; }
+# A signal to a process of the container (its pid there; the root has no kill binary).
+ct_kill() { in_ct sh -c 'kill -s "$1" "$2"' sh "$1" "$2"; } # SIGNAL PID
+uprop() { uctl show -p "$2" --value "$1" 2>/dev/null; } # UNIT PROPERTY
+# Polls "$@" every 0.25 s until it succeeds or SECONDS pass.
+wait_for() { # SECONDS CMD...
+  local end=$(( $(date +%s) + $1 )); shift
+  while :; do
+    "$@" >/dev/null 2>&1 && return 0
+    [ "$(date +%s)" -ge "$end" ] && return 1
+    kill -0 "$ct" 2>/dev/null || return 1
+    sleep 0.25
+  done
+}
+# What to read when a check fails.
+diag() {
+  {
+    echo "---- systemctl --user status tandem-chatd.service"
+    uctl status --no-pager -n 0 tandem-chatd.service 2>&1 | sed 's/^/  /'
+    echo "---- journalctl --user -u tandem-chatd.service -n 20"
+    as_box journalctl --user -u tandem-chatd.service -n 20 --no-pager 2>&1 | sed 's/^/  /'
+  } >&2 || true
+}
+chatd_active() { [ "$(uprop tandem-chatd.service ActiveState)" = active ] && [ "$(uprop tandem-chatd.service SubState)" = running ]; }
+chatd_pid() { uprop tandem-chatd.service MainPID; }
+chatd_health() { in_ct curl -fsS --max-time 2 http://127.0.0.1:8016/health; }
+
+# ---------------------------------------------------------------- 5. checks
+system_state="$(T=60 in_ct systemctl is-system-running --wait 2>/dev/null || true)"
+say "system manager: $system_state"
+if [ "$system_state" != running ]; then
+  T=5 in_ct systemctl --failed --no-pager --no-legend 2>&1 | sed 's/^/  failed: /' >&2 || true
+fi
+
+if wait_for 60 uctl show-environment; then
+  pass "user manager: user@1000.service started by lingering, systemctl --user answers"
+else
+  fail "user manager: no answer from systemctl --user within 60 s"
+  T=5 in_ct systemctl status --no-pager user@1000.service >&2 || true
+  T=5 in_ct journalctl -b --no-pager -n 30 >&2 || true
+fi
+
+if wait_for 30 in_ct curl -fsS --max-time 2 http://127.0.0.1:8000/v1/models; then
+  pass "engine: engine-sim answers on 127.0.0.1:8000 inside the container"
+else
+  fail "engine: engine-sim did not answer on 127.0.0.1:8000 within 30 s"
+  T=5 in_ct systemctl status --no-pager tandem-test-engine.service >&2 || true
+fi
+
+if wait_for 30 chatd_active; then
+  pass "tandem-chatd.service active (running) at boot: Type=notify saw READY=1 (via tandem.target from default.target)"
+else
+  fail "tandem-chatd.service not active within 30 s of the user manager: $(uprop tandem-chatd.service ActiveState)/$(uprop tandem-chatd.service SubState) result $(uprop tandem-chatd.service Result)"
+  diag
+fi
+
+# The hardening: chatd runs with it, and the kernel shows it applied.
+pid="$(chatd_pid || true)"
+if [ -n "$pid" ] && [ "$pid" != 0 ] && wait_for 15 chatd_health; then
+  st="$(in_ct cat "/proc/$pid/status" 2>/dev/null || true)"
+  nnp="$(awk '/^NoNewPrivs:/{print $2}' <<<"$st")"
+  sec="$(awk '/^Seccomp:/{print $2}' <<<"$st")"
+  capbnd="$(awk '/^CapBnd:/{print $2}' <<<"$st")"
+  own_mnt="$( [ "$(in_ct readlink "/proc/$pid/ns/mnt")" != "$(in_ct readlink /proc/1/ns/mnt)" ] && echo yes || echo no)"
+  uid_map="$(in_ct cat "/proc/$pid/uid_map" | tr -s ' ' | sed 's/^ //')"
+  restarts="$(uprop tandem-chatd.service NRestarts)"
+  # Directives the user manager skipped are said in the journal ("... ignoring").
+  skipped="$(as_box journalctl --user -b --no-pager -o cat -u tandem-chatd.service 2>/dev/null \
+    | grep -iE 'ignoring|not supported|prohibited' | sort -u || true)"
+  if [ "$nnp" = 1 ] && [ "$sec" = 2 ] && [ "$capbnd" = 0000000000000000 ] && [ "$own_mnt" = yes ] \
+     && [ "$uid_map" = "1000 1000 1" ] && [ "$restarts" = 0 ] && [ -z "$skipped" ]; then
+    pass "hardening: chatd serves /health in the unit's sandbox (NoNewPrivs 1, seccomp on, empty bounding set, own user and mount namespaces, no directive skipped, no restarts)"
+  else
+    fail "hardening: chatd's sandbox is not as the unit says (NoNewPrivs=$nnp Seccomp=$sec CapBnd=$capbnd own mount ns=$own_mnt uid_map='$uid_map' NRestarts=$restarts)"
+    [ -n "$skipped" ] && sed 's/^/  skipped by systemd --user: /' <<<"$skipped"
+  fi
+  # The file system as chatd sees it (its mount namespace; EROFS is the answer).
+  probe() { # PATH -> rw | ro | error text
+    local e
+    if e="$(in_ct nsenter -t "$pid" -m sh -c 'f="$1/.boot-test-probe"; touch "$f" && rm -f "$f"' sh "$1" 2>&1)"; then
+      echo rw
+    elif grep -q 'Read-only file system' <<<"$e"; then echo ro; else echo "?($e)"; fi
+  }
+  in_ct touch /tmp/.boot-test-host-tmp
+  fs="/etc $(probe /etc), /usr $(probe /usr), ~/.tandemllm $(probe /home/box/.tandemllm)"
+  tmp_private="$(in_ct nsenter -t "$pid" -m test -e /tmp/.boot-test-host-tmp && echo no || echo yes)"
+  if [ "$fs" = "/etc ro, /usr ro, ~/.tandemllm rw" ] && [ "$tmp_private" = yes ]; then
+    pass "hardening: chatd's file system: $fs, private /tmp"
+  else
+    fail "hardening: chatd's file system: $fs, private /tmp $tmp_private"
+  fi
+  # Known gaps, said but not counted (the unit is not this test's to change further).
+  [ "$(probe /home/box/TandemLLM)" = rw ] && \
+    echo "NOTE  chatd can write in ~ outside ~/.tandemllm (e.g. ~/TandemLLM): ProtectSystem=strict leaves /home, /root and /run/user to ProtectHome=, which the unit does not set"
+  if as_box systemd-run --user --wait --quiet --pipe -p IPAddressDeny=any \
+       curl -fsS -o /dev/null --max-time 3 http://127.0.0.1:8000/v1/models >/dev/null 2>&1; then
+    echo "NOTE  IPAddressDeny=any did not stop a user unit from connecting: a user manager is not root and has no BPF firewall, so chatd's IPAddressDeny=/IPAddressAllow= are not enforced"
+  fi
+else
+  fail "hardening: chatd is not serving /health under the unit's sandbox (MainPID '${pid}')"
+  diag
+fi
+
+out="$(as_box tandem status 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && grep -q '^chatd .*running' <<<"$out" && grep -q '^engine .*reachable' <<<"$out"; then
+  pass "tandem status as box exits 0 (chatd running, engine reachable)"
+else
+  fail "tandem status as box exited $rc"
+fi
+sed 's/^/  | /' <<<"$out"
+out="$(as_box tandem chat status 2>&1)" || true
+if grep -qE 'managed +systemd --user' <<<"$out"; then
+  pass "tandem chat status: managed by systemd --user (QSE_TANDEM_MANAGER unset)"
+else
+  fail "tandem chat status does not say systemd --user manages chatd"
+  sed 's/^/  | /' <<<"$out" >&2
+fi
+
+# kill -9: Restart=on-failure brings chatd back.
+old="$(chatd_pid || true)"
+if [ -n "$old" ] && [ "$old" != 0 ]; then
+  ct_kill KILL "$old" || true
+  new_active() { local p; p="$(chatd_pid)"; [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ] && chatd_active; }
+  if wait_for 30 new_active && [ "$(uprop tandem-chatd.service NRestarts)" -ge 1 ]; then
+    pass "kill -9 chatd (pid $old): systemd restarted it (pid $(chatd_pid), NRestarts $(uprop tandem-chatd.service NRestarts))"
+  else
+    fail "kill -9 chatd (pid $old): not restarted within 30 s (MainPID $(chatd_pid), NRestarts $(uprop tandem-chatd.service NRestarts))"
+    diag
+  fi
+else
+  fail "kill -9 chatd: chatd has no MainPID to kill"
+fi
+
+# tandem chat stop / start / logs, through systemctl --user.
+out="$(as_box tandem chat stop 2>&1)" && rc=0 || rc=$?
+st="$(uprop tandem-chatd.service ActiveState)"
+if [ "$rc" = 0 ] && [ "$st" = inactive ] && ! chatd_health >/dev/null 2>&1; then
+  pass "tandem chat stop: exits 0, the unit is inactive (not failed), /health gone ($out)"
+else
+  fail "tandem chat stop: exit $rc, unit $st: $out"
+  diag
+fi
+out="$(T=40 as_box tandem chat start 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && chatd_active && grep -q 'managed by systemd --user' <<<"$out"; then
+  pass "tandem chat start: exits 0, the unit is active again ($out)"
+else
+  fail "tandem chat start: exit $rc, unit $(uprop tandem-chatd.service ActiveState): $out"
+  diag
+fi
+out="$(as_box tandem chat logs 5 2>&1)" && rc=0 || rc=$?
+lines="$(grep -c . <<<"$out" || true)"
+if [ "$rc" = 0 ] && [ "$lines" -ge 2 ] && ! grep -qi 'no entries' <<<"$out"; then
+  pass "tandem chat logs 5: exits 0 with journal lines ($lines lines)"
+else
+  fail "tandem chat logs 5: exit $rc, $lines lines"
+fi
+sed 's/^/  | /' <<<"$out"
+
+# The watchdog: a chatd that stops pinging is killed and restarted. A drop-in
+# inside the container only shortens WatchdogSec=30 to 3 s.
+dropin="$h/.config/systemd/user/tandem-chatd.service.d"
+install -d -o 1000 -g 1000 "$dropin"
+printf '[Service]\nWatchdogSec=3\n' >"$dropin/test.conf"
+chown 1000:1000 "$dropin/test.conf"
+{ uctl daemon-reload && T=40 uctl restart tandem-chatd.service; } || true
+wd="$(uprop tandem-chatd.service WatchdogUSec)"
+restarts="$(uprop tandem-chatd.service NRestarts)"
+old="$(chatd_pid || true)"
+if [ "$wd" = 3s ] && chatd_active && [ -n "$old" ] && [ "$old" != 0 ]; then
+  sleep 5 # past the watchdog interval: a pinging chatd is not killed
+  if [ "$(chatd_pid)" = "$old" ] && chatd_active; then
+    pass "watchdog: with WatchdogSec=3 a running chatd pings in time (still pid $old after 5 s)"
+  else
+    fail "watchdog: with WatchdogSec=3 chatd was restarted although it runs (pid $old -> $(chatd_pid))"
+    diag
+  fi
+  stopped_at=$(date +%s)
+  ct_kill STOP "$old" || true
+  new_active() { local p; p="$(chatd_pid)"; [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ] && chatd_active; }
+  if wait_for 40 new_active && [ "$(uprop tandem-chatd.service NRestarts)" -gt "$restarts" ] \
+     && as_box journalctl --user -u tandem-chatd.service --no-pager -o cat | grep -qi 'watchdog timeout'; then
+    pass "watchdog: SIGSTOPped chatd (pid $old) was killed on 'Watchdog timeout' and restarted (pid $(chatd_pid), active again $(( $(date +%s) - stopped_at )) s after SIGSTOP)"
+    as_box journalctl --user -u tandem-chatd.service --no-pager -o cat 2>/dev/null \
+      | grep -E 'Watchdog timeout|Killing process|Main process exited' | tail -3 | sed 's/^/  | /' || true
+  else
+    fail "watchdog: SIGSTOPped chatd (pid $old) not restarted within 40 s (MainPID $(chatd_pid))"
+    diag
+  fi
+else
+  fail "watchdog: could not restart chatd with the WatchdogSec=3 drop-in (WatchdogUSec=$wd)"
+  diag
+fi
+
+# The watchdog's own unit (run by its timer, the cron line's alternative): with
+# the engine up and chatd stopped, one pass exits 0 and chatd is back.
+uctl stop tandem-chatd.service >/dev/null 2>&1 || true
+T=40 uctl start tandem-watchdog.service >/dev/null 2>&1 || true
+res="$(uprop tandem-watchdog.service Result)"
+code="$(uprop tandem-watchdog.service ExecMainStatus)"
+if [ "$res" = success ] && [ "$code" = 0 ] && wait_for 25 chatd_active && wait_for 10 chatd_health; then
+  pass "tandem-watchdog.service: with chatd stopped, one pass exits 0 and chatd runs again (pid $(chatd_pid))"
+else
+  fail "tandem-watchdog.service: result $res, exit status $code, chatd $(uprop tandem-chatd.service ActiveState)"
+  as_box journalctl --user -u tandem-watchdog.service -n 8 --no-pager -o cat 2>&1 | sed 's/^/  /' >&2 || true
+fi
+
+# ---------------------------------------------------------------- 6. teardown
+say "ending the container (SIGKILL to its PID 1)"
+teardown
+trap - EXIT
+say "done in $(( $(date +%s) - started )) s"
+summary
+[ "$failed" = 0 ]
