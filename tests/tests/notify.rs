@@ -47,6 +47,13 @@ async fn ready_watchdog_and_stopping_are_sent() {
     .unwrap();
 
     let seen = read_until(&socket, "READY=1", Duration::from_secs(10));
+    let health = reqwest::get(format!("{}/health", chatd.url()))
+        .await
+        .unwrap();
+    assert!(
+        health.status().is_success(),
+        "READY=1 comes only once /health answers"
+    );
     assert!(
         seen.concat().contains("STATUS=serving on 127.0.0.1:"),
         "READY comes with a STATUS line naming the address: {seen:?}"

@@ -102,6 +102,38 @@ impl App {
     }
 }
 
+/// Pings systemd's watchdog only while the writer commits: a stuck writer
+/// (the one thing every request waits on) stops the pings and systemd
+/// restarts chatd.
+fn spawn_watchdog(app: &Arc<App>) {
+    let Some(interval) = tandem_shared::notify::watchdog_interval() else {
+        return;
+    };
+    let last_commit = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let probe = app.clone();
+    let seen = last_commit.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval / 4);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = probe.shutdown.wait() => return,
+            }
+            if probe.store.barrier().await.is_ok() {
+                seen.store(
+                    started.elapsed().as_millis() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+    });
+    tandem_shared::notify::spawn_watchdog(app.shutdown.clone(), move || {
+        let last = last_commit.load(std::sync::atomic::Ordering::Relaxed);
+        (started.elapsed().as_millis() as u64).saturating_sub(last) < interval.as_millis() as u64
+    });
+}
+
 /// Removes a chat's folders (workspace, home, egress, snapshots) for good.
 pub fn remove_chat_folders(data_dir: &Path, conversation_id: &str) {
     // Ids are made by chatd, but a folder name from a request is checked anyway.
@@ -198,15 +230,16 @@ pub async fn run(
     let address = listener.local_addr()?;
     tracing::info!(%address, data = %config.data_dir.display(), engine = %config.engine_url,
         forward_key_from = %app.secrets.forward_key_source.display(), max_runs = config.max_runs, "chatd serving");
-    tandem_shared::notify::ready(&format!("serving on {address}"));
-    tandem_shared::notify::spawn_watchdog(shutdown.clone(), || true);
-
     let router = api::router(app.clone());
     let server = tokio::spawn(tandem_shared::http::serve(
         listener,
         router,
         shutdown.clone(),
     ));
+    // READY only now: the listener is bound, the database migrated, runs
+    // recovered and the server task running, so /health answers.
+    tandem_shared::notify::ready(&format!("serving on {address}"));
+    spawn_watchdog(&app);
     shutdown.wait().await;
     tandem_shared::notify::stopping();
     let grace = Duration::from_secs(config.shutdown_grace_s);
