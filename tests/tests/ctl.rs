@@ -423,14 +423,26 @@ fn units_verify_and_are_hardened() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chatd_started_without_tandem_is_found_and_stopped() {
     let sim = Sim::start(&[]).unwrap();
-    let mut chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[]).await.unwrap();
+    let mut chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
     let mut b = Box_::new(&sim.url());
     b.port = chatd.port;
     let pid = chatd.pid().unwrap();
     let status = b.tandem(&["chat", "status"]);
-    assert!(text(&status).contains(&format!("pid      {pid}")), "{}", text(&status));
+    assert!(
+        text(&status).contains(&format!("pid      {pid}")),
+        "{}",
+        text(&status)
+    );
     let stopped = b.tandem(&["chat", "stop"]);
-    assert!(text(&stopped).contains("chatd stopped in"), "{}", text(&stopped));
-    let (_, exit) = chatd.sigterm(Duration::from_secs(1)).expect("chatd has exited");
+    assert!(
+        text(&stopped).contains("chatd stopped in"),
+        "{}",
+        text(&stopped)
+    );
+    let (_, exit) = chatd
+        .sigterm(Duration::from_secs(1))
+        .expect("chatd has exited");
     assert!(exit.success(), "it ended by SIGTERM cleanly: {exit}");
 }

@@ -1,0 +1,54 @@
+//! `bench --quick` end to end against the real binaries: a smoke test of the
+//! benchmark itself (a debug build's figures mean nothing; the run must
+//! finish within a minute and write its table). Needs `cargo build --workspace`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn quick_bench_finishes_and_writes_its_table() {
+    let dir = tempfile::tempdir().expect("a temp folder");
+    let table = dir.path().join("table.md");
+    let log = dir.path().join("bench.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("--quick")
+        .arg("--out")
+        .arg(&table)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).expect("a log file"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting bench");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for bench") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "bench --quick ran over 60 s:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let printed = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.success(),
+        "bench --quick failed ({status}):\n{printed}"
+    );
+    let table = std::fs::read_to_string(&table).expect("the table file");
+    for figure in [
+        "1. relay added latency",
+        "2. durable events/s",
+        "3. snapshot + attach",
+        "3. tail after=seq-1999",
+        "4. chatd RSS idle",
+        "4. chatd RSS busy",
+    ] {
+        assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
+    }
+    assert!(printed.contains(&table), "the table is printed as well");
+}
