@@ -94,6 +94,12 @@ pub async fn serve(
     router: axum::Router,
     shutdown: crate::shutdown::Shutdown,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Small SSE frames go out at once instead of waiting on the peer's
+    // delayed acknowledgement (up to 40 ms over a real network).
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.wait().await })
         .await

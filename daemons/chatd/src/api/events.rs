@@ -75,6 +75,12 @@ pub async fn stream(
             tokio::time::Instant::now() + Duration::from_secs(app.config.sse_keepalive_s),
             Duration::from_secs(app.config.sse_keepalive_s),
         ),
+        // One shutdown future per device, made once: a fresh one each wake
+        // would register and drop a waiter on the shared channel every time.
+        stopping: {
+            let shutdown = app.shutdown.clone();
+            Box::pin(async move { shutdown.wait().await })
+        },
         ended: false,
     };
     let body = futures_util::stream::unfold(device, |mut device| async move {
@@ -98,6 +104,7 @@ struct Device {
     cursor: i64,
     subscription: Subscription,
     keepalive: tokio::time::Interval,
+    stopping: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     ended: bool,
 }
 
@@ -151,18 +158,22 @@ impl Device {
                     .take_while(|(e, seq)| e.seq == *seq)
                     .count();
                 events.truncate(whole);
+                self.cursor = events.last().map(|e| e.seq).unwrap_or(self.cursor);
+                if let [one] = events.as_slice() {
+                    // The common live case: share the frame, copy nothing.
+                    return Some(one.frame.clone());
+                }
                 let mut frames = BytesMut::new();
                 for event in &events {
                     frames.extend_from_slice(&event.frame);
                 }
-                self.cursor = events.last().map(|e| e.seq).unwrap_or(self.cursor);
                 return Some(frames.freeze());
             }
             let cursor = self.cursor;
             tokio::select! {
                 _ = self.subscription.wait_past(cursor) => {}
                 _ = self.keepalive.tick() => return Some(Bytes::from_static(b": keepalive\n\n")),
-                _ = self.app.shutdown.wait() => {
+                _ = &mut self.stopping => {
                     self.ended = true;
                 }
             }
