@@ -855,6 +855,20 @@ pub fn finish_run(
     Ok(())
 }
 
+/// Says what the conversation is now with `conversation.updated`, and returns it.
+pub fn announce_conversation(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+) -> Result<Conversation, ApiError> {
+    let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
+    ctx.emit(
+        conversation_id,
+        "conversation.updated",
+        json!({ "conversation": conversation }),
+    )?;
+    Ok(conversation)
+}
+
 /// Sets the conversation's state and says so with `conversation.updated`.
 pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<(), ApiError> {
     let changed = ctx.conn().execute(
@@ -862,12 +876,7 @@ pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<()
         params![state, conversation_id],
     )?;
     if changed > 0 {
-        let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
-        ctx.emit(
-            conversation_id,
-            "conversation.updated",
-            json!({"conversation": conversation}),
-        )?;
+        announce_conversation(ctx, conversation_id)?;
     }
     Ok(())
 }

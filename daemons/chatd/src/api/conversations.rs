@@ -15,7 +15,7 @@ use tandem_shared::time::{new_id, now_rfc3339, now_unix};
 use super::system::check_mode;
 use super::Json;
 use crate::model::{Conversation, Message};
-use crate::runs::{insert_message, insert_message_under};
+use crate::runs::{announce_conversation, insert_message, insert_message_under};
 use crate::store::queries::{self, ListQuery, Trashed};
 use crate::store::Ctx;
 use crate::App;
@@ -88,13 +88,7 @@ pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conve
          VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)",
         params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin],
     )?;
-    let conversation = queries::conversation(ctx.conn(), &id, Trashed::Include)?;
-    ctx.emit(
-        &id,
-        "conversation.updated",
-        json!({"conversation": conversation}),
-    )?;
-    Ok(conversation)
+    announce_conversation(ctx, &id)
 }
 
 pub async fn create(
@@ -230,8 +224,7 @@ pub async fn update(
                  settings = COALESCE(?3, settings), updated = ?4 WHERE id = ?5",
                 params![body.title, body.model, settings, now, conversation.id],
             )?;
-            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.emit(&id, "conversation.updated", json!({"conversation": conversation}))?;
+            let conversation = announce_conversation(ctx, &id)?;
             Ok(conversation)
         })
         .await?;
@@ -267,12 +260,7 @@ pub async fn remove(
                     "UPDATE conversations SET deleted_at = ?1 WHERE id = ?2",
                     params![now_unix(), cid],
                 )?;
-                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
-                ctx.emit(
-                    &cid,
-                    "conversation.updated",
-                    json!({"conversation": conversation}),
-                )?;
+                announce_conversation(ctx, &cid)?;
             }
             Ok(())
         })
@@ -310,12 +298,7 @@ pub async fn restore(
                 "UPDATE conversations SET deleted_at = NULL WHERE id = ?1",
                 [&id],
             )?;
-            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.emit(
-                &id,
-                "conversation.updated",
-                json!({"conversation": conversation}),
-            )?;
+            let conversation = announce_conversation(ctx, &id)?;
             Ok(conversation)
         })
         .await?;
@@ -593,12 +576,7 @@ pub async fn set_permission_mode(
                 "UPDATE conversations SET permission_mode = ?1 WHERE id = ?2",
                 params![mode, id],
             )?;
-            let conversation = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.emit(
-                &id,
-                "conversation.updated",
-                json!({"conversation": conversation}),
-            )?;
+            announce_conversation(ctx, &id)?;
             Ok(())
         })
         .await?;

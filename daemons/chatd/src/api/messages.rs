@@ -94,15 +94,16 @@ fn accepted(body: Value) -> Response {
     (StatusCode::ACCEPTED, axum::Json(body)).into_response()
 }
 
+/// A body that is one text: a waiting message changed, a message edited.
 #[derive(Deserialize)]
-pub struct PendingBody {
+pub struct TextBody {
     text: String,
 }
 
 pub async fn update_pending(
     State(app): State<Arc<App>>,
     Path((id, pid)): Path<(String, String)>,
-    Json(body): Json<PendingBody>,
+    Json(body): Json<TextBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
     check_text(&body.text)?;
     let pending = app
@@ -279,15 +280,10 @@ pub async fn regenerate(
     .await
 }
 
-#[derive(Deserialize)]
-pub struct EditBody {
-    text: String,
-}
-
 pub async fn edit(
     State(app): State<Arc<App>>,
     Path((id, mid)): Path<(String, String)>,
-    Json(body): Json<EditBody>,
+    Json(body): Json<TextBody>,
 ) -> Result<Response, ApiError> {
     check_text(&body.text)?;
     let text = body.text;
