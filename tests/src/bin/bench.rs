@@ -8,7 +8,9 @@
 //! 2. throughput: durable events per second, against raw SQLite inserts;
 //! 3. snapshot: snapshot + attach, and a 1,999-event tail, on a chat of
 //!    100,000 events, against the same on a chat of ~10 events;
-//! 4. rss: chatd's resident memory idle and busy (1,000 devices).
+//! 4. rss: chatd's resident memory idle and busy (1,000 devices);
+//! 5. status: the wall time of `tandem status` with chatd and the engine up,
+//!    against `tandem --version` (the cost of starting the process at all).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -60,6 +62,7 @@ enum Figure {
     Throughput,
     Snapshot,
     Rss,
+    Status,
 }
 
 /// How big each figure's workload is.
@@ -206,6 +209,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         snapshot(&sizes, &mut rows)
             .await
             .context("figure 3 (snapshot)")?;
+    }
+    if wants(Figure::Status) {
+        status(&sizes, &mut rows)
+            .await
+            .context("figure 5 (tandem status)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1577,6 +1585,62 @@ async fn snapshot(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .baseline(
             format!("warm tail {}", ms_f(tail_med)),
             ratio(cold_med, tail_med),
+        ),
+    );
+    Ok(())
+}
+
+/// Figure 5: `tandem status` as a script or a prompt runs it, with chatd
+/// and the engine up; baseline `tandem --version` in the same environment.
+async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 5. tandem status wall time");
+    let sim = Sim::start(&[])?;
+    let chatd = Chatd::start(&sim.url(), &[]).await?;
+    let tandem = tandem_tests::harness::bin_dir().join("tandem");
+    let home = chatd.dir.path().to_path_buf();
+    let time = |args: &'static [&'static str]| {
+        let mut command = std::process::Command::new(&tandem);
+        command
+            .args(args)
+            .env("HOME", &home)
+            .env("XDG_RUNTIME_DIR", home.join("run"))
+            .env("QSE_ROOT", &home)
+            .env("QSE_CHAT_URL", chatd.url())
+            .env("QSE_ENGINE_URL", sim.url())
+            .env("QSE_TANDEM_MANAGER", "processes")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let started = Instant::now();
+        let status = command.status();
+        (started.elapsed(), status.map(|s| s.success()).unwrap_or(false))
+    };
+    let runs = sizes.repeats * 3;
+    let mut status_times = Vec::new();
+    let mut version_times = Vec::new();
+    for _ in 0..runs {
+        let (took, ok) = time(&["status"]);
+        anyhow::ensure!(ok, "tandem status failed with chatd and the engine up");
+        status_times.push(took);
+        version_times.push(time(&["--version"]).0);
+    }
+    let worst = status_times.iter().max().copied().unwrap_or_default();
+    let status_median = median(status_times);
+    let version_median = median(version_times);
+    say(format!(
+        "tandem status: median {} max {} over {runs} runs; tandem --version median {}",
+        ms_f(status_median),
+        ms_f(worst),
+        ms_f(version_median)
+    ));
+    rows.push(
+        row(
+            "5. `tandem status` wall time, chatd and engine up",
+            format!("median {} / max {}", ms_f(status_median), ms_f(worst)),
+        )
+        .aim("< 50 ms", status_median < Duration::from_millis(50))
+        .baseline(
+            format!("`tandem --version` {}", ms_f(version_median)),
+            format!("×{:.1}", status_median.as_secs_f64() / version_median.as_secs_f64().max(1e-6)),
         ),
     );
     Ok(())
