@@ -446,3 +446,83 @@ async fn a_chatd_started_without_tandem_is_found_and_stopped() {
         .expect("chatd has exited");
     assert!(exit.success(), "it ended by SIGTERM cleanly: {exit}");
 }
+
+/// `tandem chat send` streams the answer, rides out a chatd crash by
+/// reconnecting with its last seq, and says how the run ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_send_streams_and_rides_out_a_chatd_restart() {
+    let sim = Sim::start(&[]).unwrap();
+    let mut chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+
+    // A short answer: streamed whole, exit 0.
+    let sent = b.tandem_env(
+        &["chat", "send", "hi [sim tokens=5 tps=0 id=cli-1]"],
+        &[("QSE_SECRETS", secrets.to_str().unwrap())],
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    assert_eq!(
+        String::from_utf8_lossy(&sent.stdout).trim_end(),
+        tandem_tests::harness::sim_answer(5).trim_end()
+    );
+
+    // A long one, with chatd killed and started again in the middle.
+    let mut child = std::process::Command::new(bin_dir().join("tandem"))
+        .args(["chat", "send", "long [sim tokens=400 tps=40 id=cli-2]"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", b.home())
+        .env("QSE_ROOT", b.home())
+        .env("QSE_CHAT_URL", format!("127.0.0.1:{}", b.port))
+        .env("QSE_SECRETS", &secrets)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = chatd.client();
+    wait_until(
+        "the answer to be streaming",
+        Duration::from_secs(10),
+        || async {
+            let list = client.get("/conversations").await.ok()?;
+            let id = list.body["conversations"]
+                .as_array()?
+                .iter()
+                .find(|c| c["state"] == "running")?["id"]
+                .as_str()?
+                .to_string();
+            let snapshot = client.snapshot(&id).await.ok()?;
+            (snapshot["messages"].as_array()?.last()?["text"]
+                .as_str()?
+                .len()
+                > 20)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    chatd.restart().await.unwrap();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the run did not end done: {err}"
+    );
+    assert!(err.contains("reconnected after event"), "{err}");
+    assert!(err.contains("run interrupted"), "{err}");
+    let printed = String::from_utf8_lossy(&output.stdout)
+        .trim_end()
+        .to_string();
+    assert!(
+        tandem_tests::harness::sim_answer(400).starts_with(&printed),
+        "printed text is the answer's start: {printed:?}"
+    );
+}
