@@ -632,6 +632,13 @@ fn merge_tool_call(
     name: Option<String>,
     arguments: &str,
 ) {
+    // The index comes from the engine: a wild one must not make chatd
+    // allocate without end. No model calls this many tools in one step.
+    const MAX_CALLS: u64 = 64;
+    if index >= MAX_CALLS {
+        tracing::warn!(index, "engine sent a tool call index past {MAX_CALLS}; ignored");
+        return;
+    }
     let index = index as usize;
     while calls.len() <= index {
         calls
