@@ -222,6 +222,9 @@ fn short(err: &reqwest::Error) -> String {
 type ByteStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
+/// The longest line of an engine's stream chatd keeps in memory.
+const MAX_LINE: usize = 1 << 20;
+
 /// The pieces of one streamed answer, line by line.
 pub struct EngineStream {
     body: ByteStream,
@@ -248,7 +251,15 @@ impl EngineStream {
                 continue;
             }
             match self.body.next().await {
-                Some(Ok(bytes)) => self.buffer.extend_from_slice(&bytes),
+                Some(Ok(bytes)) => {
+                    self.buffer.extend_from_slice(&bytes);
+                    // No chunk is this long: a line without end is garbage,
+                    // not a reason to hold the engine's stream in memory.
+                    if self.buffer.len() > MAX_LINE && !self.buffer.contains(&b'\n') {
+                        self.garbage += 1;
+                        self.buffer.clear();
+                    }
+                }
                 Some(Err(err)) => return Err(Fault::Cut(short(&err))),
                 None => {
                     // A last line without its newline still counts.
