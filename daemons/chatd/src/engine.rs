@@ -362,3 +362,129 @@ impl EngineStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream_of(chunks: &[&str]) -> EngineStream {
+        let chunks: Vec<reqwest::Result<bytes::Bytes>> = chunks
+            .iter()
+            .map(|c| Ok(bytes::Bytes::from(c.to_string())))
+            .collect();
+        EngineStream {
+            body: Box::pin(futures_util::stream::iter(chunks)),
+            buffer: BytesMut::new(),
+            queue: std::collections::VecDeque::new(),
+            done: false,
+            finished: false,
+            garbage: 0,
+        }
+    }
+
+    /// Reads the whole stream: the text, the pieces' kinds in order, the
+    /// garbage count, and whether it ended properly.
+    async fn read(chunks: &[&str]) -> (String, Vec<&'static str>, u64, bool) {
+        let mut stream = stream_of(chunks);
+        let (mut text, mut kinds) = (String::new(), Vec::new());
+        let ended = loop {
+            match stream.next().await {
+                Ok(Some(piece)) => kinds.push(match piece {
+                    Piece::Text(t) => {
+                        text.push_str(&t);
+                        "text"
+                    }
+                    Piece::Reasoning(_) => "reasoning",
+                    Piece::ToolCall { .. } => "tool_call",
+                    Piece::Usage { .. } => "usage",
+                    Piece::Finish(_) => "finish",
+                }),
+                Ok(None) => break true,
+                Err(Fault::Cut(_)) => break false,
+                Err(other) => panic!("unexpected fault {other:?}"),
+            }
+        };
+        (text, kinds, stream.garbage, ended)
+    }
+
+    fn chunk(content: &str) -> String {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}}}}]}}\n\n"
+        )
+    }
+
+    const FINISH: &str =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+
+    #[tokio::test]
+    async fn a_whole_stream_reads_to_its_end() {
+        let (a, b) = (chunk("w0 "), chunk("w1 "));
+        let usage =
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n";
+        let (text, kinds, garbage, ended) =
+            read(&[&a, &b, FINISH, usage, "data: [DONE]\n\n"]).await;
+        assert_eq!((text.as_str(), garbage, ended), ("w0 w1 ", 0, true));
+        assert_eq!(kinds, ["text", "text", "finish", "usage"]);
+    }
+
+    #[tokio::test]
+    async fn chunks_split_anywhere_still_parse() {
+        let whole = format!("{}{}{FINISH}data: [DONE]\n\n", chunk("w0 "), chunk("w1 "));
+        let bytes = whole.as_bytes();
+        for cut in 1..bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            let (a, b) = (
+                String::from_utf8_lossy(a).to_string(),
+                String::from_utf8_lossy(b).to_string(),
+            );
+            let (text, _, garbage, ended) = read(&[&a, &b]).await;
+            assert_eq!(
+                (text.as_str(), garbage, ended),
+                ("w0 w1 ", 0, true),
+                "split at {cut}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn garbage_lines_are_counted_and_skipped() {
+        let (a, b) = (chunk("w0 "), chunk("w1 "));
+        let junk = "data: {not json\n\n: a comment\n\nrandom words\n\nevent: x\n\n";
+        let (text, _, garbage, ended) = read(&[&a, junk, &b, FINISH, "data: [DONE]\n\n"]).await;
+        assert_eq!((text.as_str(), garbage, ended), ("w0 w1 ", 2, true));
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_stops_early_is_a_cut() {
+        let a = chunk("w0 ");
+        let (text, _, _, ended) = read(&[&a]).await;
+        assert_eq!(
+            (text.as_str(), ended),
+            ("w0 ", false),
+            "no finish, no [DONE]: cut"
+        );
+        let (_, _, _, ended) = read(&[&a, FINISH]).await;
+        assert!(ended, "a finish without [DONE] is a whole answer");
+    }
+
+    #[tokio::test]
+    async fn an_endless_line_is_dropped_not_kept() {
+        let endless = "x".repeat(MAX_LINE + 10);
+        let a = chunk("w0 ");
+        let (text, _, garbage, ended) = read(&[&endless, "\n", &a, FINISH]).await;
+        assert_eq!((text.as_str(), ended), ("w0 ", true));
+        assert!(garbage >= 1);
+    }
+
+    #[test]
+    fn engine_messages_are_taken_from_openai_bodies() {
+        let check = |body: &str, want: &str| assert_eq!(error_message(body), want, "{body}");
+        check(
+            r#"{"error":{"message":"the request exceeds the available context size","code":400}}"#,
+            "the request exceeds the available context size",
+        );
+        check(r#"{"message":"busy"}"#, "busy");
+        check("plain text\nsecond line", "plain text");
+        check("", "no message");
+    }
+}

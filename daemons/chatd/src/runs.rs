@@ -636,7 +636,10 @@ fn merge_tool_call(
     // allocate without end. No model calls this many tools in one step.
     const MAX_CALLS: u64 = 64;
     if index >= MAX_CALLS {
-        tracing::warn!(index, "engine sent a tool call index past {MAX_CALLS}; ignored");
+        tracing::warn!(
+            index,
+            "engine sent a tool call index past {MAX_CALLS}; ignored"
+        );
         return;
     }
     let index = index as usize;
