@@ -144,3 +144,144 @@ pub struct Delta {
     pub reasoning: bool,
     pub text: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tandem_shared::metrics::Registry;
+
+    fn open(dir: &Path) -> Store {
+        let metrics = Arc::new(Metrics::new(&mut Registry::default()));
+        Store::open(&dir.join("chat.sqlite3"), Hub::default(), metrics).unwrap()
+    }
+
+    async fn add_conversation(store: &Store, id: &'static str) {
+        store
+            .write(move |ctx| {
+                ctx.conn().execute(
+                    "INSERT INTO conversations (id, title, model, created, updated) VALUES (?1, '', 'm', 't', 't')",
+                    [id],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn seqs(store: &Store, id: &'static str) -> Vec<i64> {
+        store
+            .read(move |conn| {
+                Ok(queries::events_after(conn, id, 0, 10_000)?
+                    .iter()
+                    .map(|e| e.seq)
+                    .collect())
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Jobs sent together share a commit; a job that fails takes back its own
+    /// events and seqs and nothing of the others'.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_job_rolls_back_alone_and_seqs_stay_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        add_conversation(&store, "c").await;
+        let mut jobs = Vec::new();
+        for i in 0..200 {
+            let store = store.clone();
+            jobs.push(tokio::spawn(async move {
+                store
+                    .write(move |ctx| {
+                        ctx.emit("c", "usage", json!({"i": i}))?;
+                        if i % 3 == 0 {
+                            return Err(ApiError::bad_input("i", "a multiple of 3"));
+                        }
+                        ctx.emit("c", "usage", json!({"i": i, "second": true}))?;
+                        Ok(())
+                    })
+                    .await
+            }));
+        }
+        let mut failed = 0;
+        for job in jobs {
+            if job.await.unwrap().is_err() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 67);
+        let seqs = seqs(&store, "c").await;
+        let want: Vec<i64> = (1..=(2 * (200 - 67))).collect();
+        assert_eq!(
+            seqs, want,
+            "only the successful jobs' events, numbered without gaps"
+        );
+        let last: i64 = store
+            .read(|conn| {
+                Ok(conn.query_row(
+                    "SELECT last_seq FROM conversations WHERE id = 'c'",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(last, 266);
+        store.close().await;
+    }
+
+    /// Deltas are appended to their message once per batch and keep their order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deltas_build_the_message_text_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        add_conversation(&store, "c").await;
+        store
+            .write(|ctx| {
+                ctx.conn().execute(
+                    "INSERT INTO messages (id, conversation_id, role, created) VALUES ('m', 'c', 'assistant', 't')",
+                    [],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let mut want = String::new();
+        for i in 0..1000 {
+            let text = format!("w{i} ");
+            want.push_str(&text);
+            let delta = Delta {
+                conversation_id: "c".into(),
+                run_id: "r".into(),
+                message_id: "m".into(),
+                reasoning: i % 10 == 9,
+                text,
+            };
+            store.delta(delta).await.unwrap();
+        }
+        store.barrier().await.unwrap();
+        let (text, reasoning): (String, String) = store
+            .read(|conn| {
+                Ok(conn.query_row(
+                    "SELECT text, reasoning FROM messages WHERE id = 'm'",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
+            })
+            .await
+            .unwrap();
+        let want_text: String = (0..1000)
+            .filter(|i| i % 10 != 9)
+            .map(|i| format!("w{i} "))
+            .collect();
+        let want_reasoning: String = (0..1000)
+            .filter(|i| i % 10 == 9)
+            .map(|i| format!("w{i} "))
+            .collect();
+        assert_eq!(text, want_text);
+        assert_eq!(reasoning, want_reasoning);
+        assert_eq!(seqs(&store, "c").await.len(), 1000);
+        store.close().await;
+    }
+}
