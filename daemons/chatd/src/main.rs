@@ -53,7 +53,14 @@ fn start(args: Args) -> anyhow::Result<()> {
     let address = config
         .listen_addr()
         .map_err(|e| anyhow::anyhow!("chatd.listen: {e}"))?;
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // Blocking threads serve SQLite reads; a crowd of devices reconnecting at
+    // once queues for a few of them instead of spawning hundreds of threads
+    // (each with its own malloc arena: that was most of the RSS after a restart).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(16)
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(address)
             .await
