@@ -471,7 +471,7 @@ async fn chat_send_streams_and_rides_out_a_chatd_restart() {
     );
 
     // A long one, with chatd killed and started again in the middle.
-    let mut child = std::process::Command::new(bin_dir().join("tandem"))
+    let child = std::process::Command::new(bin_dir().join("tandem"))
         .args(["chat", "send", "long [sim tokens=400 tps=40 id=cli-2]"])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -1612,7 +1612,10 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             .stderr(std::process::Stdio::null());
         let started = Instant::now();
         let status = command.status();
-        (started.elapsed(), status.map(|s| s.success()).unwrap_or(false))
+        (
+            started.elapsed(),
+            status.map(|s| s.success()).unwrap_or(false),
+        )
     };
     let runs = sizes.repeats * 3;
     let mut status_times = Vec::new();
@@ -1640,7 +1643,10 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .aim("< 50 ms", status_median < Duration::from_millis(50))
         .baseline(
             format!("`tandem --version` {}", ms_f(version_median)),
-            format!("×{:.1}", status_median.as_secs_f64() / version_median.as_secs_f64().max(1e-6)),
+            format!(
+                "×{:.1}",
+                status_median.as_secs_f64() / version_median.as_secs_f64().max(1e-6)
+            ),
         ),
     );
     Ok(())
