@@ -1361,7 +1361,8 @@ async fn warm_up(shared: &Shared, warm_s: f64) {
             // Never asked, or idle again short of the mark (the answer
             // failed, or went to a message that waited with it): ask again.
             let idle = snapshot["conversation"]["state"] == "idle";
-            let due = shared.phase() == Phase::Load
+            // (During the drain too: the warm-up is the measurement's, not load.)
+            let due = live(shared.phase())
                 && asked
                     .get(chat.as_str())
                     .is_none_or(|at| idle && at.elapsed() > Duration::from_secs(3));
