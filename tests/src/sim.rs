@@ -44,12 +44,25 @@ CUES
   message. Several cue blocks are merged. Values have no spaces (or are
   \"quoted\"); unknown keys or bad values get a 400 naming the problem.
 
-  tokens=N          answer length in tokens (default --tokens; 0 with tool_call)
+  tokens=N          answer length in tokens (default --tokens; 0 with tool calls)
   tps=F             pace in tokens per second (0 = as fast as possible)
   first_token_ms=M  delay before the first token
   reasoning=N       N tokens `r{i} ` in delta.reasoning_content before the content
   tool_call=NAME    finish with one tool call (finish_reason \"tool_calls\")
   args=JSON         its arguments, JSON without spaces (default {})
+  tool_calls=JSON   finish with several tool calls, a JSON array without spaces:
+                    [{\"name\":\"read_file\",\"arguments\":{\"path\":\"a.txt\"}},...]
+                    (arguments an object or a string, default {}; the OpenAI
+                    shape {\"function\":{\"name\":..,\"arguments\":..}} is taken too).
+                    Streamed like vLLM: each call has its own `index`; its first
+                    chunk carries id, type and function.name (arguments \"\"),
+                    then 2+ chunks of argument pieces. Not streamed:
+                    message.tool_calls. Use tool_call or tool_calls, not both
+  tool_steps=N      with tool_call/tool_calls: call the tool(s) only while the
+                    `tool` messages after the last user message are fewer than
+                    N x (calls per answer), then answer with text (tokens=N or
+                    --tokens). Without it every request calls the tool(s): a
+                    model that never stops
   stamp=1           tokens are `w{i}:{unix micros at send} `
   garbage=1         junk SSE lines between the real chunks
   cut_after=K       drop the connection after K content tokens of this request,
@@ -68,20 +81,50 @@ CUES
 
   Token i of an answer is `w{i} `. A request whose last message is a non-empty
   assistant message continues the answer at the first index missing from it.
-  Prompt tokens are (characters of all message contents)/4 + 1; more than
-  --context-window gives llama.cpp's 400 exceed_context_size_error.
+  Cues are read from the last message with role `user`, so the assistant
+  tool_calls and `tool` results after it keep its cue.
+
+PROMPT TOKENS
+  prompt_tokens = C/4 + 4 x (number of messages) + T/4 + 1  (each / rounded down)
+    C = characters of every message's content (a string, or the `text` of its
+        content parts) + of each assistant message's tool_calls[].function.name
+        and tool_calls[].function.arguments + of each message's tool_call_id
+    T = characters of the compact JSON of the request's `tools` (0 if absent)
+  POST /v1/tokenize counts exactly the same. More than --context-window gives
+  llama.cpp's 400 {\"error\":{\"type\":\"exceed_context_size_error\",
+  \"n_prompt_tokens\":N,\"n_ctx\":W,..}}. More than --memory-limit-tokens M gives,
+  every time, a 503 with `Retry-After: 1` and {\"error\":{\"code\":503,
+  \"type\":\"unavailable_error\",\"message\":\"engine-sim: could not allocate
+  memory for N tokens (the KV cache holds M), retry later\"}} (a full KV cache).
+
+ENGINE ROUTES
+  GET  /health, GET /v1/models, POST /v1/chat/completions
+  POST /v1/tokenize  (also /tokenize; vLLM's shape)
+         {\"model\":..,\"messages\":[..],\"tools\":[..]} -> the chat request's count
+         {\"prompt\":\"text\"}                          -> characters/4 + 1
+         answer {\"count\":N,\"max_model_len\":W,\"tokens\":[0,1,..,N-1]};
+         404 with --no-tokenize (like llama.cpp without it)
 
 CONTROL ROUTES
   POST   /sim/faults   {\"next\":[{\"status\":503,\"retry_after\":1},{\"cut_after\":5},{}]}
                        queue faults (same keys as cues) for the next chat requests,
-                       one each, in order; {} is a normal answer
+                       one each, in order, whatever their answer (a 400 over the
+                       window or a 503 by memory takes one too); {} is a normal
+                       answer; cues still apply beside it. A multi-step
+                       tool run is scripted with one fault per request:
+                       {\"next\":[{\"tool_calls\":[{\"name\":\"read_file\",
+                         \"arguments\":{\"path\":\"a.txt\"}}]},{\"tool_calls\":[..]},{}]}
+                       (tool_calls: a JSON array or a string holding one)
   GET    /sim/faults   the queue;  DELETE /sim/faults clears it
   POST   /sim/refuse   {\"seconds\":F} close the listening socket (new connections
                        are refused; open ones are cut), re-bind after F seconds
   GET    /sim/requests chat requests received (last 1000):
-                       [{\"session_id\":<x-session-id or null>,\"body\":{..},\"at\":\"RFC 3339\"}]
+                       [{\"session_id\":<x-session-id or null>,\"body\":{..},
+                         \"prompt_tokens\":<counted, null if no messages array>,
+                         \"at\":\"RFC 3339\"}]
   DELETE /sim/requests clear that list
-  GET    /sim/stats    {\"requests\",\"completed\",\"tokens_sent\",\"cuts\",\"refusals\",\"statuses\"}
+  GET    /sim/stats    {\"requests\",\"completed\",\"tokens_sent\",\"cuts\",\"refusals\",
+                        \"statuses\",\"queued_faults\",\"tokenize_requests\"}
   POST   /sim/reset    clear queue, request list, fail_times counters and stats
 ";
 
@@ -96,6 +139,10 @@ pub struct SimConfig {
     pub tokens_per_second: f64,
     /// Default answer length in tokens.
     pub tokens: usize,
+    /// Prompts over this many tokens get a 503 (simulated full KV cache).
+    pub memory_limit_tokens: Option<u64>,
+    /// Serve `POST /v1/tokenize` (and `/tokenize`); off, they are 404.
+    pub tokenize: bool,
 }
 
 impl Default for SimConfig {
@@ -105,6 +152,8 @@ impl Default for SimConfig {
             context_window: 32768,
             tokens_per_second: 50.0,
             tokens: 24,
+            memory_limit_tokens: None,
+            tokenize: true,
         }
     }
 }
@@ -119,6 +168,8 @@ pub struct Fault {
     pub reasoning: Option<usize>,
     pub tool_call: Option<String>,
     pub args: Option<String>,
+    pub tool_calls: Option<Vec<ToolCallSpec>>,
+    pub tool_steps: Option<u64>,
     pub stamp: Option<bool>,
     pub garbage: Option<bool>,
     pub cut_after: Option<usize>,
@@ -129,8 +180,53 @@ pub struct Fault {
     pub fail_times: Option<u64>,
 }
 
-const KNOWN_KEYS: &str = "tokens tps first_token_ms reasoning tool_call args stamp garbage \
-                          cut_after status retry_after message refuse_s fail_times id";
+/// One tool call an answer makes: `{"name": .., "arguments": "<JSON text>"}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolCallSpec {
+    pub name: String,
+    pub arguments: String,
+}
+
+const KNOWN_KEYS: &str = "tokens tps first_token_ms reasoning tool_call args tool_calls \
+                          tool_steps stamp garbage cut_after status retry_after message \
+                          refuse_s fail_times id";
+
+/// Parses `tool_calls`: a JSON array of `{"name", "arguments"?}` (or OpenAI's
+/// `{"function": {"name", "arguments"}}`); arguments an object or a string.
+pub fn parse_tool_calls(text: &str) -> Result<Vec<ToolCallSpec>, String> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| format!("tool_calls={text}: not JSON ({e}); spaces end a cue value"))?;
+    let calls = v
+        .as_array()
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("tool_calls={text}: must be a non-empty JSON array"))?;
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let f = c.get("function").filter(|f| f.is_object()).unwrap_or(c);
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| format!("tool_calls[{i}]: needs a non-empty \"name\": {c}"))?;
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(o @ Value::Object(_)) => o.to_string(),
+                Some(other) => {
+                    return Err(format!(
+                        "tool_calls[{i}]: arguments must be an object or a string, got {other}"
+                    ))
+                }
+            };
+            Ok(ToolCallSpec {
+                name: name.to_string(),
+                arguments,
+            })
+        })
+        .collect()
+}
 
 impl Fault {
     /// Sets one key from its text value.
@@ -173,9 +269,19 @@ impl Fault {
                 if value.is_empty() {
                     return Err("tool_call needs a name".into());
                 }
+                if self.tool_calls.is_some() {
+                    return Err("use tool_call (with args) or tool_calls, not both".into());
+                }
                 self.tool_call = Some(value.to_string())
             }
             "args" => self.args = Some(value.to_string()),
+            "tool_calls" => {
+                if self.tool_call.is_some() {
+                    return Err("use tool_call (with args) or tool_calls, not both".into());
+                }
+                self.tool_calls = Some(parse_tool_calls(value)?)
+            }
+            "tool_steps" => self.tool_steps = Some(upto(key, value, 1_000_000)?),
             "stamp" => self.stamp = Some(flag(key, value)?),
             "garbage" => self.garbage = Some(flag(key, value)?),
             "cut_after" => self.cut_after = Some(num(key, value)?),
@@ -225,8 +331,16 @@ impl Fault {
         Ok(f)
     }
 
-    /// `other`'s keys override ours.
+    /// `other`'s keys override ours; its tool_call or tool_calls replaces
+    /// whichever of the two we had.
     fn merge(&mut self, other: &Fault) {
+        if other.tool_calls.is_some() {
+            self.tool_call = None;
+            self.args = None;
+        }
+        if other.tool_call.is_some() {
+            self.tool_calls = None;
+        }
         macro_rules! take {
             ($($field:ident),*) => { $( if other.$field.is_some() { self.$field = other.$field.clone(); } )* };
         }
@@ -237,6 +351,8 @@ impl Fault {
             reasoning,
             tool_call,
             args,
+            tool_calls,
+            tool_steps,
             stamp,
             garbage,
             cut_after,
@@ -260,6 +376,8 @@ impl Fault {
             reasoning,
             tool_call,
             args,
+            tool_calls,
+            tool_steps,
             stamp,
             garbage,
             cut_after,
@@ -270,6 +388,20 @@ impl Fault {
             fail_times
         );
         Value::Object(m)
+    }
+
+    /// The tool calls an answer makes (before `tool_steps` is applied).
+    pub fn calls(&self) -> Vec<ToolCallSpec> {
+        if let Some(calls) = &self.tool_calls {
+            return calls.clone();
+        }
+        self.tool_call
+            .iter()
+            .map(|name| ToolCallSpec {
+                name: name.clone(),
+                arguments: self.args.clone().unwrap_or_else(|| "{}".into()),
+            })
+            .collect()
     }
 }
 
@@ -379,6 +511,58 @@ fn content_text(msg: &Value) -> String {
     }
 }
 
+/// Characters of a message's `content` (as [`content_text`] joins it).
+fn content_chars(msg: &Value) -> usize {
+    match msg.get("content") {
+        Some(Value::String(s)) => s.chars().count(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(|t| t.chars().count())
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Characters of a string, or of the compact JSON of anything else but null.
+fn value_chars(v: Option<&Value>) -> usize {
+    match v {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(s)) => s.chars().count(),
+        Some(other) => other.to_string().chars().count(),
+    }
+}
+
+fn role(msg: &Value) -> Option<&str> {
+    msg.get("role").and_then(Value::as_str)
+}
+
+/// The prompt tokens of a chat request (and of `/v1/tokenize` on the same
+/// messages and tools): C/4 + 4 per message + T/4 + 1, where C counts the
+/// characters of every content, of each assistant tool call's function name
+/// and arguments and of each `tool_call_id`, and T those of the JSON of
+/// `tools`.
+pub fn count_prompt_tokens(messages: &[Value], tools: Option<&Value>) -> u64 {
+    let mut chars = 0usize;
+    for m in messages {
+        chars += content_chars(m);
+        if role(m) == Some("assistant") {
+            if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+                for call in calls {
+                    let f = call.get("function");
+                    chars += value_chars(f.and_then(|f| f.get("name")));
+                    chars += value_chars(f.and_then(|f| f.get("arguments")));
+                }
+            }
+        }
+        chars += value_chars(m.get("tool_call_id"));
+    }
+    let tools_chars = tools
+        .filter(|t| !t.is_null())
+        .map_or(0, |t| t.to_string().chars().count());
+    (chars / 4 + 4 * messages.len() + tools_chars / 4 + 1) as u64
+}
+
 /// The first answer index missing from a prefilled answer (`w<k> ` or
 /// `w<k>:<stamp> ` tokens).
 pub fn continuation_start(prefill: &str) -> usize {
@@ -401,6 +585,7 @@ struct Stats {
     cuts: u64,
     refusals: u64,
     statuses: BTreeMap<u16, u64>,
+    tokenizes: u64,
 }
 
 #[derive(Default)]
@@ -607,8 +792,13 @@ async fn serve_connection(stream: TcpStream, app: Router, mut cut: watch::Receiv
 }
 
 fn router(sim: Arc<Sim>) -> Router {
-    Router::new()
-        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+    let mut app = Router::new();
+    if sim.config.tokenize {
+        app = app
+            .route("/v1/tokenize", post(tokenize))
+            .route("/tokenize", post(tokenize));
+    }
+    app.route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route(
@@ -749,6 +939,7 @@ async fn stats(State(sim): State<Arc<Sim>>) -> Json<Value> {
         "refusals": s.refusals,
         "statuses": statuses,
         "queued_faults": inner.queue.len(),
+        "tokenize_requests": s.tokenizes,
     }))
 }
 
@@ -813,6 +1004,12 @@ struct DeltaOut {
     tool_calls: Option<Value>,
 }
 
+struct PlannedCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
 /// Everything needed to produce one answer.
 struct Plan {
     id: String,
@@ -822,8 +1019,8 @@ struct Plan {
     start: usize,
     content: usize,
     reasoning: usize,
-    tool: Option<(String, String)>,
-    tool_id: String,
+    /// Tool calls that end the answer (finish_reason "tool_calls").
+    tools: Vec<PlannedCall>,
     finish: &'static str,
     interval: Option<Duration>,
     first_token: Duration,
@@ -907,6 +1104,49 @@ impl Plan {
     }
 }
 
+/// The request's `messages` checked as a chat request checks them.
+fn checked_messages(req: &Value) -> Result<&[Value], String> {
+    let messages = match req.get("messages").and_then(Value::as_array) {
+        Some(m) if !m.is_empty() => m,
+        Some(_) => return Err("'messages' must not be empty".into()),
+        None => return Err("'messages' is required and must be an array".into()),
+    };
+    if let Some(bad) = messages.iter().find(|m| role(m).is_none()) {
+        return Err(format!("each message needs a 'role': {bad}"));
+    }
+    Ok(messages)
+}
+
+/// `POST /v1/tokenize`, vLLM's shape: `{"messages", "tools"?}` or
+/// `{"prompt"}` -> `{"count", "max_model_len", "tokens"}`.
+async fn tokenize(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
+    sim.lock().stats.tokenizes += 1;
+    let req = match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return bad_request(&sim, "the request body must be a JSON object"),
+        Err(e) => return bad_request(&sim, &format!("malformed JSON: {e}")),
+    };
+    let count = if req.get("messages").is_some() {
+        match checked_messages(&req) {
+            Ok(messages) => count_prompt_tokens(messages, req.get("tools")),
+            Err(e) => return bad_request(&sim, &e),
+        }
+    } else if let Some(prompt) = req.get("prompt") {
+        match prompt.as_str() {
+            Some(p) => (p.chars().count() / 4 + 1) as u64,
+            None => return bad_request(&sim, "'prompt' must be a string"),
+        }
+    } else {
+        return bad_request(&sim, "the body needs 'messages' (chat) or 'prompt' (text)");
+    };
+    Json(json!({
+        "count": count,
+        "max_model_len": sim.config.context_window,
+        "tokens": (0..count).collect::<Vec<u64>>(),
+    }))
+    .into_response()
+}
+
 async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> Response {
     sim.lock().stats.requests += 1;
     let session_id = headers
@@ -914,6 +1154,10 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let parsed = serde_json::from_slice::<Value>(&body);
+    let counted = parsed.as_ref().ok().and_then(|req| {
+        let messages = req.get("messages")?.as_array()?;
+        Some(count_prompt_tokens(messages, req.get("tools")))
+    });
     {
         let logged = match &parsed {
             Ok(v) => v.clone(),
@@ -926,6 +1170,7 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         inner.log.push_back(json!({
             "session_id": session_id,
             "body": logged,
+            "prompt_tokens": counted,
             "at": jiff::Timestamp::now().to_string(),
         }));
     }
@@ -934,17 +1179,10 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         Ok(_) => return bad_request(&sim, "the request body must be a JSON object"),
         Err(e) => return bad_request(&sim, &format!("malformed JSON: {e}")),
     };
-    let messages = match req.get("messages").and_then(Value::as_array) {
-        Some(m) if !m.is_empty() => m,
-        Some(_) => return bad_request(&sim, "'messages' must not be empty"),
-        None => return bad_request(&sim, "'messages' is required and must be an array"),
+    let messages = match checked_messages(&req) {
+        Ok(m) => m,
+        Err(e) => return bad_request(&sim, &e),
     };
-    if let Some(bad) = messages
-        .iter()
-        .find(|m| m.get("role").and_then(Value::as_str).is_none())
-    {
-        return bad_request(&sim, &format!("each message needs a 'role': {bad}"));
-    }
     let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = req
         .pointer("/stream_options/include_usage")
@@ -956,11 +1194,7 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         .and_then(Value::as_u64)
         .map(|n| n as usize);
 
-    let chars: usize = messages
-        .iter()
-        .map(|m| content_text(m).chars().count())
-        .sum();
-    let prompt_tokens = (chars / 4 + 1) as u64;
+    let prompt_tokens = count_prompt_tokens(messages, req.get("tools"));
 
     // Continuation by prefill.
     let last = &messages[messages.len() - 1];
@@ -969,13 +1203,16 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         .filter(|t| !t.is_empty());
     let start = prefill.as_deref().map_or(0, continuation_start);
 
-    // Cues in the last user message, then the queued fault.
-    let user_text = messages
-        .iter()
-        .rev()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .map(content_text)
+    // Cues in the last user message (not the last message: tool calls and
+    // their results may follow it), then the queued fault.
+    let last_user = messages.iter().rposition(|m| role(m) == Some("user"));
+    let user_text = last_user
+        .map(|i| content_text(&messages[i]))
         .unwrap_or_default();
+    let tool_results = messages[last_user.map_or(0, |i| i + 1)..]
+        .iter()
+        .filter(|m| role(m) == Some("tool"))
+        .count();
     let cue = match parse_cues(&user_text) {
         Ok(c) => c,
         Err(e) => return bad_request(&sim, &format!("engine-sim: bad cue: {e}")),
@@ -1046,12 +1283,31 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         }});
         return (StatusCode::BAD_REQUEST, Json(body)).into_response();
     }
+    if let Some(limit) = sim
+        .config
+        .memory_limit_tokens
+        .filter(|&l| prompt_tokens > l)
+    {
+        sim.count_status(503);
+        let message = format!(
+            "engine-sim: could not allocate memory for {prompt_tokens} tokens \
+             (the KV cache holds {limit}), retry later"
+        );
+        return error_response(503, &message, error_type(503), Some("1"));
+    }
 
-    let tool = fault
-        .tool_call
-        .clone()
-        .map(|name| (name, fault.args.clone().unwrap_or_else(|| "{}".into())));
-    let default_tokens = if tool.is_some() { 0 } else { sim.config.tokens };
+    let mut calls = fault.calls();
+    if let Some(steps) = fault.tool_steps {
+        let per_step = calls.len().max(1) as u64;
+        if tool_results as u64 >= steps.saturating_mul(per_step) {
+            calls.clear();
+        }
+    }
+    let default_tokens = if calls.is_empty() {
+        sim.config.tokens
+    } else {
+        0
+    };
     let total = fault.tokens.unwrap_or(default_tokens);
     let mut reasoning = if start == 0 {
         fault.reasoning.unwrap_or(0)
@@ -1059,9 +1315,13 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         0
     };
     let mut content = total.saturating_sub(start);
-    let mut finish = if tool.is_some() { "tool_calls" } else { "stop" };
+    let mut finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
     if let Some(max) = max_tokens {
-        if reasoning + content + usize::from(tool.is_some()) > max {
+        if reasoning + content + calls.len() > max {
             reasoning = reasoning.min(max);
             content = content.min(max - reasoning);
             finish = "length";
@@ -1076,8 +1336,19 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
         start,
         content,
         reasoning,
-        tool: if finish == "tool_calls" { tool } else { None },
-        tool_id: format!("call_sim{seq:06}"),
+        tools: if finish == "tool_calls" {
+            calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| PlannedCall {
+                    id: format!("call_sim{seq:06}_{i}"),
+                    name: c.name,
+                    arguments: c.arguments,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         finish,
         interval: (tps > 0.0).then(|| {
             Duration::try_from_secs_f64(1.0 / tps)
@@ -1274,18 +1545,20 @@ async fn produce_stream(sim: &Sim, plan: &Plan, tx: &mut Sender) -> Result<(), S
             return Err(Stop::Cut);
         }
     }
-    if let Some((name, args)) = &plan.tool {
+    // Like vLLM: per call, a first chunk with its index, id, type and name,
+    // then its arguments in pieces.
+    for (index, call) in plan.tools.iter().enumerate() {
         pace!();
         let d = DeltaOut {
-            tool_calls: Some(json!([{"index": 0, "id": plan.tool_id, "type": "function",
-                                     "function": {"name": name, "arguments": ""}}])),
+            tool_calls: Some(json!([{"index": index, "id": call.id, "type": "function",
+                                     "function": {"name": call.name, "arguments": ""}}])),
             ..Default::default()
         };
         tx.chunk(&plan.delta(with_role(&mut role, d), None)).await?;
-        for piece in Plan::arg_pieces(args) {
+        for piece in Plan::arg_pieces(&call.arguments) {
             pace!();
             let d = DeltaOut {
-                tool_calls: Some(json!([{"index": 0, "function": {"arguments": piece}}])),
+                tool_calls: Some(json!([{"index": index, "function": {"arguments": piece}}])),
                 ..Default::default()
             };
             tx.chunk(&plan.delta(d, None)).await?;
@@ -1322,7 +1595,7 @@ async fn whole_answer(sim: Arc<Sim>, plan: Plan) -> Response {
     let produced = match cut_at {
         Some(0) => 0,
         Some(k) => plan.reasoning + k,
-        None => plan.completion_tokens() + usize::from(plan.tool.is_some()),
+        None => plan.completion_tokens() + plan.tools.len(),
     };
     let wait = if produced > 0 {
         plan.first_token.saturating_add(steps(produced))
@@ -1347,12 +1620,19 @@ async fn whole_answer(sim: Arc<Sim>, plan: Plan) -> Response {
     if !reasoning.is_empty() {
         message["reasoning_content"] = json!(reasoning);
     }
-    if let Some((name, args)) = &plan.tool {
+    if !plan.tools.is_empty() {
         if content.is_empty() {
             message["content"] = Value::Null;
         }
-        message["tool_calls"] = json!([{"id": plan.tool_id, "type": "function",
-                                        "function": {"name": name, "arguments": args}}]);
+        let calls: Vec<Value> = plan
+            .tools
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
     }
     let body = ChunkOut {
         id: &plan.id,

@@ -966,7 +966,7 @@ async fn continue_finishes_the_answer_before_a_waiting_message() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_faults_retry_fail_or_pass_as_they_should() -> anyhow::Result<()> {
     let (_sim, chatd, client) = start_with(
-        &["--tokens-per-second", "0", "--context-window", "200"],
+        &["--tokens-per-second", "0", "--context-window", "4096"],
         &[],
     )
     .await?;
@@ -1005,9 +1005,10 @@ async fn engine_faults_retry_fail_or_pass_as_they_should() -> anyhow::Result<()>
     );
     assert_eq!(stored_answer(&client, &chat, &run).await?, sim_answer(12));
 
-    // Over the context window: failed with the engine's message.
+    // One question over the context window: counted by the engine and
+    // failed before it is sent, with the count.
     let chat = client.create_chat().await?;
-    let long = format!("{} {}", "far too long ".repeat(100), "[sim id=context]");
+    let long = format!("{} {}", "far too long ".repeat(1_300), "[sim id=context]");
     let run = run_id(&client.send(&chat, &long).await?)?;
     let record = client
         .wait_run(&chat, &run, &["failed", "done", "interrupted"], ANSWER)
@@ -1015,10 +1016,25 @@ async fn engine_faults_retry_fail_or_pass_as_they_should() -> anyhow::Result<()>
     assert_eq!(record["status"], "failed", "{record}");
     let error = record["error"].as_str().context("a failed run says why")?;
     assert!(
-        error.contains("400") && error.contains("context"),
+        error.contains("counted by the engine") && error.contains("window of 4096 tokens"),
         "error {error:?}"
     );
     eprintln!("context error: {error}");
+
+    // The engine says 400 over the context and nothing can be compacted:
+    // failed with the engine's message.
+    let chat = client.create_chat().await?;
+    let cue = "status=400 message=\"the request exceeds the available context size\"";
+    let run = run_id(&client.send(&chat, &cued("hi", cue, "ctx400")).await?)?;
+    let record = client
+        .wait_run(&chat, &run, &["failed", "done", "interrupted"], ANSWER)
+        .await?;
+    assert_eq!(record["status"], "failed", "{record}");
+    let error = record["error"].as_str().context("a failed run says why")?;
+    assert!(
+        error.contains("400") && error.contains("available context size"),
+        "error {error:?}"
+    );
 
     // Another 4xx: failed with the engine's own message.
     let chat = client.create_chat().await?;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tandem_tests::sim::{self, continuation_start, parse_cues, Fault, SimConfig};
+use tandem_tests::sim::{self, continuation_start, parse_cues, Fault, SimConfig, ToolCallSpec};
 
 /// The engine-sim binary as a child process; killed on drop.
 struct SimProc {
@@ -256,10 +256,10 @@ async fn stream_of_ten_tokens_with_usage() {
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(usage["usage"]["completion_tokens"], 10);
     let prompt = usage["usage"]["prompt_tokens"].as_u64().unwrap();
-    // (8 + 20 chars) / 4 + 1
+    // (8 + 21 chars) / 4 + 4 per message + 1
     assert_eq!(
         prompt,
-        ("be brief".len() + "hello [sim tokens=10]".len()) as u64 / 4 + 1
+        ("be brief".len() + "hello [sim tokens=10]".len()) as u64 / 4 + 2 * 4 + 1
     );
     assert_eq!(usage["usage"]["total_tokens"], prompt + 10);
     assert!(usage["timings"]["prompt_ms"].is_number());
@@ -454,14 +454,18 @@ async fn over_context_is_400() {
     assert_eq!(e["error"]["type"], "exceed_context_size_error");
     assert_eq!(e["error"]["code"], 400);
     assert_eq!(e["error"]["n_ctx"], 100);
-    assert_eq!(e["error"]["n_prompt_tokens"], 251);
+    // 1000 / 4 + 4 (one message) + 1
+    assert_eq!(e["error"]["n_prompt_tokens"], 255);
     assert_eq!(
         e["error"]["message"],
         "the request exceeds the available context size, try increasing it"
     );
-    // Just under the window is fine.
-    let body = chat_body(json!([{"role": "user", "content": "x".repeat(390)}]));
+    // Just at the window is fine: 380 / 4 + 4 + 1 = 100.
+    let body = chat_body(json!([{"role": "user", "content": "x".repeat(380)}]));
     assert_eq!(post_chat(&c, &sim, &body).await.status(), 200);
+    // One character more per token is over it.
+    let body = chat_body(json!([{"role": "user", "content": "x".repeat(384)}]));
+    assert_eq!(post_chat(&c, &sim, &body).await.status(), 400);
 }
 
 #[tokio::test]
@@ -692,6 +696,11 @@ async fn requests_are_recorded_with_session_id() {
     assert!(log[0]["at"].as_str().unwrap().contains('T'));
     assert!(log[1]["session_id"].is_null());
     assert_eq!(log[1]["body"], body2);
+    // The counted prompt tokens, beside each body.
+    let counted = |b: &Value| sim::count_prompt_tokens(b["messages"].as_array().unwrap(), None);
+    assert_eq!(log[0]["prompt_tokens"], counted(&body));
+    assert_eq!(log[1]["prompt_tokens"], counted(&body2));
+    assert_eq!(log[1]["prompt_tokens"], ("be brief".len() + 21) / 4 + 9);
 
     let r = c.delete(sim.url("/sim/requests")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -767,6 +776,88 @@ fn cue_parsing() {
     assert_eq!(f.status, Some(503));
     assert_eq!(f.retry_after.as_deref(), Some("1"));
     assert_eq!(f.garbage, Some(true));
+
+    // tool_calls: in a cue (no spaces), and as a JSON array or string in a fault.
+    let (_, f) = parse_cues(
+        r#"[sim tool_calls=[{"name":"a","arguments":{"p":"]"}},{"name":"b","arguments":"{\"q\":1}"},{"name":"c"}] tool_steps=3]"#,
+    )
+    .unwrap()
+    .unwrap();
+    let want = vec![
+        ToolCallSpec {
+            name: "a".into(),
+            arguments: r#"{"p":"]"}"#.into(),
+        },
+        ToolCallSpec {
+            name: "b".into(),
+            arguments: r#"{"q":1}"#.into(),
+        },
+        ToolCallSpec {
+            name: "c".into(),
+            arguments: "{}".into(),
+        },
+    ];
+    assert_eq!(f.tool_calls.as_ref(), Some(&want));
+    assert_eq!(f.calls(), want);
+    assert_eq!(f.tool_steps, Some(3));
+    let arr = json!([{"name": "a", "arguments": {"p": "]"}},
+                     {"type": "function", "function": {"name": "b", "arguments": "{\"q\":1}"}},
+                     {"name": "c"}]);
+    let f1 = Fault::from_json(&json!({"tool_calls": arr})).unwrap();
+    let f2 = Fault::from_json(&json!({"tool_calls": arr.to_string()})).unwrap();
+    assert_eq!(f1.tool_calls.as_ref(), Some(&want));
+    assert_eq!(f1, f2);
+    // What GET /sim/faults shows can be queued again.
+    let f = Fault::from_json(&json!({"tool_calls": want.clone()})).unwrap();
+    assert_eq!(f.calls(), want);
+    let (_, f) = parse_cues(r#"[sim tool_call=x args={"k":2}]"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        f.calls(),
+        vec![ToolCallSpec {
+            name: "x".into(),
+            arguments: r#"{"k":2}"#.into()
+        }]
+    );
+    for bad in [
+        "[sim tool_calls=[]]",
+        "[sim tool_calls={}]",
+        "[sim tool_calls=[{\"arguments\":{}}]]",
+        "[sim tool_calls=[{\"name\":\"a\",\"arguments\":3}]]",
+        "[sim tool_call=a tool_calls=[{\"name\":\"b\"}]]",
+        "[sim tool_steps=-1]",
+    ] {
+        assert!(parse_cues(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn prompt_token_counting() {
+    let m = |v: Value| v.as_array().unwrap().clone();
+    assert_eq!(sim::count_prompt_tokens(&[], None), 1);
+    // 8 chars, one message.
+    let one = m(json!([{"role": "user", "content": "abcdefgh"}]));
+    assert_eq!(sim::count_prompt_tokens(&one, None), 2 + 4 + 1);
+    // Content parts count their text; a null tools is no tools.
+    let parts = m(json!([{"role": "user", "content": [
+        {"type": "text", "text": "abcd"}, {"type": "image_url", "image_url": {"url": "x"}},
+        {"type": "text", "text": "efgh"}]}]));
+    assert_eq!(sim::count_prompt_tokens(&parts, Some(&Value::Null)), 7);
+    // Tool calls (name + arguments) and tool_call_id; tools by their JSON.
+    let msgs = m(json!([
+        {"role": "user", "content": "abcd"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_x", "type": "function",
+             "function": {"name": "ls", "arguments": "{\"d\":1}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]));
+    let tools = json!([{"type": "function", "function": {"name": "ls"}}]);
+    let tools_chars = tools.to_string().len();
+    assert_eq!(
+        sim::count_prompt_tokens(&msgs, Some(&tools)),
+        ((4 + 2 + 7 + 2 + 2) / 4 + 3 * 4 + tools_chars / 4 + 1) as u64
+    );
 }
 
 #[test]
@@ -777,4 +868,340 @@ fn continuation_counting() {
     assert_eq!(continuation_start("w0:17 w1:18 "), 2);
     assert_eq!(continuation_start("w0 w2 "), 1);
     assert_eq!(continuation_start("some other text"), 0);
+}
+
+/// One tool call put back together from a stream, as a client does.
+#[derive(Debug, Default, PartialEq)]
+struct Call {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// The tool calls of a streamed answer, by index; checks vLLM's framing:
+/// a call's first chunk carries id, type and name, later ones only pieces.
+fn streamed_calls(s: &Streamed) -> Vec<Call> {
+    let mut calls: Vec<Call> = Vec::new();
+    for chunk in &s.chunks {
+        let Some(parts) = chunk
+            .pointer("/choices/0/delta/tool_calls")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        for part in parts {
+            let index = part["index"].as_u64().expect("an index") as usize;
+            if index == calls.len() {
+                // The first chunk of a call.
+                assert!(part["id"].is_string(), "{part}");
+                assert_eq!(part["type"], "function", "{part}");
+                assert!(part["function"]["name"].is_string(), "{part}");
+                calls.push(Call {
+                    id: part["id"].as_str().unwrap().into(),
+                    name: part["function"]["name"].as_str().unwrap().into(),
+                    arguments: String::new(),
+                });
+            } else {
+                assert!(index + 1 == calls.len(), "index {index} out of order");
+                assert!(part.get("id").is_none(), "the id once: {part}");
+                assert!(part["function"].get("name").is_none(), "{part}");
+            }
+            if let Some(a) = part["function"]["arguments"].as_str() {
+                calls[index].arguments.push_str(a);
+            }
+        }
+    }
+    calls
+}
+
+/// The assistant message and tool results a client appends after `calls`.
+fn append_tool_step(messages: &mut Vec<Value>, calls: &[Call]) {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|c| {
+            json!({"id": c.id, "type": "function",
+                   "function": {"name": c.name, "arguments": c.arguments}})
+        })
+        .collect();
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": tool_calls}));
+    for c in calls {
+        messages.push(json!({"role": "tool", "tool_call_id": c.id,
+                             "content": format!("result of {}", c.name)}));
+    }
+}
+
+async fn ask(c: &reqwest::Client, sim: &SimProc, messages: &[Value]) -> Streamed {
+    let resp = post_chat(c, sim, &chat_body(json!(messages))).await;
+    assert_eq!(resp.status(), 200);
+    let s = read_stream(resp).await;
+    assert!(s.done, "{s:?}");
+    s
+}
+
+#[tokio::test]
+async fn two_tool_calls_in_one_answer() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let cue = r#"look [sim tool_calls=[{"name":"read_file","arguments":{"path":"a.txt"}},{"name":"list_dir","arguments":"{\"dir\":\".\"}"}]]"#;
+    let s = ask(&c, &sim, user(cue).as_array().unwrap()).await;
+    assert_eq!(s.finish_reason(), Some("tool_calls"));
+    assert_eq!(s.content(), "");
+    let calls = streamed_calls(&s);
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0].name, "read_file");
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls[0].arguments).unwrap(),
+        json!({"path": "a.txt"})
+    );
+    assert_eq!(calls[1].name, "list_dir");
+    assert_eq!(calls[1].arguments, r#"{"dir":"."}"#);
+    assert!(calls.iter().all(|c| c.id.starts_with("call_")));
+    assert_ne!(calls[0].id, calls[1].id);
+    // Each call's arguments come in 2+ pieces after its header.
+    let pieces = |i: u64| {
+        s.chunks
+            .iter()
+            .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0"))
+            .filter(|p| p["index"] == i && p.get("id").is_none())
+            .count()
+    };
+    assert!(pieces(0) >= 2 && pieces(1) >= 2);
+
+    // Not streamed: message.tool_calls.
+    let body = json!({"messages": user(cue)});
+    let v: Value = post_chat(&c, &sim, &body).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    let message = &v["choices"][0]["message"];
+    assert!(message["content"].is_null());
+    let calls = message["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0]["type"], "function");
+    assert_eq!(calls[0]["function"]["name"], "read_file");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"path":"a.txt"}"#);
+    assert_eq!(calls[1]["function"]["name"], "list_dir");
+    assert_ne!(calls[0]["id"], calls[1]["id"]);
+
+    // max_tokens too small for the calls: "length", no calls.
+    let mut body = chat_body(user(cue));
+    body["max_tokens"] = json!(1);
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert_eq!(s.finish_reason(), Some("length"));
+    assert!(streamed_calls(&s).is_empty());
+}
+
+#[tokio::test]
+async fn tool_steps_then_text() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    // One call per step, two steps: tool, tool, text.
+    let cue = r#"go [sim tool_call=read_file args={"path":"a.txt"} tool_steps=2]"#;
+    let mut messages = user(cue).as_array().unwrap().clone();
+    for step in 0..2 {
+        let s = ask(&c, &sim, &messages).await;
+        assert_eq!(s.finish_reason(), Some("tool_calls"), "step {step}");
+        let calls = streamed_calls(&s);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "read_file");
+        assert_eq!(calls[0].arguments, r#"{"path":"a.txt"}"#);
+        append_tool_step(&mut messages, &calls);
+    }
+    let s = ask(&c, &sim, &messages).await;
+    assert_eq!(s.finish_reason(), Some("stop"));
+    assert!(streamed_calls(&s).is_empty());
+    assert_eq!(s.content(), words(0..24));
+
+    // Two calls per step, one step: the step needs both results.
+    let cue = r#"[sim tool_calls=[{"name":"a"},{"name":"b"}] tool_steps=1 tokens=3]"#;
+    let mut messages = user(cue).as_array().unwrap().clone();
+    let calls = streamed_calls(&ask(&c, &sim, &messages).await);
+    assert_eq!(calls.len(), 2);
+    append_tool_step(&mut messages, &calls[..1]);
+    let s = ask(&c, &sim, &messages).await;
+    assert_eq!(s.finish_reason(), Some("tool_calls"), "one result of two");
+    append_tool_step(&mut messages, &streamed_calls(&s)[1..]);
+    let s = ask(&c, &sim, &messages).await;
+    assert_eq!(s.finish_reason(), Some("stop"));
+    assert_eq!(s.content(), words(0..3));
+    // A new user message starts counting again.
+    messages.push(json!({"role": "assistant", "content": s.content()}));
+    messages.push(json!({"role": "user", "content": cue}));
+    let s = ask(&c, &sim, &messages).await;
+    assert_eq!(s.finish_reason(), Some("tool_calls"));
+
+    // Without tool_steps the model never stops calling.
+    let mut messages = user("[sim tool_call=ls]").as_array().unwrap().clone();
+    for _ in 0..5 {
+        let s = ask(&c, &sim, &messages).await;
+        assert_eq!(s.finish_reason(), Some("tool_calls"));
+        append_tool_step(&mut messages, &streamed_calls(&s));
+    }
+
+    // A script queued over /sim/faults: one fault per request.
+    let r = c
+        .post(sim.url("/sim/faults"))
+        .json(&json!({"next": [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+            {"tool_calls": "[{\"name\":\"grep\",\"arguments\":\"{}\"},{\"name\":\"ls\"}]"},
+            {"tokens": 2},
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["queued"], 3);
+    let mut messages = user("plain question").as_array().unwrap().clone();
+    let mut names = Vec::new();
+    for _ in 0..2 {
+        let s = ask(&c, &sim, &messages).await;
+        assert_eq!(s.finish_reason(), Some("tool_calls"));
+        let calls = streamed_calls(&s);
+        names.push(calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
+        append_tool_step(&mut messages, &calls);
+    }
+    assert_eq!(names, [vec!["read_file"], vec!["grep", "ls"]]);
+    let s = ask(&c, &sim, &messages).await;
+    assert_eq!(s.finish_reason(), Some("stop"));
+    assert_eq!(s.content(), words(0..2));
+}
+
+#[tokio::test]
+async fn tokenize_counts_as_chat_does() {
+    let sim = SimProc::start(&["--context-window", "8192"]);
+    let c = client();
+    let tools = json!([{"type": "function", "function": {
+        "name": "read_file", "description": "Reads a file of the workspace",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                       "required": ["path"]}}}]);
+    let messages = json!([
+        {"role": "system", "content": "You are a helpful agent. Use tools."},
+        {"role": "user", "content": [{"type": "text", "text": "read a.txt "},
+                                     {"type": "text", "text": "[sim tokens=3]"}]},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
+            {"id": "call_2", "type": "function",
+             "function": {"name": "read_file", "arguments": "{\"path\":\"b.txt\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "héllo wörld ".repeat(20)},
+        {"role": "tool", "tool_call_id": "call_2", "content": "second file"},
+    ]);
+    let mut body = chat_body(messages.clone());
+    body["tools"] = tools.clone();
+    let s = read_stream(post_chat(&c, &sim, &body).await).await;
+    assert!(s.done);
+    assert_eq!(s.content(), words(0..3));
+    let prompt = s.usage_chunk().unwrap()["usage"]["prompt_tokens"]
+        .as_u64()
+        .unwrap();
+
+    let tok = |body: Value, path: &'static str| {
+        let c = c.clone();
+        let url = sim.url(path);
+        async move {
+            let r = c.post(url).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let v = tok(
+        json!({"model": "sim-small", "messages": messages, "tools": tools}),
+        "/v1/tokenize",
+    )
+    .await;
+    assert_eq!(v["count"], prompt, "{v}");
+    assert_eq!(v["max_model_len"], 8192);
+    let tokens = v["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len() as u64, prompt);
+    assert!(tokens.iter().enumerate().all(|(i, t)| t == i));
+    // The formula, by hand.
+    let chars = "You are a helpful agent. Use tools.".len()
+        + "read a.txt [sim tokens=3]".len()
+        + 2 * ("read_file".len() + "{\"path\":\"a.txt\"}".len())
+        + "call_1".len()
+        + "héllo wörld ".chars().count() * 20
+        + "call_2".len()
+        + "second file".len();
+    let tools_chars = tools.to_string().chars().count();
+    assert_eq!(prompt, (chars / 4 + 5 * 4 + tools_chars / 4 + 1) as u64);
+    // Without tools they count less, still the same on both sides.
+    let v = tok(json!({"messages": messages}), "/tokenize").await;
+    let body = json!({"messages": messages});
+    let whole: Value = post_chat(&c, &sim, &body).await.json().await.unwrap();
+    assert_eq!(v["count"], whole["usage"]["prompt_tokens"]);
+    assert!(v["count"].as_u64().unwrap() < prompt);
+    // The request log records the same count.
+    let log: Value = c
+        .get(sim.url("/sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(log[0]["prompt_tokens"], prompt);
+    assert_eq!(log[1]["prompt_tokens"], v["count"]);
+
+    // A plain prompt: characters / 4 + 1.
+    let v = tok(json!({"prompt": "abcdefghij"}), "/v1/tokenize").await;
+    assert_eq!(v["count"], 3);
+    assert_eq!(v["tokens"], json!([0, 1, 2]));
+    // Bad bodies are 400s.
+    for bad in [json!({}), json!({"messages": []}), json!({"prompt": 3})] {
+        let r = c.post(sim.url("/v1/tokenize")).json(&bad).send().await;
+        assert_eq!(r.unwrap().status(), 400, "{bad}");
+    }
+    assert_eq!(stats(&c, &sim).await["tokenize_requests"], 6);
+}
+
+#[tokio::test]
+async fn no_tokenize_is_404() {
+    let sim = SimProc::start(&["--no-tokenize"]);
+    let c = client();
+    for path in ["/v1/tokenize", "/tokenize"] {
+        let r = c
+            .post(sim.url(path))
+            .json(&json!({"messages": user("hi")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    let s = ask(&c, &sim, user("hi [sim tokens=2]").as_array().unwrap()).await;
+    assert_eq!(s.content(), words(0..2));
+}
+
+#[tokio::test]
+async fn memory_limit_refuses_big_prompts() {
+    let sim = SimProc::start(&["--memory-limit-tokens", "50"]);
+    let c = client();
+    // 180 / 4 + 4 + 1 = 50: at the limit, answered.
+    let at = json!([{"role": "user", "content": format!("{}[sim tokens=2]", "x".repeat(166))}]);
+    let s = ask(&c, &sim, at.as_array().unwrap()).await;
+    assert_eq!(s.usage_chunk().unwrap()["usage"]["prompt_tokens"], 50);
+    assert_eq!(s.content(), words(0..2));
+    // 51 tokens: 503 with Retry-After, every time.
+    let over = json!([{"role": "user", "content": "x".repeat(184)}]);
+    for _ in 0..3 {
+        let r = post_chat(&c, &sim, &chat_body(over.clone())).await;
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["retry-after"].to_str().unwrap(), "1");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["code"], 503);
+        assert_eq!(e["error"]["type"], "unavailable_error");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("could not allocate memory for 51 tokens"),
+            "{msg}"
+        );
+    }
+    assert_eq!(stats(&c, &sim).await["statuses"]["503"], 3);
+    // Tokenize still answers for it.
+    let v: Value = c
+        .post(sim.url("/v1/tokenize"))
+        .json(&json!({"messages": over}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["count"], 51);
 }

@@ -59,6 +59,12 @@ pub struct ChatdConfig {
     pub backups_kept: usize,
     /// Seconds SIGTERM waits for open runs to be written interrupted.
     pub shutdown_grace_s: u64,
+    /// Model calls one run makes before it ends `paused` (Continue goes on).
+    pub max_steps: u32,
+    /// Tokens kept free for the model's answer when a request is sized.
+    pub answer_tokens: u64,
+    /// The compaction line, in percent of the context window.
+    pub compact_percent: u64,
 }
 
 impl Default for ChatdConfig {
@@ -81,6 +87,9 @@ impl Default for ChatdConfig {
             delta_days: 7,
             backups_kept: 7,
             shutdown_grace_s: 5,
+            max_steps: 40,
+            answer_tokens: 4096,
+            compact_percent: 80,
         }
     }
 }
@@ -127,6 +136,18 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_CONTEXT_WINDOW",
         key: "chatd.context_window",
     },
+    EnvKey {
+        env: "QSE_CHAT_MAX_STEPS",
+        key: "chatd.max_steps",
+    },
+    EnvKey {
+        env: "QSE_CHAT_ANSWER_TOKENS",
+        key: "chatd.answer_tokens",
+    },
+    EnvKey {
+        env: "QSE_CHAT_COMPACT_PERCENT",
+        key: "chatd.compact_percent",
+    },
 ];
 
 impl ChatdConfig {
@@ -163,6 +184,30 @@ impl ChatdConfig {
         }
         if self.sse_keepalive_s == 0 {
             return Err(bad("sse_keepalive_s", "must be at least 1".into()));
+        }
+        if !(1..=1000).contains(&self.max_steps) {
+            return Err(bad(
+                "max_steps",
+                format!("{} is outside 1..=1000", self.max_steps),
+            ));
+        }
+        if !(256..=131_072).contains(&self.answer_tokens) {
+            return Err(bad(
+                "answer_tokens",
+                format!("{} is outside 256..=131072", self.answer_tokens),
+            ));
+        }
+        if !(50..=95).contains(&self.compact_percent) {
+            return Err(bad(
+                "compact_percent",
+                format!("{} is outside 50..=95", self.compact_percent),
+            ));
+        }
+        if self.context_window < 2048 {
+            return Err(bad(
+                "context_window",
+                format!("{} is under 2048 tokens", self.context_window),
+            ));
         }
         Ok(())
     }
@@ -205,6 +250,14 @@ mod tests {
         };
         check(|c| c.max_runs = 0, "chatd.max_runs: 0 is outside 1..=64");
         check(|c| c.listen = "nowhere".into(), "chatd.listen");
+        check(
+            |c| c.max_steps = 0,
+            "chatd.max_steps: 0 is outside 1..=1000",
+        );
+        check(
+            |c| c.compact_percent = 99,
+            "chatd.compact_percent: 99 is outside 50..=95",
+        );
         check(|c| c.engine_url = "ftp://x".into(), "chatd.engine_url");
         check(
             |c| c.max_body_bytes = 10,

@@ -65,6 +65,25 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// A 400 saying the request is longer than the model's context window
+    /// (llama.cpp: "exceeds the available context size", vLLM: "maximum
+    /// context length").
+    pub fn is_over_context(&self) -> bool {
+        match self {
+            Fault::Rejected {
+                status: 400,
+                message,
+            } => {
+                let m = message.to_ascii_lowercase();
+                m.contains("context size")
+                    || m.contains("context length")
+                    || m.contains("context window")
+                    || m.contains("exceed_context")
+            }
+            _ => false,
+        }
+    }
+
     /// One line for `run.retrying` and a run's error.
     pub fn reason(&self) -> String {
         match self {
@@ -139,6 +158,44 @@ impl Engine {
                 })
             })
             .collect())
+    }
+
+    /// The exact prompt size of `messages` and `tools` by the engine's
+    /// `POST /v1/tokenize` (vLLM's shape: `{count}` or `{tokens}`).
+    /// `Ok(None)`: the engine has no such route; `Err`: it did not answer.
+    pub async fn tokenize(
+        &self,
+        model: &str,
+        messages: &Value,
+        tools: Option<&Value>,
+    ) -> Result<Option<u64>, String> {
+        let mut body = serde_json::json!({"model": model, "messages": messages});
+        if let Some(tools) = tools {
+            body["tools"] = tools.clone();
+        }
+        let response = self
+            .http
+            .post(format!("{}/v1/tokenize", self.base))
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| short(&e))?;
+        match response.status().as_u16() {
+            200 => {}
+            404 | 405 | 501 => return Ok(None),
+            status => return Err(format!("POST /v1/tokenize answered {status}")),
+        }
+        let answer: Value = response.json().await.map_err(|e| short(&e))?;
+        let count = answer.get("count").and_then(Value::as_u64).or_else(|| {
+            answer
+                .get("tokens")
+                .and_then(Value::as_array)
+                .map(|t| t.len() as u64)
+        });
+        count
+            .map(Some)
+            .ok_or_else(|| "POST /v1/tokenize answered without a count".to_string())
     }
 
     /// Starts a streamed chat completion for `session` (`x-session-id`).

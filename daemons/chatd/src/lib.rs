@@ -7,13 +7,17 @@
 
 pub mod api;
 pub mod config;
+pub mod context;
 pub mod engine;
 pub mod events;
 pub mod housekeeping;
 pub mod metrics;
 pub mod model;
+pub mod permissions;
 pub mod runs;
 pub mod store;
+pub mod tools;
+pub mod workspace;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -15,7 +15,16 @@ pub struct RunLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    pub tool: String,
+    /// true | false
+    pub ok: String,
+}
+
 pub struct Metrics {
+    pub tool_calls: Family<ToolLabels, Counter>,
+    pub compactions: Counter,
     pub runs: Family<RunLabels, Counter>,
     pub run_seconds: Histogram,
     pub events_written: Counter,
@@ -29,6 +38,8 @@ impl Metrics {
     /// Makes the metrics and registers them (names get the `tandem_` prefix).
     pub fn new(registry: &mut Registry) -> Metrics {
         let metrics = Metrics {
+            tool_calls: Family::default(),
+            compactions: Counter::default(),
             runs: Family::default(),
             run_seconds: Histogram::new(tandem_shared::metrics::seconds_buckets()),
             events_written: Counter::default(),
@@ -72,6 +83,16 @@ impl Metrics {
             "engine_garbage_lines",
             "Lines of the engine's stream that were not valid chunks, skipped",
             metrics.engine_garbage_lines.clone(),
+        );
+        r.register(
+            "tool_calls",
+            "Tool calls run, by tool and whether they succeeded",
+            metrics.tool_calls.clone(),
+        );
+        r.register(
+            "compactions",
+            "Chats compacted because their context filled",
+            metrics.compactions.clone(),
         );
         metrics
     }

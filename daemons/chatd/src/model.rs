@@ -69,10 +69,13 @@ pub struct Message {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     pub created: String,
+    /// On a `compacted` message: the first message kept after its summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_from: Option<String>,
 }
 
 pub const MESSAGE_COLUMNS: &str =
-    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created";
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from";
 
 impl Message {
     pub fn from_row(row: &Row) -> rusqlite::Result<Message> {
@@ -89,6 +92,7 @@ impl Message {
             run_id: row.get(7)?,
             status: row.get(8)?,
             created: row.get(9)?,
+            keep_from: row.get(10)?,
         })
     }
 }
@@ -163,6 +167,44 @@ impl Pending {
     }
 }
 
+/// A consent card: a tool call waiting for a person's yes or no.
+#[derive(Debug, Clone, Serialize)]
+pub struct Consent {
+    pub card_id: String,
+    pub conversation_id: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub name: String,
+    pub summary: String,
+    /// Why it asks: the mode, or the rule that makes it ask.
+    pub reason: String,
+    pub choices: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    pub created: String,
+}
+
+pub const CONSENT_COLUMNS: &str =
+    "id, conversation_id, run_id, call_id, tool, summary, reason, choices, decision, created";
+
+impl Consent {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Consent> {
+        let choices: String = row.get(7)?;
+        Ok(Consent {
+            card_id: row.get(0)?,
+            conversation_id: row.get(1)?,
+            run_id: row.get(2)?,
+            call_id: row.get(3)?,
+            name: row.get(4)?,
+            summary: row.get(5)?,
+            reason: row.get(6)?,
+            choices: serde_json::from_str(&choices).unwrap_or_default(),
+            decision: row.get(8)?,
+            created: row.get(9)?,
+        })
+    }
+}
+
 /// The snapshot a device attaches with: `seq` is the last event it includes.
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -170,5 +212,7 @@ pub struct Snapshot {
     pub messages: Vec<Message>,
     pub runs: Vec<Run>,
     pub pending: Vec<Pending>,
+    /// Consent cards nobody has answered, of the chat's live run.
+    pub consents: Vec<Consent>,
     pub seq: i64,
 }

@@ -10,8 +10,9 @@ use tandem_tests::sim::{self, SimConfig};
 /// An OpenAI-compatible engine simulator (llama-server / vLLM stand-in).
 ///
 /// Serves GET /health, GET /v1/models, POST /v1/chat/completions (streaming
-/// and not) with deterministic answers `w0 w1 ... w{N-1} `, plus /sim/*
-/// control routes. Prints one line `engine-sim listening on http://ADDR`
+/// and not, tool calls included) with deterministic answers
+/// `w0 w1 ... w{N-1} `, POST /v1/tokenize (vLLM's shape) and /sim/* control
+/// routes. Prints one line `engine-sim listening on http://ADDR`
 /// and serves until SIGTERM or SIGINT.
 #[derive(Parser, Debug)]
 #[command(name = "engine-sim", version, after_long_help = sim::CUE_HELP, after_help = "Cue syntax and control routes: --help")]
@@ -31,6 +32,13 @@ struct Args {
     /// Default answer length in tokens (a cue `tokens=N` overrides it).
     #[arg(long, default_value_t = 24)]
     tokens: usize,
+    /// Prompts over N tokens get a 503 with `Retry-After: 1`: "could not
+    /// allocate memory" (a full KV cache), every time. Default: no limit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    memory_limit_tokens: Option<u64>,
+    /// No POST /v1/tokenize (nor /tokenize): 404, like llama.cpp without it.
+    #[arg(long)]
+    no_tokenize: bool,
 }
 
 fn parse_tps(s: &str) -> Result<f64, String> {
@@ -57,6 +65,8 @@ async fn main() -> anyhow::Result<()> {
         context_window: args.context_window,
         tokens_per_second: args.tokens_per_second,
         tokens: args.tokens,
+        memory_limit_tokens: args.memory_limit_tokens,
+        tokenize: !args.no_tokenize,
     };
     sim::serve_with_shutdown(listener, config, async {
         let mut term =

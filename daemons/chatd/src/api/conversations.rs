@@ -527,23 +527,29 @@ pub async fn compact(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    app.store
+    let cid = id.clone();
+    let conversation = app
+        .store
         .read(move |conn| {
-            queries::conversation(conn, &id, Trashed::Exclude)?;
-            if queries::active_run(conn, &id)?.is_some() {
+            let conversation = queries::conversation(conn, &cid, Trashed::Exclude)?;
+            if queries::active_run(conn, &cid)?.is_some() {
                 return Err(ApiError::conflict(
                     "run_active",
                     "a run is working in this chat: stop it or wait, then compact",
                 ));
             }
-            Ok(())
+            Ok(conversation)
         })
         .await?;
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "not_implemented",
-        "compaction arrives with the agent loop; use clear to start the context afresh",
-    ))
+    let compacted = app
+        .runs
+        .compact_now(&conversation.id, &conversation.model)
+        .await?;
+    Ok(axum::Json(json!({
+        "before": compacted.before,
+        "after": compacted.after,
+        "compacted": compacted.cut,
+    })))
 }
 
 pub async fn permission_mode(

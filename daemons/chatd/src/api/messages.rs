@@ -246,8 +246,14 @@ pub async fn resume(
                 "the last run wrote no answer to continue",
             ));
         };
-        // The answer continues in place: it must still be the head.
-        if conversation.head_id.as_deref() != Some(message_id.as_str()) {
+        // The answer continues in place: it must still be the head, or be
+        // followed only by its calls' results.
+        let transcript = queries::transcript(ctx.conn(), conversation)?;
+        let at_head = transcript
+            .iter()
+            .rposition(|m| m.id == message_id)
+            .is_some_and(|i| transcript[i + 1..].iter().all(|m| m.role == "tool"));
+        if !at_head {
             return Err(ApiError::conflict(
                 "nothing_to_continue",
                 "the chat has moved on since that answer",
@@ -307,4 +313,40 @@ pub async fn edit(
         Ok(None)
     })
     .await
+}
+
+#[derive(Deserialize)]
+pub struct ConsentBody {
+    card_id: String,
+    decision: String,
+}
+
+/// `POST …/consent`: a person's answer to a card. The same answer twice is
+/// 204; another one is 409 `already_answered`.
+pub async fn consent(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<ConsentBody>,
+) -> Result<Response, ApiError> {
+    if !["once", "always", "deny"].contains(&body.decision.as_str()) {
+        return Err(ApiError::bad_input(
+            "decision",
+            format!(
+                "{:?} is not an answer: use once, always or deny",
+                body.decision
+            ),
+        ));
+    }
+    if body.card_id.is_empty() || body.card_id.len() > 64 {
+        return Err(ApiError::bad_input("card_id", "is not a card id"));
+    }
+    let changed = app
+        .runs
+        .answer_consent(&id, &body.card_id, &body.decision)
+        .await?;
+    Ok(if changed {
+        axum::Json(json!({"card_id": body.card_id, "decision": body.decision})).into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    })
 }

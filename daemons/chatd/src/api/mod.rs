@@ -54,6 +54,7 @@ pub fn router(app: Arc<App>) -> Router {
             patch(messages::update_pending).delete(messages::remove_pending),
         )
         .route("/conversations/{id}/stop", post(messages::stop))
+        .route("/conversations/{id}/consent", post(messages::consent))
         .route("/conversations/{id}/send-now", post(messages::send_now))
         .route("/conversations/{id}/continue", post(messages::resume))
         .route("/conversations/{id}/regenerate", post(messages::regenerate))

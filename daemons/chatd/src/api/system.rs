@@ -49,7 +49,7 @@ pub async fn capabilities(
         .collect();
     let mode = default_mode_value(&app)
         .await
-        .unwrap_or_else(|_| "ask".into());
+        .unwrap_or_else(|_| "auto".into());
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "signed_in": true,
@@ -58,14 +58,17 @@ pub async fn capabilities(
             "max_runs": app.config.max_runs,
             "sse_reset_after": app.config.sse_reset_after,
             "max_body_bytes": app.config.max_body_bytes,
-            "max_steps": 40,
+            "max_steps": app.config.max_steps,
+            "compact_percent": app.config.compact_percent,
         },
         "sandbox": {"installed": false, "runtime": Value::Null, "reason": "the sandbox is not part of this build yet"},
         "host_exec": "off",
         "defaults": {"permission_mode": mode, "agents": []},
         "features": {
             "branches": true, "fork": true, "trash": true, "export": ["json", "md"],
-            "import": true, "pending": true, "continue": true, "tools": false,
+            "import": true, "pending": true, "continue": true,
+            "tools": app.runs.registry().names(), "commands": false, "compaction": true,
+            "consent": true,
         },
     }))
 }
@@ -93,7 +96,7 @@ pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
                     |r| r.get(0),
                 )
                 .optional()?
-                .unwrap_or_else(|| "ask".to_string()))
+                .unwrap_or_else(|| "auto".to_string()))
         })
         .await
 }

@@ -146,17 +146,70 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
         let messages = transcript(conn, &conversation)?;
         let runs = runs(conn, id)?;
         let pending = waiting(conn, id)?;
+        let consents = open_consents(conn, id)?;
         let seq = conversation.last_seq;
         Ok(Snapshot {
             conversation,
             messages,
             runs,
             pending,
+            consents,
             seq,
         })
     })();
     let _ = conn.execute_batch("COMMIT");
     result
+}
+
+/// The unanswered consent cards of the chat's live (waiting) run.
+pub fn open_consents(conn: &Connection, conversation_id: &str) -> Result<Vec<Consent>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {CONSENT_COLUMNS} FROM consents c WHERE conversation_id = ?1 AND decision IS NULL \
+         AND EXISTS (SELECT 1 FROM runs r WHERE r.id = c.run_id AND r.status = 'waiting') ORDER BY rowid"
+    ))?;
+    let rows = stmt.query_map([conversation_id], Consent::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The card asked for one tool call of a run, if any.
+pub fn consent_for_call(
+    conn: &Connection,
+    conversation_id: &str,
+    run_id: &str,
+    call_id: &str,
+) -> Result<Option<Consent>, ApiError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {CONSENT_COLUMNS} FROM consents WHERE conversation_id = ?1 AND run_id = ?2 AND call_id = ?3"
+        ))?
+        .query_row([conversation_id, run_id, call_id], Consent::from_row)
+        .optional()?)
+}
+
+/// One card by its id.
+pub fn consent(
+    conn: &Connection,
+    conversation_id: &str,
+    card_id: &str,
+) -> Result<Consent, ApiError> {
+    conn.prepare_cached(&format!(
+        "SELECT {CONSENT_COLUMNS} FROM consents WHERE conversation_id = ?1 AND id = ?2"
+    ))?
+    .query_row([conversation_id, card_id], Consent::from_row)
+    .optional()?
+    .ok_or_else(|| ApiError::not_found("consent card", card_id))
+}
+
+/// The permission rules that apply in a chat: its own and every chat's.
+pub fn rules(
+    conn: &Connection,
+    conversation_id: &str,
+) -> Result<Vec<(String, String, String)>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT tool, pattern, verdict FROM rules WHERE conversation_id = ?1 OR conversation_id IS NULL ORDER BY rowid",
+    )?;
+    let rows = stmt.query_map([conversation_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Events after `after`, oldest first, at most `limit`.

@@ -1,6 +1,7 @@
 //! The schema of chat.sqlite3, one migration per step (`PRAGMA user_version`).
 
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 -- Rows are ordered by rowid: a new row always gets a larger one than every row present.
 CREATE TABLE conversations (
     id TEXT PRIMARY KEY,
@@ -76,4 +77,38 @@ CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-"#];
+"#,
+    r#"
+-- The agent: consent cards (one per tool call that asked), permission rules,
+-- and where a compaction's kept turns begin.
+CREATE TABLE consents (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    run_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    choices TEXT NOT NULL,
+    -- once | always | deny; NULL while nobody answered
+    decision TEXT,
+    created TEXT NOT NULL,
+    answered TEXT
+);
+CREATE UNIQUE INDEX consents_call ON consents(conversation_id, run_id, call_id);
+
+CREATE TABLE rules (
+    id TEXT PRIMARY KEY,
+    -- NULL: every chat
+    conversation_id TEXT REFERENCES conversations(id) ON DELETE CASCADE,
+    tool TEXT NOT NULL,
+    pattern TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    created TEXT NOT NULL
+);
+CREATE INDEX rules_conversation ON rules(conversation_id);
+
+-- On a `compacted` message: the first message kept after the summary.
+ALTER TABLE messages ADD COLUMN keep_from TEXT;
+"#,
+];

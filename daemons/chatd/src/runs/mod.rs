@@ -1,8 +1,18 @@
 //! Runs: at most `max_runs` talk to the engine at once, the others wait in
 //! order. A run belongs to chatd, not to a connection: only stop, the retry
 //! window or chatd's own shutdown end it early.
+//!
+//! A run is a loop of steps: the calls of the last answer that have no
+//! result yet run (`steps.rs`, asking on a card when they must), then the
+//! model is asked again, the context compacted first when it is full
+//! (`compaction.rs`). Its state lives in the transcript, so a run resumed
+//! after a restart picks up where the messages say it was.
+
+mod compaction;
+mod steps;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,14 +21,16 @@ use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::shutdown::Shutdown;
 use tandem_shared::time::{new_id, now_rfc3339};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ChatdConfig;
+use crate::context::{self, Window};
 use crate::engine::{Engine, Fault, Piece};
 use crate::metrics::{Metrics, RunLabels};
 use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
 use crate::store::{Ctx, Delta, Store};
+use crate::tools::{self, Registry};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +39,8 @@ pub enum Outcome {
     Failed,
     Stopped,
     Interrupted,
+    /// The step limit was reached; Continue goes on.
+    Paused,
 }
 
 impl Outcome {
@@ -36,6 +50,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Stopped => "stopped",
             Outcome::Interrupted => "interrupted",
+            Outcome::Paused => "paused",
         }
     }
 }
@@ -45,6 +60,29 @@ impl Outcome {
 enum EndRequest {
     None,
     Stop,
+}
+
+/// Why a run could not take an engine slot.
+enum SlotLost {
+    Stopped,
+    Shutdown,
+}
+
+/// What a run does after its tool calls.
+enum StepEnd {
+    /// Ask the model next.
+    Go,
+    /// chatd stops while a card waits: the run stays waiting for the next start.
+    Left,
+    End(Outcome, Option<String>),
+}
+
+/// A sized request.
+pub struct Request {
+    pub body: Value,
+    /// Prompt tokens: the engine's count, or the estimate.
+    pub tokens: u64,
+    pub exact: bool,
 }
 
 #[derive(Clone)]
@@ -57,7 +95,7 @@ struct Inner {
     engine: Engine,
     config: Arc<ChatdConfig>,
     metrics: Arc<Metrics>,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     /// Runs waiting for a slot, oldest first (their position in `run.queued`).
     queue: Mutex<VecDeque<String>>,
     /// The live run of each conversation: its stop switch.
@@ -68,6 +106,15 @@ struct Inner {
     task_ended: Notify,
     /// Context windows by model, from the engine, for `usage.limit`.
     windows: Mutex<HashMap<String, u64>>,
+    /// The size of a chat's request the engine refused for memory.
+    refused: Mutex<HashMap<String, u64>>,
+    /// The tools a model may call.
+    registry: Arc<Registry>,
+    /// Rung when a consent card is answered.
+    consent_bell: Notify,
+    /// Whether the engine counts tokens (`POST /v1/tokenize`): 0 not yet
+    /// known, 1 yes, 2 no.
+    tokenize: AtomicU8,
 }
 
 impl Runs {
@@ -78,7 +125,7 @@ impl Runs {
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
     ) -> Runs {
-        let slots = Semaphore::new(config.max_runs as usize);
+        let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         Runs {
             inner: Arc::new(Inner {
                 store,
@@ -92,6 +139,10 @@ impl Runs {
                 tasks: Mutex::new(0),
                 task_ended: Notify::new(),
                 windows: Mutex::new(HashMap::new()),
+                refused: Mutex::new(HashMap::new()),
+                registry: Arc::new(Registry::base()),
+                consent_bell: Notify::new(),
+                tokenize: AtomicU8::new(0),
             }),
         }
     }
@@ -100,8 +151,97 @@ impl Runs {
         lock(&self.inner.windows).insert(model.to_string(), window);
     }
 
+    /// The sizes a chat's requests to `model` are held to.
+    pub fn window(&self, conversation_id: &str, model: &str) -> Window {
+        let window = lock(&self.inner.windows)
+            .get(model)
+            .copied()
+            .unwrap_or(self.inner.config.context_window);
+        let refused = lock(&self.inner.refused).get(conversation_id).copied();
+        Window::new(
+            window,
+            self.inner.config.answer_tokens,
+            self.inner.config.compact_percent,
+            refused,
+        )
+    }
+
+    /// The tools this chatd offers.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The system block every request starts with.
+    fn system_prompt(&self) -> String {
+        tools::capabilities_prompt(&self.inner.registry)
+    }
+
+    /// The request for the answer `message` (its text so far as prefill),
+    /// sized by the engine's count when it has one, else by the estimate.
+    pub(crate) async fn request(
+        &self,
+        conversation_id: &str,
+        model: &str,
+        message: &Message,
+        prefill: &str,
+    ) -> Result<Request, ApiError> {
+        let cid = conversation_id.to_string();
+        let mid = message.id.clone();
+        // Its parent now: a compaction may have moved it under its summary.
+        let history = self
+            .inner
+            .store
+            .read(move |conn| {
+                let parent = queries::message(conn, &cid, &mid)?.parent_id;
+                queries::path_to(conn, &cid, parent.as_deref())
+            })
+            .await?;
+        let messages = context::request_messages(
+            &self.system_prompt(),
+            &context::transcript(&history),
+            &tools::stub_arguments,
+        );
+        let tools = self.inner.registry.openai_tools();
+        let body = request_body(model, messages, &tools, prefill);
+        let (tokens, exact) = self.count(model, &body).await;
+        Ok(Request {
+            body,
+            tokens,
+            exact,
+        })
+    }
+
+    /// The prompt tokens of `body`: the engine's count when it has
+    /// `/v1/tokenize`, else the estimate.
+    pub(crate) async fn count(&self, model: &str, body: &Value) -> (u64, bool) {
+        let empty = Vec::new();
+        let messages = body["messages"].as_array().unwrap_or(&empty);
+        let tools = body.get("tools");
+        if self.inner.tokenize.load(Ordering::Relaxed) != 2 {
+            match self
+                .inner
+                .engine
+                .tokenize(model, &body["messages"], tools)
+                .await
+            {
+                Ok(Some(count)) => {
+                    self.inner.tokenize.store(1, Ordering::Relaxed);
+                    return (count, true);
+                }
+                Ok(None) => {
+                    tracing::info!(
+                        "the engine has no /v1/tokenize: requests are sized by estimate"
+                    );
+                    self.inner.tokenize.store(2, Ordering::Relaxed);
+                }
+                Err(e) => tracing::warn!(error = %e, "token count failed; using the estimate"),
+            }
+        }
+        (context::estimate(messages, tools), false)
+    }
+
     /// Ends runs a crash left open (`interrupted`, text kept) and starts the
-    /// queued ones again, in their order.
+    /// queued and consent-waiting ones again, in their order.
     pub async fn recover(&self) -> anyhow::Result<()> {
         let queued = self
             .inner
@@ -109,7 +249,7 @@ impl Runs {
             .write(|ctx| {
                 let open: Vec<Run> = {
                     let mut stmt = ctx.conn().prepare(&format!(
-                        "SELECT {} FROM runs WHERE status IN ('running', 'waiting') ORDER BY rowid",
+                        "SELECT {} FROM runs WHERE status = 'running' ORDER BY rowid",
                         crate::model::RUN_COLUMNS
                     ))?;
                     let rows = stmt
@@ -126,8 +266,9 @@ impl Runs {
                         None,
                     )?;
                 }
+                // A run waiting for consent waits on: its card is stored.
                 let mut stmt = ctx.conn().prepare(
-                    "SELECT id, conversation_id FROM runs WHERE status = 'queued' ORDER BY rowid",
+                    "SELECT id, conversation_id FROM runs WHERE status IN ('queued', 'waiting') ORDER BY rowid",
                 )?;
                 let queued = stmt
                     .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
@@ -235,7 +376,7 @@ impl Runs {
         lock(&self.inner.active).len()
     }
 
-    /// The whole life of one run. `Ok(None)`: left queued for the next start.
+    /// The whole life of one run. `Ok(None)`: left queued (or waiting) for the next start.
     async fn drive(
         &self,
         run_id: &str,
@@ -252,70 +393,49 @@ impl Runs {
             .await?;
         let origin = run.origin.clone();
 
-        // A slot: at once when one is free, else in line.
-        let _permit = match inner.slots.try_acquire() {
-            Ok(permit) => permit,
-            Err(_) => {
-                let position = {
-                    let mut queue = lock(&inner.queue);
-                    queue.push_back(run_id.to_string());
-                    queue.len()
-                };
-                inner.metrics.runs_queued.set(position as i64);
-                let rid = run_id.to_string();
-                store
-                    .write(move |ctx| {
-                        let run = queries::run(ctx.conn(), &rid)?;
-                        ctx.emit(
-                            &run.conversation_id,
-                            "run.queued",
-                            json!({"run_id": rid, "position": position}),
-                        )?;
-                        set_state(ctx, &run.conversation_id, "queued")?;
-                        Ok(())
-                    })
-                    .await?;
-                let acquired = tokio::select! {
-                    permit = inner.slots.acquire() => Some(permit),
-                    _ = stop.wait_for(|r| *r == EndRequest::Stop) => None,
-                    _ = inner.shutdown.wait() => {
-                        self.dequeue(run_id);
-                        return Ok(None);
-                    }
-                };
-                self.dequeue(run_id);
-                match acquired {
-                    Some(Ok(permit)) => permit,
-                    // The semaphore is never closed; treat it like a stop.
-                    Some(Err(_)) | None => {
-                        let outcome = Outcome::Stopped;
-                        self.end(run_id, outcome, None).await?;
-                        return Ok(Some((origin, outcome)));
-                    }
+        // A run that waited for consent when chatd stopped goes on waiting:
+        // it takes a slot only for its next model call.
+        let mut slot = None;
+        if run.status != "waiting" {
+            match self.take_slot(run_id, &mut stop).await? {
+                Ok(permit) => slot = Some(permit),
+                Err(SlotLost::Shutdown) => return Ok(None),
+                Err(SlotLost::Stopped) => {
+                    self.end(run_id, Outcome::Stopped, None).await?;
+                    return Ok(Some((origin, Outcome::Stopped)));
                 }
             }
-        };
-
-        let rid = run_id.to_string();
+            let rid = run_id.to_string();
+            store
+                .write(move |ctx| {
+                    let run = queries::run(ctx.conn(), &rid)?;
+                    ctx.conn()
+                        .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
+                    ctx.emit(
+                        &run.conversation_id,
+                        "run.started",
+                        json!({"run_id": rid, "mode": run.mode, "model": run.model}),
+                    )?;
+                    set_state(ctx, &run.conversation_id, "running")?;
+                    Ok(())
+                })
+                .await?;
+        }
         let (run, conversation) = store
-            .write(move |ctx| {
-                let run = queries::run(ctx.conn(), &rid)?;
-                ctx.conn()
-                    .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
-                ctx.emit(
-                    &run.conversation_id,
-                    "run.started",
-                    json!({"run_id": rid, "mode": run.mode, "model": run.model}),
-                )?;
-                set_state(ctx, &run.conversation_id, "running")?;
-                let conversation =
-                    queries::conversation(ctx.conn(), &run.conversation_id, Trashed::Include)?;
-                Ok((run, conversation))
+            .read({
+                let rid = run_id.to_string();
+                move |conn| {
+                    let run = queries::run(conn, &rid)?;
+                    let conversation =
+                        queries::conversation(conn, &run.conversation_id, Trashed::Include)?;
+                    Ok((run, conversation))
+                }
             })
             .await?;
         tracing::info!(run = %run.id, conversation = %conversation.id, mode = %run.mode, "run started");
 
-        let mut steps_left = 40u32;
+        let max_steps = inner.config.max_steps;
+        let mut steps = 0u32;
         let mut continue_message = (run.mode == "continue")
             .then(|| run.message_id.clone())
             .flatten();
@@ -323,23 +443,61 @@ impl Runs {
         // question: waiting messages join at the step after it, not before.
         let mut deliver_now = run.mode == "send";
         loop {
+            // The calls of the last answer that have no result yet.
+            match self.run_tool_calls(&run, &mut slot, &mut stop).await? {
+                StepEnd::Go => {}
+                StepEnd::Left => return Ok(None),
+                StepEnd::End(outcome, error) => {
+                    self.end(run_id, outcome, error.as_deref()).await?;
+                    return Ok(Some((origin, outcome)));
+                }
+            }
+            if steps >= max_steps {
+                let why = format!("paused after {max_steps} model calls; Continue goes on");
+                self.end(run_id, Outcome::Paused, Some(&why)).await?;
+                return Ok(Some((origin, Outcome::Paused)));
+            }
+            if slot.is_none() {
+                match self.take_slot(run_id, &mut stop).await? {
+                    Ok(permit) => slot = Some(permit),
+                    Err(lost) => {
+                        let (outcome, error) = match lost {
+                            SlotLost::Stopped => (Outcome::Stopped, None),
+                            SlotLost::Shutdown => (Outcome::Interrupted, Some("chatd stopped")),
+                        };
+                        self.end(run_id, outcome, error).await?;
+                        return Ok(Some((origin, outcome)));
+                    }
+                }
+                let cid = conversation_id.to_string();
+                store
+                    .write(move |ctx| set_state(ctx, &cid, "running"))
+                    .await?;
+            }
+            steps += 1;
             let cid = conversation_id.to_string();
             let rid = run_id.to_string();
             let resume = continue_message.take();
             let deliver = std::mem::replace(&mut deliver_now, true);
-            let (message, history) = store
+            let message = store
                 .write(move |ctx| {
                     // Waiting messages reach the model at this request.
                     if deliver {
                         deliver_waiting(ctx, &cid)?;
                     }
+                    // An answer that ended in tool calls is not continued as text.
+                    let resume = match resume {
+                        Some(mid) => Some(queries::message(ctx.conn(), &cid, &mid)?)
+                            .filter(|m| m.tool_calls.is_none()),
+                        None => None,
+                    };
                     let message = match resume {
-                        Some(mid) => {
+                        Some(message) => {
                             ctx.conn().execute(
                                 "UPDATE messages SET status = 'streaming', run_id = ?1 WHERE id = ?2",
-                                params![rid, mid],
+                                params![rid, message.id],
                             )?;
-                            let message = queries::message(ctx.conn(), &cid, &mid)?;
+                            let message = queries::message(ctx.conn(), &cid, &message.id)?;
                             ctx.emit(&cid, "message.updated", json!({"message": message}))?;
                             message
                         }
@@ -349,56 +507,91 @@ impl Runs {
                         "UPDATE runs SET message_id = ?1, steps = steps + 1 WHERE id = ?2",
                         params![message.id, rid],
                     )?;
-                    let history = queries::path_to(ctx.conn(), &cid, message.parent_id.as_deref())?;
-                    Ok((message, history))
+                    Ok(message)
                 })
                 .await?;
 
-            let outcome = self
-                .answer(&run, &conversation, &message, &history, &mut stop)
-                .await;
-            let (outcome, error) = match outcome {
-                Ok(()) => (Outcome::Done, None),
-                Err(end) => end,
+            let called_tools = match self.answer(&run, &conversation, &message, &mut stop).await {
+                Ok(called) => called,
+                Err((outcome, error)) => {
+                    self.end(run_id, outcome, error.as_deref()).await?;
+                    return Ok(Some((origin, outcome)));
+                }
             };
-            if outcome != Outcome::Done {
-                self.end(run_id, outcome, error.as_deref()).await?;
-                return Ok(Some((origin, outcome)));
-            }
-            steps_left -= 1;
-            // Done: end the run unless messages came in meanwhile (decided in
-            // the writer, so a message sent now either sees the run still
-            // active and waits, or sees it ended and starts a new one).
+            // Done: with tool calls the loop runs them; else the run ends
+            // unless messages came in meanwhile (decided in the writer, so a
+            // message sent now either sees the run still active and waits, or
+            // sees it ended and starts a new one).
             let rid = run_id.to_string();
             let mid = message.id.clone();
-            let more = steps_left > 0
-                && store
-                    .write(move |ctx| {
-                        let run = queries::run(ctx.conn(), &rid)?;
-                        ctx.conn()
-                            .execute("UPDATE messages SET status = 'done' WHERE id = ?1", [&mid])?;
-                        let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
-                        ctx.emit(
-                            &run.conversation_id,
-                            "message.updated",
-                            json!({"message": message}),
-                        )?;
-                        let waiting = queries::waiting(ctx.conn(), &run.conversation_id)?;
-                        if waiting.is_empty() {
-                            finish_run(ctx, &run, Outcome::Done, None, None)?;
-                            Ok(false)
-                        } else {
-                            Ok(true)
-                        }
-                    })
-                    .await?;
+            let more = store
+                .write(move |ctx| {
+                    let run = queries::run(ctx.conn(), &rid)?;
+                    ctx.conn()
+                        .execute("UPDATE messages SET status = 'done' WHERE id = ?1", [&mid])?;
+                    let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
+                    ctx.emit(
+                        &run.conversation_id,
+                        "message.updated",
+                        json!({"message": message}),
+                    )?;
+                    if called_tools
+                        || !queries::waiting(ctx.conn(), &run.conversation_id)?.is_empty()
+                    {
+                        return Ok(true);
+                    }
+                    finish_run(ctx, &run, Outcome::Done, None, None)?;
+                    Ok(false)
+                })
+                .await?;
             if !more {
-                if steps_left == 0 {
-                    self.end(run_id, Outcome::Done, None).await?;
-                }
                 return Ok(Some((origin, Outcome::Done)));
             }
         }
+    }
+
+    /// An engine slot for the run: at once when one is free, else in line
+    /// (`run.queued` with its position, the chat `queued`).
+    async fn take_slot(
+        &self,
+        run_id: &str,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<Result<OwnedSemaphorePermit, SlotLost>, ApiError> {
+        let inner = &self.inner;
+        if let Ok(permit) = inner.slots.clone().try_acquire_owned() {
+            return Ok(Ok(permit));
+        }
+        let position = {
+            let mut queue = lock(&inner.queue);
+            queue.push_back(run_id.to_string());
+            queue.len()
+        };
+        inner.metrics.runs_queued.set(position as i64);
+        let rid = run_id.to_string();
+        inner
+            .store
+            .write(move |ctx| {
+                let run = queries::run(ctx.conn(), &rid)?;
+                ctx.emit(
+                    &run.conversation_id,
+                    "run.queued",
+                    json!({"run_id": rid, "position": position}),
+                )?;
+                set_state(ctx, &run.conversation_id, "queued")?;
+                Ok(())
+            })
+            .await?;
+        let acquired = tokio::select! {
+            permit = inner.slots.clone().acquire_owned() => match permit {
+                Ok(permit) => Ok(permit),
+                // The semaphore is never closed; treat it like a stop.
+                Err(_) => Err(SlotLost::Stopped),
+            },
+            _ = stop.wait_for(|r| *r == EndRequest::Stop) => Err(SlotLost::Stopped),
+            _ = inner.shutdown.wait() => Err(SlotLost::Shutdown),
+        };
+        self.dequeue(run_id);
+        Ok(acquired)
     }
 
     fn dequeue(&self, run_id: &str) {
@@ -424,22 +617,25 @@ impl Runs {
             .await
     }
 
-    /// One model request and its stream into `message`, with retries.
-    /// `Err((outcome, error))` ends the run.
+    /// One model request and its stream into `message`, with retries. The
+    /// request is sized first and the chat compacted at the line. `Ok(true)`:
+    /// the answer ended in tool calls. `Err((outcome, error))` ends the run.
     async fn answer(
         &self,
         run: &Run,
         conversation: &Conversation,
         message: &Message,
-        history: &[Message],
         stop: &mut watch::Receiver<EndRequest>,
-    ) -> Result<(), (Outcome, Option<String>)> {
+    ) -> Result<bool, (Outcome, Option<String>)> {
         let inner = &self.inner;
         let session = format!("chat-{}", conversation.id);
         let mut text = message.text.clone();
         let mut wait = Duration::from_secs(1);
         let mut streak_started: Option<Instant> = None;
         let mut busy_retried = false;
+        let mut compacted_for_memory = false;
+        let mut compacted_for_size = false;
+        let mut line_checked = false;
         let mut attempt = 0u32;
         let window = Duration::from_secs(inner.config.retry_window_s);
         let store_err = |e: ApiError| {
@@ -449,11 +645,48 @@ impl Runs {
             )
         };
         loop {
-            let body = request_body(&run.model, history, &text);
+            let mut request = self
+                .request(&conversation.id, &run.model, message, &text)
+                .await
+                .map_err(store_err)?;
+            let sizes = self.window(&conversation.id, &run.model);
+            if request.tokens >= sizes.line && !line_checked {
+                line_checked = true;
+                match self
+                    .compact(&conversation.id, &run.model, "line", Some(&message.id))
+                    .await
+                {
+                    Ok(c) if c.cut => {
+                        request = self
+                            .request(&conversation.id, &run.model, message, &text)
+                            .await
+                            .map_err(store_err)?;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(run = %run.id, error = %e.message, "compaction failed")
+                    }
+                }
+            }
+            if request.tokens > sizes.window {
+                let how = if request.exact {
+                    "counted by the engine"
+                } else {
+                    "estimated"
+                };
+                return Err((
+                    Outcome::Failed,
+                    Some(format!(
+                        "the request is {} tokens ({how}), more than the model's window of {} tokens, and compaction cannot make it smaller",
+                        request.tokens, sizes.window
+                    )),
+                ));
+            }
+            let mut calls = Vec::new();
             let fault = tokio::select! {
-                result = self.stream_once(&session, &body, run, conversation, message, &mut text, &mut streak_started) => {
+                result = self.stream_once(&session, &request.body, run, conversation, message, &mut text, &mut streak_started, &mut calls) => {
                     match result {
-                        Ok(()) => return Ok(()),
+                        Ok(()) => return Ok(!calls.is_empty()),
                         Err(fault) => fault,
                     }
                 }
@@ -461,10 +694,49 @@ impl Runs {
                 _ = inner.shutdown.wait() => return Err((Outcome::Interrupted, Some("chatd stopped".into()))),
             };
             let reason = fault.reason();
+            // Over the window by the engine's count: compact and send once
+            // more if that made the request smaller.
+            if fault.is_over_context() {
+                if !compacted_for_size {
+                    compacted_for_size = true;
+                    if let Ok(c) = self
+                        .compact(
+                            &conversation.id,
+                            &run.model,
+                            "over the window",
+                            Some(&message.id),
+                        )
+                        .await
+                    {
+                        if c.cut && c.after < c.before {
+                            continue;
+                        }
+                    }
+                }
+                return Err((Outcome::Failed, Some(reason)));
+            }
             let wait_for = match &fault {
                 Fault::Rejected { .. } => return Err((Outcome::Failed, Some(reason))),
-                Fault::Busy { retry_after, .. } => {
+                Fault::Busy {
+                    retry_after,
+                    status,
+                    ..
+                } => {
                     if busy_retried {
+                        // Refused twice for memory: compact, send again, and
+                        // from now on compact at 80 % of the refused size.
+                        if *status == 503 && !compacted_for_memory {
+                            compacted_for_memory = true;
+                            lock(&inner.refused).insert(conversation.id.clone(), request.tokens);
+                            if let Ok(c) = self
+                                .compact(&conversation.id, &run.model, "memory", Some(&message.id))
+                                .await
+                            {
+                                if c.cut {
+                                    continue;
+                                }
+                            }
+                        }
                         return Err((Outcome::Failed, Some(reason)));
                     }
                     busy_retried = true;
@@ -509,10 +781,11 @@ impl Runs {
         message: &Message,
         text: &mut String,
         streak_started: &mut Option<Instant>,
+        tool_calls: &mut Vec<Value>,
     ) -> Result<(), Fault> {
         let inner = &self.inner;
         let mut stream = inner.engine.stream(session, body).await?;
-        let mut tool_calls: Vec<Value> = Vec::new();
+        tool_calls.clear();
         let result = loop {
             let piece = match stream.next().await {
                 Ok(Some(piece)) => piece,
@@ -535,7 +808,7 @@ impl Runs {
                     id,
                     name,
                     arguments,
-                } => merge_tool_call(&mut tool_calls, index, id, name, &arguments),
+                } => merge_tool_call(tool_calls, index, id, name, &arguments),
                 Piece::Usage {
                     prompt,
                     completion,
@@ -575,21 +848,31 @@ impl Runs {
             tracing::warn!(run = %run.id, lines = stream.garbage, "skipped lines of the engine stream that were not chunks");
         }
         if result.is_ok() && !tool_calls.is_empty() {
-            // Tools arrive with the agent loop; until then the calls are kept on the message.
-            let cid = conversation.id.clone();
+            // Every call needs an id its result can name; an engine that sent
+            // none gets one made here.
+            for (i, call) in tool_calls.iter_mut().enumerate() {
+                if call["id"].as_str().is_none_or(str::is_empty) {
+                    call["id"] = json!(format!("call_{}_{i}", message.id));
+                }
+            }
             let mid = message.id.clone();
-            let calls = Value::Array(tool_calls).to_string();
-            let _ = inner
+            let calls = Value::Array(tool_calls.clone()).to_string();
+            let saved = inner
                 .store
                 .write(move |ctx| {
                     ctx.conn().execute(
                         "UPDATE messages SET tool_calls = ?1 WHERE id = ?2",
                         params![calls, mid],
                     )?;
-                    let _ = cid;
                     Ok(())
                 })
                 .await;
+            if let Err(e) = saved {
+                return Err(Fault::Cut(format!(
+                    "chatd could not keep the tool calls: {}",
+                    e.message
+                )));
+            }
         }
         result
     }
@@ -662,25 +945,17 @@ fn merge_tool_call(
     call["function"]["arguments"] = json!(args);
 }
 
-/// The chat-completions body: the transcript up to the answer, and the
-/// answer's text so far as an assistant prefill the engine continues.
-pub fn request_body(model: &str, history: &[Message], prefill: &str) -> Value {
-    let start = history
-        .iter()
-        .rposition(|m| m.role == "cleared")
-        .map(|i| i + 1)
-        .unwrap_or(0);
-    let mut messages: Vec<Value> = history[start..]
-        .iter()
-        .filter(|m| matches!(m.role.as_str(), "user" | "assistant" | "system"))
-        .filter(|m| !(m.role == "assistant" && m.text.is_empty()))
-        .map(|m| json!({"role": m.role, "content": m.text}))
-        .collect();
+/// The chat-completions body around `messages`, with the answer's text so
+/// far as an assistant prefill the engine continues.
+pub fn request_body(model: &str, mut messages: Vec<Value>, tools: &Value, prefill: &str) -> Value {
     let mut body = json!({
         "model": model,
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if tools.as_array().is_some_and(|t| !t.is_empty()) {
+        body["tools"] = tools.clone();
+    }
     if !prefill.is_empty() {
         messages.push(json!({"role": "assistant", "content": prefill}));
         // vLLM continues a final assistant message with these; llama.cpp does by itself.
@@ -769,11 +1044,21 @@ pub fn insert_message_under(
         run_id: run_id.map(str::to_string),
         status: status.map(str::to_string),
         created: now_rfc3339(),
+        keep_from: None,
     };
+    insert_row(ctx, conversation_id, message)
+}
+
+/// Stores `message` (its parent set), makes it the head and says so.
+pub fn insert_row(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+    message: Message,
+) -> Result<Message, ApiError> {
     ctx.conn().execute(
-        "INSERT INTO messages (id, conversation_id, parent_id, role, text, run_id, status, created) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![message.id, conversation_id, message.parent_id, message.role, message.text, message.run_id, message.status, message.created],
+        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![message.id, conversation_id, message.parent_id, message.role, message.text, message.tool_call_id, message.run_id, message.status, message.created],
     )?;
     ctx.conn().execute(
         "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",

@@ -1,0 +1,486 @@
+//! A run's tool calls: each one decided by the chat's permission mode and
+//! rules, asked on a stored consent card when it must be, run on the chat's
+//! workspace, and answered with a `tool` message. A run waiting for a card
+//! gives its engine slot back.
+
+use rusqlite::params;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::time::{new_id, now_rfc3339};
+use tokio::sync::{watch, OwnedSemaphorePermit};
+
+use super::{set_state, EndRequest, Outcome, Runs, StepEnd};
+use crate::context;
+use crate::model::{Message, Run};
+use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
+use crate::store::queries::{self, Trashed};
+use crate::store::Ctx;
+use crate::tools::{self, ToolContext};
+use crate::workspace::Workspace;
+
+/// The answers a card offers.
+const CHOICES: [&str; 3] = ["once", "always", "deny"];
+
+/// One call of an answer, as the model sent it.
+struct ToolCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// How a call that asked was answered.
+enum Answer {
+    Decided(String),
+    Stopped,
+    Shutdown,
+}
+
+impl Runs {
+    /// Runs the calls of the chat's last answer that have no result yet.
+    pub(super) async fn run_tool_calls(
+        &self,
+        run: &Run,
+        slot: &mut Option<OwnedSemaphorePermit>,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<StepEnd, ApiError> {
+        let cid = run.conversation_id.clone();
+        let history = self
+            .inner
+            .store
+            .read(move |conn| {
+                let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
+                queries::path_to(conn, &cid, conversation.head_id.as_deref())
+            })
+            .await?;
+        let calls = unanswered(&history);
+        if calls.is_empty() {
+            return Ok(StepEnd::Go);
+        }
+        // The step's results share the room the request leaves.
+        let sizes = self.window(&run.conversation_id, &run.model);
+        let used = context::estimate(
+            &context::request_messages("", &context::transcript(&history), &tools::stub_arguments),
+            None,
+        );
+        let budget = sizes.result_chars(used, calls.len());
+        let workspace_root = self.workspace_root(&run.conversation_id);
+
+        for call in calls {
+            if *stop.borrow() == EndRequest::Stop {
+                return Ok(StepEnd::End(Outcome::Stopped, None));
+            }
+            let (mode, rules) = self.permissions_of(&run.conversation_id).await?;
+            let summary = tools::summarize_call(&call.name, &call.arguments);
+            let effect = match self.inner.registry.get(&call.name).map(|s| s.effect) {
+                Some(tools::Effect::Read) => permissions::Effect::Read,
+                Some(tools::Effect::Write) => permissions::Effect::Write,
+                Some(tools::Effect::Command) => permissions::Effect::Command,
+                None => {
+                    let known = self.inner.registry.names().join(", ");
+                    let text = format!(
+                        "there is no tool `{}` here; the tools are: {known}",
+                        call.name.chars().take(60).collect::<String>()
+                    );
+                    self.record_result(run, &call, false, &text, "unknown tool", text.len() as u64)
+                        .await?;
+                    continue;
+                }
+            };
+            let permission = Call {
+                tool: &call.name,
+                effect,
+                command: None,
+                // Every tool of this build works inside the chat's workspace.
+                inside: true,
+                workspace_root: None,
+            };
+            let approved = match permissions::decide(mode, &permission, &rules) {
+                Decision::Run(approval) => approval,
+                Decision::Refuse { reason } => {
+                    let text = format!("refused: {reason}; this call did not run");
+                    self.record_result(run, &call, false, &text, &text, 0)
+                        .await?;
+                    continue;
+                }
+                Decision::Ask { reason } => {
+                    // The slot goes back while a person decides.
+                    slot.take();
+                    match self.ask(run, &call, &summary, &reason, stop).await? {
+                        Answer::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
+                        Answer::Shutdown => return Ok(StepEnd::Left),
+                        Answer::Decided(decision) => match decision.as_str() {
+                            "deny" => {
+                                let text = "the person declined this call; it did not run. \
+                                            Ask them what they want instead, or go on without it.";
+                                self.record_result(run, &call, false, text, "declined", 0)
+                                    .await?;
+                                continue;
+                            }
+                            "always" => {
+                                let rules = permissions::rules_for_always(&permission);
+                                self.save_rules(&run.conversation_id, rules).await?;
+                                Approval::User
+                            }
+                            _ => Approval::User,
+                        },
+                    }
+                }
+            };
+            self.execute(run, &call, &summary, approved, &workspace_root, budget)
+                .await?;
+        }
+        Ok(StepEnd::Go)
+    }
+
+    /// The chat's workspace folder.
+    pub fn workspace_root(&self, conversation_id: &str) -> std::path::PathBuf {
+        self.inner
+            .config
+            .data_dir
+            .join("workspaces")
+            .join(conversation_id)
+    }
+
+    async fn permissions_of(&self, conversation_id: &str) -> Result<(Mode, Vec<Rule>), ApiError> {
+        let cid = conversation_id.to_string();
+        self.inner
+            .store
+            .read(move |conn| {
+                let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
+                // A mode stored by an older build that this one does not know asks.
+                let mode = Mode::parse(&conversation.permission_mode).unwrap_or(Mode::Ask);
+                let rules = queries::rules(conn, &cid)?
+                    .into_iter()
+                    .map(|(tool, pattern, verdict)| Rule {
+                        tool,
+                        pattern,
+                        verdict: if verdict == "allow" {
+                            Verdict::Allow
+                        } else {
+                            Verdict::Deny
+                        },
+                    })
+                    .collect();
+                Ok((mode, rules))
+            })
+            .await
+    }
+
+    async fn save_rules(&self, conversation_id: &str, rules: Vec<Rule>) -> Result<(), ApiError> {
+        let cid = conversation_id.to_string();
+        self.inner
+            .store
+            .write(move |ctx| {
+                for rule in rules {
+                    ctx.conn().execute(
+                        "INSERT INTO rules (id, conversation_id, tool, pattern, verdict, created) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![
+                            new_id("rule_"),
+                            cid,
+                            rule.tool,
+                            rule.pattern,
+                            rule.verdict.as_str(),
+                            now_rfc3339()
+                        ],
+                    )?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// Shows the call's card (once: a card made before a restart is reused)
+    /// and waits for its answer, a stop or chatd's shutdown.
+    async fn ask(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        summary: &str,
+        reason: &str,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<Answer, ApiError> {
+        let rid = run.id.clone();
+        let cid = run.conversation_id.clone();
+        let (call_id, name, summary, reason) = (
+            call.id.clone(),
+            call.name.clone(),
+            summary.to_string(),
+            reason.to_string(),
+        );
+        self.inner
+            .store
+            .write(move |ctx| {
+                if queries::consent_for_call(ctx.conn(), &cid, &rid, &call_id)?.is_none() {
+                    let card_id = new_id("card_");
+                    ctx.conn().execute(
+                        "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                        params![card_id, cid, rid, call_id, name, summary, reason, json!(CHOICES).to_string(), now_rfc3339()],
+                    )?;
+                    ctx.emit(
+                        &cid,
+                        "tool.consent",
+                        json!({"run_id": rid, "card_id": card_id, "call_id": call_id, "name": name,
+                               "summary": summary, "reason": reason, "choices": CHOICES}),
+                    )?;
+                }
+                ctx.conn()
+                    .execute("UPDATE runs SET status = 'waiting' WHERE id = ?1", [&rid])?;
+                set_state(ctx, &cid, "waiting")
+            })
+            .await?;
+        loop {
+            // Made before the look, so an answer between the two still rings.
+            let bell = self.inner.consent_bell.notified();
+            let (rid, cid, call_id) =
+                (run.id.clone(), run.conversation_id.clone(), call.id.clone());
+            let card = self
+                .inner
+                .store
+                .read(move |conn| queries::consent_for_call(conn, &cid, &rid, &call_id))
+                .await?;
+            if let Some(decision) = card.and_then(|c| c.decision) {
+                let (rid, cid) = (run.id.clone(), run.conversation_id.clone());
+                self.inner
+                    .store
+                    .write(move |ctx| {
+                        ctx.conn()
+                            .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
+                        set_state(ctx, &cid, "running")
+                    })
+                    .await?;
+                return Ok(Answer::Decided(decision));
+            }
+            tokio::select! {
+                _ = bell => {}
+                _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Ok(Answer::Stopped),
+                _ = self.inner.shutdown.wait() => return Ok(Answer::Shutdown),
+            }
+        }
+    }
+
+    /// Records a card's answer; the run waiting on it goes on. The same
+    /// answer twice is fine (`Ok(false)`), another one is a conflict, and a
+    /// card whose run no longer waits has expired.
+    pub async fn answer_consent(
+        &self,
+        conversation_id: &str,
+        card_id: &str,
+        decision: &str,
+    ) -> Result<bool, ApiError> {
+        let (cid, card_id, decision) = (
+            conversation_id.to_string(),
+            card_id.to_string(),
+            decision.to_string(),
+        );
+        let changed = self
+            .inner
+            .store
+            .write(move |ctx| {
+                let card = queries::consent(ctx.conn(), &cid, &card_id)?;
+                if let Some(given) = &card.decision {
+                    if *given == decision {
+                        return Ok(false);
+                    }
+                    return Err(ApiError::conflict(
+                        "already_answered",
+                        format!("this card was answered \"{given}\" already"),
+                    )
+                    .with("decision", given.clone()));
+                }
+                let run = queries::run(ctx.conn(), &card.run_id)?;
+                if run.status != "waiting" {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::GONE,
+                        "consent_expired",
+                        format!("nobody waits for this card any more: its run ended {}", run.status),
+                    ));
+                }
+                ctx.conn().execute(
+                    "UPDATE consents SET decision = ?1, answered = ?2 WHERE id = ?3",
+                    params![decision, now_rfc3339(), card_id],
+                )?;
+                ctx.emit(
+                    &cid,
+                    "tool.consent_answered",
+                    json!({"run_id": run.id, "card_id": card_id, "call_id": card.call_id, "decision": decision}),
+                )?;
+                Ok(true)
+            })
+            .await?;
+        if changed {
+            self.inner.consent_bell.notify_waiters();
+        }
+        Ok(changed)
+    }
+
+    /// Runs one allowed call and records its result.
+    async fn execute(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        summary: &str,
+        approved: Approval,
+        workspace_root: &std::path::Path,
+        budget: usize,
+    ) -> Result<(), ApiError> {
+        let (rid, cid, call_id, name) = (
+            run.id.clone(),
+            run.conversation_id.clone(),
+            call.id.clone(),
+            call.name.clone(),
+        );
+        let started = json!({"run_id": rid, "call_id": call_id, "name": name,
+                             "summary": summary, "approved": approved.as_str()});
+        self.inner
+            .store
+            .write(move |ctx| {
+                ctx.emit(&cid, "tool.started", started)?;
+                // Every call that ran without asking is on record as such.
+                if approved != Approval::User {
+                    ctx.emit(
+                        &cid,
+                        "tool.auto_approved",
+                        json!({"run_id": rid, "call_id": call_id, "name": name, "approved": approved.as_str()}),
+                    )?;
+                }
+                Ok(())
+            })
+            .await?;
+        let began = std::time::Instant::now();
+        let registry = self.inner.registry.clone();
+        let root = workspace_root.to_path_buf();
+        let (name, arguments, call_id) =
+            (call.name.clone(), call.arguments.clone(), call.id.clone());
+        let output = tokio::task::spawn_blocking(move || {
+            let workspace = match Workspace::open(&root) {
+                Ok(w) => w,
+                Err(e) => {
+                    return tools::ToolOutput::failed(
+                        &name,
+                        &format!("the chat's workspace could not be opened: {}", e.kind()),
+                    )
+                }
+            };
+            let ctx = ToolContext {
+                workspace: &workspace,
+                call_id: &call_id,
+                budget_chars: budget,
+            };
+            tools::run(&registry, &name, &arguments, &ctx)
+        })
+        .await
+        .unwrap_or_else(|_| tools::ToolOutput::failed(&call.name, "the tool stopped unexpectedly"));
+        self.inner
+            .metrics
+            .tool_calls
+            .get_or_create(&crate::metrics::ToolLabels {
+                tool: call.name.clone(),
+                ok: output.ok.to_string(),
+            })
+            .inc();
+        tracing::info!(run = %run.id, call = %call.id, tool = %call.name, ok = output.ok,
+            bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
+        self.record_result(
+            run,
+            call,
+            output.ok,
+            &output.text,
+            &output.summary,
+            output.bytes,
+        )
+        .await
+    }
+
+    /// The call's `tool` message and `tool.finished`.
+    async fn record_result(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        ok: bool,
+        text: &str,
+        summary: &str,
+        bytes: u64,
+    ) -> Result<(), ApiError> {
+        let (rid, cid, call_id) = (run.id.clone(), run.conversation_id.clone(), call.id.clone());
+        let (text, summary) = (text.to_string(), summary.to_string());
+        self.inner
+            .store
+            .write(move |ctx| {
+                insert_tool_message(ctx, &cid, &rid, &call_id, &text)?;
+                ctx.emit(
+                    &cid,
+                    "tool.finished",
+                    json!({"run_id": rid, "call_id": call_id, "ok": ok, "summary": summary, "bytes": bytes}),
+                )?;
+                Ok(())
+            })
+            .await
+    }
+}
+
+/// The calls of the last answer on `history` with no result after it.
+fn unanswered(history: &[Message]) -> Vec<ToolCall> {
+    let Some(at) = history.iter().rposition(|m| m.role == "assistant") else {
+        return Vec::new();
+    };
+    // Anything but results after it (a question, a summary) closes the step.
+    if history[at + 1..].iter().any(|m| m.role != "tool") {
+        return Vec::new();
+    }
+    let answered: Vec<&str> = history[at + 1..]
+        .iter()
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    let Some(calls) = history[at].tool_calls.as_ref().and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    calls
+        .iter()
+        .filter_map(|c| {
+            let id = c.get("id")?.as_str()?.to_string();
+            let name = c.pointer("/function/name")?.as_str()?.to_string();
+            let arguments = c
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}")
+                .to_string();
+            Some(ToolCall {
+                id,
+                name,
+                arguments,
+            })
+        })
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .collect()
+}
+
+/// Adds a call's result under the head and makes it the head.
+fn insert_tool_message(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+    run_id: &str,
+    call_id: &str,
+    text: &str,
+) -> Result<Message, ApiError> {
+    let head: Option<String> = ctx.conn().query_row(
+        "SELECT head_id FROM conversations WHERE id = ?1",
+        [conversation_id],
+        |r| r.get(0),
+    )?;
+    let message = Message {
+        id: new_id("m_"),
+        parent_id: head,
+        role: "tool".into(),
+        text: text.to_string(),
+        reasoning: None,
+        tool_calls: None,
+        tool_call_id: Some(call_id.to_string()),
+        run_id: Some(run_id.to_string()),
+        status: None,
+        created: now_rfc3339(),
+        keep_from: None,
+    };
+    super::insert_row(ctx, conversation_id, message)
+}

@@ -1,0 +1,741 @@
+//! The agent loop end to end: the real `chatd` and `engine-sim` binaries,
+//! real files in a chat's workspace, scripted tool calls. Every wait is on a
+//! condition with a bound.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tandem_tests::harness::{wait_until, Chatd, Client, Sim, SseEvent};
+
+const QUICK: Duration = Duration::from_secs(20);
+const LONG: Duration = Duration::from_secs(240);
+
+async fn start(sim_args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<(Sim, Chatd, Client)> {
+    let mut args = vec!["--tokens-per-second", "0"];
+    args.extend_from_slice(sim_args);
+    let sim = Sim::start(&args)?;
+    let chatd = Chatd::start(&sim.url(), env).await?;
+    let client = chatd.client();
+    Ok((sim, chatd, client))
+}
+
+/// A chat in `mode`, and its workspace folder (made, empty).
+async fn chat(client: &Client, chatd: &Chatd, mode: &str) -> anyhow::Result<(String, PathBuf)> {
+    let made = client
+        .post("/conversations", json!({"permission_mode": mode}))
+        .await?;
+    anyhow::ensure!(made.status == 201, "{made:?}");
+    let id = made.body["id"].as_str().context("chat id")?.to_string();
+    let workspace = chatd.data_dir().join("workspaces").join(&id);
+    std::fs::create_dir_all(&workspace)?;
+    Ok((id, workspace))
+}
+
+fn run_id(sent: &Value) -> anyhow::Result<String> {
+    Ok(sent["run_id"]
+        .as_str()
+        .with_context(|| format!("no run_id in {sent}"))?
+        .to_string())
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+/// One scripted model step: these tool calls.
+fn step(calls: &[Value]) -> Value {
+    json!({"tool_calls": calls})
+}
+
+fn messages(snapshot: &Value) -> Vec<Value> {
+    snapshot["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// The tool results of a snapshot, by call id order of appearance.
+fn tool_results(snapshot: &Value) -> Vec<String> {
+    messages(snapshot)
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+async fn finished_run(
+    client: &Client,
+    chat: &str,
+    run: &str,
+    bound: Duration,
+) -> anyhow::Result<Value> {
+    client
+        .wait_run(
+            chat,
+            run,
+            &["done", "failed", "interrupted", "stopped", "paused"],
+            bound,
+        )
+        .await
+}
+
+fn events_of<'a>(events: &'a [SseEvent], kind: &str) -> Vec<&'a SseEvent> {
+    events.iter().filter(|e| e.kind == kind).collect()
+}
+
+// 1 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_step_run_reads_edits_and_greps_real_files() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    std::fs::create_dir_all(workspace.join("notes"))?;
+    std::fs::write(
+        workspace.join("notes/plan.md"),
+        "# Plan\nbuy milk\ncall Ada\n",
+    )?;
+    std::fs::write(workspace.join("notes/other.md"), "nothing here\n")?;
+    sim.faults(json!([
+        step(&[call("read_file", json!({"path": "notes/plan.md"}))]),
+        step(&[call(
+            "edit_file",
+            json!({"path": "notes/plan.md", "old_string": "buy milk", "new_string": "buy oat milk"}),
+        )]),
+        step(&[
+            call("grep", json!({"pattern": "oat", "path": "notes"})),
+            call("list_files", json!({"pattern": "**/*.md"})),
+        ]),
+        {"tokens": 5},
+    ]))
+    .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let sent = client.send(&chat, "tidy my plan").await?;
+    let run = run_id(&sent)?;
+    let events = device
+        .read_until(QUICK, |e| {
+            e.kind == "run.finished" && e.data["run_id"] == run
+        })
+        .await?;
+    assert_eq!(
+        events.last().context("end")?.data["status"],
+        "done",
+        "{events:?}"
+    );
+
+    // The file really changed.
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes/plan.md"))?,
+        "# Plan\nbuy oat milk\ncall Ada\n"
+    );
+    // Every call shows as it runs, approved automatically in auto mode.
+    let started = events_of(&events, "tool.started");
+    let names: Vec<&str> = started
+        .iter()
+        .map(|e| e.data["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["read_file", "edit_file", "grep", "list_files"]);
+    assert!(started.iter().all(|e| e.data["approved"] == "auto"));
+    assert_eq!(events_of(&events, "tool.auto_approved").len(), 4);
+    let finished = events_of(&events, "tool.finished");
+    assert_eq!(finished.len(), 4);
+    assert!(
+        finished.iter().all(|e| e.data["ok"] == true),
+        "{finished:?}"
+    );
+    assert!(started[0].data["summary"]
+        .as_str()
+        .is_some_and(|s| s.contains("notes/plan.md")));
+
+    // The transcript shows every call and its result, in order.
+    let snapshot = client.snapshot(&chat).await?;
+    let roles: Vec<String> = messages(&snapshot)
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant"
+        ]
+    );
+    let results = tool_results(&snapshot);
+    assert!(results[0].contains("buy milk"), "{}", results[0]);
+    assert!(results[2].contains("notes/plan.md:2"), "{}", results[2]);
+    assert!(results[3].contains("notes/other.md"), "{}", results[3]);
+
+    // The model got the results back, each answering its call.
+    let requests = sim.requests().await?;
+    let last = &requests.last().context("requests")?["body"];
+    let sent_roles: Vec<&str> = last["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(sent_roles.first(), Some(&"system"));
+    assert_eq!(sent_roles.iter().filter(|r| **r == "tool").count(), 4);
+    assert!(last["tools"].as_array().is_some_and(|t| t.len() >= 6));
+    Ok(())
+}
+
+// 2 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_swapped_for_a_symlink_never_lets_a_call_out() -> anyhow::Result<()> {
+    let (_sim, chatd, client) = start(&[], &[("QSE_CHAT_MAX_STEPS", "150")]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    let outside = tempfile::tempdir()?;
+    std::fs::write(outside.path().join("canary.txt"), "CANARY-SECRET\n")?;
+    let real = workspace.join("box");
+    std::fs::create_dir_all(&real)?;
+    std::fs::write(real.join("canary.txt"), "inside\n")?;
+
+    // A racer swaps box/ for a symlink to the outside folder and back.
+    let stop = Arc::new(AtomicBool::new(false));
+    let racer = {
+        let stop = stop.clone();
+        let workspace = workspace.clone();
+        let target = outside.path().to_path_buf();
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            let parked = workspace.join("box.real");
+            while !stop.load(Ordering::Relaxed) {
+                let link = workspace.join("box");
+                if std::fs::rename(&link, &parked).is_ok() {
+                    let _ = std::os::unix::fs::symlink(&target, &link);
+                    std::thread::yield_now();
+                    let _ = std::fs::remove_file(&link);
+                    // A write meanwhile may have made a new box/: drop it.
+                    if std::fs::rename(&parked, &link).is_err() {
+                        let _ = std::fs::remove_dir_all(&link);
+                        let _ = std::fs::rename(&parked, &link);
+                    }
+                }
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    // The model reads and writes through box/ at every step, 150 steps.
+    let cue = r#"[sim tool_calls=[{"name":"read_file","arguments":{"path":"box/canary.txt"}},{"name":"write_file","arguments":{"path":"box/out.txt","content":"written"}}]]"#;
+    let run = run_id(&client.send(&chat, &format!("loop {cue}")).await?)?;
+    let record = finished_run(&client, &chat, &run, LONG).await?;
+    stop.store(true, Ordering::Relaxed);
+    let swaps = racer
+        .join()
+        .map_err(|_| anyhow::anyhow!("racer panicked"))?;
+    assert_eq!(record["status"], "paused", "{record}");
+
+    let snapshot = client.snapshot(&chat).await?;
+    let results = tool_results(&snapshot);
+    assert_eq!(results.len(), 300, "two calls a step for 150 steps");
+    for text in &results {
+        assert!(
+            !text.contains("CANARY-SECRET"),
+            "a read went outside: {text}"
+        );
+    }
+    let refused = results.iter().filter(|t| t.contains("symlink")).count();
+    // The file, a write, or a one-line refusal naming the path.
+    let clean = results.iter().all(|t| {
+        t == "inside\n"
+            || t.starts_with("wrote box/out.txt")
+            || (!t.contains('\n') && t.contains("`box"))
+    });
+    assert!(
+        clean,
+        "every result is the file or a clean refusal: {results:?}"
+    );
+    // Nothing was written outside, and the canary is untouched.
+    assert!(!outside.path().join("out.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("canary.txt"))?,
+        "CANARY-SECRET\n"
+    );
+    let names: Vec<String> = std::fs::read_dir(outside.path())?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(names, ["canary.txt"], "no temp file left outside either");
+    eprintln!("{swaps} swaps, {refused} refusals of 300 calls");
+    Ok(())
+}
+
+// 3 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_is_refused_at_once_and_chatd_never_blocks() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    nix::unistd::mkfifo(&workspace.join("pipe"), nix::sys::stat::Mode::S_IRWXU)?;
+    sim.faults(json!([
+        step(&[call("read_file", json!({"path": "pipe"}))]),
+        step(&[call("grep", json!({"pattern": "x", "path": "pipe"}))]),
+        {"tokens": 3},
+    ]))
+    .await?;
+    let run = run_id(&client.send(&chat, "read the pipe").await?)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert!(results[0].contains("FIFO"), "{}", results[0]);
+    assert!(results[1].contains("FIFO"), "{}", results[1]);
+    let health = reqwest::get(format!("{}/health", chatd.url())).await?;
+    assert_eq!(health.status(), 200);
+    Ok(())
+}
+
+// 4 ---------------------------------------------------------------------------
+
+/// 317 lines: lines 1-30 fit in 64,000 characters, line 31 does not, and
+/// 639,237 bytes follow them.
+fn file_of_317_lines(path: &Path) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for _ in 0..30 {
+        text.push_str(&"a".repeat(2_099));
+        text.push('\n');
+    }
+    for _ in 0..286 {
+        text.push_str(&"b".repeat(2_226));
+        text.push('\n');
+    }
+    text.push_str(&"c".repeat(2_314));
+    text.push('\n');
+    anyhow::ensure!(text.len() == 63_000 + 639_237);
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_file_cuts_at_whole_lines_with_the_exact_marker() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&["--context-window", "131072"], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    file_of_317_lines(&workspace.join("big.txt"))?;
+    sim.faults(json!([
+        step(&[call("read_file", json!({"path": "big.txt"}))]),
+        step(&[call("read_file", json!({"path": "big.txt", "offset": 31, "limit": 2}))]),
+        {"tokens": 3},
+    ]))
+    .await?;
+    let run = run_id(&client.send(&chat, "read it").await?)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert!(
+        results[0].ends_with("[truncated at 64,000 characters: lines 1-30 of 317 shown, 639,237 more bytes; read on with offset=31]"),
+        "{}",
+        &results[0][results[0].len().saturating_sub(200)..]
+    );
+    assert_eq!(results[0].matches('\n').count(), 30);
+    assert!(
+        results[1].starts_with(&"b".repeat(2_226)),
+        "read on at line 31"
+    );
+    Ok(())
+}
+
+// 5 ---------------------------------------------------------------------------
+
+/// Sends `n` questions one after another, each answered, to fill a chat.
+async fn fill(client: &Client, chat: &str, n: usize, words: usize) -> anyhow::Result<()> {
+    for i in 0..n {
+        let text = format!(
+            "question {i}: {} [sim tokens=40]",
+            "lorem ipsum ".repeat(words)
+        );
+        let run = run_id(&client.send(chat, &text).await?)?;
+        let record = finished_run(client, chat, &run, QUICK).await?;
+        anyhow::ensure!(record["status"] == "done", "filling: {record}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_refusal_retries_then_compacts_and_goes_on() -> anyhow::Result<()> {
+    // The engine's memory holds 6,000 tokens, its window 16,384.
+    let (sim, chatd, client) = start(
+        &["--context-window", "16384", "--memory-limit-tokens", "6000"],
+        &[],
+    )
+    .await?;
+    let (chat, _) = chat(&client, &chatd, "auto").await?;
+    // Three questions fit in the engine's memory...
+    fill(&client, &chat, 3, 300).await?;
+    let mut device = client
+        .events(
+            &chat,
+            client.snapshot(&chat).await?["seq"].as_i64().unwrap_or(0),
+        )
+        .await?;
+    // ...a long fourth does not.
+    let text = format!("one more {} [sim tokens=5]", "lorem ipsum ".repeat(900));
+    let run = run_id(&client.send(&chat, &text).await?)?;
+    let events = device
+        .read_until(QUICK, |e| {
+            e.kind == "run.finished" && e.data["run_id"] == run
+        })
+        .await?;
+    assert_eq!(
+        events.last().context("end")?.data["status"],
+        "done",
+        "{events:?}"
+    );
+    let retried = events_of(&events, "run.retrying");
+    assert_eq!(retried.len(), 1, "one wait-and-retry first: {retried:?}");
+    let compacted = events_of(&events, "compacted");
+    assert_eq!(compacted.len(), 1, "then one compaction");
+    let before = compacted[0].data["before"].as_u64().context("before")?;
+    let after = compacted[0].data["after"].as_u64().context("after")?;
+    assert!(before > 6_000 && after < 6_000, "{before} -> {after}");
+    assert!(chatd.log().contains("[compact]"), "a [compact] log line");
+
+    // From now on the chat compacts at 80 % of the refused size, before sending.
+    sim.faults(json!([])).await?;
+    fill(&client, &chat, 4, 300).await?;
+    let requests = sim.requests().await?;
+    let refused_after: Vec<u64> = requests
+        .iter()
+        .rev()
+        .take(6)
+        .filter_map(|r| r["prompt_tokens"].as_u64())
+        .filter(|t| *t > 6_000)
+        .collect();
+    assert!(
+        refused_after.is_empty(),
+        "no request over the memory again: {refused_after:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_400_over_the_window_compacts_and_resends_once() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&["--context-window", "16384"], &[]).await?;
+    let (chat, _) = chat(&client, &chatd, "auto").await?;
+    fill(&client, &chat, 6, 300).await?;
+    sim.faults(json!([
+        {"status": 400, "message": "the request exceeds the available context size, try increasing it"},
+        {"tokens": 4},
+    ]))
+    .await?;
+    let run = run_id(&client.send(&chat, "and now?").await?)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let snapshot = client.snapshot(&chat).await?;
+    assert!(
+        messages(&snapshot).iter().any(|m| m["role"] == "compacted"),
+        "a compacted marker in the transcript"
+    );
+    Ok(())
+}
+
+// 6 ---------------------------------------------------------------------------
+
+/// A model that reads a 9 KB file at every step, 100 steps, in an 8,192-token
+/// window: the chat compacts as it goes and never sends a request over it.
+async fn hundred_steps(tokenize: bool) -> anyhow::Result<()> {
+    let mut args = vec!["--context-window", "8192"];
+    if !tokenize {
+        args.push("--no-tokenize");
+    }
+    let (sim, chatd, client) = start(&args, &[("QSE_CHAT_MAX_STEPS", "100")]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    let text: String = (0..150)
+        .map(|i| format!("line {i:03} {}\n", "x".repeat(50)))
+        .collect();
+    std::fs::write(workspace.join("log.txt"), text)?;
+    let cue = r#"[sim tool_call=read_file args={"path":"log.txt"}]"#;
+    let run = run_id(&client.send(&chat, &format!("keep reading {cue}")).await?)?;
+    let record = finished_run(&client, &chat, &run, LONG).await?;
+    assert_eq!(record["status"], "paused", "{record}");
+    assert_eq!(record["steps"], 100, "{record}");
+
+    let requests = sim.requests().await?;
+    let sizes: Vec<u64> = requests
+        .iter()
+        .filter_map(|r| r["prompt_tokens"].as_u64())
+        .collect();
+    let over: Vec<&u64> = sizes.iter().filter(|t| **t > 8_192).collect();
+    assert!(over.is_empty(), "requests over the window: {over:?}");
+    let stats: Value = reqwest::get(format!("{}/sim/stats", sim.url()))
+        .await?
+        .json()
+        .await?;
+    assert!(
+        stats["statuses"].get("400").is_none(),
+        "the engine never refused: {stats}"
+    );
+    let snapshot = client.snapshot(&chat).await?;
+    let compactions = messages(&snapshot)
+        .iter()
+        .filter(|m| m["role"] == "compacted")
+        .count();
+    assert!(compactions >= 2, "it compacted as it went: {compactions}");
+    eprintln!(
+        "tokenize={tokenize}: {} requests, largest {:?}, {compactions} compactions",
+        sizes.len(),
+        sizes.iter().max()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_step_run_never_sends_over_the_window_counted() -> anyhow::Result<()> {
+    hundred_steps(true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_step_run_never_sends_over_the_window_estimated() -> anyhow::Result<()> {
+    hundred_steps(false).await
+}
+
+// 7 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consent_card_survives_a_restart_and_is_answered_once() -> anyhow::Result<()> {
+    let (sim, mut chatd, client) = start(&[], &[("QSE_CHAT_MAX_RUNS", "1")]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "ask").await?;
+    sim.faults(json!([step(&[call(
+        "write_file",
+        json!({"path": "hello.txt", "content": "hi\n"})
+    )]),]))
+        .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let run = run_id(&client.send(&chat, "write hello [sim tokens=3]").await?)?;
+    let events = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let card = events.last().context("card")?.data.clone();
+    assert_eq!(card["name"], "write_file");
+    assert_eq!(card["choices"], json!(["once", "always", "deny"]));
+    let card_id = card["card_id"].as_str().context("card id")?.to_string();
+    assert!(
+        !workspace.join("hello.txt").exists(),
+        "nothing written before the answer"
+    );
+    let waiting = client.run(&chat, &run).await?;
+    assert_eq!(waiting["status"], "waiting");
+
+    // The waiting run gave its engine slot back: another chat runs meanwhile.
+    let (other, _) = chat_in(&client, &chatd).await?;
+    let other_run = run_id(&client.send(&other, "meanwhile [sim tokens=3]").await?)?;
+    let record = finished_run(&client, &other, &other_run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+
+    // chatd restarts: the card is still there, on every device.
+    chatd.restart().await?;
+    let snapshot = client.snapshot(&chat).await?;
+    let cards = snapshot["consents"].as_array().context("consents")?;
+    assert_eq!(cards.len(), 1, "{snapshot}");
+    assert_eq!(cards[0]["card_id"], card_id.as_str());
+    assert_eq!(snapshot["conversation"]["state"], "waiting");
+
+    // A phone answers; the run goes on and writes the file.
+    let answer = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("hello.txt"))?,
+        "hi\n"
+    );
+
+    // The laptop answers the same again: 204; something else: 409.
+    let same = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(same.status, 204, "{same:?}");
+    let other_answer = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "deny"}),
+        )
+        .await?;
+    assert_eq!(other_answer.status, 409, "{other_answer:?}");
+    assert_eq!(other_answer.body["error"]["type"], "already_answered");
+
+    // The started event says a person approved it.
+    let mut device = client.events(&chat, 0).await?;
+    let events = device
+        .read_until(QUICK, |e| {
+            e.kind == "run.finished" && e.data["run_id"] == run
+        })
+        .await?;
+    let started = events_of(&events, "tool.started");
+    assert_eq!(started.last().context("started")?.data["approved"], "user");
+    Ok(())
+}
+
+async fn chat_in(client: &Client, chatd: &Chatd) -> anyhow::Result<(String, PathBuf)> {
+    chat(client, chatd, "auto").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_always_and_bad_answers_do_what_they_say() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "ask").await?;
+    let write = |name: &str| step(&[call("write_file", json!({"path": name, "content": "x"}))]);
+    sim.faults(
+        json!([write("a.txt"), write("b.txt"), {"tokens": 2}, write("c.txt"), {"tokens": 2}]),
+    )
+    .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let run = run_id(&client.send(&chat, "write").await?)?;
+    let card = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let card_id = card.last().context("card")?.data["card_id"].clone();
+
+    // Bad answers change nothing.
+    let bad = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "maybe"}),
+        )
+        .await?;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("decision")));
+    let unknown = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": "card_nope", "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+
+    // Deny: the call does not run and the model is told.
+    client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "deny"}),
+        )
+        .await?;
+    // Always: runs, and the next write runs without a card (a rule).
+    let card = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let card_id = card.last().context("second card")?.data["card_id"].clone();
+    client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "always"}),
+        )
+        .await?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    assert!(!workspace.join("a.txt").exists(), "denied");
+    assert!(workspace.join("b.txt").exists(), "allowed");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert!(results[0].contains("declined"), "{}", results[0]);
+
+    let run = run_id(&client.send(&chat, "again").await?)?;
+    let events = device
+        .read_until(QUICK, |e| {
+            e.kind == "run.finished" && e.data["run_id"] == run
+        })
+        .await?;
+    assert!(
+        events_of(&events, "tool.consent").is_empty(),
+        "the rule answered"
+    );
+    let started = events_of(&events, "tool.started");
+    assert_eq!(started.last().context("started")?.data["approved"], "rule");
+    assert!(workspace.join("c.txt").exists());
+
+    // A card whose run was stopped: 410, and nothing is edited.
+    sim.faults(json!([step(&[call(
+        "edit_file",
+        json!({"path": "c.txt", "old_string": "x", "new_string": "y"}),
+    )])]))
+    .await?;
+    let run = run_id(&client.send(&chat, "edit").await?)?;
+    let card = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let card_id = card.last().context("edit card")?.data["card_id"].clone();
+    let stopped = client
+        .post(&format!("/conversations/{chat}/stop"), json!({}))
+        .await?;
+    assert_eq!(stopped.status, 200, "{stopped:?}");
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "stopped", "{record}");
+    let late = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(late.status, 410, "{late:?}");
+    assert_eq!(late.body["error"]["type"], "consent_expired");
+    assert_eq!(std::fs::read_to_string(workspace.join("c.txt"))?, "x");
+    Ok(())
+}
+
+// 8 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_step_limit_pauses_and_continue_goes_on() -> anyhow::Result<()> {
+    let (_sim, chatd, client) = start(&[], &[("QSE_CHAT_MAX_STEPS", "3")]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    std::fs::write(workspace.join("a.txt"), "alpha\n")?;
+    let cue = r#"[sim tool_call=read_file args={"path":"a.txt"} tool_steps=5 tokens=4]"#;
+    let run = run_id(&client.send(&chat, &format!("read {cue}")).await?)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "paused", "{record}");
+    assert_eq!(record["steps"], 3);
+    assert!(record["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("Continue")));
+
+    let resumed = client
+        .post(&format!("/conversations/{chat}/continue"), json!({}))
+        .await?;
+    assert_eq!(resumed.status, 202, "{resumed:?}");
+    let second = run_id(&resumed.body)?;
+    let record = finished_run(&client, &chat, &second, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let snapshot = client.snapshot(&chat).await?;
+    assert_eq!(tool_results(&snapshot).len(), 5);
+    let last = messages(&snapshot).last().cloned().context("last")?;
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["text"], "w0 w1 w2 w3 ");
+
+    // Compact and clear by hand.
+    let compacted = client
+        .post(&format!("/conversations/{chat}/compact"), json!({}))
+        .await?;
+    assert_eq!(compacted.status, 200, "{compacted:?}");
+    assert!(compacted.body["before"].as_u64().is_some());
+    let cleared = client
+        .post(&format!("/conversations/{chat}/clear"), json!({}))
+        .await?;
+    assert_eq!(cleared.body, json!({"cleared": true}));
+    Ok(())
+}
+
+/// `wait_until` is used by helpers of other files; keep the import honest.
+#[allow(dead_code)]
+async fn settled(client: &Client, chat: &str) -> anyhow::Result<Value> {
+    wait_until("the chat to settle", QUICK, || async {
+        let s = client.snapshot(chat).await.ok()?;
+        (s["conversation"]["state"] == "idle").then_some(s)
+    })
+    .await
+}
