@@ -478,6 +478,15 @@ async fn hundred_steps(tokenize: bool) -> anyhow::Result<()> {
         .filter(|m| m["role"] == "compacted")
         .count();
     assert!(compactions >= 2, "it compacted as it went: {compactions}");
+    // Each compaction landed under half the line (80 % of 8,192, halved).
+    let mut device = client.events(&chat, 0).await?;
+    let events = device
+        .read_until(QUICK, |e| e.kind == "run.finished" && e.data["run_id"] == run)
+        .await?;
+    for c in events_of(&events, "compacted") {
+        let after = c.data["after"].as_u64().context("after")?;
+        assert!(after < 8_192 * 80 / 100 / 2, "landed at {after}: {}", c.data);
+    }
     eprintln!(
         "tokenize={tokenize}: {} requests, largest {:?}, {compactions} compactions",
         sizes.len(),
@@ -738,4 +747,73 @@ async fn settled(client: &Client, chat: &str) -> anyhow::Result<Value> {
         (s["conversation"]["state"] == "idle").then_some(s)
     })
     .await
+}
+
+// 9 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_are_saved_inlined_when_they_fit_and_named_when_not() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    let big = "y".repeat(200_000);
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({
+                "text": "look at these [sim tokens=3]",
+                "attachments": [
+                    {"name": "notes.txt", "text": "first line\nsecond line\n"},
+                    {"name": "../../escape/big.log", "text": big},
+                    {"name": "shot.png", "data_base64": "iVBORw0KGgo="},
+                ],
+            }),
+        )
+        .await?;
+    assert_eq!(sent.status, 202, "{sent:?}");
+    let run = run_id(&sent.body)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+
+    // Each file is in the workspace's uploads/, the escaping name cut to its base.
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("uploads/notes.txt"))?,
+        "first line\nsecond line\n"
+    );
+    assert_eq!(
+        std::fs::read(workspace.join("uploads/big.log"))?.len(),
+        200_000
+    );
+    assert!(workspace.join("uploads/shot.png").exists());
+    assert!(!chatd.data_dir().join("escape").exists());
+
+    // The small text went to the model; the big one and the image are named.
+    let requests = sim.requests().await?;
+    let body = requests.last().context("a request")?["body"].to_string();
+    assert!(body.contains("first line\\nsecond line"), "inline text");
+    assert!(
+        body.contains("uploads/big.log: 200,000 bytes"),
+        "big file named"
+    );
+    assert!(!body.contains(&"y".repeat(1_000)), "big file not inlined");
+    assert!(body.contains("this model does not read images"));
+    let snapshot = client.snapshot(&chat).await?;
+    let user = messages(&snapshot)
+        .into_iter()
+        .find(|m| m["role"] == "user")
+        .context("user message")?;
+    assert_eq!(user["attachments"].as_array().map(Vec::len), Some(3));
+
+    // Bad uploads are refused whole and store nothing.
+    let bad = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({"text": "x", "attachments": [{"name": "a.txt", "text": "a"}, {"name": "b", "data_base64": "%%"}]}),
+        )
+        .await?;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("attachments[1].data_base64")));
+    assert!(!workspace.join("uploads/a.txt").exists());
+    Ok(())
 }

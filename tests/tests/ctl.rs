@@ -326,6 +326,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "logs"],
         &["chat", "send"],
         &["chat", "attach"],
+        &["chat", "consent"],
         &["watchdog"],
         &["doctor"],
         &["completions"],
@@ -525,4 +526,80 @@ async fn chat_send_streams_and_rides_out_a_chatd_restart() {
         tandem_tests::harness::sim_answer(400).starts_with(&printed),
         "printed text is the answer's start: {printed:?}"
     );
+}
+
+/// `tandem chat send` shows a card with the command that answers it, and
+/// `tandem chat consent` lets the run go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_consent_answers_a_card_from_the_terminal() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let client = chatd.client();
+    // `send` prints each tool call and the card's answer command.
+    let made = client
+        .post(
+            "/conversations",
+            serde_json::json!({"permission_mode": "ask"}),
+        )
+        .await
+        .unwrap();
+    let chat = made.body["id"].as_str().unwrap().to_string();
+    sim.faults(serde_json::json!([
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}]},
+        {"tokens": 3},
+    ]))
+    .await
+    .unwrap();
+    let child = std::process::Command::new(bin_dir().join("tandem"))
+        .args(["chat", "send", "write it", "--chat", &chat])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", b.home())
+        .env("QSE_ROOT", b.home())
+        .env("QSE_CHAT_URL", format!("127.0.0.1:{}", b.port))
+        .env("QSE_SECRETS", &secrets)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let card = wait_until("a consent card", Duration::from_secs(20), || async {
+        let snapshot = client.snapshot(&chat).await.ok()?;
+        snapshot["consents"].as_array()?.first()?["card_id"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await
+    .unwrap();
+    let answered = b.tandem_env(
+        &["chat", "consent", &chat, &card, "once"],
+        &[("QSE_SECRETS", secrets.to_str().unwrap())],
+    );
+    assert!(answered.status.success(), "{}", text(&answered));
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "answer with: tandem chat consent {chat} {card} once|always|deny"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("> write_file a.txt"), "{err}");
+    assert!(chatd
+        .data_dir()
+        .join("workspaces")
+        .join(&chat)
+        .join("a.txt")
+        .exists());
+    // A wrong answer is refused by the command line itself.
+    let bad = b.tandem(&["chat", "consent", &chat, &card, "maybe"]);
+    assert!(!bad.status.success());
 }

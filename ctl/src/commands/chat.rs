@@ -36,6 +36,22 @@ pub enum ChatCommand {
         /// The chat id.
         id: String,
     },
+    /// Answer a consent card: a tool call waiting for your yes or no.
+    ///
+    /// `once` runs this call, `always` runs it and saves a rule so the same
+    /// kind of call runs without asking in this chat, `deny` refuses it (the
+    /// model is told). `send` and `attach` print the card's id.
+    ///
+    /// Example: tandem chat consent c_0123abcd card_4567 once
+    Consent {
+        /// The chat id.
+        chat: String,
+        /// The card id (from `tool.consent`).
+        card: String,
+        /// once, always or deny.
+        #[arg(value_parser = ["once", "always", "deny"])]
+        decision: String,
+    },
 }
 
 pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
@@ -80,6 +96,22 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             };
             follow(&client, &chat, after, Some(run_id)).await
+        }
+        ChatCommand::Consent {
+            chat,
+            card,
+            decision,
+        } => {
+            let client = Client::new()?;
+            client
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/conversations/{chat}/consent"),
+                    Some(json!({"card_id": card, "decision": decision})),
+                )
+                .await?;
+            eprintln!("tandem: answered {card}: {decision}");
+            Ok(ExitCode::SUCCESS)
         }
         ChatCommand::Attach { id } => {
             let client = Client::new()?;
@@ -215,8 +247,22 @@ async fn follow(
                         data["reason"].as_str().unwrap_or("")
                     ),
                     "tool.consent" => eprintln!(
-                        "\ntandem: consent needed for {}: {} (answer in the web page)",
-                        data["name"], data["summary"]
+                        "\ntandem: the model asks to run {} ({}): {}\n        answer with: tandem chat consent {chat} {} once|always|deny",
+                        data["name"].as_str().unwrap_or(""),
+                        data["reason"].as_str().unwrap_or(""),
+                        data["summary"].as_str().unwrap_or(""),
+                        data["card_id"].as_str().unwrap_or(""),
+                    ),
+                    "tool.started" => {
+                        eprintln!("\ntandem: > {}", data["summary"].as_str().unwrap_or(""))
+                    }
+                    "tool.finished" if data["ok"] == false => eprintln!(
+                        "tandem:   failed: {}",
+                        data["summary"].as_str().unwrap_or("")
+                    ),
+                    "compacted" => eprintln!(
+                        "\ntandem: the chat was compacted to fit: {} -> {} tokens",
+                        data["before"], data["after"]
                     ),
                     "reset" => {
                         eprintln!("\ntandem: too far behind; following from event {seq}");

@@ -103,7 +103,17 @@ fn str_len(v: Option<&Value>) -> usize {
 fn content_chars(v: Option<&Value>) -> usize {
     match v {
         Some(Value::String(s)) => s.chars().count(),
-        Some(Value::Array(parts)) => parts.iter().map(|p| str_len(p.get("text"))).sum(),
+        // An image counts as about 1,000 tokens: engines take 256 to 1,500.
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|p| {
+                if p.get("image_url").is_some() {
+                    4_000
+                } else {
+                    str_len(p.get("text"))
+                }
+            })
+            .sum(),
         _ => 0,
     }
 }
@@ -179,6 +189,7 @@ pub fn request_messages(
     system: &str,
     transcript: &Transcript,
     stub: &dyn Fn(&str, &str) -> Option<String>,
+    images: &dyn Fn(&Message) -> Vec<Value>,
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(transcript.messages.len() + 1);
     let mut system = system.to_string();
@@ -195,7 +206,16 @@ pub fn request_messages(
         let m = all[i];
         i += 1;
         match m.role.as_str() {
-            "user" => out.push(json!({"role": "user", "content": m.text})),
+            "user" => {
+                let parts = images(m);
+                if parts.is_empty() {
+                    out.push(json!({"role": "user", "content": m.text}));
+                } else {
+                    let mut content = vec![json!({"type": "text", "text": m.text})];
+                    content.extend(parts);
+                    out.push(json!({"role": "user", "content": content}));
+                }
+            }
             // A result whose call is not before it (cut by a compaction): as text.
             "tool" => {
                 out.push(json!({"role": "user", "content": format!("[tool result]\n{}", m.text)}))
@@ -350,6 +370,7 @@ mod tests {
             status: None,
             created: String::new(),
             keep_from: None,
+            attachments: None,
         }
     }
 
@@ -404,7 +425,7 @@ mod tests {
         assert_eq!(t.summary, Some("they asked for X"));
         let ids: Vec<&str> = t.messages.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["u1", "a2", "a3"]);
-        let out = request_messages("sys", &t, &|_, _| None);
+        let out = request_messages("sys", &t, &|_, _| None, &|_| Vec::new());
         assert!(out[0]["content"]
             .as_str()
             .unwrap()
@@ -422,7 +443,7 @@ mod tests {
         let mut r = msg("r", "tool", "ok");
         r.tool_call_id = Some("c1".into());
         let history = vec![msg("u", "user", "go"), a, r, msg("u2", "user", "next")];
-        let out = request_messages("", &transcript(&history), &|_, _| None);
+        let out = request_messages("", &transcript(&history), &|_, _| None, &|_| Vec::new());
         let roles: Vec<&str> = out.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
         assert_eq!(out[3]["tool_call_id"], "c2");

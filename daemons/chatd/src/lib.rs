@@ -6,6 +6,7 @@
 //! tests can run chatd in-process or as the real binary alike.
 
 pub mod api;
+pub mod attachments;
 pub mod config;
 pub mod context;
 pub mod engine;
@@ -84,9 +85,7 @@ impl App {
         let state = match self.engine.models(Duration::from_secs(2)).await {
             Ok(models) => {
                 for m in &models {
-                    if let Some(window) = m.context_window {
-                        self.runs.remember_window(&m.id, window);
-                    }
+                    self.runs.remember_model(m);
                 }
                 EngineState {
                     reachable: true,

@@ -72,10 +72,13 @@ pub struct Message {
     /// On a `compacted` message: the first message kept after its summary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_from: Option<String>,
+    /// On a user message: the files sent with it, saved under `uploads/`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<Value>,
 }
 
 pub const MESSAGE_COLUMNS: &str =
-    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from";
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments";
 
 impl Message {
     pub fn from_row(row: &Row) -> rusqlite::Result<Message> {
@@ -93,6 +96,9 @@ impl Message {
             status: row.get(8)?,
             created: row.get(9)?,
             keep_from: row.get(10)?,
+            attachments: row
+                .get::<_, Option<String>>(11)?
+                .and_then(|a| serde_json::from_str(&a).ok()),
         })
     }
 }

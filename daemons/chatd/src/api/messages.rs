@@ -14,8 +14,10 @@ use tandem_shared::http::ApiError;
 use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Json;
-use crate::runs::{insert_message, insert_message_under, insert_run};
+use crate::attachments;
+use crate::runs::{insert_message, insert_message_under, insert_row, insert_run};
 use crate::store::queries::{self, Trashed};
+use crate::workspace::Workspace;
 use crate::App;
 
 /// The most characters one message may hold.
@@ -25,7 +27,7 @@ pub const MAX_TEXT: usize = 256 * 1024;
 pub struct SendBody {
     text: String,
     #[serde(default)]
-    attachments: Option<Vec<Value>>,
+    attachments: Option<Vec<attachments::Upload>>,
 }
 
 fn check_text(text: &str) -> Result<(), ApiError> {
@@ -54,13 +56,29 @@ pub async fn send(
     Json(body): Json<SendBody>,
 ) -> Result<Response, ApiError> {
     check_text(&body.text)?;
-    if body.attachments.as_ref().is_some_and(|a| !a.is_empty()) {
-        return Err(ApiError::bad_input(
-            "attachments",
-            "attachments are not part of this build yet",
-        ));
+    let files = attachments::check(body.attachments.unwrap_or_default())?;
+    let mut text = body.text;
+    let mut records = None;
+    if !files.is_empty() {
+        // Saved before the message is, so the model can read them at once.
+        let cid = id.clone();
+        let conversation = app
+            .store
+            .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
+            .await?;
+        let room = app.runs.free_tokens(&id, &conversation.model).await? / 4;
+        let vision = app.runs.reads_images(&conversation.model);
+        let root = app.runs.workspace_root(&id);
+        let saved = tokio::task::spawn_blocking(move || {
+            let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;
+            attachments::save(&workspace, files, room, vision)
+        })
+        .await
+        .map_err(|_| ApiError::internal("saving the attachments stopped"))?
+        .map_err(|e| ApiError::internal(format!("the attachments could not be saved: {e}")))?;
+        text.push_str(&saved.text);
+        records = Some(Value::Array(saved.records));
     }
-    let text = body.text;
     let cid = id.clone();
     let sent = app
         .store
@@ -76,7 +94,10 @@ pub async fn send(
                 ctx.emit(&cid, "pending.added", json!({"pending": pending}))?;
                 return Ok(Sent::Pending { pending_id });
             }
-            let message = insert_message(ctx, &cid, "user", &text, None, None)?;
+            let message = match records {
+                Some(records) => insert_user_with_files(ctx, &cid, &text, records)?,
+                None => insert_message(ctx, &cid, "user", &text, None, None)?,
+            };
             let run = insert_run(ctx, &conversation, "send", "user", None)?;
             Ok(Sent::Run { message_id: message.id, run_id: run.id })
         })
@@ -88,6 +109,35 @@ pub async fn send(
         }
         Sent::Pending { pending_id } => accepted(json!({"pending_id": pending_id})),
     })
+}
+
+/// A user message with the files sent with it, under the head.
+fn insert_user_with_files(
+    ctx: &mut crate::store::Ctx,
+    conversation_id: &str,
+    text: &str,
+    records: Value,
+) -> Result<crate::model::Message, ApiError> {
+    let head: Option<String> = ctx.conn().query_row(
+        "SELECT head_id FROM conversations WHERE id = ?1",
+        [conversation_id],
+        |r| r.get(0),
+    )?;
+    let message = crate::model::Message {
+        id: new_id("m_"),
+        parent_id: head,
+        role: "user".into(),
+        text: text.to_string(),
+        reasoning: None,
+        tool_calls: None,
+        tool_call_id: None,
+        run_id: None,
+        status: None,
+        created: now_rfc3339(),
+        keep_from: None,
+        attachments: Some(records),
+    };
+    insert_row(ctx, conversation_id, message)
 }
 
 fn accepted(body: Value) -> Response {

@@ -228,6 +228,7 @@ impl Runs {
             system,
             &context::transcript(history),
             &crate::tools::stub_arguments,
+            &|_| Vec::new(),
         );
         let body = super::request_body(model, messages, tools, prefill);
         self.count(model, &body).await.0

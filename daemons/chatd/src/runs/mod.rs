@@ -106,6 +106,8 @@ struct Inner {
     task_ended: Notify,
     /// Context windows by model, from the engine, for `usage.limit`.
     windows: Mutex<HashMap<String, u64>>,
+    /// The models that read images.
+    vision: Mutex<std::collections::HashSet<String>>,
     /// The size of a chat's request the engine refused for memory.
     refused: Mutex<HashMap<String, u64>>,
     /// The tools a model may call.
@@ -139,6 +141,7 @@ impl Runs {
                 tasks: Mutex::new(0),
                 task_ended: Notify::new(),
                 windows: Mutex::new(HashMap::new()),
+                vision: Mutex::new(Default::default()),
                 refused: Mutex::new(HashMap::new()),
                 registry: Arc::new(Registry::base()),
                 consent_bell: Notify::new(),
@@ -147,8 +150,44 @@ impl Runs {
         }
     }
 
-    pub fn remember_window(&self, model: &str, window: u64) {
-        lock(&self.inner.windows).insert(model.to_string(), window);
+    /// What the engine says of a model: its window, whether it reads images.
+    pub fn remember_model(&self, model: &crate::engine::ModelInfo) {
+        if let Some(window) = model.context_window {
+            lock(&self.inner.windows).insert(model.id.clone(), window);
+        }
+        let mut vision = lock(&self.inner.vision);
+        if model.vision {
+            vision.insert(model.id.clone());
+        } else {
+            vision.remove(&model.id);
+        }
+    }
+
+    /// Whether `model` reads images (`/v1/models` says so).
+    pub fn reads_images(&self, model: &str) -> bool {
+        lock(&self.inner.vision).contains(model)
+    }
+
+    /// The tokens left in the window after the chat's transcript, by the estimate.
+    pub async fn free_tokens(&self, conversation_id: &str, model: &str) -> Result<u64, ApiError> {
+        let cid = conversation_id.to_string();
+        let history = self
+            .inner
+            .store
+            .read(move |conn| {
+                let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
+                queries::path_to(conn, &cid, conversation.head_id.as_deref())
+            })
+            .await?;
+        let messages = context::request_messages(
+            &self.system_prompt(),
+            &context::transcript(&history),
+            &tools::stub_arguments,
+            &|_| Vec::new(),
+        );
+        let used = context::estimate(&messages, Some(&self.inner.registry.openai_tools()));
+        let sizes = self.window(conversation_id, model);
+        Ok(sizes.max_request().saturating_sub(used))
     }
 
     /// The sizes a chat's requests to `model` are held to.
@@ -196,10 +235,13 @@ impl Runs {
                 queries::path_to(conn, &cid, parent.as_deref())
             })
             .await?;
+        let transcript = context::transcript(&history);
+        let images = self.images_of(&transcript, model, conversation_id).await;
         let messages = context::request_messages(
             &self.system_prompt(),
-            &context::transcript(&history),
+            &transcript,
             &tools::stub_arguments,
+            &|m: &Message| images.get(&m.id).cloned().unwrap_or_default(),
         );
         let tools = self.inner.registry.openai_tools();
         let body = request_body(model, messages, &tools, prefill);
@@ -209,6 +251,57 @@ impl Runs {
             tokens,
             exact,
         })
+    }
+
+    /// The image parts of the transcript's user messages, read from the
+    /// workspace, for a model that reads images (none for any other).
+    async fn images_of(
+        &self,
+        transcript: &context::Transcript<'_>,
+        model: &str,
+        conversation_id: &str,
+    ) -> HashMap<String, Vec<Value>> {
+        if !self.reads_images(model) {
+            return HashMap::new();
+        }
+        let wanted: Vec<(String, String, String)> = transcript
+            .messages
+            .iter()
+            .filter_map(|m| Some((m, m.attachments.as_ref()?.as_array()?)))
+            .flat_map(|(m, files)| {
+                files.iter().filter(|f| f["image"] == true).filter_map(|f| {
+                    Some((
+                        m.id.clone(),
+                        f["path"].as_str()?.to_string(),
+                        f["mime"].as_str().unwrap_or("image/png").to_string(),
+                    ))
+                })
+            })
+            .collect();
+        if wanted.is_empty() {
+            return HashMap::new();
+        }
+        let root = self.workspace_root(conversation_id);
+        tokio::task::spawn_blocking(move || {
+            let mut parts: HashMap<String, Vec<Value>> = HashMap::new();
+            let Ok(workspace) = crate::workspace::Workspace::open(&root) else {
+                return parts;
+            };
+            for (mid, path, mime) in wanted {
+                // An image deleted or swapped for a link since is left out.
+                if let Ok((_, bytes)) =
+                    workspace.read_all(&path, crate::attachments::MAX_IMAGE_BYTES)
+                {
+                    parts.entry(mid).or_default().push(json!({
+                        "type": "image_url",
+                        "image_url": {"url": crate::attachments::data_url(&mime, &bytes)},
+                    }));
+                }
+            }
+            parts
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// The prompt tokens of `body`: the engine's count when it has
@@ -1045,6 +1138,7 @@ pub fn insert_message_under(
         status: status.map(str::to_string),
         created: now_rfc3339(),
         keep_from: None,
+        attachments: None,
     };
     insert_row(ctx, conversation_id, message)
 }
@@ -1056,9 +1150,10 @@ pub fn insert_row(
     message: Message,
 ) -> Result<Message, ApiError> {
     ctx.conn().execute(
-        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![message.id, conversation_id, message.parent_id, message.role, message.text, message.tool_call_id, message.run_id, message.status, message.created],
+        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created, attachments) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![message.id, conversation_id, message.parent_id, message.role, message.text, message.tool_call_id, message.run_id, message.status, message.created,
+                message.attachments.as_ref().map(Value::to_string)],
     )?;
     ctx.conn().execute(
         "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",

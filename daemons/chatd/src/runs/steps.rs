@@ -59,7 +59,12 @@ impl Runs {
         // The step's results share the room the request leaves.
         let sizes = self.window(&run.conversation_id, &run.model);
         let used = context::estimate(
-            &context::request_messages("", &context::transcript(&history), &tools::stub_arguments),
+            &context::request_messages(
+                "",
+                &context::transcript(&history),
+                &tools::stub_arguments,
+                &|_| Vec::new(),
+            ),
             None,
         );
         let budget = sizes.result_chars(used, calls.len());
@@ -481,6 +486,7 @@ fn insert_tool_message(
         status: None,
         created: now_rfc3339(),
         keep_from: None,
+        attachments: None,
     };
     super::insert_row(ctx, conversation_id, message)
 }

@@ -111,4 +111,8 @@ CREATE INDEX rules_conversation ON rules(conversation_id);
 -- On a `compacted` message: the first message kept after the summary.
 ALTER TABLE messages ADD COLUMN keep_from TEXT;
 "#,
+    r#"
+-- The files sent with a user message: [{path, bytes, mime, kind, inline?, image?}].
+ALTER TABLE messages ADD COLUMN attachments TEXT;
+"#,
 ];
