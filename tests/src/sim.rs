@@ -121,7 +121,11 @@ CONTROL ROUTES
   GET    /sim/requests chat requests received (last 1000):
                        [{\"session_id\":<x-session-id or null>,\"body\":{..},
                          \"prompt_tokens\":<counted, null if no messages array>,
-                         \"at\":\"RFC 3339\"}]
+                         \"at\":\"RFC 3339\",\"at_us\":<unix micros when the whole
+                         request had arrived>,\"done_us\":<unix micros when the last
+                         byte of the answer was handed to the connection, null while
+                         none (yet)>,\"body_bytes\":<size of the request body>,
+                         \"n\":<the request's number since the sim started>}]
   DELETE /sim/requests clear that list
   GET    /sim/stats    {\"requests\",\"completed\",\"tokens_sent\",\"cuts\",\"refusals\",
                         \"statuses\",\"queued_faults\",\"tokenize_requests\"}
@@ -610,6 +614,8 @@ struct Sim {
     /// Bumped when open connections and streams must be cut (refuse, shutdown).
     cut: watch::Receiver<u64>,
     seq: AtomicU64,
+    /// Numbers the chat requests (`n` in the request log); never reset.
+    received: AtomicU64,
 }
 
 impl Sim {
@@ -708,6 +714,7 @@ pub async fn serve_with_shutdown(
         cmd: cmd_tx,
         cut: cut_rx,
         seq: AtomicU64::new(1),
+        received: AtomicU64::new(0),
     });
     let app = router(sim.clone());
 
@@ -1147,7 +1154,87 @@ async fn tokenize(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     .into_response()
 }
 
+/// `POST /v1/chat/completions`: the answer, its body wrapped so that the
+/// request log gets `done_us` when its last byte goes out.
 async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> Response {
+    let at_us = unix_micros();
+    let n = sim.received.fetch_add(1, Ordering::Relaxed);
+    let response = chat_answer(sim.clone(), headers, body, n, at_us).await;
+    let (parts, body) = response.into_parts();
+    Response::from_parts(
+        parts,
+        Body::new(Stamped {
+            inner: body,
+            sim,
+            n,
+            stamped: false,
+        }),
+    )
+}
+
+/// A response body that notes in the request log when its end went out
+/// (its last frame handed to the connection, or its error).
+struct Stamped {
+    inner: Body,
+    sim: Arc<Sim>,
+    n: u64,
+    stamped: bool,
+}
+
+impl Stamped {
+    fn stamp(&mut self) {
+        if std::mem::replace(&mut self.stamped, true) {
+            return;
+        }
+        let done = unix_micros();
+        let mut inner = self.sim.lock();
+        if let Some(entry) = inner
+            .log
+            .iter_mut()
+            .rev()
+            .find(|e| e.get("n").and_then(Value::as_u64) == Some(self.n))
+        {
+            entry["done_us"] = json!(done);
+        }
+    }
+}
+
+impl hyper::body::Body for Stamped {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.stamp(),
+            // A body that knows it has ended is not polled again.
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.stamp(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+async fn chat_answer(
+    sim: Arc<Sim>,
+    headers: HeaderMap,
+    body: Bytes,
+    n: u64,
+    at_us: u128,
+) -> Response {
     sim.lock().stats.requests += 1;
     let session_id = headers
         .get("x-session-id")
@@ -1172,6 +1259,10 @@ async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> R
             "body": logged,
             "prompt_tokens": counted,
             "at": jiff::Timestamp::now().to_string(),
+            "at_us": at_us,
+            "done_us": null,
+            "body_bytes": body.len(),
+            "n": n,
         }));
     }
     let req = match parsed {

@@ -33,7 +33,8 @@ impl Window {
     /// then on the chat compacts at 80 % of it.
     pub fn new(window: u64, answer_tokens: u64, percent: u64, refused: Option<u64>) -> Window {
         let answer = answer_tokens.min(window / 4);
-        let mut line = window * percent / 100;
+        // In a small window the answer's room comes first.
+        let mut line = (window * percent / 100).min(window - answer);
         if let Some(refused) = refused {
             line = line.min(refused * 80 / 100);
         }
