@@ -1157,7 +1157,7 @@ async fn tokenize(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
 /// `POST /v1/chat/completions`: the answer, its body wrapped so that the
 /// request log gets `done_us` when its last byte goes out.
 async fn chat(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> Response {
-    let at_us = unix_micros();
+    let at_us = unix_micros() as u64;
     let n = sim.received.fetch_add(1, Ordering::Relaxed);
     let response = chat_answer(sim.clone(), headers, body, n, at_us).await;
     let (parts, body) = response.into_parts();
@@ -1186,7 +1186,7 @@ impl Stamped {
         if std::mem::replace(&mut self.stamped, true) {
             return;
         }
-        let done = unix_micros();
+        let done = unix_micros() as u64;
         let mut inner = self.sim.lock();
         if let Some(entry) = inner
             .log
@@ -1209,22 +1209,24 @@ impl hyper::body::Body for Stamped {
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
         use std::task::Poll;
         let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        let polled = hyper::body::Body::poll_frame(std::pin::Pin::new(&mut this.inner), cx);
         match &polled {
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.stamp(),
             // A body that knows it has ended is not polled again.
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.stamp(),
+            Poll::Ready(Some(Ok(_))) if hyper::body::Body::is_end_stream(&this.inner) => {
+                this.stamp()
+            }
             _ => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        hyper::body::Body::is_end_stream(&self.inner)
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        hyper::body::Body::size_hint(&self.inner)
     }
 }
 
@@ -1233,7 +1235,7 @@ async fn chat_answer(
     headers: HeaderMap,
     body: Bytes,
     n: u64,
-    at_us: u128,
+    at_us: u64,
 ) -> Response {
     sim.lock().stats.requests += 1;
     let session_id = headers
