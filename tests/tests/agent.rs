@@ -658,6 +658,13 @@ async fn deny_always_and_bad_answers_do_what_they_say() -> anyhow::Result<()> {
     assert_eq!(record["status"], "done", "{record}");
     assert!(!workspace.join("a.txt").exists(), "denied");
     assert!(workspace.join("b.txt").exists(), "allowed");
+    let rules = client.get(&format!("/conversations/{chat}/rules")).await?;
+    assert_eq!(
+        rules.body["rules"][0]["tool"], "write_file",
+        "{:?}",
+        rules.body
+    );
+    assert_eq!(rules.body["rules"][0]["verdict"], "allow");
     let results = tool_results(&client.snapshot(&chat).await?);
     assert!(results[0].contains("declined"), "{}", results[0]);
 
@@ -822,5 +829,56 @@ async fn attachments_are_saved_inlined_when_they_fit_and_named_when_not() -> any
         .as_str()
         .is_some_and(|m| m.contains("attachments[1].data_base64")));
     assert!(!workspace.join("uploads/a.txt").exists());
+    Ok(())
+}
+
+// 10 --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_rule_refuses_even_in_yolo_until_it_is_removed() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "yolo").await?;
+    let added = client
+        .post(
+            "/permissions/rules",
+            json!({"tool": "write_file", "verdict": "deny"}),
+        )
+        .await?;
+    assert_eq!(added.status, 201, "{added:?}");
+    let rule = added.body["id"].as_str().context("rule id")?.to_string();
+    let bad = client
+        .post(
+            &format!("/conversations/{chat}/rules"),
+            json!({"tool": "Write File", "verdict": "deny"}),
+        )
+        .await?;
+    assert_eq!(bad.status, 400, "{bad:?}");
+
+    let write = step(&[call("write_file", json!({"path": "x.txt", "content": "x"}))]);
+    sim.faults(json!([write.clone(), {"tokens": 2}])).await?;
+    let run = run_id(&client.send(&chat, "write").await?)?;
+    finished_run(&client, &chat, &run, QUICK).await?;
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert!(
+        results[0].contains("refused") && results[0].contains("write_file"),
+        "{}",
+        results[0]
+    );
+    assert!(!workspace.join("x.txt").exists());
+
+    let removed = client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/permissions/rules/{rule}"),
+            None,
+        )
+        .await?;
+    assert_eq!(removed.status, 204, "{removed:?}");
+    let listed = client.get("/permissions/rules").await?;
+    assert_eq!(listed.body["rules"], json!([]));
+    sim.faults(json!([write, {"tokens": 2}])).await?;
+    let run = run_id(&client.send(&chat, "write again").await?)?;
+    finished_run(&client, &chat, &run, QUICK).await?;
+    assert!(workspace.join("x.txt").exists());
     Ok(())
 }

@@ -4,6 +4,7 @@ mod body;
 mod conversations;
 mod events;
 mod messages;
+mod rules;
 mod system;
 
 use std::sync::Arc;
@@ -55,6 +56,22 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/conversations/{id}/stop", post(messages::stop))
         .route("/conversations/{id}/consent", post(messages::consent))
+        .route(
+            "/conversations/{id}/rules",
+            get(rules::chat_list).post(rules::chat_add),
+        )
+        .route(
+            "/conversations/{id}/rules/{rule_id}",
+            axum::routing::delete(rules::chat_remove),
+        )
+        .route(
+            "/permissions/rules",
+            get(rules::global_list).post(rules::global_add),
+        )
+        .route(
+            "/permissions/rules/{rule_id}",
+            axum::routing::delete(rules::global_remove),
+        )
         .route("/conversations/{id}/send-now", post(messages::send_now))
         .route("/conversations/{id}/continue", post(messages::resume))
         .route("/conversations/{id}/regenerate", post(messages::regenerate))

@@ -1,0 +1,172 @@
+//! Permission rules: a chat's own (`/conversations/{id}/rules`, where
+//! "always" on a card saves them) and every chat's (`/permissions/rules`).
+//! A deny rule refuses in every mode; an allow rule runs without asking.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::time::{new_id, now_rfc3339};
+
+use super::Json;
+use crate::store::queries::{self, Trashed};
+use crate::App;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleBody {
+    tool: String,
+    #[serde(default)]
+    pattern: String,
+    verdict: String,
+}
+
+fn check(body: &RuleBody) -> Result<(), ApiError> {
+    let tool_ok = !body.tool.is_empty()
+        && body.tool.len() <= 64
+        && body
+            .tool
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !tool_ok {
+        return Err(ApiError::bad_input(
+            "tool",
+            "is not a tool name (a-z, 0-9 and _, 64 at most), like write_file or bash",
+        ));
+    }
+    if body.pattern.chars().count() > 200 || body.pattern.chars().any(char::is_control) {
+        return Err(ApiError::bad_input(
+            "pattern",
+            "is over 200 characters or holds control characters",
+        ));
+    }
+    if !["allow", "deny"].contains(&body.verdict.as_str()) {
+        return Err(ApiError::bad_input(
+            "verdict",
+            format!("{:?} is not a verdict: use allow or deny", body.verdict),
+        ));
+    }
+    Ok(())
+}
+
+fn list(conn: &Connection, conversation_id: Option<&str>) -> Result<Vec<Value>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, tool, pattern, verdict, created FROM rules \
+         WHERE conversation_id IS ?1 ORDER BY rowid",
+    )?;
+    let rows = stmt.query_map([conversation_id], |r| {
+        Ok(json!({
+            "id": r.get::<_, String>(0)?,
+            "tool": r.get::<_, String>(1)?,
+            "pattern": r.get::<_, String>(2)?,
+            "verdict": r.get::<_, String>(3)?,
+            "created": r.get::<_, String>(4)?,
+        }))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+async fn add(
+    app: &App,
+    conversation_id: Option<String>,
+    body: RuleBody,
+) -> Result<Response, ApiError> {
+    check(&body)?;
+    let rule = app
+        .store
+        .write(move |ctx| {
+            if let Some(cid) = &conversation_id {
+                queries::conversation(ctx.conn(), cid, Trashed::Exclude)?;
+            }
+            let id = new_id("rule_");
+            let created = now_rfc3339();
+            let pattern = body.pattern.split_whitespace().collect::<Vec<_>>().join(" ");
+            ctx.conn().execute(
+                "INSERT INTO rules (id, conversation_id, tool, pattern, verdict, created) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, conversation_id, body.tool, pattern, body.verdict, created],
+            )?;
+            Ok(json!({"id": id, "tool": body.tool, "pattern": pattern, "verdict": body.verdict, "created": created}))
+        })
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(rule)).into_response())
+}
+
+async fn remove(
+    app: &App,
+    conversation_id: Option<String>,
+    rule_id: String,
+) -> Result<StatusCode, ApiError> {
+    app.store
+        .write(move |ctx| {
+            let found: Option<String> = ctx
+                .conn()
+                .query_row(
+                    "SELECT id FROM rules WHERE id = ?1 AND conversation_id IS ?2",
+                    params![rule_id, conversation_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if found.is_none() {
+                return Err(ApiError::not_found("rule", &rule_id));
+            }
+            ctx.conn()
+                .execute("DELETE FROM rules WHERE id = ?1", [&rule_id])?;
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn chat_list(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let rules = app
+        .store
+        .read(move |conn| {
+            queries::conversation(conn, &id, Trashed::Exclude)?;
+            list(conn, Some(&id))
+        })
+        .await?;
+    Ok(axum::Json(json!({ "rules": rules })))
+}
+
+pub async fn chat_add(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<RuleBody>,
+) -> Result<Response, ApiError> {
+    add(&app, Some(id), body).await
+}
+
+pub async fn chat_remove(
+    State(app): State<Arc<App>>,
+    Path((id, rule_id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    remove(&app, Some(id), rule_id).await
+}
+
+pub async fn global_list(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
+    let rules = app.store.read(move |conn| list(conn, None)).await?;
+    Ok(axum::Json(json!({ "rules": rules })))
+}
+
+pub async fn global_add(
+    State(app): State<Arc<App>>,
+    Json(body): Json<RuleBody>,
+) -> Result<Response, ApiError> {
+    add(&app, None, body).await
+}
+
+pub async fn global_remove(
+    State(app): State<Arc<App>>,
+    Path(rule_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    remove(&app, None, rule_id).await
+}
