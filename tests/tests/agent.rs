@@ -184,6 +184,30 @@ async fn a_multi_step_run_reads_edits_and_greps_real_files() -> anyhow::Result<(
     assert_eq!(sent_roles.first(), Some(&"system"));
     assert_eq!(sent_roles.iter().filter(|r| **r == "tool").count(), 4);
     assert!(last["tools"].as_array().is_some_and(|t| t.len() >= 6));
+
+    // Exported and imported again, the calls and their results come along.
+    let exported = client
+        .get(&format!("/conversations/{chat}/export?format=json"))
+        .await?;
+    let imported = client
+        .post("/conversations/import", exported.body.clone())
+        .await?;
+    assert_eq!(imported.status, 201, "{imported:?}");
+    let copy = imported.body["id"].as_str().context("import id")?;
+    let again = client.snapshot(copy).await?;
+    let shape = |s: &Value| -> Vec<(String, bool, bool)> {
+        messages(s)
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap_or("").to_string(),
+                    m.get("tool_calls").is_some(),
+                    m.get("tool_call_id").is_some(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(shape(&again), shape(&snapshot));
     Ok(())
 }
 

@@ -348,9 +348,29 @@ pub async fn export(
             let who = match m.role.as_str() {
                 "user" => "You",
                 "assistant" => "Assistant",
+                "tool" => "Tool result",
+                "compacted" => "Summary of the earlier conversation",
                 other => other,
             };
             text.push_str(&format!("## {who}\n\n{}\n\n", m.text));
+            for call in m
+                .tool_calls
+                .iter()
+                .flat_map(|c| c.as_array().into_iter().flatten())
+            {
+                let name = call
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let args = call
+                    .pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                text.push_str(&format!(
+                    "> {}\n\n",
+                    crate::tools::summarize_call(name, args)
+                ));
+            }
         }
         return Ok((
             [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
@@ -358,9 +378,23 @@ pub async fn export(
         )
             .into_response());
     }
+    let position = |id: &str| messages.iter().position(|m| m.id == id);
     let messages: Vec<Value> = messages
         .iter()
-        .map(|m| json!({"role": m.role, "text": m.text, "created": m.created, "reasoning": m.reasoning}))
+        .map(|m| {
+            let mut out = json!({"role": m.role, "text": m.text, "created": m.created, "reasoning": m.reasoning});
+            if let Some(calls) = &m.tool_calls {
+                out["tool_calls"] = calls.clone();
+            }
+            if let Some(id) = &m.tool_call_id {
+                out["tool_call_id"] = json!(id);
+            }
+            // Ids are made anew on import: a compaction's kept point goes by position.
+            if let Some(at) = m.keep_from.as_deref().and_then(position) {
+                out["keep_from_index"] = json!(at);
+            }
+            out
+        })
         .collect();
     Ok(axum::Json(json!({
         "version": 1,
@@ -387,6 +421,12 @@ pub struct ImportBody {
 pub struct ImportMessage {
     role: String,
     text: String,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    keep_from_index: Option<usize>,
 }
 
 pub const MAX_IMPORT_MESSAGES: usize = 10_000;
@@ -414,10 +454,50 @@ pub async fn import(
         ));
     }
     for (i, m) in body.messages.iter().enumerate() {
-        if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
+        if !matches!(
+            m.role.as_str(),
+            "user" | "assistant" | "system" | "tool" | "compacted" | "cleared"
+        ) {
             return Err(ApiError::bad_input(
                 &format!("messages[{i}].role"),
-                format!("{:?} is not user, assistant or system", m.role),
+                format!(
+                    "{:?} is not user, assistant, system, tool, compacted or cleared",
+                    m.role
+                ),
+            ));
+        }
+        if let Some(calls) = &m.tool_calls {
+            let well_formed = calls.iter().all(|c| {
+                c.get("id").and_then(Value::as_str).is_some()
+                    && c.pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .is_some()
+                    && c.pointer("/function/arguments")
+                        .and_then(Value::as_str)
+                        .is_some()
+            });
+            if m.role != "assistant" || calls.len() > 64 || !well_formed {
+                return Err(ApiError::bad_input(
+                    &format!("messages[{i}].tool_calls"),
+                    "go on assistant messages only, 64 at most, each {id, function: {name, arguments}}",
+                ));
+            }
+        }
+        if m.tool_call_id
+            .as_ref()
+            .is_some_and(|id| m.role != "tool" || id.len() > 200)
+        {
+            return Err(ApiError::bad_input(
+                &format!("messages[{i}].tool_call_id"),
+                "goes on tool messages only, 200 bytes at most",
+            ));
+        }
+        if m.keep_from_index
+            .is_some_and(|k| m.role != "compacted" || k >= i)
+        {
+            return Err(ApiError::bad_input(
+                &format!("messages[{i}].keep_from_index"),
+                "goes on compacted messages only and names an earlier message",
             ));
         }
     }
@@ -433,9 +513,21 @@ pub async fn import(
         .store
         .write(move |ctx| {
             let conversation = insert_conversation(ctx, &new)?;
+            let mut ids: Vec<String> = Vec::with_capacity(body.messages.len());
             for m in &body.messages {
                 let status = (m.role == "assistant").then_some("done");
-                insert_message(ctx, &conversation.id, &m.role, &m.text, None, status)?;
+                let message = insert_message(ctx, &conversation.id, &m.role, &m.text, None, status)?;
+                let keep_from = m.keep_from_index.and_then(|k| ids.get(k).cloned());
+                ctx.conn().execute(
+                    "UPDATE messages SET tool_calls = ?1, tool_call_id = ?2, keep_from = ?3 WHERE id = ?4",
+                    params![
+                        m.tool_calls.as_ref().map(|c| Value::Array(c.clone()).to_string()),
+                        m.tool_call_id,
+                        keep_from,
+                        message.id
+                    ],
+                )?;
+                ids.push(message.id);
             }
             queries::conversation(ctx.conn(), &conversation.id, Trashed::Include)
         })
