@@ -123,11 +123,8 @@ fn content_chars(v: Option<&Value>) -> usize {
 /// compaction keeps.
 pub fn message_tokens(m: &Message) -> u64 {
     let mut chars = m.text.chars().count();
-    if let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) {
-        for call in calls {
-            chars += str_len(call.pointer("/function/arguments"));
-            chars += str_len(call.pointer("/function/name"));
-        }
+    for call in m.calls() {
+        chars += call.arguments.chars().count() + call.name.chars().count();
     }
     ((chars as u64 / 4 + PER_MESSAGE) as f64 * MARGIN).ceil() as u64
 }
@@ -316,18 +313,12 @@ pub fn render_for_summary(
     }
     for m in messages {
         let mut line = format!("[{}]\n{}", m.role, m.text);
-        if let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) {
-            for call in calls {
-                let name = call
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let args = call
-                    .pointer("/function/arguments")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                line.push_str(&format!("\n(tool call {name} {})", cut_chars(args, 400)));
-            }
+        for call in m.calls() {
+            line.push_str(&format!(
+                "\n(tool call {} {})",
+                call.name,
+                cut_chars(call.arguments, 400)
+            ));
         }
         if m.role == "tool" {
             line = format!("[tool result]\n{}", cut_chars(&m.text, 2_000));

@@ -80,7 +80,53 @@ pub struct Message {
 pub const MESSAGE_COLUMNS: &str =
     "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments";
 
+/// One tool call of an answer: its id, the tool's name, the arguments' JSON text.
+pub struct CallRef<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub arguments: &'a str,
+}
+
 impl Message {
+    /// A new message with a fresh id, not yet under any parent.
+    pub fn draft(role: &str, text: &str) -> Message {
+        Message {
+            id: tandem_shared::time::new_id("m_"),
+            parent_id: None,
+            role: role.to_string(),
+            text: text.to_string(),
+            reasoning: None,
+            tool_calls: None,
+            tool_call_id: None,
+            run_id: None,
+            status: None,
+            created: tandem_shared::time::now_rfc3339(),
+            keep_from: None,
+            attachments: None,
+        }
+    }
+
+    /// The tool calls of an answer, as the engine sent them (missing parts empty).
+    pub fn calls(&self) -> Vec<CallRef<'_>> {
+        fn text<'v>(c: &'v Value, p: &str) -> &'v str {
+            c.pointer(p).and_then(Value::as_str).unwrap_or("")
+        }
+        self.tool_calls
+            .as_ref()
+            .and_then(Value::as_array)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|c| CallRef {
+                        id: text(c, "/id"),
+                        name: text(c, "/function/name"),
+                        arguments: text(c, "/function/arguments"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub fn from_row(row: &Row) -> rusqlite::Result<Message> {
         let tool_calls: Option<String> = row.get(5)?;
         let reasoning: Option<String> = row.get(4)?;

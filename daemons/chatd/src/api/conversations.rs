@@ -353,23 +353,9 @@ pub async fn export(
                 other => other,
             };
             text.push_str(&format!("## {who}\n\n{}\n\n", m.text));
-            for call in m
-                .tool_calls
-                .iter()
-                .flat_map(|c| c.as_array().into_iter().flatten())
-            {
-                let name = call
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let args = call
-                    .pointer("/function/arguments")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                text.push_str(&format!(
-                    "> {}\n\n",
-                    crate::tools::summarize_call(name, args)
-                ));
+            for call in m.calls() {
+                let line = crate::tools::summarize_call(call.name, call.arguments);
+                text.push_str(&format!("> {line}\n\n"));
             }
         }
         return Ok((

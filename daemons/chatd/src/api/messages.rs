@@ -15,7 +15,7 @@ use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Json;
 use crate::attachments;
-use crate::runs::{insert_message, insert_message_under, insert_row, insert_run};
+use crate::runs::{insert_at_head, insert_message, insert_message_under, insert_run};
 use crate::store::queries::{self, Trashed};
 use crate::workspace::Workspace;
 use crate::App;
@@ -118,26 +118,9 @@ fn insert_user_with_files(
     text: &str,
     records: Value,
 ) -> Result<crate::model::Message, ApiError> {
-    let head: Option<String> = ctx.conn().query_row(
-        "SELECT head_id FROM conversations WHERE id = ?1",
-        [conversation_id],
-        |r| r.get(0),
-    )?;
-    let message = crate::model::Message {
-        id: new_id("m_"),
-        parent_id: head,
-        role: "user".into(),
-        text: text.to_string(),
-        reasoning: None,
-        tool_calls: None,
-        tool_call_id: None,
-        run_id: None,
-        status: None,
-        created: now_rfc3339(),
-        keep_from: None,
-        attachments: Some(records),
-    };
-    insert_row(ctx, conversation_id, message)
+    let mut message = crate::model::Message::draft("user", text);
+    message.attachments = Some(records);
+    insert_at_head(ctx, conversation_id, message)
 }
 
 fn accepted(body: Value) -> Response {

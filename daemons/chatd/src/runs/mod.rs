@@ -168,17 +168,21 @@ impl Runs {
         lock(&self.inner.vision).contains(model)
     }
 
-    /// The tokens left in the window after the chat's transcript, by the estimate.
-    pub async fn free_tokens(&self, conversation_id: &str, model: &str) -> Result<u64, ApiError> {
+    /// The chat's active path, root to head.
+    pub(crate) async fn head_path(&self, conversation_id: &str) -> Result<Vec<Message>, ApiError> {
         let cid = conversation_id.to_string();
-        let history = self
-            .inner
+        self.inner
             .store
             .read(move |conn| {
                 let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
                 queries::path_to(conn, &cid, conversation.head_id.as_deref())
             })
-            .await?;
+            .await
+    }
+
+    /// The tokens left in the window after the chat's transcript, by the estimate.
+    pub async fn free_tokens(&self, conversation_id: &str, model: &str) -> Result<u64, ApiError> {
+        let history = self.head_path(conversation_id).await?;
         let messages = context::request_messages(
             &self.system_prompt(),
             &context::transcript(&history),
@@ -1100,20 +1104,24 @@ pub fn insert_message(
     run_id: Option<&str>,
     status: Option<&str>,
 ) -> Result<Message, ApiError> {
-    let head: Option<String> = ctx.conn().query_row(
+    let mut message = Message::draft(role, text);
+    message.run_id = run_id.map(str::to_string);
+    message.status = status.map(str::to_string);
+    insert_at_head(ctx, conversation_id, message)
+}
+
+/// Adds `message` under the conversation's head and makes it the head.
+pub fn insert_at_head(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+    mut message: Message,
+) -> Result<Message, ApiError> {
+    message.parent_id = ctx.conn().query_row(
         "SELECT head_id FROM conversations WHERE id = ?1",
         [conversation_id],
         |r| r.get(0),
     )?;
-    insert_message_under(
-        ctx,
-        conversation_id,
-        head.as_deref(),
-        role,
-        text,
-        run_id,
-        status,
-    )
+    insert_row(ctx, conversation_id, message)
 }
 
 /// Adds a message under `parent` and makes it the head.
@@ -1126,20 +1134,10 @@ pub fn insert_message_under(
     run_id: Option<&str>,
     status: Option<&str>,
 ) -> Result<Message, ApiError> {
-    let message = Message {
-        id: new_id("m_"),
-        parent_id: parent.map(str::to_string),
-        role: role.to_string(),
-        text: text.to_string(),
-        reasoning: None,
-        tool_calls: None,
-        tool_call_id: None,
-        run_id: run_id.map(str::to_string),
-        status: status.map(str::to_string),
-        created: now_rfc3339(),
-        keep_from: None,
-        attachments: None,
-    };
+    let mut message = Message::draft(role, text);
+    message.parent_id = parent.map(str::to_string);
+    message.run_id = run_id.map(str::to_string);
+    message.status = status.map(str::to_string);
     insert_row(ctx, conversation_id, message)
 }
 

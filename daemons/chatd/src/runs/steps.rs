@@ -4,7 +4,7 @@
 //! gives its engine slot back.
 
 use rusqlite::params;
-use serde_json::{json, Value};
+use serde_json::json;
 use tandem_shared::http::ApiError;
 use tandem_shared::time::{new_id, now_rfc3339};
 use tokio::sync::{watch, OwnedSemaphorePermit};
@@ -43,15 +43,7 @@ impl Runs {
         slot: &mut Option<OwnedSemaphorePermit>,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<StepEnd, ApiError> {
-        let cid = run.conversation_id.clone();
-        let history = self
-            .inner
-            .store
-            .read(move |conn| {
-                let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
-                queries::path_to(conn, &cid, conversation.head_id.as_deref())
-            })
-            .await?;
+        let history = self.head_path(&run.conversation_id).await?;
         let calls = unanswered(&history);
         if calls.is_empty() {
             return Ok(StepEnd::Go);
@@ -438,26 +430,20 @@ fn unanswered(history: &[Message]) -> Vec<ToolCall> {
         .iter()
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();
-    let Some(calls) = history[at].tool_calls.as_ref().and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    calls
-        .iter()
-        .filter_map(|c| {
-            let id = c.get("id")?.as_str()?.to_string();
-            let name = c.pointer("/function/name")?.as_str()?.to_string();
-            let arguments = c
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}")
-                .to_string();
-            Some(ToolCall {
-                id,
-                name,
-                arguments,
-            })
+    history[at]
+        .calls()
+        .into_iter()
+        // A call without an id cannot be answered; the request says "not run".
+        .filter(|c| !c.id.is_empty() && !answered.contains(&c.id))
+        .map(|c| ToolCall {
+            id: c.id.to_string(),
+            name: c.name.to_string(),
+            arguments: if c.arguments.is_empty() {
+                "{}".to_string()
+            } else {
+                c.arguments.to_string()
+            },
         })
-        .filter(|c| !answered.contains(&c.id.as_str()))
         .collect()
 }
 
@@ -469,24 +455,8 @@ fn insert_tool_message(
     call_id: &str,
     text: &str,
 ) -> Result<Message, ApiError> {
-    let head: Option<String> = ctx.conn().query_row(
-        "SELECT head_id FROM conversations WHERE id = ?1",
-        [conversation_id],
-        |r| r.get(0),
-    )?;
-    let message = Message {
-        id: new_id("m_"),
-        parent_id: head,
-        role: "tool".into(),
-        text: text.to_string(),
-        reasoning: None,
-        tool_calls: None,
-        tool_call_id: Some(call_id.to_string()),
-        run_id: Some(run_id.to_string()),
-        status: None,
-        created: now_rfc3339(),
-        keep_from: None,
-        attachments: None,
-    };
-    super::insert_row(ctx, conversation_id, message)
+    let mut message = Message::draft("tool", text);
+    message.tool_call_id = Some(call_id.to_string());
+    message.run_id = Some(run_id.to_string());
+    super::insert_at_head(ctx, conversation_id, message)
 }
