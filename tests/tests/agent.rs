@@ -777,8 +777,7 @@ async fn the_step_limit_pauses_and_continue_goes_on() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `wait_until` is used by helpers of other files; keep the import honest.
-#[allow(dead_code)]
+/// Waits until the chat has no run.
 async fn settled(client: &Client, chat: &str) -> anyhow::Result<Value> {
     wait_until("the chat to settle", QUICK, || async {
         let s = client.snapshot(chat).await.ok()?;
@@ -904,5 +903,218 @@ async fn a_deny_rule_refuses_even_in_yolo_until_it_is_removed() -> anyhow::Resul
     let run = run_id(&client.send(&chat, "write again").await?)?;
     finished_run(&client, &chat, &run, QUICK).await?;
     assert!(workspace.join("x.txt").exists());
+    Ok(())
+}
+
+// 11: what a review found --------------------------------------------------------
+
+/// A card waits; the person sends "don't", stops, and sends now: the calls
+/// the stopped run left are closed as not run, never run by the new run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_now_after_a_stop_does_not_run_the_stopped_calls() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "ask").await?;
+    sim.faults(json!([
+        step(&[call("write_file", json!({"path": "b.txt", "content": "x"}))]),
+        {"tokens": 2},
+    ]))
+    .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let run = run_id(&client.send(&chat, "write b").await?)?;
+    device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let pending = client.send(&chat, "NO, do not touch b.txt").await?;
+    assert!(pending["pending_id"].is_string(), "{pending}");
+    client
+        .post(&format!("/conversations/{chat}/stop"), json!({}))
+        .await?;
+    assert_eq!(
+        finished_run(&client, &chat, &run, QUICK).await?["status"],
+        "stopped"
+    );
+    client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/conversations/{chat}/permission-mode"),
+            Some(json!({"mode": "auto"})),
+        )
+        .await?;
+    let now = client
+        .post(&format!("/conversations/{chat}/send-now"), json!({}))
+        .await?;
+    assert_eq!(now.status, 202, "{now:?}");
+    let second = run_id(&now.body)?;
+    assert_eq!(
+        finished_run(&client, &chat, &second, QUICK).await?["status"],
+        "done"
+    );
+    assert!(
+        !workspace.join("b.txt").exists(),
+        "the stopped call never ran"
+    );
+    let snapshot = client.snapshot(&chat).await?;
+    let results = tool_results(&snapshot);
+    assert!(results[0].starts_with("not run"), "{results:?}");
+    Ok(())
+}
+
+/// A card waits; the chat switches to auto and chatd restarts: the run goes
+/// on without asking, is `running` again, and the stale card has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_that_no_longer_asks_is_running_and_its_card_expired() -> anyhow::Result<()> {
+    let (sim, mut chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "ask").await?;
+    sim.faults(json!([
+        step(&[call("write_file", json!({"path": "c.txt", "content": "x"}))]),
+        {"tokens": 2},
+    ]))
+    .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let run = run_id(&client.send(&chat, "write c").await?)?;
+    let card = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let card_id = card.last().context("card")?.data["card_id"].clone();
+    client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/conversations/{chat}/permission-mode"),
+            Some(json!({"mode": "auto"})),
+        )
+        .await?;
+    chatd.restart().await?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    assert!(workspace.join("c.txt").exists());
+    let late = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card_id, "decision": "deny"}),
+        )
+        .await?;
+    assert_eq!(late.status, 410, "{late:?}");
+    Ok(())
+}
+
+/// A summary call that fails writes nothing: the chat keeps its history and
+/// the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_summary_call_keeps_the_history() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&["--context-window", "8192"], &[]).await?;
+    let (chat, _) = chat(&client, &chatd, "auto").await?;
+    fill(&client, &chat, 3, 300).await?;
+    let before = messages(&client.snapshot(&chat).await?).len();
+    // The next request is at the line: its summary call meets a 500, the
+    // answer itself goes through.
+    sim.faults(json!([{"status": 500}, {"tokens": 3}])).await?;
+    let text = format!("long {} [sim tokens=3]", "lorem ipsum ".repeat(900));
+    let run = run_id(&client.send(&chat, &text).await?)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let snapshot = client.snapshot(&chat).await?;
+    assert!(
+        messages(&snapshot).iter().all(|m| m["role"] != "compacted"),
+        "no marker"
+    );
+    assert_eq!(messages(&snapshot).len(), before + 2);
+    assert!(chatd.log().contains("compaction failed"));
+    Ok(())
+}
+
+/// A message sent while `/compact` waits for its summary is not cut off:
+/// the compaction gives way (409) and the message stays in the chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_during_compact_is_kept() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, _) = chat(&client, &chatd, "auto").await?;
+    fill(&client, &chat, 6, 1_500).await?;
+    // The summary call takes 2 s; a question comes in meanwhile.
+    sim.faults(json!([{"first_token_ms": 2000}, {"tokens": 3}]))
+        .await?;
+    let compact = {
+        let client = chatd.client();
+        let chat = chat.clone();
+        tokio::spawn(async move {
+            client
+                .post(&format!("/conversations/{chat}/compact"), json!({}))
+                .await
+        })
+    };
+    wait_until("the summary call to start", QUICK, || async {
+        let n = sim.requests().await.ok()?.len();
+        (n >= 7).then_some(())
+    })
+    .await?;
+    let run = run_id(&client.send(&chat, "NEW QUESTION").await?)?;
+    finished_run(&client, &chat, &run, QUICK).await?;
+    let compacted = compact.await??;
+    assert_eq!(compacted.status, 409, "{compacted:?}");
+    assert_eq!(compacted.body["error"]["type"], "chat_moved");
+    let snapshot = client.snapshot(&chat).await?;
+    assert!(messages(&snapshot)
+        .iter()
+        .any(|m| m["text"] == "NEW QUESTION"));
+    Ok(())
+}
+
+/// Files sent while a run works wait with their message and reach the
+/// model with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_sent_during_a_run_wait_with_their_message() -> anyhow::Result<()> {
+    let (_sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    let run = run_id(&client.send(&chat, "slow [sim tokens=60 tps=30]").await?)?;
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({"text": "and this", "attachments": [{"name": "late.txt", "text": "late file\n"}]}),
+        )
+        .await?;
+    assert!(sent.body["pending_id"].is_string(), "{sent:?}");
+    finished_run(&client, &chat, &run, QUICK).await?;
+    settled(&client, &chat).await?;
+    let snapshot = client.snapshot(&chat).await?;
+    let delivered = messages(&snapshot)
+        .into_iter()
+        .find(|m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("and this"))
+        })
+        .context("the waiting message was delivered")?;
+    assert_eq!(delivered["attachments"][0]["path"], "uploads/late.txt");
+    assert!(workspace.join("uploads/late.txt").exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_say_what_they_cannot_mean() -> anyhow::Result<()> {
+    let (_sim, _chatd, client) = start(&[], &[]).await?;
+    let pattern = client
+        .post(
+            "/permissions/rules",
+            json!({"tool": "write_file", "pattern": "secrets/*", "verdict": "deny"}),
+        )
+        .await?;
+    assert_eq!(pattern.status, 400, "{pattern:?}");
+    assert!(pattern.body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("pattern")));
+    let unknown = client
+        .post(
+            "/permissions/rules",
+            json!({"tool": "wirte_file", "verdict": "deny"}),
+        )
+        .await?;
+    assert_eq!(unknown.status, 400, "{unknown:?}");
+    let bash = client
+        .post(
+            "/permissions/rules",
+            json!({"tool": "bash", "pattern": "git   push", "verdict": "deny"}),
+        )
+        .await?;
+    assert_eq!(bash.status, 201, "{bash:?}");
+    assert_eq!(bash.body["pattern"], "git push");
     Ok(())
 }

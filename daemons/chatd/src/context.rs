@@ -159,7 +159,11 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
         .and_then(|id| path[..c].iter().position(|m| &m.id == id))
         .unwrap_or(c);
     let mut messages: Vec<&Message> = Vec::new();
-    if !path[kept_at..].iter().any(|m| m.role == "user") {
+    // The kept part starts with a question: the last one before it when it
+    // does not (a template that wants user/assistant turns needs it, and the
+    // task stays word for word).
+    let first_kept = path[kept_at..].iter().find(|m| carried(m));
+    if first_kept.is_none_or(|m| m.role != "user") {
         if let Some(question) = path[..kept_at].iter().rev().find(|m| m.role == "user") {
             messages.push(question);
         }
@@ -228,13 +232,26 @@ pub fn request_messages(
                     out.push(json!({"role": "assistant", "content": m.text}));
                     continue;
                 };
+                // Its results follow it; only a call that succeeded is shortened.
+                let results: Vec<&Message> = all[i..]
+                    .iter()
+                    .take_while(|n| n.role == "tool")
+                    .copied()
+                    .collect();
+                let succeeded = |id: &str| {
+                    results.iter().any(|r| {
+                        r.tool_call_id.as_deref() == Some(id)
+                            && r.status.as_deref() != Some("failed")
+                    })
+                };
                 let calls: Vec<Value> = calls
                     .iter()
                     .map(|call| {
                         let mut call = call.clone();
+                        let id = call.get("id").and_then(Value::as_str).unwrap_or("");
                         let name = call.pointer("/function/name").and_then(Value::as_str);
                         let args = call.pointer("/function/arguments").and_then(Value::as_str);
-                        if let (Some(name), Some(args)) = (name, args) {
+                        if let (true, Some(name), Some(args)) = (succeeded(id), name, args) {
                             if let Some(short) = stub(name, args) {
                                 call["function"]["arguments"] = json!(short);
                             }
@@ -426,6 +443,26 @@ mod tests {
     }
 
     #[test]
+    fn the_kept_part_always_starts_with_a_question() {
+        let mut marker = msg("c", "compacted", "summary");
+        marker.keep_from = Some("a1".into());
+        let history = vec![
+            msg("u1", "user", "do X"),
+            msg("a0", "assistant", "sure"),
+            msg("a1", "assistant", "more"),
+            msg("u2", "user", "and Y"),
+            msg("a2", "assistant", "done"),
+            marker,
+        ];
+        let ids: Vec<&str> = transcript(&history)
+            .messages
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        assert_eq!(ids, ["u1", "a1", "u2", "a2"]);
+    }
+
+    #[test]
     fn a_call_without_a_result_is_answered_not_run() {
         let mut a = msg("a", "assistant", "");
         a.tool_calls = Some(json!([
@@ -440,6 +477,31 @@ mod tests {
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
         assert_eq!(out[3]["tool_call_id"], "c2");
         assert!(out[1]["content"].is_null());
+    }
+
+    #[test]
+    fn only_a_call_that_succeeded_is_shortened() {
+        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "write_file", "arguments": "{\"content\":\"big\"}"}});
+        let mut a = msg("a", "assistant", "");
+        a.tool_calls = Some(json!([call("c1"), call("c2")]));
+        let mut ok = msg("r1", "tool", "wrote");
+        ok.tool_call_id = Some("c1".into());
+        ok.status = Some("done".into());
+        let mut denied = msg("r2", "tool", "declined");
+        denied.tool_call_id = Some("c2".into());
+        denied.status = Some("failed".into());
+        let history = vec![msg("u", "user", "go"), a, ok, denied];
+        let out = request_messages(
+            "",
+            &transcript(&history),
+            &|_, _| Some("STUB".into()),
+            &|_| Vec::new(),
+        );
+        assert_eq!(out[1]["tool_calls"][0]["function"]["arguments"], "STUB");
+        assert_eq!(
+            out[1]["tool_calls"][1]["function"]["arguments"],
+            "{\"content\":\"big\"}"
+        );
     }
 
     #[test]

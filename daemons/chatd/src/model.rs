@@ -203,9 +203,12 @@ pub struct Pending {
     pub text: String,
     pub state: String,
     pub created: String,
+    /// The files sent with it (see `Message::attachments`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<Value>,
 }
 
-pub const PENDING_COLUMNS: &str = "id, conversation_id, text, state, created";
+pub const PENDING_COLUMNS: &str = "id, conversation_id, text, state, created, attachments";
 
 impl Pending {
     pub fn from_row(row: &Row) -> rusqlite::Result<Pending> {
@@ -215,6 +218,9 @@ impl Pending {
             text: row.get(2)?,
             state: row.get(3)?,
             created: row.get(4)?,
+            attachments: row
+                .get::<_, Option<String>>(5)?
+                .and_then(|a| serde_json::from_str(&a).ok()),
         })
     }
 }

@@ -87,8 +87,8 @@ pub async fn send(
             if queries::active_run(ctx.conn(), &cid)?.is_some() {
                 let pending_id = new_id("p_");
                 ctx.conn().execute(
-                    "INSERT INTO pending (id, conversation_id, text, created) VALUES (?1, ?2, ?3, ?4)",
-                    params![pending_id, cid, text, now_rfc3339()],
+                    "INSERT INTO pending (id, conversation_id, text, created, attachments) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![pending_id, cid, text, now_rfc3339(), records.as_ref().map(Value::to_string)],
                 )?;
                 let pending = queries::pending(ctx.conn(), &cid, &pending_id)?;
                 ctx.emit(&cid, "pending.added", json!({"pending": pending}))?;

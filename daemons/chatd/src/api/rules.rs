@@ -26,7 +26,13 @@ pub struct RuleBody {
     verdict: String,
 }
 
-fn check(body: &RuleBody) -> Result<(), ApiError> {
+/// Tools later builds add; a rule may name them before they arrive.
+const COMING: &[&str] = &["bash", "web_fetch", "web_search"];
+/// The tools whose rules name a command (`git push`); the others' rules
+/// cover any use.
+const COMMAND_TOOLS: &[&str] = &["bash"];
+
+fn check(app: &App, body: &RuleBody) -> Result<(), ApiError> {
     let tool_ok = !body.tool.is_empty()
         && body.tool.len() <= 64
         && body
@@ -37,6 +43,30 @@ fn check(body: &RuleBody) -> Result<(), ApiError> {
         return Err(ApiError::bad_input(
             "tool",
             "is not a tool name (a-z, 0-9 and _, 64 at most), like write_file or bash",
+        ));
+    }
+    let registry = app.runs.registry();
+    if registry.get(&body.tool).is_none() && !COMING.contains(&body.tool.as_str()) {
+        return Err(ApiError::bad_input(
+            "tool",
+            format!(
+                "{:?} is not a tool here: use one of {}",
+                body.tool,
+                registry.names().join(", ")
+            ),
+        ));
+    }
+    let command = COMMAND_TOOLS.contains(&body.tool.as_str())
+        || registry
+            .get(&body.tool)
+            .is_some_and(|s| s.effect == crate::tools::Effect::Command);
+    if !command && !body.pattern.trim().is_empty() {
+        return Err(ApiError::bad_input(
+            "pattern",
+            format!(
+                "a rule for {} covers any use: leave the pattern empty (patterns name commands, for bash)",
+                body.tool
+            ),
         ));
     }
     if body.pattern.chars().count() > 200 || body.pattern.chars().any(char::is_control) {
@@ -76,7 +106,7 @@ async fn add(
     conversation_id: Option<String>,
     body: RuleBody,
 ) -> Result<Response, ApiError> {
-    check(&body)?;
+    check(app, &body)?;
     let rule = app
         .store
         .write(move |ctx| {

@@ -128,13 +128,21 @@ impl Runs {
             ],
         });
         let (summary_prompt, _) = self.count(model, &summary_body).await;
+        // A summary call that fails (the engine away, busy, loading) writes
+        // nothing: the chat keeps its history and the caller goes on without.
         let (summary, summary_tokens) = match self.summarise(conversation_id, &summary_body).await {
             Ok((text, tokens)) if !text.trim().is_empty() => (text, tokens),
             Ok(_) => (
                 fallback(older.len(), "the summary call answered nothing"),
                 0,
             ),
-            Err(why) => (fallback(older.len(), &why), 0),
+            Err(why) => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "engine_unavailable",
+                    format!("the summary call failed, nothing was compacted: {why}"),
+                ))
+            }
         };
 
         let cid = conversation_id.to_string();
@@ -144,6 +152,16 @@ impl Runs {
         let marker = inner
             .store
             .write(move |ctx| {
+                // The chat must not have moved on during the summary call (a
+                // message sent meanwhile): the marker would cut it off.
+                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
+                let expected = moved.as_ref().or(leaf.as_ref());
+                if conversation.head_id.as_ref() != expected {
+                    return Err(ApiError::conflict(
+                        "chat_moved",
+                        "the chat changed while it was being compacted; nothing was compacted, try again",
+                    ));
+                }
                 let marker = insert_message_under(
                     ctx,
                     &cid,

@@ -490,10 +490,12 @@ impl Runs {
             .await?;
         let origin = run.origin.clone();
 
-        // A run that waited for consent when chatd stopped goes on waiting:
-        // it takes a slot only for its next model call.
+        // A run that waited for consent when chatd stopped goes on: it takes
+        // a slot only for its next model call, and is `running` again until
+        // it really asks (the mode or the rules may have changed meanwhile).
         let mut slot = None;
-        if run.status != "waiting" {
+        let resumed = run.status == "waiting";
+        if !resumed {
             match self.take_slot(run_id, &mut stop).await? {
                 Ok(permit) => slot = Some(permit),
                 Err(SlotLost::Shutdown) => return Ok(None),
@@ -539,6 +541,11 @@ impl Runs {
         // A continued, regenerated or edited answer belongs right under its
         // question: waiting messages join at the step after it, not before.
         let mut deliver_now = run.mode == "send";
+        // A new run does not run the calls a stopped one left: they are
+        // closed as not run (only Continue, or a resumed run, goes on with them).
+        if !resumed && run.mode != "continue" {
+            self.close_left_calls(&run).await?;
+        }
         loop {
             // The calls of the last answer that have no result yet.
             match self.run_tool_calls(&run, &mut slot, &mut stop).await? {
@@ -548,6 +555,11 @@ impl Runs {
                     self.end(run_id, outcome, error.as_deref()).await?;
                     return Ok(Some((origin, outcome)));
                 }
+            }
+            // A stop while the tools ran ends the run here: waiting messages stay.
+            if *stop.borrow() == EndRequest::Stop {
+                self.end(run_id, Outcome::Stopped, None).await?;
+                return Ok(Some((origin, Outcome::Stopped)));
             }
             if steps >= max_steps {
                 let why = format!("paused after {max_steps} model calls; Continue goes on");
@@ -749,20 +761,15 @@ impl Runs {
             let sizes = self.window(&conversation.id, &run.model);
             if request.tokens >= sizes.line && !line_checked {
                 line_checked = true;
-                match self
-                    .compact(&conversation.id, &run.model, "line", Some(&message.id))
-                    .await
+                if self
+                    .compact_during(run, message, "line", stop)
+                    .await?
+                    .is_some_and(|c| c.cut)
                 {
-                    Ok(c) if c.cut => {
-                        request = self
-                            .request(&conversation.id, &run.model, message, &text)
-                            .await
-                            .map_err(store_err)?;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(run = %run.id, error = %e.message, "compaction failed")
-                    }
+                    request = self
+                        .request(&conversation.id, &run.model, message, &text)
+                        .await
+                        .map_err(store_err)?;
                 }
             }
             if request.tokens > sizes.window {
@@ -796,18 +803,11 @@ impl Runs {
             if fault.is_over_context() {
                 if !compacted_for_size {
                     compacted_for_size = true;
-                    if let Ok(c) = self
-                        .compact(
-                            &conversation.id,
-                            &run.model,
-                            "over the window",
-                            Some(&message.id),
-                        )
-                        .await
-                    {
-                        if c.cut && c.after < c.before {
-                            continue;
-                        }
+                    let compacted = self
+                        .compact_during(run, message, "over the window", stop)
+                        .await?;
+                    if compacted.is_some_and(|c| c.cut && c.after < c.before) {
+                        continue;
                     }
                 }
                 return Err((Outcome::Failed, Some(reason)));
@@ -824,15 +824,20 @@ impl Runs {
                         // from now on compact at 80 % of the refused size.
                         if *status == 503 && !compacted_for_memory {
                             compacted_for_memory = true;
-                            lock(&inner.refused).insert(conversation.id.clone(), request.tokens);
-                            if let Ok(c) = self
-                                .compact(&conversation.id, &run.model, "memory", Some(&message.id))
-                                .await
-                            {
-                                if c.cut {
-                                    continue;
-                                }
+                            let before = lock(&inner.refused)
+                                .insert(conversation.id.clone(), request.tokens);
+                            let compacted =
+                                self.compact_during(run, message, "memory", stop).await?;
+                            if compacted.is_some_and(|c| c.cut) {
+                                continue;
                             }
+                            // Nothing compacted (the summary call failed too):
+                            // the refusal is not taken as the chat's size.
+                            let mut refused = lock(&inner.refused);
+                            match before {
+                                Some(b) => refused.insert(conversation.id.clone(), b),
+                                None => refused.remove(&conversation.id),
+                            };
                         }
                         return Err((Outcome::Failed, Some(reason)));
                     }
@@ -864,6 +869,30 @@ impl Runs {
                 _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Err((Outcome::Stopped, None)),
                 _ = inner.shutdown.wait() => return Err((Outcome::Interrupted, Some("chatd stopped".into()))),
             }
+        }
+    }
+
+    /// A compaction inside a run, ended by a stop or chatd's shutdown (then
+    /// nothing is written). `Ok(None)`: it failed; the run goes on without.
+    async fn compact_during(
+        &self,
+        run: &Run,
+        message: &Message,
+        reason: &str,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<Option<compaction::Compacted>, (Outcome, Option<String>)> {
+        tokio::select! {
+            compacted = self.compact(&run.conversation_id, &run.model, reason, Some(&message.id)) => {
+                match compacted {
+                    Ok(c) => Ok(Some(c)),
+                    Err(e) => {
+                        tracing::warn!(run = %run.id, reason, error = %e.message, "compaction failed");
+                        Ok(None)
+                    }
+                }
+            }
+            _ = stop.wait_for(|r| *r == EndRequest::Stop) => Err((Outcome::Stopped, None)),
+            _ = self.inner.shutdown.wait() => Err((Outcome::Interrupted, Some("chatd stopped".into()))),
         }
     }
 
@@ -945,12 +974,11 @@ impl Runs {
             tracing::warn!(run = %run.id, lines = stream.garbage, "skipped lines of the engine stream that were not chunks");
         }
         if result.is_ok() && !tool_calls.is_empty() {
-            // Every call needs an id its result can name; an engine that sent
-            // none gets one made here.
+            // Every call gets an id of chatd's own, unique in the chat: some
+            // engines number calls per answer (`call_0`), and a card or a
+            // result found by a repeated id would answer the wrong call.
             for (i, call) in tool_calls.iter_mut().enumerate() {
-                if call["id"].as_str().is_none_or(str::is_empty) {
-                    call["id"] = json!(format!("call_{}_{i}", message.id));
-                }
+                call["id"] = json!(format!("call_{}_{i}", message.id.trim_start_matches("m_")));
             }
             let mid = message.id.clone();
             let calls = Value::Array(tool_calls.clone()).to_string();
@@ -1034,12 +1062,12 @@ fn merge_tool_call(
     if let Some(name) = name {
         call["function"]["name"] = json!(name);
     }
-    let args = call["function"]["arguments"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-        + arguments;
-    call["function"]["arguments"] = json!(args);
+    // Appended in place: a long argument streamed piece by piece must not
+    // be copied whole at every piece.
+    match &mut call["function"]["arguments"] {
+        Value::String(args) => args.push_str(arguments),
+        other => *other = json!(arguments),
+    }
 }
 
 /// The chat-completions body around `messages`, with the answer's text so
@@ -1070,7 +1098,9 @@ fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError>
             "UPDATE pending SET state = 'delivered' WHERE id = ?1",
             [&pending.id],
         )?;
-        let message = insert_message(ctx, conversation_id, "user", &pending.text, None, None)?;
+        let mut message = Message::draft("user", &pending.text);
+        message.attachments = pending.attachments;
+        let message = insert_at_head(ctx, conversation_id, message)?;
         ctx.emit(
             conversation_id,
             "pending.delivered",

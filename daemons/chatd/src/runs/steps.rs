@@ -45,7 +45,20 @@ impl Runs {
     ) -> Result<StepEnd, ApiError> {
         let history = self.head_path(&run.conversation_id).await?;
         let calls = unanswered(&history);
+        // A run resumed while `waiting` stays so (its card shown) until a
+        // call runs without asking: the mode or the rules may have changed.
+        let rid = run.id.clone();
+        let mut waiting = self
+            .inner
+            .store
+            .read(move |conn| queries::run(conn, &rid))
+            .await?
+            .status
+            == "waiting";
         if calls.is_empty() {
+            if waiting {
+                self.set_running(run).await?;
+            }
             return Ok(StepEnd::Go);
         }
         // The step's results share the room the request leaves.
@@ -91,7 +104,12 @@ impl Runs {
                 inside: true,
                 workspace_root: None,
             };
-            let approved = match permissions::decide(mode, &permission, &rules) {
+            let decision = permissions::decide(mode, &permission, &rules);
+            if waiting && !matches!(decision, Decision::Ask { .. }) {
+                self.set_running(run).await?;
+                waiting = false;
+            }
+            let approved = match decision {
                 Decision::Run(approval) => approval,
                 Decision::Refuse { reason } => {
                     let text = format!("refused: {reason}; this call did not run");
@@ -127,6 +145,31 @@ impl Runs {
                 .await?;
         }
         Ok(StepEnd::Go)
+    }
+
+    /// Answers "not run" to the calls a stopped or interrupted run left, so a
+    /// new run starts from a closed step instead of running them.
+    pub(super) async fn close_left_calls(&self, run: &Run) -> Result<(), ApiError> {
+        let history = self.head_path(&run.conversation_id).await?;
+        for call in unanswered(&history) {
+            let text = "not run: the run that asked for it was stopped first";
+            self.record_result(run, &call, false, text, "not run", 0)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The run and its chat back to `running`.
+    async fn set_running(&self, run: &Run) -> Result<(), ApiError> {
+        let (rid, cid) = (run.id.clone(), run.conversation_id.clone());
+        self.inner
+            .store
+            .write(move |ctx| {
+                ctx.conn()
+                    .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
+                set_state(ctx, &cid, "running")
+            })
+            .await
     }
 
     /// The chat's workspace folder.
@@ -238,15 +281,7 @@ impl Runs {
                 .read(move |conn| queries::consent_for_call(conn, &cid, &rid, &call_id))
                 .await?;
             if let Some(decision) = card.and_then(|c| c.decision) {
-                let (rid, cid) = (run.id.clone(), run.conversation_id.clone());
-                self.inner
-                    .store
-                    .write(move |ctx| {
-                        ctx.conn()
-                            .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
-                        set_state(ctx, &cid, "running")
-                    })
-                    .await?;
+                self.set_running(run).await?;
                 return Ok(Answer::Decided(decision));
             }
             tokio::select! {
@@ -405,7 +440,7 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                insert_tool_message(ctx, &cid, &rid, &call_id, &text)?;
+                insert_tool_message(ctx, &cid, &rid, &call_id, &text, ok)?;
                 ctx.emit(
                     &cid,
                     "tool.finished",
@@ -454,9 +489,12 @@ fn insert_tool_message(
     run_id: &str,
     call_id: &str,
     text: &str,
+    ok: bool,
 ) -> Result<Message, ApiError> {
     let mut message = Message::draft("tool", text);
     message.tool_call_id = Some(call_id.to_string());
     message.run_id = Some(run_id.to_string());
+    // The request builder shortens only calls that succeeded.
+    message.status = Some(if ok { "done" } else { "failed" }.to_string());
     super::insert_at_head(ctx, conversation_id, message)
 }

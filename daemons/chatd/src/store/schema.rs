@@ -115,4 +115,8 @@ ALTER TABLE messages ADD COLUMN keep_from TEXT;
 -- The files sent with a user message: [{path, bytes, mime, kind, inline?, image?}].
 ALTER TABLE messages ADD COLUMN attachments TEXT;
 "#,
+    r#"
+-- The files sent with a message that waits for the model, carried over on delivery.
+ALTER TABLE pending ADD COLUMN attachments TEXT;
+"#,
 ];
