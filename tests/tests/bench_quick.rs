@@ -47,6 +47,9 @@ fn quick_bench_finishes_and_writes_its_table() {
         "3. tail after=seq-1999",
         "4. chatd RSS idle",
         "4. chatd RSS busy",
+        "6. tool-loop overhead per step",
+        "6. request bytes, with stubs",
+        "6. changed bytes per step",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

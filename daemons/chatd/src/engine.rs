@@ -169,10 +169,19 @@ impl Engine {
         messages: &Value,
         tools: Option<&Value>,
     ) -> Result<Option<u64>, String> {
-        let mut body = serde_json::json!({"model": model, "messages": messages});
-        if let Some(tools) = tools {
-            body["tools"] = tools.clone();
+        // Borrowed, not copied: the request is the whole chat.
+        #[derive(Serialize)]
+        struct Body<'a> {
+            model: &'a str,
+            messages: &'a Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tools: Option<&'a Value>,
         }
+        let body = Body {
+            model,
+            messages,
+            tools,
+        };
         let response = self
             .http
             .post(format!("{}/v1/tokenize", self.base))
@@ -186,14 +195,12 @@ impl Engine {
             404 | 405 | 501 => return Ok(None),
             status => return Err(format!("POST /v1/tokenize answered {status}")),
         }
-        let answer: Value = response.json().await.map_err(|e| short(&e))?;
-        let count = answer.get("count").and_then(Value::as_u64).or_else(|| {
-            answer
-                .get("tokens")
-                .and_then(Value::as_array)
-                .map(|t| t.len() as u64)
-        });
-        count
+        let bytes = response.bytes().await.map_err(|e| short(&e))?;
+        let answer: TokenizeAnswer = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("POST /v1/tokenize answered what is not a count: {e}"))?;
+        answer
+            .count
+            .or(answer.tokens.map(|t| t.0))
             .map(Some)
             .ok_or_else(|| "POST /v1/tokenize answered without a count".to_string())
     }
@@ -235,6 +242,42 @@ impl Engine {
             finished: false,
             garbage: 0,
         })
+    }
+}
+
+/// `/v1/tokenize`'s answer: vLLM sends `count` and every token id; only
+/// their number is kept (a long chat's ids are a megabyte of JSON).
+#[derive(serde::Deserialize)]
+struct TokenizeAnswer {
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    tokens: Option<Counted>,
+}
+
+/// The length of a JSON array, read without keeping its elements.
+struct Counted(u64);
+
+impl<'de> serde::Deserialize<'de> for Counted {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Counted, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Counted;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of token ids")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Counted, A::Error> {
+                let mut n = 0;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(Counted(n))
+            }
+        }
+        d.deserialize_seq(Visitor)
     }
 }
 

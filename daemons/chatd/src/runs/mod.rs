@@ -309,11 +309,21 @@ impl Runs {
     }
 
     /// The prompt tokens of `body`: the engine's count when it has
-    /// `/v1/tokenize`, else the estimate.
+    /// `/v1/tokenize` and the request is near enough the chat's line to need
+    /// it, else the estimate.
     pub(crate) async fn count(&self, model: &str, body: &Value) -> (u64, bool) {
         let empty = Vec::new();
         let messages = body["messages"].as_array().unwrap_or(&empty);
         let tools = body.get("tools");
+        let estimate = context::estimate(messages, tools);
+        // Far under the line the estimate decides alike, and the count costs
+        // a round trip with the whole chat. A tokenizer can find up to a
+        // third more than characters/4: under half the line, no request can
+        // be near it.
+        let line = self.smallest_line(model);
+        if estimate < line / 2 {
+            return (estimate, false);
+        }
         if self.inner.tokenize.load(Ordering::Relaxed) != 2 {
             match self
                 .inner
@@ -334,7 +344,23 @@ impl Runs {
                 Err(e) => tracing::warn!(error = %e, "token count failed; using the estimate"),
             }
         }
-        (context::estimate(messages, tools), false)
+        (estimate, false)
+    }
+
+    /// The lowest compaction line any chat on `model` has.
+    fn smallest_line(&self, model: &str) -> u64 {
+        let refused = lock(&self.inner.refused).values().copied().min();
+        let window = lock(&self.inner.windows)
+            .get(model)
+            .copied()
+            .unwrap_or(self.inner.config.context_window);
+        Window::new(
+            window,
+            self.inner.config.answer_tokens,
+            self.inner.config.compact_percent,
+            refused,
+        )
+        .line
     }
 
     /// Ends runs a crash left open (`interrupted`, text kept) and starts the
