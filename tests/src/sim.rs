@@ -63,6 +63,8 @@ CUES
                     N x (calls per answer), then answer with text (tokens=N or
                     --tokens). Without it every request calls the tool(s): a
                     model that never stops
+  plain_ids=1       tool call ids are `call_0`, `call_1`, … in every answer, as
+                    engines that number calls per answer send them
   stamp=1           tokens are `w{i}:{unix micros at send} `
   garbage=1         junk SSE lines between the real chunks
   cut_after=K       drop the connection after K content tokens of this request,
@@ -174,6 +176,7 @@ pub struct Fault {
     pub args: Option<String>,
     pub tool_calls: Option<Vec<ToolCallSpec>>,
     pub tool_steps: Option<u64>,
+    pub plain_ids: Option<bool>,
     pub stamp: Option<bool>,
     pub garbage: Option<bool>,
     pub cut_after: Option<usize>,
@@ -192,7 +195,7 @@ pub struct ToolCallSpec {
 }
 
 const KNOWN_KEYS: &str = "tokens tps first_token_ms reasoning tool_call args tool_calls \
-                          tool_steps stamp garbage cut_after status retry_after message \
+                          tool_steps plain_ids stamp garbage cut_after status retry_after message \
                           refuse_s fail_times id";
 
 /// Parses `tool_calls`: a JSON array of `{"name", "arguments"?}` (or OpenAI's
@@ -286,6 +289,7 @@ impl Fault {
                 self.tool_calls = Some(parse_tool_calls(value)?)
             }
             "tool_steps" => self.tool_steps = Some(upto(key, value, 1_000_000)?),
+            "plain_ids" => self.plain_ids = Some(flag(key, value)?),
             "stamp" => self.stamp = Some(flag(key, value)?),
             "garbage" => self.garbage = Some(flag(key, value)?),
             "cut_after" => self.cut_after = Some(num(key, value)?),
@@ -357,6 +361,7 @@ impl Fault {
             args,
             tool_calls,
             tool_steps,
+            plain_ids,
             stamp,
             garbage,
             cut_after,
@@ -382,6 +387,7 @@ impl Fault {
             args,
             tool_calls,
             tool_steps,
+            plain_ids,
             stamp,
             garbage,
             cut_after,
@@ -1434,7 +1440,12 @@ async fn chat_answer(
                 .into_iter()
                 .enumerate()
                 .map(|(i, c)| PlannedCall {
-                    id: format!("call_sim{seq:06}_{i}"),
+                    // Some engines number calls per answer, the same in every answer.
+                    id: if fault.plain_ids.unwrap_or(false) {
+                        format!("call_{i}")
+                    } else {
+                        format!("call_sim{seq:06}_{i}")
+                    },
                     name: c.name,
                     arguments: c.arguments,
                 })

@@ -1118,3 +1118,48 @@ async fn rules_say_what_they_cannot_mean() -> anyhow::Result<()> {
     assert_eq!(bash.body["pattern"], "git push");
     Ok(())
 }
+
+/// An engine that numbers calls per answer (`call_0` every time): one
+/// "once" answers one call, the next call asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consent_answers_one_call_even_when_the_engine_repeats_ids() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "ask").await?;
+    let write = |name: &str| json!({"tool_calls": [call("write_file", json!({"path": name, "content": "x"}))], "plain_ids": true});
+    sim.faults(json!([write("one.txt"), write("two.txt"), {"tokens": 2}]))
+        .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let run = run_id(&client.send(&chat, "write two files").await?)?;
+    let first = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let first = first.last().context("first card")?.data.clone();
+    client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": first["card_id"], "decision": "once"}),
+        )
+        .await?;
+    let second = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let second = second.last().context("second card")?.data.clone();
+    assert_ne!(second["card_id"], first["card_id"]);
+    assert_ne!(second["call_id"], first["call_id"]);
+    client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": second["card_id"], "decision": "deny"}),
+        )
+        .await?;
+    assert_eq!(
+        finished_run(&client, &chat, &run, QUICK).await?["status"],
+        "done"
+    );
+    assert!(workspace.join("one.txt").exists());
+    assert!(
+        !workspace.join("two.txt").exists(),
+        "the second call was denied"
+    );
+    Ok(())
+}
