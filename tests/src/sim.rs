@@ -149,6 +149,8 @@ pub struct SimConfig {
     pub memory_limit_tokens: Option<u64>,
     /// Serve `POST /v1/tokenize` (and `/tokenize`); off, they are 404.
     pub tokenize: bool,
+    /// `/v1/models` says the model reads images (`capabilities: ["vision"]`).
+    pub vision: bool,
 }
 
 impl Default for SimConfig {
@@ -160,6 +162,7 @@ impl Default for SimConfig {
             tokens: 24,
             memory_limit_tokens: None,
             tokenize: true,
+            vision: false,
         }
     }
 }
@@ -859,6 +862,10 @@ fn bad_request(sim: &Sim, message: &str) -> Response {
 
 async fn models(State(sim): State<Arc<Sim>>) -> Json<Value> {
     let c = &sim.config;
+    let mut capabilities = vec!["completion", "tools"];
+    if c.vision {
+        capabilities.push("vision");
+    }
     Json(json!({
         "object": "list",
         "data": [{
@@ -868,6 +875,7 @@ async fn models(State(sim): State<Arc<Sim>>) -> Json<Value> {
             "owned_by": "engine-sim",
             "max_model_len": c.context_window,
             "meta": {"n_ctx_train": c.context_window},
+            "capabilities": capabilities,
         }]
     }))
 }

@@ -1163,3 +1163,41 @@ async fn a_consent_answers_one_call_even_when_the_engine_repeats_ids() -> anyhow
     );
     Ok(())
 }
+
+/// A model whose `/v1/models` says it reads images gets the image itself,
+/// as an `image_url` part of the question it came with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_reaches_a_model_that_reads_images() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&["--vision"], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({
+                "text": "what is in it? [sim tokens=2]",
+                "attachments": [{"name": "shot.png", "data_base64": "iVBORw0KGgo="}],
+            }),
+        )
+        .await?;
+    assert_eq!(sent.status, 202, "{sent:?}");
+    let run = run_id(&sent.body)?;
+    assert_eq!(
+        finished_run(&client, &chat, &run, QUICK).await?["status"],
+        "done"
+    );
+    assert!(workspace.join("uploads/shot.png").exists());
+    let requests = sim.requests().await?;
+    let body = &requests.last().context("a request")?["body"];
+    let question = body["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .find(|m| m["role"] == "user")
+        .context("the question")?;
+    assert_eq!(question["content"][0]["type"], "text");
+    assert_eq!(
+        question["content"][1]["image_url"]["url"],
+        "data:image/png;base64,iVBORw0KGgo="
+    );
+    Ok(())
+}

@@ -39,6 +39,9 @@ struct Args {
     /// No POST /v1/tokenize (nor /tokenize): 404, like llama.cpp without it.
     #[arg(long)]
     no_tokenize: bool,
+    /// /v1/models says the model reads images (`capabilities: ["vision"]`).
+    #[arg(long)]
+    vision: bool,
 }
 
 fn parse_tps(s: &str) -> Result<f64, String> {
@@ -67,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         tokens: args.tokens,
         memory_limit_tokens: args.memory_limit_tokens,
         tokenize: !args.no_tokenize,
+        vision: args.vision,
     };
     sim::serve_with_shutdown(listener, config, async {
         let mut term =
