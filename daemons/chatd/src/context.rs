@@ -185,12 +185,12 @@ fn carried(m: &Message) -> bool {
 
 /// The chat-completions messages: the system block (with the summary), then
 /// the transcript. Every tool call gets a result: a call the run never ran
-/// (it ended first) is answered "not run". `stub` may shorten a finished
+/// (it ended first) is answered "not run". `stub(call id, name, arguments)` may shorten a finished
 /// call's arguments (a file's content the model has written already).
 pub fn request_messages(
     system: &str,
     transcript: &Transcript,
-    stub: &dyn Fn(&str, &str) -> Option<String>,
+    stub: &dyn Fn(&str, &str, &str) -> Option<String>,
     images: &dyn Fn(&Message) -> Vec<Value>,
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(transcript.messages.len() + 1);
@@ -252,7 +252,7 @@ pub fn request_messages(
                         let name = call.pointer("/function/name").and_then(Value::as_str);
                         let args = call.pointer("/function/arguments").and_then(Value::as_str);
                         if let (true, Some(name), Some(args)) = (succeeded(id), name, args) {
-                            if let Some(short) = stub(name, args) {
+                            if let Some(short) = stub(id, name, args) {
                                 call["function"]["arguments"] = json!(short);
                             }
                         }
@@ -434,7 +434,7 @@ mod tests {
         assert_eq!(t.summary, Some("they asked for X"));
         let ids: Vec<&str> = t.messages.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["u1", "a2", "a3"]);
-        let out = request_messages("sys", &t, &|_, _| None, &|_| Vec::new());
+        let out = request_messages("sys", &t, &|_, _, _| None, &|_| Vec::new());
         assert!(out[0]["content"]
             .as_str()
             .unwrap()
@@ -472,7 +472,7 @@ mod tests {
         let mut r = msg("r", "tool", "ok");
         r.tool_call_id = Some("c1".into());
         let history = vec![msg("u", "user", "go"), a, r, msg("u2", "user", "next")];
-        let out = request_messages("", &transcript(&history), &|_, _| None, &|_| Vec::new());
+        let out = request_messages("", &transcript(&history), &|_, _, _| None, &|_| Vec::new());
         let roles: Vec<&str> = out.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
         assert_eq!(out[3]["tool_call_id"], "c2");
@@ -494,7 +494,7 @@ mod tests {
         let out = request_messages(
             "",
             &transcript(&history),
-            &|_, _| Some("STUB".into()),
+            &|_, _, _| Some("STUB".into()),
             &|_| Vec::new(),
         );
         assert_eq!(out[1]["tool_calls"][0]["function"]["arguments"], "STUB");

@@ -85,10 +85,7 @@ impl Runs {
         let transcript = context::transcript(&history);
         // The kept turns get what is left under the target once the system
         // block, the tools and the summary are in.
-        let fixed = context::estimate(
-            &[json!({"role": "system", "content": system})],
-            Some(&tools),
-        );
+        let fixed = self.fixed_tokens();
         let summary_room = summary_room(&sizes);
         let keep = sizes
             .target()
@@ -245,7 +242,7 @@ impl Runs {
         let messages = context::request_messages(
             system,
             &context::transcript(history),
-            &crate::tools::stub_arguments,
+            &|id, name, args| self.stub(id, name, args),
             &|_| Vec::new(),
         );
         let body = super::request_body(model, messages, tools, prefill);

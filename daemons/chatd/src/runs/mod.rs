@@ -108,6 +108,9 @@ struct Inner {
     windows: Mutex<HashMap<String, u64>>,
     /// The models that read images.
     vision: Mutex<std::collections::HashSet<String>>,
+    /// Finished calls' stubbed arguments by call id (ids are chatd's, unique):
+    /// made once, not at every request.
+    stubs: Mutex<HashMap<String, Option<String>>>,
     /// The size of a chat's request the engine refused for memory.
     refused: Mutex<HashMap<String, u64>>,
     /// The tools a model may call.
@@ -142,6 +145,7 @@ impl Runs {
                 task_ended: Notify::new(),
                 windows: Mutex::new(HashMap::new()),
                 vision: Mutex::new(Default::default()),
+                stubs: Mutex::new(HashMap::new()),
                 refused: Mutex::new(HashMap::new()),
                 registry: Arc::new(Registry::base()),
                 consent_bell: Notify::new(),
@@ -186,7 +190,7 @@ impl Runs {
         let messages = context::request_messages(
             &self.system_prompt(),
             &context::transcript(&history),
-            &tools::stub_arguments,
+            &|id, name, args| self.stub(id, name, args),
             &|_| Vec::new(),
         );
         let used = context::estimate(&messages, Some(&self.inner.registry.openai_tools()));
@@ -206,6 +210,32 @@ impl Runs {
             self.inner.config.answer_tokens,
             self.inner.config.compact_percent,
             refused,
+        )
+    }
+
+    /// A finished call's arguments as later requests carry them (see
+    /// `tools::stub_arguments`), remembered by call id.
+    pub(crate) fn stub(&self, call_id: &str, name: &str, arguments: &str) -> Option<String> {
+        if let Some(known) = lock(&self.inner.stubs).get(call_id) {
+            return known.clone();
+        }
+        let stub = tools::stub_arguments(name, arguments);
+        let mut stubs = lock(&self.inner.stubs);
+        // A bound, not a cache policy: past it, stubs are made again.
+        if stubs.len() >= 100_000 {
+            stubs.clear();
+        }
+        if !call_id.is_empty() {
+            stubs.insert(call_id.to_string(), stub.clone());
+        }
+        stub
+    }
+
+    /// The tokens every request starts with: the system block and the tools.
+    pub(crate) fn fixed_tokens(&self) -> u64 {
+        context::estimate(
+            &[json!({"role": "system", "content": self.system_prompt()})],
+            Some(&self.inner.registry.openai_tools()),
         )
     }
 
@@ -244,7 +274,7 @@ impl Runs {
         let messages = context::request_messages(
             &self.system_prompt(),
             &transcript,
-            &tools::stub_arguments,
+            &|id, name, args| self.stub(id, name, args),
             &|m: &Message| images.get(&m.id).cloned().unwrap_or_default(),
         );
         let tools = self.inner.registry.openai_tools();

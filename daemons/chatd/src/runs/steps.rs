@@ -63,15 +63,18 @@ impl Runs {
         }
         // The step's results share the room the request leaves.
         let sizes = self.window(&run.conversation_id, &run.model);
-        let used = context::estimate(
-            &context::request_messages(
-                "",
-                &context::transcript(&history),
-                &tools::stub_arguments,
-                &|_| Vec::new(),
-            ),
-            None,
-        );
+        // Sized from the stored messages (a written file counted whole:
+        // on the safe side) without building the request.
+        let transcript = context::transcript(&history);
+        let used = self.fixed_tokens()
+            + transcript
+                .summary
+                .map_or(0, |s| s.chars().count() as u64 / 3)
+            + transcript
+                .messages
+                .iter()
+                .map(|m| context::message_tokens(m))
+                .sum::<u64>();
         let budget = sizes.result_chars(used, calls.len());
         let workspace_root = self.workspace_root(&run.conversation_id);
 
