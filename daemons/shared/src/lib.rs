@@ -8,6 +8,7 @@ pub mod fsmode;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod netpolicy;
 pub mod notify;
 pub mod secrets;
 pub mod shutdown;
