@@ -35,6 +35,14 @@ impl Preset {
         }
     }
 
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::Off => "off",
+            Preset::Registries => "registries",
+            Preset::All => "all",
+        }
+    }
+
     /// The lower of two presets (a chat's preset under the ceiling).
     pub fn capped(self, ceiling: Preset) -> Preset {
         use Preset::*;

@@ -1,0 +1,209 @@
+//! The real egressd binary: its API socket sets a chat's preset, the chat's
+//! proxy socket appears under chatd's data, connections are audited, and
+//! presets survive a restart.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixStream};
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path, config: &Path) -> Daemon {
+    let child = Command::new(env!("CARGO_BIN_EXE_egressd"))
+        .args(["--config", config.to_str().unwrap()])
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", dir)
+        .env("QSE_LOG_TO", "stderr")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("egressd starts");
+    Daemon {
+        child,
+        dir: dir.to_path_buf(),
+    }
+}
+
+/// One HTTP request over a unix socket: (status, JSON body).
+async fn call(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+    let mut s = UnixStream::connect(socket)
+        .await
+        .expect("the API socket answers");
+    let body = body.unwrap_or("");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: egressd\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text[9..12].parse().unwrap_or(0);
+    let json = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+async fn wait_for(path: &Path) {
+    for _ in 0..200 {
+        if path.exists() && UnixStream::connect(path).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} never answered", path.display());
+}
+
+#[tokio::test]
+async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart() {
+    let origin = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = origin.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = origin.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let _ = s.write_all(&buf[..n]).await;
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let api = d.join("run/egress.sock");
+    let config = d.join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[egress]\ndata_dir = \"{}\"\nchat_data = \"{}\"\nsocket = \"{}\"\nceiling = \"all\"\nports = [443, {port}]\nallow_ranges = [\"127.0.0.2/32\"]\n",
+            d.join("egress").display(),
+            d.join("chat").display(),
+            api.display()
+        ),
+    )
+    .unwrap();
+    let daemon = start(d, &config);
+    wait_for(&api).await;
+    let (status, health) = call(&api, "GET", "/health", None).await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["ok"], true);
+
+    // Bad input names the field and changes nothing.
+    let (status, bad) = call(
+        &api,
+        "PUT",
+        "/chats/c_1/egress",
+        Some(r#"{"preset":"most"}"#),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("preset"));
+    let (status, _) = call(
+        &api,
+        "PUT",
+        "/chats/..%2Fx/egress",
+        Some(r#"{"preset":"all"}"#),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    let (status, set) = call(
+        &api,
+        "PUT",
+        "/chats/c_1/egress",
+        Some(r#"{"preset":"all"}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(set["effective"], "all");
+    let socket = d.join("chat/egress/c_1/proxy.sock");
+    assert_eq!(set["socket"], socket.to_str().unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the chat's socket is private");
+
+    let tunnel = |target: String| {
+        let socket = socket.clone();
+        async move {
+            let mut s = UnixStream::connect(&socket).await.unwrap();
+            s.write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut buf = [0u8; 256];
+            let n = s.read(&mut buf).await.unwrap();
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            if head.starts_with("HTTP/1.1 200") {
+                s.write_all(b"ping").await.unwrap();
+                let n = s.read(&mut buf).await.unwrap();
+                return format!("{head}{}", String::from_utf8_lossy(&buf[..n]));
+            }
+            head
+        }
+    };
+    let through = tunnel(format!("127.0.0.2:{port}")).await;
+    assert!(through.ends_with("ping"), "{through}");
+    let refused = tunnel(format!("10.0.0.1:{port}")).await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+
+    // Every decision is audited, with a filter by verdict.
+    let audit = |q: &'static str| call(&api, "GET", q, None);
+    let mut rows = Value::Null;
+    for _ in 0..100 {
+        let (_, all) = audit("/audit?chat=c_1").await;
+        if all["audit"].as_array().is_some_and(|a| a.len() == 2) {
+            rows = all;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // (A tunnel is recorded when it closes, so the order is by ending.)
+    let rows = rows["audit"].as_array().cloned().expect("two audit rows");
+    let refused_row = rows
+        .iter()
+        .find(|r| r["verdict"] == "refused")
+        .expect("a refusal");
+    assert_eq!(refused_row["address"], "10.0.0.1");
+    assert!(refused_row["reason"]
+        .as_str()
+        .unwrap_or("")
+        .contains("private"));
+    let allowed = rows
+        .iter()
+        .find(|r| r["verdict"] == "allowed")
+        .expect("an allowed row");
+    assert_eq!(allowed["bytes_up"], 4);
+    assert_eq!(allowed["bytes_down"], 4);
+    let (_, refused_only) = audit("/audit?verdict=refused").await;
+    assert_eq!(refused_only["audit"].as_array().map(Vec::len), Some(1));
+
+    // A restart brings the chat's socket back from the stored preset.
+    drop(daemon);
+    let _daemon = start(d, &config);
+    wait_for(&api).await;
+    wait_for(&socket).await;
+    let again = tunnel(format!("127.0.0.2:{port}")).await;
+    assert!(again.ends_with("ping"), "{again}");
+    let (_, preset) = call(&api, "GET", "/chats/c_1/egress", None).await;
+    assert_eq!(preset["preset"], "all");
+    let _ = &_daemon.dir;
+}
