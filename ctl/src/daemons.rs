@@ -60,10 +60,7 @@ pub fn by_name(name: &str) -> Option<Daemon> {
 
 /// The folder for pid files: `$XDG_RUNTIME_DIR/tandem`, else a private one in /tmp.
 pub fn runtime_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("tandem"),
-        _ => PathBuf::from(format!("/tmp/tandem-{}", nix::unistd::getuid())),
-    }
+    tandem_shared::daemon::runtime_dir()
 }
 
 pub fn logs_dir() -> PathBuf {

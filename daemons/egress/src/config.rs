@@ -51,7 +51,7 @@ impl Default for EgressConfig {
         EgressConfig {
             data_dir: home.join(".tandemllm/egress"),
             chat_data: home.join(".tandemllm/chat"),
-            socket: runtime_dir().join("egress.sock"),
+            socket: tandem_shared::daemon::runtime_dir().join("egress.sock"),
             ceiling: "off".into(),
             registries: DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect(),
             ports: vec![80, 443],
@@ -107,14 +107,6 @@ pub const ENV_KEYS: &[EnvKey] = &[
 
 /// The commented default configuration, as `--print-default-config` prints it.
 pub const DEFAULT_TOML: &str = include_str!("../../../config/tandem.toml");
-
-/// `$XDG_RUNTIME_DIR/tandem`, else a private folder in /tmp.
-pub fn runtime_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("tandem"),
-        _ => PathBuf::from(format!("/tmp/tandem-{}", nix::unistd::getuid())),
-    }
-}
 
 impl EgressConfig {
     /// Checks what types alone cannot; each error names the key and the limit.

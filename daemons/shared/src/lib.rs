@@ -3,6 +3,7 @@
 //! HTTP serving. A daemon's `main` is these calls in order, then its own work.
 
 pub mod config;
+pub mod daemon;
 pub mod db;
 pub mod fsmode;
 pub mod http;
