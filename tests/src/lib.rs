@@ -2,5 +2,6 @@
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`).
 
+pub mod chunked;
 pub mod harness;
 pub mod sim;

@@ -62,14 +62,32 @@ async fn call(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u
     (status, json)
 }
 
-async fn wait_for(path: &Path) {
-    for _ in 0..200 {
-        if path.exists() && UnixStream::connect(path).await.is_ok() {
-            return;
+/// Checks `check` until it gives a value, at most `bound`; the panic names what never came.
+async fn wait_until<T, F, Fut>(what: &str, bound: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if let Some(value) = check().await {
+            return value;
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("{} never answered", path.display());
+}
+
+async fn wait_for(path: &Path) {
+    wait_until(
+        &format!("{} to answer", path.display()),
+        Duration::from_secs(5),
+        || async { UnixStream::connect(path).await.ok().map(|_| ()) },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -167,17 +185,12 @@ async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart(
 
     // Every decision is audited, with a filter by verdict.
     let audit = |q: &'static str| call(&api, "GET", q, None);
-    let mut rows = Value::Null;
-    for _ in 0..100 {
+    let rows = wait_until("two audit rows", Duration::from_secs(5), || async {
         let (_, all) = audit("/audit?chat=c_1").await;
-        if all["audit"].as_array().is_some_and(|a| a.len() == 2) {
-            rows = all;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        all["audit"].as_array().filter(|a| a.len() == 2).cloned()
+    })
+    .await;
     // (A tunnel is recorded when it closes, so the order is by ending.)
-    let rows = rows["audit"].as_array().cloned().expect("two audit rows");
     let refused_row = rows
         .iter()
         .find(|r| r["verdict"] == "refused")

@@ -550,46 +550,9 @@ impl RawStream {
             self.body.append(&mut self.raw);
             return;
         }
-        let mut pos = 0;
-        loop {
-            match self.chunk_left {
-                None => {
-                    let Some(eol) = find(&self.raw[pos..], b"\r\n") else {
-                        break;
-                    };
-                    let line = &self.raw[pos..pos + eol];
-                    let hex = line.split(|b| *b == b';').next().unwrap_or_default();
-                    let size = std::str::from_utf8(hex)
-                        .ok()
-                        .and_then(|h| usize::from_str_radix(h.trim(), 16).ok())
-                        .unwrap_or(0);
-                    pos += eol + 2;
-                    if size == 0 {
-                        self.ended = true;
-                        break;
-                    }
-                    self.chunk_left = Some(size);
-                }
-                Some(0) => {
-                    // The CRLF after a chunk's data.
-                    if self.raw.len() - pos < 2 {
-                        break;
-                    }
-                    pos += 2;
-                    self.chunk_left = None;
-                }
-                Some(left) => {
-                    let take = left.min(self.raw.len() - pos);
-                    if take == 0 {
-                        break;
-                    }
-                    self.body.extend_from_slice(&self.raw[pos..pos + take]);
-                    pos += take;
-                    self.chunk_left = Some(left - take);
-                }
-            }
+        if tandem_tests::chunked::decode(&mut self.raw, &mut self.body, &mut self.chunk_left) {
+            self.ended = true;
         }
-        self.raw.drain(..pos);
     }
 
     /// Hands every complete frame received so far to `f`.
