@@ -29,7 +29,7 @@ pub const DAEMONS: &[Daemon] = &[
         verb: "egress",
         binary: "egressd",
         unit: "tandem-egress.service",
-        built: false,
+        built: true,
     },
     Daemon {
         verb: "hostexec",
@@ -88,9 +88,22 @@ pub struct Health {
 }
 
 /// Asks `url/health` with a short bound; `None` when it does not answer well.
+/// `url` is `http://host:port` or, for a daemon serving on a unix socket,
+/// `unix:/path/to/daemon.sock`.
 pub async fn health(client: &reqwest::Client, url: &str, bound: Duration) -> Option<Health> {
+    let (client, base) = match url.strip_prefix("unix:") {
+        Some(socket) => (
+            reqwest::Client::builder()
+                .unix_socket(socket)
+                .build()
+                .ok()?,
+            // The host is not looked up: every request goes to the socket.
+            "http://localhost".to_string(),
+        ),
+        None => (client.clone(), url.trim_end_matches('/').to_string()),
+    };
     let response = client
-        .get(format!("{}/health", url.trim_end_matches('/')))
+        .get(format!("{base}/health"))
         .timeout(bound)
         .send()
         .await

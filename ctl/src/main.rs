@@ -26,7 +26,8 @@ struct Cli {
 
 const LONG_ABOUT: &str = "\
 Operate tandem, the chat services of this box: chatd (chats kept on the
-server) and, as they land, egressd, hostexecd, triggerd and connectord.
+server), egressd (the only way out for a chat's commands) and, as they
+land, hostexecd, triggerd and connectord.
 
 Daemons run under `systemctl --user` when their units are installed and a
 user manager answers; otherwise tandem runs them itself, with pid files in
@@ -61,9 +62,9 @@ enum Command {
     /// chatd: start, stop, restart, status, logs; send a message; attach to a chat.
     #[command(subcommand)]
     Chat(commands::chat::ChatCommand),
-    /// egressd's service verbs (arrives with the egress issue).
+    /// egressd: start, stop, restart, status, logs; the sandbox user's nftables rules.
     #[command(subcommand)]
-    Egress(ServiceVerb),
+    Egress(commands::egress::EgressCommand),
     /// hostexecd's service verbs (arrives with the hostexec issue).
     #[command(subcommand)]
     Hostexec(ServiceVerb),
@@ -122,7 +123,7 @@ fn main() -> ExitCode {
                 commands::service::suite(ServiceVerb::Restart, &daemons).await
             }
             Command::Chat(command) => commands::chat::exec(command).await,
-            Command::Egress(verb) => commands::service::exec(daemon("egress")?, verb).await,
+            Command::Egress(command) => commands::egress::exec(command).await,
             Command::Hostexec(verb) => commands::service::exec(daemon("hostexec")?, verb).await,
             Command::Triggers(verb) => commands::service::exec(daemon("triggers")?, verb).await,
             Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,

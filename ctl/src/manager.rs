@@ -236,6 +236,16 @@ pub async fn stop(manager: Manager, daemon: Daemon, bound: Duration) -> anyhow::
                 return Ok(Stopped::WasNotRunning);
             }
             systemctl(&["stop", daemon.unit])?;
+            // systemd kills a unit that outlives its TimeoutStopSec and still
+            // counts the stop done: its Result says which it was.
+            let result = Command::new("systemctl")
+                .args(["--user", "show", "-p", "Result", "--value", daemon.unit])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default();
+            if result == "timeout" {
+                return Ok(Stopped::Killed);
+            }
             Ok(Stopped::Exited {
                 seconds: started.elapsed().as_secs_f64(),
             })

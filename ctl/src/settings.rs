@@ -13,6 +13,8 @@ pub struct Settings {
     /// exists, else the current folder.
     pub root: PathBuf,
     pub chatd: chatd::config::ChatdConfig,
+    /// `[egress]`, read as egressd reads it.
+    pub egress: egressd::config::EgressConfig,
 }
 
 impl Settings {
@@ -33,9 +35,14 @@ impl Settings {
             &sources,
             chatd::config::ENV_KEYS,
         )?;
+        let egress = tandem_shared::config::load::<egressd::config::FileConfig>(
+            &sources,
+            egressd::config::ENV_KEYS,
+        )?;
         Ok(Settings {
             root,
             chatd: loaded.config.chatd,
+            egress: egress.config.egress,
         })
     }
 
@@ -46,6 +53,8 @@ impl Settings {
                 Ok(addr) => format!("http://{addr}"),
                 Err(_) => "http://127.0.0.1:8016".into(),
             },
+            // egressd serves its API on a unix socket.
+            "egressd" => format!("unix:{}", self.egress.socket.display()),
             // The other daemons serve on unix sockets; they join as they land.
             other => format!(
                 "unix:{}/{other}.sock",

@@ -3,5 +3,6 @@
 //! benchmarks (binary `bench`).
 
 pub mod chunked;
+pub mod egressbench;
 pub mod harness;
 pub mod sim;

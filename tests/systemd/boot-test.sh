@@ -7,20 +7,25 @@
 #   1. installs debootstrap and systemd-container when missing
 #   2. builds a minimal bookworm root once, cached in /var/cache/tandem-systemd-root
 #   3. copies the release binaries and units/ into it, for a user `box` (uid
-#      1000, lingering) with tandem.target enabled, and an engine (engine-sim
-#      on 127.0.0.1:8000, a system unit: the engine is not ours)
+#      1000, lingering) with tandem.target, tandem-chatd.service and
+#      tandem-egress.service enabled (as ops/install.sh does, but for the
+#      watchdog timer), and an engine (engine-sim on 127.0.0.1:8000, a
+#      system unit: the engine is not ours)
 #   4. boots it with systemd-nspawn (private mount namespace, private network,
 #      no journal linked to the host) under `timeout -s KILL`
 #   5. checks, each bounded, one PASS/FAIL line each: user manager up, chatd
 #      active (READY=1), `tandem status`, restart after kill -9, watchdog
 #      restart of a stopped chatd, `tandem chat stop|start|logs`, the sandbox
-#      applied, tandem-watchdog.service bringing a stopped chatd back; NOTE
+#      applied, tandem-watchdog.service bringing a stopped chatd back; egressd:
+#      active (READY=1), its sandbox applied, `tandem egress status`, reload
+#      (SIGHUP) keeping its pid, `tandem egress stop` while chatd follows its
+#      card stream (quick, result success), `tandem egress start`; NOTE
 #      lines (not counted) for known gaps of the units
 #   6. ends the container with SIGKILL to its PID 1
 # Last line: "N passed, N failed"; exit 1 when anything failed.
 #
 # Usage: tests/systemd/boot-test.sh [--bin DIR] [--root DIR]
-#   --bin DIR    the release binaries chatd, tandem, engine-sim (default: target/release)
+#   --bin DIR    the release binaries chatd, egressd, tandem, engine-sim (default: target/release)
 #   --root DIR   the cached root (default: /var/cache/tandem-systemd-root)
 # Env: TANDEM_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -33,7 +38,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$(cd "$2" && pwd)"; shift 2 ;;
     --root) root="$2"; shift 2 ;;
-    -h|--help) sed -n '3,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,30p' "$0"; exit 0 ;;
     *) echo "boot-test: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,10 +58,10 @@ case "$root" in
   /?*/?*) root="${root%/}" ;;
   *) abort "--root must be an absolute path two levels deep or more, not '$root'" ;;
 esac
-for b in chatd tandem engine-sim; do
+for b in chatd egressd tandem engine-sim; do
   [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace"
 done
-for u in tandem-chatd.service tandem.target; do
+for u in tandem-chatd.service tandem-egress.service tandem.target; do
   [ -f "$here/units/$u" ] || abort "units/$u is missing"
 done
 
@@ -122,13 +127,16 @@ install -d -o 1000 -g 1000 -m 0700 "$h/.tandemllm"
 install -d -o 1000 -g 1000 "$h/.local" "$h/.local/bin" "$h/.config" "$h/.config/systemd" \
   "$h/.config/systemd/user" "$h/.config/systemd/user/default.target.wants" \
   "$h/.config/systemd/user/tandem.target.wants" "$h/TandemLLM" "$h/TandemLLM/run"
-for b in chatd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
+for b in chatd egressd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
 for u in "$here"/units/*; do install -o 1000 -g 1000 -m 0644 "$u" "$h/.config/systemd/user/$(basename "$u")"; done
-# Enabled as `systemctl --user enable tandem.target tandem-chatd.service` would
-# (ops/install.sh also enables tandem-watchdog.timer: left off here, so that it
-# cannot start chatd behind a check's back; the watchdog service is run by hand).
+# Enabled as ops/install.sh's `systemctl --user enable tandem.target
+# tandem-chatd.service tandem-egress.service tandem-watchdog.timer` would, but
+# for the timer: left off here, so that it cannot start chatd behind a check's
+# back; the watchdog service is run by hand.
 ln -s /home/box/.config/systemd/user/tandem.target "$h/.config/systemd/user/default.target.wants/tandem.target"
-ln -s /home/box/.config/systemd/user/tandem-chatd.service "$h/.config/systemd/user/tandem.target.wants/tandem-chatd.service"
+for u in tandem-chatd.service tandem-egress.service; do
+  ln -s "/home/box/.config/systemd/user/$u" "$h/.config/systemd/user/tandem.target.wants/$u"
+done
 chown -h 1000:1000 "$h"/.config/systemd/user/*.wants/*
 install -d "$root/var/lib/systemd/linger"
 : >"$root/var/lib/systemd/linger/box"
@@ -294,17 +302,45 @@ wait_for() { # SECONDS CMD...
   done
 }
 # What to read when a check fails.
-diag() {
+diag() { # [UNIT] (default tandem-chatd.service)
+  local u="${1:-tandem-chatd.service}"
   {
-    echo "---- systemctl --user status tandem-chatd.service"
-    uctl status --no-pager -n 0 tandem-chatd.service 2>&1 | sed 's/^/  /'
-    echo "---- journalctl --user -u tandem-chatd.service -n 20"
-    as_box journalctl --user -u tandem-chatd.service -n 20 --no-pager 2>&1 | sed 's/^/  /'
+    echo "---- systemctl --user status $u"
+    uctl status --no-pager -n 0 "$u" 2>&1 | sed 's/^/  /'
+    echo "---- journalctl --user -u $u -n 20"
+    as_box journalctl --user -u "$u" -n 20 --no-pager 2>&1 | sed 's/^/  /'
   } >&2 || true
 }
 chatd_active() { [ "$(uprop tandem-chatd.service ActiveState)" = active ] && [ "$(uprop tandem-chatd.service SubState)" = running ]; }
 chatd_pid() { uprop tandem-chatd.service MainPID; }
 chatd_health() { in_ct curl -fsS --max-time 2 http://127.0.0.1:8016/health; }
+eunit=tandem-egress.service
+egress_active() { [ "$(uprop $eunit ActiveState)" = active ] && [ "$(uprop $eunit SubState)" = running ]; }
+egress_pid() { uprop $eunit MainPID; }
+# egressd's API: a unix socket in box's runtime folder (the caller's uid is checked).
+egress_health() { as_box curl -fsS --max-time 2 --unix-socket /run/user/1000/tandem/egress.sock http://egressd/health; }
+# A number field of egressd's /health ({"ok":true,"pid":N,...}), empty when it does not answer.
+egress_field() { egress_health 2>/dev/null | grep -oE "\"$1\":[0-9]+" | cut -d: -f2; } # FIELD
+# chatd follows egressd's card stream (GET /cards/stream held open).
+card_followed() { [ "$(egress_field card_listeners)" -ge 1 ] 2>/dev/null; }
+# How many lines of UNIT's journal (this boot) match the extended regex.
+journal_count() { as_box journalctl --user -b -u "$1" --no-pager -o cat 2>/dev/null | grep -cE "$2" || true; } # UNIT REGEX
+# The file system as PID sees it (its mount namespace; EROFS is the answer).
+probe_in() { # PID PATH -> rw | ro | error text
+  local e
+  if e="$(in_ct nsenter -t "$1" -m sh -c 'f="$1/.boot-test-probe"; touch "$f" && rm -f "$f"' sh "$2" 2>&1)"; then
+    echo rw
+  elif grep -q 'Read-only file system' <<<"$e"; then echo ro; else echo "?($e)"; fi
+}
+# The kernel's view of PID's sandbox, as "NoNewPrivs Seccomp CapBnd own-mount-ns uid_map".
+sandbox_of() { # PID
+  local st own map
+  st="$(in_ct cat "/proc/$1/status" 2>/dev/null || true)"
+  own="$( [ "$(in_ct readlink "/proc/$1/ns/mnt")" != "$(in_ct readlink /proc/1/ns/mnt)" ] && echo yes || echo no)"
+  map="$(in_ct cat "/proc/$1/uid_map" 2>/dev/null | tr -s ' ' | sed 's/^ //')"
+  printf '%s %s %s %s %s' "$(awk '/^NoNewPrivs:/{print $2}' <<<"$st")" "$(awk '/^Seccomp:/{print $2}' <<<"$st")" \
+    "$(awk '/^CapBnd:/{print $2}' <<<"$st")" "$own" "$map"
+}
 
 # ---------------------------------------------------------------- 5. checks
 system_state="$(T=60 in_ct systemctl is-system-running --wait 2>/dev/null || true)"
@@ -355,13 +391,8 @@ if [ -n "$pid" ] && [ "$pid" != 0 ] && wait_for 15 chatd_health; then
     fail "hardening: chatd's sandbox is not as the unit says (NoNewPrivs=$nnp Seccomp=$sec CapBnd=$capbnd own mount ns=$own_mnt uid_map='$uid_map' NRestarts=$restarts)"
     [ -n "$skipped" ] && sed 's/^/  skipped by systemd --user: /' <<<"$skipped"
   fi
-  # The file system as chatd sees it (its mount namespace; EROFS is the answer).
-  probe() { # PATH -> rw | ro | error text
-    local e
-    if e="$(in_ct nsenter -t "$pid" -m sh -c 'f="$1/.boot-test-probe"; touch "$f" && rm -f "$f"' sh "$1" 2>&1)"; then
-      echo rw
-    elif grep -q 'Read-only file system' <<<"$e"; then echo ro; else echo "?($e)"; fi
-  }
+  # The file system as chatd sees it.
+  probe() { probe_in "$pid" "$1"; }
   in_ct touch /tmp/.boot-test-host-tmp
   fs="/etc $(probe /etc), /usr $(probe /usr), ~/.tandemllm $(probe /home/box/.tandemllm)"
   tmp_private="$(in_ct nsenter -t "$pid" -m test -e /tmp/.boot-test-host-tmp && echo no || echo yes)"
@@ -383,8 +414,9 @@ else
 fi
 
 out="$(as_box tandem status 2>&1)" && rc=0 || rc=$?
-if [ "$rc" = 0 ] && grep -q '^chatd .*running' <<<"$out" && grep -q '^engine .*reachable' <<<"$out"; then
-  pass "tandem status as box exits 0 (chatd running, engine reachable)"
+if [ "$rc" = 0 ] && grep -q '^chatd .*running' <<<"$out" && grep -q '^egressd .*running' <<<"$out" \
+   && grep -q '^engine .*reachable' <<<"$out"; then
+  pass "tandem status as box exits 0 (chatd running, egressd running, engine reachable)"
 else
   fail "tandem status as box exited $rc"
 fi
@@ -396,6 +428,60 @@ else
   fail "tandem chat status does not say systemd --user manages chatd"
   sed 's/^/  | /' <<<"$out" >&2
 fi
+
+# ---- egressd at boot: installed and enabled as ops/install.sh does, pulled in
+# by tandem.target after chatd, Type=notify.
+load="$(uprop $eunit LoadState)/$(uprop $eunit UnitFileState)"
+frag="$(uprop $eunit FragmentPath)"
+if [ "$load" = loaded/enabled ] && [ "$frag" = /home/box/.config/systemd/user/$eunit ]; then
+  pass "$eunit installed from units/ and enabled (loaded/enabled, $frag)"
+else
+  fail "$eunit not installed and enabled as ops/install.sh does: $load, FragmentPath '$frag'"
+fi
+if wait_for 30 egress_active && [ "$(uprop $eunit StatusText)" = serving ]; then
+  pass "$eunit active (running) at boot: Type=notify saw READY=1 (STATUS=serving) (via tandem.target)"
+else
+  fail "$eunit not active within 30 s: $(uprop $eunit ActiveState)/$(uprop $eunit SubState) result $(uprop $eunit Result), status '$(uprop $eunit StatusText)'"
+  diag $eunit
+fi
+
+# egressd's hardening: the same sandbox as chatd's, the kernel shows it applied.
+epid="$(egress_pid || true)"
+if [ -n "$epid" ] && [ "$epid" != 0 ] && wait_for 15 egress_health; then
+  hpid="$(egress_field pid)"
+  sb="$(sandbox_of "$epid")"
+  restarts="$(uprop $eunit NRestarts)"
+  skipped="$(as_box journalctl --user -b --no-pager -o cat -u $eunit 2>/dev/null \
+    | grep -iE 'ignoring|not supported|prohibited' | sort -u || true)"
+  if [ "$sb" = "1 2 0000000000000000 yes 1000 1000 1" ] && [ "$hpid" = "$epid" ] \
+     && [ "$restarts" = 0 ] && [ -z "$skipped" ]; then
+    pass "hardening: egressd (pid $epid) answers /health on egress.sock in the unit's sandbox (NoNewPrivs 1, seccomp on, empty bounding set, own user and mount namespaces, no directive skipped, no restarts)"
+  else
+    fail "hardening: egressd's sandbox is not as the unit says (NoNewPrivs Seccomp CapBnd own-mnt uid_map = '$sb', /health pid '$hpid' vs MainPID $epid, NRestarts=$restarts)"
+    [ -n "$skipped" ] && sed 's/^/  skipped by systemd --user: /' <<<"$skipped"
+  fi
+  in_ct touch /tmp/.boot-test-host-tmp
+  fs="/etc $(probe_in "$epid" /etc), /usr $(probe_in "$epid" /usr), ~/TandemLLM $(probe_in "$epid" /home/box/TandemLLM)"
+  fs="$fs, ~/.tandemllm $(probe_in "$epid" /home/box/.tandemllm), \$XDG_RUNTIME_DIR/tandem $(probe_in "$epid" /run/user/1000/tandem)"
+  tmp_private="$(in_ct nsenter -t "$epid" -m test -e /tmp/.boot-test-host-tmp && echo no || echo yes)"
+  if [ "$fs" = "/etc ro, /usr ro, ~/TandemLLM ro, ~/.tandemllm rw, \$XDG_RUNTIME_DIR/tandem rw" ] && [ "$tmp_private" = yes ]; then
+    pass "hardening: egressd's file system: $fs, private /tmp"
+  else
+    fail "hardening: egressd's file system: $fs, private /tmp $tmp_private"
+  fi
+else
+  fail "hardening: egressd is not answering /health on egress.sock under the unit's sandbox (MainPID '${epid}')"
+  diag $eunit
+fi
+
+out="$(as_box tandem egress status 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && grep -q '^egressd: running$' <<<"$out" && grep -qE 'managed +systemd --user' <<<"$out" \
+   && grep -qE "^ +pid +$(egress_pid)\$" <<<"$out"; then
+  pass "tandem egress status: exits 0, egressd running (pid $(egress_pid)), managed by systemd --user"
+else
+  fail "tandem egress status: exit $rc, not 'egressd: running' managed by systemd --user with MainPID $(egress_pid)"
+fi
+sed 's/^/  | /' <<<"$out"
 
 # kill -9: Restart=on-failure brings chatd back.
 old="$(chatd_pid || true)"
@@ -483,6 +569,70 @@ if [ "$res" = success ] && [ "$code" = 0 ] && wait_for 25 chatd_active && wait_f
 else
   fail "tandem-watchdog.service: result $res, exit status $code, chatd $(uprop tandem-chatd.service ActiveState)"
   as_box journalctl --user -u tandem-watchdog.service -n 8 --no-pager -o cat 2>&1 | sed 's/^/  /' >&2 || true
+fi
+
+# ---- egressd's reload, stop and start (chatd runs again after the watchdog pass).
+# reload: SIGHUP (ExecReload) rereads the [egress] settings; same process. The
+# ceiling is raised from its default (off) in tandem.toml first: /health shows it.
+old="$(egress_pid || true)"
+ceiling_was="$(egress_health 2>/dev/null | grep -oE '"ceiling":"[a-z]+"' | cut -d'"' -f4)"
+install -d -o 1000 -g 1000 -m 0700 "$h/.config/tandem"
+printf '[egress]\nceiling = "registries"\n' >"$h/.config/tandem/tandem.toml"
+chown 1000:1000 "$h/.config/tandem/tandem.toml"; chmod 0600 "$h/.config/tandem/tandem.toml"
+before="$(journal_count $eunit 'settings reloaded')"
+T=20 uctl reload $eunit >/dev/null 2>&1 && rc=0 || rc=$?
+reloaded() { [ "$(journal_count $eunit 'settings reloaded')" -gt "$before" ]; }
+ceiling_now() { egress_health 2>/dev/null | grep -qF '"ceiling":"registries"'; }
+if [ "$rc" = 0 ] && wait_for 10 reloaded && egress_active && [ "$(egress_pid)" = "$old" ] \
+   && [ "$(egress_field pid)" = "$old" ] && ceiling_now && [ "$(journal_count $eunit 'settings not reloaded')" = 0 ]; then
+  pass "systemctl --user reload $eunit: 'settings reloaded' in its journal, ceiling $ceiling_was -> registries in /health, still active, same MainPID $old"
+  as_box journalctl --user -b -u $eunit --no-pager -o cat 2>/dev/null | grep -E 'Reload|settings' | tail -3 | sed 's/^/  | /' || true
+else
+  fail "systemctl --user reload $eunit: exit $rc, $(journal_count $eunit 'settings reloaded') 'settings reloaded' lines (were $before), ceiling $ceiling_was -> '$(egress_health 2>/dev/null | grep -oE '"ceiling":"[a-z]+"')', unit $(uprop $eunit ActiveState), MainPID $old -> $(egress_pid)"
+  diag $eunit
+fi
+
+# stop while chatd holds GET /cards/stream open (the realistic case: a stop
+# once hung on that stream until systemd's SIGKILL): quick, result success.
+if chatd_active && wait_for 15 card_followed; then
+  listeners="$(egress_field card_listeners)"
+  holder="chatd (pid $(chatd_pid)) following /cards/stream, card_listeners $listeners"
+else
+  holder="chatd NOT following /cards/stream (chatd $(uprop tandem-chatd.service ActiveState), card_listeners '$(egress_field card_listeners)')"
+fi
+old="$(egress_pid || true)"
+kills='timed out|Killing process|SIGKILL'
+kills_before="$(journal_count $eunit "$kills")"
+t0=$(date +%s%N)
+out="$(T=30 as_box tandem egress stop 2>&1)" && rc=0 || rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+st="$(uprop $eunit ActiveState)"; res="$(uprop $eunit Result)"
+killed=$(( $(journal_count $eunit "$kills") - kills_before ))
+if [ "$rc" = 0 ] && [ "$st" = inactive ] && [ "$res" = success ] && [ "$killed" = 0 ] && [ "$ms" -lt 5000 ] \
+   && grep -q '^egressd stopped in' <<<"$out" && ! egress_health >/dev/null 2>&1 && [ "${holder#chatd (pid}" != "$holder" ]; then
+  pass "tandem egress stop with $holder: exits 0 in ${ms} ms, unit inactive, result success (no stop timeout, no SIGKILL), /health gone ($out)"
+else
+  fail "tandem egress stop with $holder: exit $rc in ${ms} ms, unit $st result $res, $killed timeout/kill lines: $out"
+  diag $eunit
+fi
+as_box journalctl --user -b -u tandem-chatd.service --no-pager -o cat 2>/dev/null | grep -F "egressd's card stream ended" | tail -1 | sed 's/^/  | chatd: /' || true
+
+out="$(T=40 as_box tandem egress start 2>&1)" && rc=0 || rc=$?
+new="$(egress_pid || true)"
+if [ "$rc" = 0 ] && egress_active && grep -q 'managed by systemd --user' <<<"$out" && [ -n "$new" ] \
+   && [ "$new" != 0 ] && [ "$new" != "$old" ] && [ "$(egress_field pid)" = "$new" ]; then
+  pass "tandem egress start: exits 0, the unit is active again, /health on egress.sock from the new pid ($out)"
+else
+  fail "tandem egress start: exit $rc, unit $(uprop $eunit ActiveState), MainPID $old -> $new: $out"
+  diag $eunit
+fi
+# chatd comes back to the new egressd's card stream by itself (its retry: 1 s, doubling).
+t0=$(date +%s)
+if chatd_active && wait_for 20 card_followed; then
+  pass "chatd follows the restarted egressd's /cards/stream again (card_listeners $(egress_field card_listeners), within $(( $(date +%s) - t0 )) s)"
+else
+  fail "chatd did not follow the restarted egressd's /cards/stream within 20 s (card_listeners '$(egress_field card_listeners)')"
+  diag
 fi
 
 # ---------------------------------------------------------------- 6. teardown

@@ -1,6 +1,7 @@
 //! `bench --quick` end to end against the real binaries: a smoke test of the
 //! benchmark itself (a debug build's figures mean nothing; the run must
-//! finish within a minute and write its table). Needs `cargo build --workspace`.
+//! finish within a minute and write its table). Needs `cargo build --workspace`
+//! (figure 7 runs the built egressd, and tinyproxy when it is installed).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,6 +51,11 @@ fn quick_bench_finishes_and_writes_its_table() {
         "6. tool-loop overhead per step",
         "6. request bytes, with stubs",
         "6. changed bytes per step",
+        "7. download 64 MiB via egressd chat socket",
+        "7. download 64 MiB via egressd listener + token",
+        "7. upload 64 MiB via egressd chat socket",
+        "7. new CONNECTs/s via egressd chat socket",
+        "7. egressd RSS idle",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

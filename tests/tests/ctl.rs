@@ -12,6 +12,8 @@ use tandem_tests::harness::{bin_dir, free_port, wait_until, Sim};
 struct Box_ {
     dir: tempfile::TempDir,
     port: u16,
+    /// egressd's loopback listener.
+    egress_port: u16,
     engine: String,
 }
 
@@ -22,6 +24,7 @@ impl Box_ {
         Box_ {
             dir,
             port: free_port(),
+            egress_port: free_port(),
             engine: engine.to_string(),
         }
     }
@@ -44,6 +47,10 @@ impl Box_ {
             .env("XDG_RUNTIME_DIR", self.home().join("run"))
             .env("QSE_ROOT", self.home())
             .env("QSE_CHAT_URL", format!("127.0.0.1:{}", self.port))
+            .env(
+                "QSE_EGRESS_PROXY",
+                format!("127.0.0.1:{}", self.egress_port),
+            )
             .env("QSE_ENGINE_URL", &self.engine)
             .env("QSE_TANDEM_MANAGER", "processes");
         for (k, v) in env {
@@ -108,7 +115,10 @@ impl Box_ {
 
 impl Drop for Box_ {
     fn drop(&mut self) {
-        if let Some(pid) = self.chatd_pid() {
+        let egressd = std::fs::read_to_string(self.home().join("run/tandem/egressd.pid"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        for pid in [self.chatd_pid(), egressd].into_iter().flatten() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -139,6 +149,9 @@ async fn start_status_logs_restart_stop() {
     );
     assert!(b.healthy().await);
     let first_pid = b.chatd_pid().unwrap();
+    // egressd too: `tandem status` wants every daemon of this build.
+    let egress = b.tandem(&["egress", "start"]);
+    assert!(egress.status.success(), "{}", text(&egress));
 
     let again = b.tandem(&["chat", "start"]);
     assert!(again.status.success());
@@ -152,6 +165,7 @@ async fn start_status_logs_restart_stop() {
         "{out}"
     );
     assert!(out.contains("engine      reachable"), "{out}");
+    assert!(out.contains("egressd     running  pid "), "{out}");
 
     let chat_status = b.tandem(&["chat", "status"]);
     assert!(chat_status.status.success());
@@ -208,8 +222,147 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&bad)
     );
-    let unbuilt = b.tandem(&["egress", "start"]);
-    assert!(text(&unbuilt).contains("egressd is not part of this build yet"));
+    let unbuilt = b.tandem(&["hostexec", "start"]);
+    assert!(text(&unbuilt).contains("hostexecd is not part of this build yet"));
+    // A chat's preset through chatd: set, shown under the box's ceiling.
+    let chat_started = b.tandem(&["chat", "start"]);
+    assert!(chat_started.status.success(), "{}", text(&chat_started));
+    let key = std::fs::read_to_string(b.home().join(".tandemllm/chat/forward.key")).unwrap();
+    let made: serde_json::Value = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{}/v1/chat-app/conversations",
+            b.port
+        ))
+        .header("x-forward-key", key.trim())
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let chat = made["id"].as_str().unwrap().to_string();
+    let set = b.tandem(&["chat", "egress", &chat, "all"]);
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(
+        text(&set).contains(&format!(
+            "{chat}: preset all (in force: off, the box's ceiling is off)"
+        )),
+        "{}",
+        text(&set)
+    );
+    assert!(b
+        .home()
+        .join(format!(".tandemllm/chat/egress/{chat}/proxy.sock"))
+        .exists());
+    let shown = b.tandem(&["chat", "egress", &chat]);
+    assert!(text(&shown).contains("preset all"), "{}", text(&shown));
+    let bad = b.tandem(&["chat", "egress", &chat, "most"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    let missing = b.tandem(&["chat", "egress", "c_nothere"]);
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
+    assert!(text(&missing).contains("404"), "{}", text(&missing));
+    let chat_stopped = b.tandem(&["chat", "stop"]);
+    assert!(chat_stopped.status.success(), "{}", text(&chat_stopped));
+
+    let stopped = b.tandem(&["egress", "stop"]);
+    assert!(
+        text(&stopped).contains("egressd stopped in"),
+        "{}",
+        text(&stopped)
+    );
+}
+
+/// `tandem egress start|status|logs|stop` like chatd's, /health asked on
+/// egressd's unix socket; `tandem egress rules` prints the nftables JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_service_verbs_and_rules() {
+    let b = Box_::new("http://127.0.0.1:9");
+    let socket = b.home().join("run/tandem/egress.sock");
+    let started = b.tandem(&["egress", "start"]);
+    assert!(started.status.success(), "{}", text(&started));
+    let out = text(&started);
+    assert!(out.contains("egressd started: pid"), "{out}");
+    assert!(out.contains(&format!("unix:{}", socket.display())), "{out}");
+    let pid: u32 = std::fs::read_to_string(b.home().join("run/tandem/egressd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let again = b.tandem(&["egress", "start"]);
+    assert!(
+        text(&again).contains("egressd is already running"),
+        "{}",
+        text(&again)
+    );
+
+    let status = b.tandem(&["egress", "status"]);
+    assert!(status.status.success(), "{}", text(&status));
+    let out = text(&status);
+    for want in [
+        "egressd: running".to_string(),
+        format!("pid      {pid}"),
+        format!("data     {}", b.home().join(".tandemllm/egress").display()),
+        "ceiling  off".to_string(),
+        format!("proxy    127.0.0.1:{}", b.egress_port),
+        format!("url      unix:{}", socket.display()),
+        "health   ok".to_string(),
+    ] {
+        assert!(out.contains(&want), "{want:?} missing from {out}");
+    }
+    let logs = b.tandem(&["egress", "logs", "5"]);
+    assert!(logs.status.success(), "{}", text(&logs));
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("egressd serving"),
+        "{}",
+        text(&logs)
+    );
+
+    let stopped = b.tandem(&["egress", "stop"]);
+    assert!(
+        text(&stopped).contains("egressd stopped in"),
+        "{}",
+        text(&stopped)
+    );
+    let status = b.tandem(&["egress", "status"]);
+    assert_eq!(status.status.code(), Some(1), "{}", text(&status));
+    assert!(
+        text(&status).contains("egressd: not running"),
+        "{}",
+        text(&status)
+    );
+
+    // The rules: JSON for the named user and the listener's port; a user
+    // that does not exist is named.
+    let rules = b.tandem(&["egress", "rules", "--user", "nobody"]);
+    assert!(rules.status.success(), "{}", text(&rules));
+    let json: serde_json::Value = serde_json::from_slice(&rules.stdout).unwrap();
+    let added: Vec<&serde_json::Value> = json["nftables"]
+        .as_array()
+        .expect("an nftables array")
+        .iter()
+        .filter_map(|o| o.get("add").and_then(|a| a.get("rule")))
+        .collect();
+    assert_eq!(added.len(), 2, "{json:#}");
+    let accept = &added[0]["expr"];
+    assert_eq!(accept[0]["match"]["right"], 65534, "nobody's uid: {json:#}");
+    assert_eq!(accept[3]["match"]["right"], b.egress_port, "{json:#}");
+    assert_eq!(added[1]["expr"][1]["counter"], "sbx_dropped");
+    let missing = b.tandem(&["egress", "rules", "--user", "tandem-no-such-user"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        text(&missing).contains("the sandbox user \"tandem-no-such-user\" does not exist"),
+        "{}",
+        text(&missing)
+    );
+    let default_user = b.tandem(&["egress", "rules"]);
+    if !default_user.status.success() {
+        assert!(
+            text(&default_user).contains("\"tandem-sbx\""),
+            "{}",
+            text(&default_user)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,6 +480,9 @@ fn help_texts_match_their_snapshots() {
         &["chat", "send"],
         &["chat", "attach"],
         &["chat", "consent"],
+        &["chat", "egress"],
+        &["egress"],
+        &["egress", "rules"],
         &["watchdog"],
         &["doctor"],
         &["completions"],
@@ -369,7 +525,8 @@ fn help_texts_match_their_snapshots() {
     );
 }
 
-/// The units pass `systemd-analyze verify`, and chatd's exposure is 3.0 or lower.
+/// The units pass `systemd-analyze verify`, and chatd's and egressd's
+/// exposure is 3.0 or lower.
 #[test]
 fn units_verify_and_are_hardened() {
     let units = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../units");
@@ -377,7 +534,7 @@ fn units_verify_and_are_hardened() {
     let runtime = home.path().join("run");
     std::fs::create_dir_all(home.path().join(".local/bin")).unwrap();
     std::fs::create_dir_all(&runtime).unwrap();
-    for binary in ["chatd", "tandem"] {
+    for binary in ["chatd", "egressd", "tandem"] {
         std::fs::copy(
             bin_dir().join(binary),
             home.path().join(".local/bin").join(binary),
@@ -403,7 +560,10 @@ fn units_verify_and_are_hardened() {
         "verify: {}",
         text(&verify)
     );
-    let limits = [("tandem-chatd.service", 3.0)];
+    let limits = [
+        ("tandem-chatd.service", 3.0),
+        ("tandem-egress.service", 3.0),
+    ];
     for (unit, limit) in limits {
         let out = analyze(
             &["security", "--offline=yes", "--user"],

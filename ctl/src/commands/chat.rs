@@ -36,11 +36,13 @@ pub enum ChatCommand {
         /// The chat id.
         id: String,
     },
-    /// Answer a consent card: a tool call waiting for your yes or no.
+    /// Answer a consent card: a tool call, or a command reaching for a host,
+    /// waiting for your yes or no.
     ///
-    /// `once` runs this call, `always` runs it and saves a rule so the same
-    /// kind of call runs without asking in this chat, `deny` refuses it (the
-    /// model is told). `send` and `attach` print the card's id.
+    /// `once` runs this call (for a host: lets the chat's commands reach it
+    /// for a while), `always` also saves a rule so it is not asked again in
+    /// this chat, `deny` refuses it (and, for a host, saves a deny rule).
+    /// `send` and `attach` print the card's id.
     ///
     /// Example: tandem chat consent c_0123abcd card_4567 once
     Consent {
@@ -51,6 +53,23 @@ pub enum ChatCommand {
         /// once, always or deny.
         #[arg(value_parser = ["once", "always", "deny"])]
         decision: String,
+    },
+    /// Show or set how far a chat's commands may reach (egressd).
+    ///
+    /// `off` nowhere, `registries` the package registries (PyPI, npm,
+    /// crates.io, ...), `all` every public host; never past the box's ceiling
+    /// (`[egress] ceiling`), never the LAN, this box or a metadata address.
+    /// A host inside the ceiling but outside the preset asks with a card.
+    /// Prints the preset, what is in force under the ceiling, and the chat's
+    /// saved host rules.
+    ///
+    /// Example: tandem chat egress c_0123abcd registries
+    Egress {
+        /// The chat id.
+        chat: String,
+        /// The new preset (none: show the current one).
+        #[arg(value_parser = ["off", "registries", "all"])]
+        preset: Option<String>,
     },
 }
 
@@ -111,6 +130,43 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 )
                 .await?;
             eprintln!("tandem: answered {card}: {decision}");
+            Ok(ExitCode::SUCCESS)
+        }
+        ChatCommand::Egress { chat, preset } => {
+            let client = Client::new()?;
+            let path = format!("/conversations/{chat}/egress");
+            let state = match preset {
+                Some(preset) => {
+                    client
+                        .call(
+                            reqwest::Method::PUT,
+                            &path,
+                            Some(json!({ "preset": preset })),
+                        )
+                        .await?
+                }
+                None => client.call(reqwest::Method::GET, &path, None).await?,
+            };
+            let rules = client
+                .call(reqwest::Method::GET, &format!("{path}/rules"), None)
+                .await?;
+            let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+            println!(
+                "{chat}: preset {} (in force: {}, the box's ceiling is {})",
+                text(&state["preset"]),
+                text(&state["effective"]),
+                text(&state["ceiling"])
+            );
+            for rule in rules["rules"].as_array().into_iter().flatten() {
+                println!(
+                    "  {} {}:{} ({}, {})",
+                    text(&rule["verdict"]),
+                    text(&rule["host"]),
+                    rule["port"],
+                    text(&rule["source"]),
+                    text(&rule["id"])
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         ChatCommand::Attach { id } => {
@@ -245,6 +301,11 @@ async fn follow(
                         data["attempt"],
                         data["wait_s"],
                         data["reason"].as_str().unwrap_or("")
+                    ),
+                    "tool.consent" if data["name"] == "egress" => eprintln!(
+                        "\ntandem: {}\n        answer with: tandem chat consent {chat} {} once|always|deny",
+                        data["summary"].as_str().unwrap_or(""),
+                        data["card_id"].as_str().unwrap_or(""),
                     ),
                     "tool.consent" => eprintln!(
                         "\ntandem: the model asks to run {} ({}): {}\n        answer with: tandem chat consent {chat} {} once|always|deny",

@@ -101,16 +101,30 @@ pub async fn exec() -> anyhow::Result<ExitCode> {
     let socket =
         std::env::var("QSE_SANDBOX_SOCKET").unwrap_or_else(|_| "/var/run/docker.sock".into());
     check(std::path::Path::new(&socket).exists(), format!("container runtime socket {socket}"), "install podman + runc (the sandbox issue brings sandbox/install); chats still work without it, with no bash tool");
+    let egressd = daemons::by_name("egressd")
+        .map(|d| settings.daemon_url(d))
+        .unwrap_or_default();
+    let up = daemons::health(&client, &egressd, Duration::from_secs(1))
+        .await
+        .is_some();
+    check(
+        up,
+        format!("egressd answers at {egressd}"),
+        "tandem egress start (and `tandem egress logs` when it will not)",
+    );
     let nft = Command::new("nft")
-        .args(["list", "table", "inet", "tandem"])
+        .args(["list", "table", "inet", egressd::nft::TABLE])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     check(
         nft,
-        "nftables table inet tandem (egress rules)".into(),
-        "arrives with egressd; until then sandboxes have no network at all",
+        format!(
+            "nftables table inet {} (the sandbox user reaches only egressd)",
+            egressd::nft::TABLE
+        ),
+        "sudo sandbox/install.sh (makes the sandbox user, then tandem egress rules --apply)",
     );
     println!();
     if failed == 0 {

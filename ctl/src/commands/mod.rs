@@ -1,5 +1,6 @@
 pub mod chat;
 pub mod doctor;
+pub mod egress;
 pub mod service;
 pub mod status;
 pub mod up;

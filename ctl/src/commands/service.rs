@@ -153,8 +153,14 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
         row("uptime", daemons::human_duration(h.uptime_s));
     }
     row("binary", manager::binary_path(daemon).display().to_string());
-    if daemon.binary == "chatd" {
-        row("data", settings.chatd.data_dir.display().to_string());
+    match daemon.binary {
+        "chatd" => row("data", settings.chatd.data_dir.display().to_string()),
+        "egressd" => {
+            row("data", settings.egress.data_dir.display().to_string());
+            row("ceiling", settings.egress.ceiling.clone());
+            row("proxy", settings.egress.listen.clone());
+        }
+        _ => {}
     }
     row("url", url.clone());
     row(

@@ -65,6 +65,19 @@ pub struct ChatdConfig {
     pub answer_tokens: u64,
     /// The compaction line, in percent of the context window.
     pub compact_percent: u64,
+    /// egressd's API socket: chat presets, rules, cards, audit.
+    pub egress_socket: PathBuf,
+    /// egressd's loopback listener, the way out for web_fetch and web_search.
+    pub egress_proxy: String,
+    /// What web_search asks: `duckduckgo` (its HTML page) or `searxng` (your own, JSON).
+    pub search_engine: String,
+    /// The search engine's address: DuckDuckGo's HTML endpoint, or a SearXNG's `/search`.
+    pub search_url: String,
+    /// Seconds a web_fetch or web_search may take, besides the wait for a
+    /// person's answer to egressd's card (at most 60 s more).
+    pub web_timeout_s: u64,
+    /// The most bytes of an answer web_fetch reads; the rest is cut.
+    pub web_max_bytes: usize,
 }
 
 impl Default for ChatdConfig {
@@ -90,6 +103,12 @@ impl Default for ChatdConfig {
             max_steps: 40,
             answer_tokens: 4096,
             compact_percent: 80,
+            egress_socket: tandem_shared::daemon::runtime_dir().join("egress.sock"),
+            egress_proxy: "127.0.0.1:8017".into(),
+            search_engine: "duckduckgo".into(),
+            search_url: "https://html.duckduckgo.com/html/".into(),
+            web_timeout_s: 30,
+            web_max_bytes: 2 << 20,
         }
     }
 }
@@ -148,6 +167,14 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_COMPACT_PERCENT",
         key: "chatd.compact_percent",
     },
+    EnvKey {
+        env: "QSE_EGRESS_SOCKET",
+        key: "chatd.egress_socket",
+    },
+    EnvKey {
+        env: "QSE_EGRESS_PROXY",
+        key: "chatd.egress_proxy",
+    },
 ];
 
 impl ChatdConfig {
@@ -201,6 +228,45 @@ impl ChatdConfig {
             return Err(bad(
                 "compact_percent",
                 format!("{} is outside 50..=95", self.compact_percent),
+            ));
+        }
+        if !["duckduckgo", "searxng"].contains(&self.search_engine.as_str()) {
+            return Err(bad(
+                "search_engine",
+                format!(
+                    "{:?} is not a search engine here: use duckduckgo or searxng",
+                    self.search_engine
+                ),
+            ));
+        }
+        match url::Url::parse(&self.search_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => {
+                return Err(bad(
+                    "search_url",
+                    format!(
+                        "{:?} must be an http:// or https:// address",
+                        self.search_url
+                    ),
+                ))
+            }
+        }
+        if self.search_engine == "searxng" && self.search_url.contains("duckduckgo.com") {
+            return Err(bad(
+                "search_url",
+                "with search_engine = \"searxng\" it must be your SearXNG's search address, like https://searx.example.org/search".into(),
+            ));
+        }
+        if !(1..=600).contains(&self.web_timeout_s) {
+            return Err(bad(
+                "web_timeout_s",
+                format!("{} is outside 1..=600", self.web_timeout_s),
+            ));
+        }
+        if !(4096..=64 << 20).contains(&self.web_max_bytes) {
+            return Err(bad(
+                "web_max_bytes",
+                format!("{} is outside 4096..=67108864", self.web_max_bytes),
             ));
         }
         if self.context_window < 2048 {
@@ -262,6 +328,23 @@ mod tests {
         check(
             |c| c.max_body_bytes = 10,
             "chatd.max_body_bytes: 10 is outside",
+        );
+        check(
+            |c| c.search_engine = "bing".into(),
+            "chatd.search_engine: \"bing\" is not a search engine here: use duckduckgo or searxng",
+        );
+        check(|c| c.search_url = "ftp://x".into(), "chatd.search_url");
+        check(
+            |c| c.search_engine = "searxng".into(),
+            "chatd.search_url: with search_engine",
+        );
+        check(
+            |c| c.web_timeout_s = 0,
+            "chatd.web_timeout_s: 0 is outside 1..=600",
+        );
+        check(
+            |c| c.web_max_bytes = 100,
+            "chatd.web_max_bytes: 100 is outside 4096..=67108864",
         );
     }
 

@@ -9,6 +9,7 @@ pub mod api;
 pub mod attachments;
 pub mod config;
 pub mod context;
+pub mod egress;
 pub mod engine;
 pub mod events;
 pub mod housekeeping;
@@ -41,6 +42,8 @@ pub struct App {
     pub config: Arc<ChatdConfig>,
     pub store: Store,
     pub runs: Runs,
+    /// egressd's API: chats' egress presets, rules, audit.
+    pub egress: crate::egress::EgressClient,
     pub engine: Engine,
     pub secrets: Secrets,
     pub metrics: Arc<Metrics>,
@@ -183,11 +186,17 @@ pub async fn run(
         config.clone(),
         metrics.clone(),
         shutdown.clone(),
+        secrets.forward_key.clone(),
     );
+    // egressd may start before or after chatd: the listener waits for it.
+    let egress = crate::egress::EgressClient::new(&config.egress_socket)?;
+    runs.set_egress(egress.clone());
+    crate::egress::spawn_card_listener(egress.clone(), runs.clone(), shutdown.clone());
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
         runs: runs.clone(),
+        egress,
         engine,
         secrets,
         metrics,

@@ -766,6 +766,7 @@ mod tests {
             workspace: ws,
             call_id: "t",
             budget_chars: 64_000,
+            web: None,
         };
         run(&Registry::base(), name, &args.to_string(), &ctx)
     }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tandem_shared::config::EnvKey;
+use tandem_shared::netpolicy;
 
-use crate::proxy::{Preset, Rules};
+use crate::proxy::{Preset, Settings};
 
 /// The whole tandem.toml as egressd reads it: its own section checked key
 /// by key, the other daemons' sections left to them.
@@ -43,6 +44,24 @@ pub struct EgressConfig {
     pub lookup_s: u64,
     pub connect_s: u64,
     pub header_s: u64,
+    /// The loopback listener for host-side tools (chatd's web_fetch and
+    /// web_search): a chat is named by its token, never by the request.
+    pub listen: String,
+    /// The secrets file with QSE_FORWARD_KEY= (the chats' proxy tokens are
+    /// made from it); without one, chatd's `forward.key` in `chat_data`.
+    pub secrets: PathBuf,
+    /// Hosts every chat may reach whatever its preset (`host` or `host:port`).
+    pub always_allowed: Vec<String>,
+    /// Seconds a connection waits for a card's answer.
+    pub card_wait_s: u64,
+    /// Minutes an "Allow once" answer covers the host for the chat's command.
+    pub once_minutes: u64,
+    /// Seconds a tunnel may carry nothing before it is closed.
+    pub tunnel_idle_s: u64,
+    /// Open connections one chat may have at once (more: 429).
+    pub tunnels_per_chat: usize,
+    /// The user sandboxed commands run as; the nftables rules bind its traffic.
+    pub sandbox_user: String,
 }
 
 impl Default for EgressConfig {
@@ -60,6 +79,14 @@ impl Default for EgressConfig {
             lookup_s: 5,
             connect_s: 10,
             header_s: 10,
+            listen: "127.0.0.1:8017".into(),
+            secrets: tandem_shared::secrets::default_secrets_path(),
+            always_allowed: Vec::new(),
+            card_wait_s: 60,
+            once_minutes: 30,
+            tunnel_idle_s: 300,
+            tunnels_per_chat: 32,
+            sandbox_user: "tandem-sbx".into(),
         }
     }
 }
@@ -103,6 +130,14 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHATS_EGRESS_AUDIT_DAYS",
         key: "egress.audit_days",
     },
+    EnvKey {
+        env: "QSE_EGRESS_PROXY",
+        key: "egress.listen",
+    },
+    EnvKey {
+        env: "QSE_SECRETS",
+        key: "egress.secrets",
+    },
 ];
 
 /// The commented default configuration, as `--print-default-config` prints it.
@@ -129,10 +164,62 @@ impl EgressConfig {
             ("connect_s", self.connect_s, 120),
             ("header_s", self.header_s, 120),
             ("audit_days", self.audit_days, 3650),
+            ("card_wait_s", self.card_wait_s, 60),
+            ("once_minutes", self.once_minutes, 1440),
+            ("tunnel_idle_s", self.tunnel_idle_s, 86_400),
+            ("tunnels_per_chat", self.tunnels_per_chat as u64, 4096),
         ] {
             if !(1..=max).contains(&value) {
                 return Err(bad(key, format!("{value} is outside 1..={max}")));
             }
+        }
+        match self.listen.parse::<std::net::SocketAddr>() {
+            Ok(addr) if addr.ip().is_loopback() => {}
+            Ok(addr) => {
+                return Err(bad(
+                    "listen",
+                    format!(
+                        "{addr} is not a loopback address: the token listener stays on this box"
+                    ),
+                ))
+            }
+            Err(_) => {
+                return Err(bad(
+                    "listen",
+                    format!("{:?} is not an address like 127.0.0.1:8017", self.listen),
+                ))
+            }
+        }
+        for (i, entry) in self.always_allowed.iter().enumerate() {
+            let key = format!("always_allowed[{i}]");
+            let (_, port) = netpolicy::split_authority(entry, 443)
+                .map_err(|e| bad(&key, format!("{entry:?}: {e}")))?;
+            if names_port(entry) && !self.ports.contains(&port) {
+                return Err(bad(
+                    &key,
+                    format!("{entry:?} names port {port}, which is not in ports (add it there)"),
+                ));
+            }
+        }
+        for (i, host) in self.registries.iter().enumerate() {
+            match netpolicy::parse_host(host) {
+                Ok(netpolicy::Host::Name(_)) => {}
+                _ => {
+                    return Err(bad(
+                        &format!("registries[{i}]"),
+                        format!("{host:?} is not a host name like pypi.org"),
+                    ))
+                }
+            }
+        }
+        if self.sandbox_user.is_empty() || self.sandbox_user == "root" {
+            return Err(bad(
+                "sandbox_user",
+                format!(
+                    "{:?} cannot be the sandbox user: name an unprivileged one",
+                    self.sandbox_user
+                ),
+            ));
         }
         Ok(())
     }
@@ -149,21 +236,51 @@ impl EgressConfig {
             .collect()
     }
 
-    /// The rules of a chat whose preset is `preset`, under the ceiling.
-    pub fn rules(&self, preset: Preset) -> Rules {
-        Rules {
-            preset: preset.capped(self.ceiling()),
+    /// What every decision reads, from these settings.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            ceiling: self.ceiling(),
+            // The spelling requests are compared in (lowercase, no
+            // trailing dot, IDNA); checked at start.
             registries: self
                 .registries
                 .iter()
-                .map(|h| h.to_ascii_lowercase())
+                .filter_map(|h| match netpolicy::parse_host(h) {
+                    Ok(netpolicy::Host::Name(name)) => Some(name),
+                    _ => None,
+                })
+                .collect(),
+            always: self
+                .always_allowed
+                .iter()
+                .filter_map(|entry| {
+                    // Checked at start.
+                    let (host, port) = netpolicy::split_authority(entry, 443).ok()?;
+                    let host = match host {
+                        netpolicy::Host::Ip(ip) => ip.to_string(),
+                        netpolicy::Host::Name(name) => name,
+                    };
+                    Some((host, names_port(entry).then_some(port)))
+                })
                 .collect(),
             ports: self.ports.clone(),
             lookup: Duration::from_secs(self.lookup_s),
             connect: Duration::from_secs(self.connect_s),
             header: Duration::from_secs(self.header_s),
+            idle: Duration::from_secs(self.tunnel_idle_s),
             max_header: 64 * 1024,
+            card_wait: Duration::from_secs(self.card_wait_s),
+            once: Duration::from_secs(self.once_minutes * 60),
+            tunnels_per_chat: self.tunnels_per_chat,
         }
+    }
+}
+
+/// Whether `host[:port]` names a port (`[v6]:port` for IPv6).
+fn names_port(entry: &str) -> bool {
+    match entry.strip_prefix('[') {
+        Some(rest) => rest.contains("]:"),
+        None => entry.contains(':'),
     }
 }
 
@@ -202,12 +319,44 @@ mod tests {
     }
 
     #[test]
-    fn a_chat_never_passes_the_ceiling() {
+    fn always_allowed_hosts_keep_their_port_or_take_every_one() {
         let config = EgressConfig {
-            ceiling: "registries".into(),
+            always_allowed: vec!["Mirror.Example.org".into(), "10.1.2.3:8443".into()],
+            ports: vec![80, 443, 8443],
             ..EgressConfig::default()
         };
-        assert_eq!(config.rules(Preset::All).preset, Preset::Registries);
-        assert_eq!(config.rules(Preset::Off).preset, Preset::Off);
+        config.check().unwrap();
+        let s = config.settings();
+        assert!(s.always_allowed("mirror.example.org", 443));
+        assert!(s.always_allowed("10.1.2.3", 8443));
+        assert!(!s.always_allowed("10.1.2.3", 443));
+        let bad = EgressConfig {
+            always_allowed: vec!["http://x/".into()],
+            ..EgressConfig::default()
+        };
+        assert!(bad
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("egress.always_allowed[0]"));
+        let closed_port = EgressConfig {
+            always_allowed: vec!["mirror.example.org:8443".into()],
+            ..EgressConfig::default()
+        };
+        let err = closed_port.check().unwrap_err().to_string();
+        assert!(err.contains("not in ports"), "{err}");
+        let registry = EgressConfig {
+            registries: vec!["PyPI.org.".into(), "10.0.0.1".into()],
+            ..EgressConfig::default()
+        };
+        let err = registry.check().unwrap_err().to_string();
+        assert!(err.contains("egress.registries[1]"), "{err}");
+        let spelled = EgressConfig {
+            registries: vec!["PyPI.org.".into()],
+            ..EgressConfig::default()
+        };
+        assert!(spelled
+            .settings()
+            .is_registry(&netpolicy::Host::Name("pypi.org".into())));
     }
 }

@@ -4,14 +4,20 @@
 //! the chat's identity (`<chatd data>/egress/<chat>/proxy.sock`), plain HTTP
 //! and `CONNECT`, every address a name resolves to checked by
 //! `tandem_shared::netpolicy`, the connection made to the checked address,
-//! never by a second lookup. `api.rs` sets a chat's preset and reads the
-//! audit; `store.rs` keeps both in egress.sqlite3. Still to come (issue 5):
-//! per-chat rules and consent cards, the loopback listener for chatd's web
-//! tools, nftables, chatd forwarding the routes.
+//! never by a second lookup; the loopback listener serves chatd's web tools,
+//! a chat named by its token. `gate.rs` decides who may reach what (presets,
+//! rules, the administrator's settings, consent cards), `relay.rs` carries a
+//! tunnel with its idle bound, `api.rs` is the API on `egress.sock` (peer uid
+//! checked), `store.rs` keeps presets, rules and the audit in egress.sqlite3,
+//! `nft.rs` builds the nftables rules that keep the sandbox user to egressd.
 
 pub mod api;
 pub mod config;
+pub mod gate;
+pub mod metrics;
+pub mod nft;
 pub mod proxy;
+pub mod relay;
 pub mod store;
 
 use std::collections::HashMap;
@@ -25,20 +31,34 @@ use tandem_shared::shutdown::Shutdown;
 use tokio::sync::oneshot;
 
 use crate::config::EgressConfig;
-use crate::proxy::Preset;
+use crate::gate::Gate;
+use crate::proxy::Proxy;
 use crate::store::Store;
 
 /// The daemon's state.
 pub struct Egress {
     pub config: EgressConfig,
-    pub store: Arc<Store>,
-    pub policy: Arc<Policy>,
+    pub proxy: Arc<Proxy>,
     pub started: Instant,
+    pub registry: Arc<tandem_shared::metrics::Registry>,
+    /// Where the loopback listener listens (port 0 in the settings: the one
+    /// the system chose).
+    pub listen: std::net::SocketAddr,
+    /// Ends long answers (the card stream) when egressd stops.
+    pub shutdown: Shutdown,
     /// Each open chat's listener, and the switch that closes it.
     chats: Mutex<HashMap<String, oneshot::Sender<()>>>,
 }
 
 impl Egress {
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.proxy.gate
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        self.proxy.gate.store()
+    }
+
     /// The proxy socket of a chat.
     pub fn socket_of(&self, chat: &str) -> PathBuf {
         self.config
@@ -52,20 +72,19 @@ impl Egress {
         self.chats.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// (Re)opens a chat's socket with the rules of `preset` under the
-    /// ceiling. Must run inside the runtime.
-    pub fn open_chat(&self, chat: &str, preset: Preset) -> std::io::Result<()> {
+    /// Opens a chat's socket, unless it is open already (its rules are read
+    /// at each connection, so a new preset needs no new socket). Must run
+    /// inside the runtime.
+    pub fn open_chat(&self, chat: &str) -> std::io::Result<()> {
         let path = self.socket_of(chat);
+        let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
+        if chats.contains_key(chat) && path.exists() {
+            return Ok(());
+        }
         if let Some(dir) = path.parent() {
             tandem_shared::fsmode::private_dir(dir)?;
         }
-        // The old listener closes first; its open tunnels run on.
-        if let Some(stop) = self
-            .chats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(chat)
-        {
+        if let Some(stop) = chats.remove(chat) {
             let _ = stop.send(());
         }
         if path.exists() {
@@ -74,52 +93,71 @@ impl Egress {
         let listener = tokio::net::UnixListener::bind(&path)?;
         tandem_shared::fsmode::private_file(&path)?;
         let (stop, stopped) = oneshot::channel();
-        self.chats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(chat.to_string(), stop);
-        let rules = Arc::new(self.config.rules(preset));
-        tracing::info!(
-            chat,
-            preset = preset.as_str(),
-            effective = rules.preset.as_str(),
-            "chat socket open"
+        chats.insert(chat.to_string(), stop);
+        tracing::info!(chat, "chat socket open");
+        tokio::spawn(
+            self.proxy
+                .clone()
+                .serve_chat(listener, chat.to_string(), async move {
+                    let _ = stopped.await;
+                }),
         );
-        tokio::spawn(proxy::serve_chat(
-            listener,
-            chat.to_string(),
-            rules,
-            self.policy.clone(),
-            self.store.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
         Ok(())
     }
 }
 
-/// Runs egressd until `shutdown` begins.
-pub async fn run(config: EgressConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+/// Runs egressd until `shutdown` begins. `reload` reads the settings again
+/// (on SIGHUP): the ceiling, the registries, the always-allowed hosts, the
+/// ports and the bounds apply to the next decision.
+pub async fn run(
+    config: EgressConfig,
+    shutdown: Shutdown,
+    reload: impl Fn() -> anyhow::Result<EgressConfig> + Send + 'static,
+) -> anyhow::Result<()> {
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
     let store = Arc::new(Store::open(&config.data_dir.join("egress.sqlite3"))?);
     let own = tandem_shared::netpolicy::own_addresses().context("reading this box's addresses")?;
-    let policy = Arc::new(Policy::new(config.allow_ranges(), own));
+    let policy = Policy::new(config.allow_ranges(), own);
+    // The tokens of the loopback listener come from the forward key, the
+    // same chatd has (its forward.key when the secrets file has none).
+    let secrets = tandem_shared::secrets::load(&config.secrets, &config.chat_data)?;
+    let mut registry = tandem_shared::metrics::Registry::default();
+    let metrics = Arc::new(metrics::Metrics::new(&mut registry));
+    let gate = Gate::new(config.settings(), store.clone())?;
+    let proxy = Arc::new(Proxy::new(
+        gate,
+        policy,
+        store.clone(),
+        metrics,
+        Some(secrets.forward_key.clone()),
+    ));
+    let loopback = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("listening on {} (egress.listen)", config.listen))?;
     let egress = Arc::new(Egress {
         config: config.clone(),
-        store: store.clone(),
-        policy,
+        proxy: proxy.clone(),
         started: Instant::now(),
+        registry: Arc::new(registry),
+        listen: loopback.local_addr()?,
+        shutdown: shutdown.clone(),
         chats: Mutex::new(HashMap::new()),
     });
-    for (chat, preset) in store.presets()? {
-        let preset = Preset::parse(&preset).unwrap_or(Preset::Off);
-        if let Err(e) = egress.open_chat(&chat, preset) {
+    for (chat, _, _) in store.chats()? {
+        if let Err(e) = egress.open_chat(&chat) {
             tracing::warn!(chat = %chat, error = %e, "a chat's socket could not be opened");
         }
     }
     let purged = store.purge(config.audit_days)?;
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(
+            proxy
+                .clone()
+                .serve_loopback(loopback, async move { shutdown.wait().await }),
+        );
+    }
     if let Some(dir) = config.socket.parent() {
         tandem_shared::fsmode::private_dir(dir)?;
     }
@@ -129,8 +167,55 @@ pub async fn run(config: EgressConfig, shutdown: Shutdown) -> anyhow::Result<()>
     let listener = tokio::net::UnixListener::bind(&config.socket)
         .with_context(|| format!("listening on {}", config.socket.display()))?;
     tandem_shared::fsmode::private_file(&config.socket)?;
-    tracing::info!(socket = %config.socket.display(), chats = egress.open_chats(), purged,
-        ceiling = %config.ceiling, "egressd serving");
+    tracing::info!(socket = %config.socket.display(), listen = %egress.listen,
+        chats = egress.open_chats(), purged, ceiling = %config.ceiling,
+        key_from = %secrets.forward_key_source.display(), "egressd serving");
+    // SIGHUP: the settings again (listened for before READY: a reload right
+    // after start must not meet the default action, which ends the process).
+    {
+        let gate = egress.gate().clone();
+        let shutdown = shutdown.clone();
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("listening for SIGHUP")?;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    got = hangups.recv() => if got.is_none() { return },
+                    _ = shutdown.wait() => return,
+                }
+                match reload().and_then(|c| c.check().map(|_| c)) {
+                    Ok(new) => {
+                        tracing::info!(ceiling = %new.ceiling, always = new.always_allowed.len(), "settings reloaded");
+                        gate.reload(new.settings());
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "settings not reloaded: the old ones stay")
+                    }
+                }
+            }
+        });
+    }
+    // The watchdog pings while the runtime turns: a heartbeat task stamps
+    // the time, and a stale stamp withholds the ping.
+    {
+        let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let started = Instant::now();
+        let stamp = beat.clone();
+        let shutdown_beat = shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => stamp.store(started.elapsed().as_secs(), std::sync::atomic::Ordering::Relaxed),
+                    _ = shutdown_beat.wait() => return,
+                }
+            }
+        });
+        tandem_shared::notify::spawn_watchdog(shutdown.clone(), move || {
+            let last = beat.load(std::sync::atomic::Ordering::Relaxed);
+            started.elapsed().as_secs().saturating_sub(last) < 10
+        });
+    }
     tandem_shared::notify::ready("serving");
     // The audit is purged daily.
     {
@@ -148,10 +233,11 @@ pub async fn run(config: EgressConfig, shutdown: Shutdown) -> anyhow::Result<()>
         });
     }
     let router = api::router(egress.clone());
-    axum::serve(listener, router)
+    axum::serve(api::PeerChecked::new(listener), router)
         .with_graceful_shutdown(async move { shutdown.wait().await })
         .await
         .context("serving the API")?;
     tandem_shared::notify::stopping();
+    store.close_audit();
     Ok(())
 }

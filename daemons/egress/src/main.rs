@@ -36,8 +36,14 @@ fn start(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let common = args.common.clone();
+    let reload = move || {
+        common
+            .load::<egressd::config::FileConfig>(egressd::config::ENV_KEYS)
+            .map(|loaded| loaded.config.egress)
+    };
     runtime.block_on(async move {
         let (_trigger, shutdown) = tandem_shared::shutdown::Shutdown::on_signals()?;
-        egressd::run(config, shutdown).await
+        egressd::run(config, shutdown, reload).await
     })
 }

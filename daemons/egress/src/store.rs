@@ -1,16 +1,18 @@
-//! egress.sqlite3: each chat's preset and the audit of every decision.
-//! egressd is its only writer; one connection behind a mutex is enough for
-//! a row a connection.
+//! egress.sqlite3: each chat's preset and rules, and the audit of every
+//! decision. egressd is its only writer; one connection behind a mutex.
+//! Audit rows go through a channel to a writer thread, so a connection's
+//! end never waits on the disk inside the async runtime.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{mpsc, Arc, Mutex};
 
 use rusqlite::{params, Connection};
 use serde::Serialize;
 
 use crate::proxy::{Audit, Decision};
 
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE chats (
     id TEXT PRIMARY KEY,
     preset TEXT NOT NULL,
@@ -30,10 +32,39 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_chat ON audit(chat, at);
 CREATE INDEX audit_at ON audit(at);
-"#];
+"#,
+    r#"
+ALTER TABLE chats ADD COLUMN cards INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE rules (
+    id TEXT PRIMARY KEY,
+    chat TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    host TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    created TEXT NOT NULL,
+    UNIQUE (chat, host, port)
+);
+"#,
+];
 
 pub struct Store {
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
+    /// To the audit writer; `None` once closed.
+    audit: Mutex<Option<mpsc::Sender<Decision>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A chat's rule: `allow` or `deny` for one host:port.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Rule {
+    pub id: String,
+    pub verdict: String,
+    pub host: String,
+    pub port: u16,
+    /// card | api
+    pub source: String,
+    pub created: String,
 }
 
 /// One audit row as the API shows it.
@@ -62,10 +93,49 @@ pub struct Filter {
 
 impl Store {
     pub fn open(path: &Path) -> anyhow::Result<Store> {
-        let conn = tandem_shared::db::open_writer(path, MIGRATIONS)?;
+        let conn = Arc::new(Mutex::new(tandem_shared::db::open_writer(
+            path, MIGRATIONS,
+        )?));
+        let (tx, rx) = mpsc::channel::<Decision>();
+        let db = conn.clone();
+        let writer = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || {
+                // Ends when the store (the last sender) is dropped.
+                while let Ok(first) = rx.recv() {
+                    // Rows that come within 50 ms share one transaction: at
+                    // thousands of connections a second, one commit each
+                    // would be most of the writer's time.
+                    let mut batch = vec![first];
+                    let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+                    while batch.len() < 512 {
+                        let left = until.saturating_duration_since(std::time::Instant::now());
+                        match rx.recv_timeout(left) {
+                            Ok(row) => batch.push(row),
+                            Err(_) => break,
+                        }
+                    }
+                    let conn = db.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Err(e) = write_audit(&conn, &batch) {
+                        tracing::error!(error = %e, rows = batch.len(), "audit rows not written");
+                    }
+                }
+            })?;
         Ok(Store {
-            conn: Mutex::new(conn),
+            conn,
+            audit: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
         })
+    }
+
+    /// Writes the audit rows still on their way and ends the writer (at
+    /// shutdown: nothing decided is lost).
+    pub fn close_audit(&self) {
+        self.audit.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -73,29 +143,75 @@ impl Store {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn set_preset(&self, chat: &str, preset: &str) -> rusqlite::Result<()> {
+    pub fn set_chat(&self, chat: &str, preset: &str, cards: bool) -> rusqlite::Result<()> {
         self.conn().execute(
-            "INSERT INTO chats (id, preset, updated) VALUES (?1, ?2, ?3) \
-             ON CONFLICT(id) DO UPDATE SET preset = ?2, updated = ?3",
-            params![chat, preset, tandem_shared::time::now_unix()],
+            "INSERT INTO chats (id, preset, cards, updated) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT(id) DO UPDATE SET preset = ?2, cards = ?3, updated = ?4",
+            params![chat, preset, cards, tandem_shared::time::now_unix()],
         )?;
         Ok(())
     }
 
-    pub fn presets(&self) -> rusqlite::Result<Vec<(String, String)>> {
+    /// Every chat with a setting: id, preset, cards.
+    pub fn chats(&self) -> rusqlite::Result<Vec<(String, String, bool)>> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT id, preset FROM chats ORDER BY id")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let mut stmt = conn.prepare("SELECT id, preset, cards FROM chats ORDER BY id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         rows.collect()
     }
 
-    pub fn preset(&self, chat: &str) -> rusqlite::Result<Option<String>> {
-        use rusqlite::OptionalExtension;
-        self.conn()
-            .query_row("SELECT preset FROM chats WHERE id = ?1", [chat], |r| {
-                r.get(0)
+    pub fn rules(&self, chat: &str) -> rusqlite::Result<Vec<Rule>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, verdict, host, port, source, created FROM rules WHERE chat = ?1 ORDER BY created, id",
+        )?;
+        let rows = stmt.query_map([chat], |r| {
+            Ok(Rule {
+                id: r.get(0)?,
+                verdict: r.get(1)?,
+                host: r.get(2)?,
+                port: r.get(3)?,
+                source: r.get(4)?,
+                created: r.get(5)?,
             })
-            .optional()
+        })?;
+        rows.collect()
+    }
+
+    /// Saves a rule; one for the same host:port is replaced.
+    pub fn add_rule(
+        &self,
+        chat: &str,
+        verdict: &str,
+        host: &str,
+        port: u16,
+        source: &str,
+    ) -> rusqlite::Result<Rule> {
+        let bytes: [u8; 6] = rand::random();
+        let rule = Rule {
+            id: format!(
+                "er_{}",
+                bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+            verdict: verdict.to_string(),
+            host: host.to_string(),
+            port,
+            source: source.to_string(),
+            created: tandem_shared::time::now_rfc3339(),
+        };
+        self.conn().execute(
+            "INSERT INTO rules (id, chat, verdict, host, port, source, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             ON CONFLICT(chat, host, port) DO UPDATE SET id = ?1, verdict = ?3, source = ?6, created = ?7",
+            params![rule.id, chat, rule.verdict, rule.host, rule.port, rule.source, rule.created],
+        )?;
+        Ok(rule)
+    }
+
+    pub fn remove_rule(&self, chat: &str, id: &str) -> rusqlite::Result<bool> {
+        Ok(self
+            .conn()
+            .execute("DELETE FROM rules WHERE chat = ?1 AND id = ?2", [chat, id])?
+            > 0)
     }
 
     pub fn audit(&self, filter: &Filter) -> rusqlite::Result<Vec<Row>> {
@@ -142,12 +258,28 @@ impl Store {
 }
 
 impl Audit for Store {
-    fn record(&self, d: Decision) {
-        let written = self.conn().execute(
+    fn record(&self, decision: Decision) {
+        let audit = self.audit.lock().unwrap_or_else(|p| p.into_inner());
+        let sent = match audit.as_ref() {
+            Some(tx) => tx.send(decision).map_err(|e| e.0),
+            None => Err(decision),
+        };
+        if let Err(d) = sent {
+            tracing::error!(chat = %d.chat, "audit writer closed: a row was not written");
+        }
+    }
+}
+
+fn write_audit(conn: &Connection, batch: &[Decision]) -> rusqlite::Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
             "INSERT INTO audit (at, chat, host, port, address, verdict, reason, bytes_up, bytes_down, duration_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                tandem_shared::time::now_unix(),
+        )?;
+        for d in batch {
+            stmt.execute(params![
+                d.at,
                 d.chat,
                 d.host,
                 d.port,
@@ -157,10 +289,8 @@ impl Audit for Store {
                 d.bytes_up as i64,
                 d.bytes_down as i64,
                 d.duration_ms as i64
-            ],
-        );
-        if let Err(e) = written {
-            tracing::error!(error = %e, chat = %d.chat, "audit row not written");
+            ])?;
         }
     }
+    tx.commit()
 }

@@ -110,7 +110,7 @@ async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart(
     std::fs::write(
         &config,
         format!(
-            "[egress]\ndata_dir = \"{}\"\nchat_data = \"{}\"\nsocket = \"{}\"\nceiling = \"all\"\nports = [443, {port}]\nallow_ranges = [\"127.0.0.2/32\"]\n",
+            "[egress]\ndata_dir = \"{}\"\nchat_data = \"{}\"\nsocket = \"{}\"\nlisten = \"127.0.0.1:0\"\nceiling = \"all\"\nports = [443, {port}]\nallow_ranges = [\"127.0.0.2/32\"]\n",
             d.join("egress").display(),
             d.join("chat").display(),
             api.display()
@@ -219,4 +219,221 @@ async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart(
     let (_, preset) = call(&api, "GET", "/chats/c_1/egress", None).await;
     assert_eq!(preset["preset"], "all");
     let _ = &_daemon.dir;
+}
+
+/// Writes a config for a daemon in `d` with `extra` lines in `[egress]`.
+fn write_config(d: &Path, port: u16, extra: &str) -> PathBuf {
+    let config = d.join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[egress]\ndata_dir = \"{}\"\nchat_data = \"{}\"\nsocket = \"{}\"\nlisten = \"127.0.0.1:0\"\nports = [443, {port}]\nallow_ranges = [\"127.0.0.2/32\"]\n{extra}",
+            d.join("egress").display(),
+            d.join("chat").display(),
+            d.join("run/egress.sock").display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[tokio::test]
+async fn cards_rules_and_settings_over_the_api() {
+    let origin = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = origin.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = origin.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let _ = s.write_all(&buf[..n]).await;
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let api = d.join("run/egress.sock");
+    let config = write_config(d, port, "ceiling = \"all\"\n");
+    let daemon = start(d, &config);
+    wait_for(&api).await;
+    let (_, set) = call(
+        &api,
+        "PUT",
+        "/chats/c_9/egress",
+        Some(r#"{"preset":"off"}"#),
+    )
+    .await;
+    assert_eq!(set["cards"], true);
+    let socket = d.join("chat/egress/c_9/proxy.sock");
+
+    // chatd's side: the card stream, one JSON object a line.
+    let mut stream = UnixStream::connect(&api).await.unwrap();
+    stream
+        .write_all(b"GET /cards/stream HTTP/1.1\r\nHost: egressd\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    wait_until("the stream's head", Duration::from_secs(5), || {
+        let got = futures_read(&mut stream, &mut buf, &mut seen);
+        async move { got.then_some(()) }
+    })
+    .await;
+
+    // A command reaches for the origin: it waits on a card.
+    let target = format!("127.0.0.2:{port}");
+    let s2 = socket.clone();
+    let t2 = target.clone();
+    let command = tokio::spawn(async move {
+        let mut s = UnixStream::connect(&s2).await.unwrap();
+        s.write_all(format!("CONNECT {t2} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    });
+    let card_id = wait_until("a card line", Duration::from_secs(10), || {
+        futures_read(&mut stream, &mut buf, &mut seen);
+        let text = String::from_utf8_lossy(&seen).to_string();
+        let card = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["event"] == "card")
+            .map(|v| v["card_id"].as_str().unwrap_or("").to_string());
+        async move { card }
+    })
+    .await;
+    let (status, cards) = call(&api, "GET", "/cards", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(cards["cards"][0]["host"], "127.0.0.2");
+    assert_eq!(cards["cards"][0]["chat"], "c_9");
+    let (status, bad) = call(
+        &api,
+        "POST",
+        "/consent",
+        Some(&format!(
+            r#"{{"chat":"c_9","card_id":"{card_id}","decision":"maybe"}}"#
+        )),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    let answer = format!(r#"{{"chat":"c_9","card_id":"{card_id}","decision":"always"}}"#);
+    let (status, taken) = call(&api, "POST", "/consent", Some(&answer)).await;
+    assert_eq!(status, 200, "{taken}");
+    assert_eq!(taken["rule"]["verdict"], "allow");
+    let (status, _) = call(&api, "POST", "/consent", Some(&answer)).await;
+    assert_eq!(status, 204, "the same answer twice");
+    let other = format!(r#"{{"chat":"c_9","card_id":"{card_id}","decision":"deny"}}"#);
+    let (status, conflict) = call(&api, "POST", "/consent", Some(&other)).await;
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(conflict["error"]["type"], "already_answered");
+    let (status, gone) = call(
+        &api,
+        "POST",
+        "/consent",
+        Some(r#"{"chat":"c_9","card_id":"eg_none","decision":"once"}"#),
+    )
+    .await;
+    assert_eq!(status, 410, "{gone}");
+    assert!(command.await.unwrap().starts_with("HTTP/1.1 200"));
+    wait_until("the closed line", Duration::from_secs(5), || {
+        futures_read(&mut stream, &mut buf, &mut seen);
+        let closed = String::from_utf8_lossy(&seen).contains(r#""outcome":"always""#);
+        async move { closed.then_some(()) }
+    })
+    .await;
+
+    // The rule is listed, survives nothing but its removal, and bad rules
+    // are refused naming the field.
+    let (_, rules) = call(&api, "GET", "/chats/c_9/rules", None).await;
+    let rule_id = rules["rules"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(rules["rules"][0]["source"], "card");
+    for (body, field) in [
+        (r#"{"verdict":"maybe","host":"a.example:443"}"#, "verdict"),
+        (r#"{"verdict":"allow","host":"a.example"}"#, "port"),
+        (
+            r#"{"verdict":"allow","host":"a.example:443","port":80}"#,
+            "port",
+        ),
+        (r#"{"verdict":"allow","host":"http://a/"}"#, "host"),
+    ] {
+        let (status, bad) = call(&api, "POST", "/chats/c_9/rules", Some(body)).await;
+        assert_eq!(status, 400, "{body}: {bad}");
+        assert!(
+            bad["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(field),
+            "{bad}"
+        );
+    }
+    let (status, _) = call(
+        &api,
+        "POST",
+        "/chats/c_9/rules",
+        Some(r#"{"verdict":"deny","host":"Example.COM:443"}"#),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, rules) = call(&api, "GET", "/chats/c_9/rules", None).await;
+    assert_eq!(rules["rules"].as_array().map(Vec::len), Some(2));
+    assert_eq!(rules["rules"][1]["host"], "example.com");
+    let (status, _) = call(&api, "DELETE", &format!("/chats/c_9/rules/{rule_id}"), None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(&api, "DELETE", &format!("/chats/c_9/rules/{rule_id}"), None).await;
+    assert_eq!(status, 404);
+
+    // SIGHUP: a lowered ceiling applies to the next decision.
+    let settings = write_config(d, port, "ceiling = \"off\"\n");
+    assert_eq!(settings, config);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    wait_until("the new ceiling", Duration::from_secs(5), || async {
+        let (_, s) = call(&api, "GET", "/settings", None).await;
+        (s["ceiling"] == "off").then_some(())
+    })
+    .await;
+
+    // Metrics count decisions by verdict.
+    let mut m = UnixStream::connect(&api).await.unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: egressd\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).await.unwrap();
+    assert!(
+        text.contains("tandem_egress_decisions_total{verdict=\"allowed\"} 1"),
+        "{text}"
+    );
+    // A stop ends the card stream chatd holds open: egressd exits at once.
+    let mut daemon = daemon;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_until("egressd to exit on SIGTERM", Duration::from_secs(5), || {
+        let exited = daemon.child.try_wait().ok().flatten();
+        async move { exited }
+    })
+    .await;
+    assert!(status.success(), "{status:?}");
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+}
+
+/// Reads what is there now (without waiting) into `seen`; true when the
+/// HTTP head has come.
+fn futures_read(stream: &mut UnixStream, buf: &mut [u8], seen: &mut Vec<u8>) -> bool {
+    while let Ok(n) = stream.try_read(buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    seen.windows(4).any(|w| w == b"\r\n\r\n")
 }

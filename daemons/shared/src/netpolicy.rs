@@ -336,8 +336,9 @@ impl Policy {
         &self.allow_ranges
     }
 
-    /// Whether `ip` may be connected to. Metadata first (never opened), then
-    /// the allow-ranges (open), then this box's addresses, then the classes;
+    /// Whether `ip` may be connected to. Metadata and this box's own
+    /// addresses first (never opened), then the allow-ranges (open), then the
+    /// classes;
     /// an IPv6 address carrying an IPv4 one is refused if this policy refuses
     /// that IPv4 address.
     pub fn check(&self, ip: IpAddr) -> Result<(), Refusal> {
@@ -348,11 +349,13 @@ impl Policy {
     }
 
     fn check_open(&self, ip: IpAddr) -> Result<(), Refusal> {
-        if self.allow_ranges.iter().any(|net| net.contains(&ip)) {
-            return Ok(());
-        }
+        // The box itself stays shut even inside an allow-range: a test
+        // network's own end is this box.
         if self.own.contains(&ip) {
             return Err(Refusal::ThisBox);
+        }
+        if self.allow_ranges.iter().any(|net| net.contains(&ip)) {
+            return Ok(());
         }
         match ip {
             IpAddr::V4(v4) => match V4_CLASSES.iter().find(|(net, _)| net.contains(&v4)) {
@@ -957,9 +960,10 @@ mod tests {
         );
         assert_eq!(policy.check(ip("8.8.8.8")), Ok(()));
         assert_eq!(classify(ip("8.8.4.4")), None);
-        // An allow-range is looked at before the box's own addresses.
+        // An allow-range never opens the box itself (a test network's own end).
         let opened = Policy::new(vec![net("8.8.4.0/24")], vec![ip("8.8.4.4")]);
-        assert_eq!(opened.check(ip("8.8.4.4")), Ok(()));
+        assert_eq!(opened.check(ip("8.8.4.4")), Err(Refusal::ThisBox));
+        assert_eq!(opened.check(ip("8.8.4.5")), Ok(()));
     }
 
     #[test]

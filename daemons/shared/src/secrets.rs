@@ -89,6 +89,24 @@ pub fn load(secrets_file: &Path, data_dir: &Path) -> anyhow::Result<Secrets> {
     })
 }
 
+/// The proxy token of one chat on egressd's loopback listener: an HMAC of
+/// the chat id under the forward key, so chatd and egressd agree on it
+/// without a call, and a caller without the key cannot claim another chat.
+/// Sent as `Proxy-Authorization: Basic base64(<chat>:<token>)`.
+pub fn egress_token(key: &Secret, chat: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    // A key of any length is valid for HMAC.
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.expose().as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(b"tandem egress token\0");
+    mac.update(chat.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Reads `path` as a key, or makes a new random one there (0600).
 pub fn read_or_make_key(path: &Path) -> anyhow::Result<Secret> {
     if let Some(dir) = path.parent() {
@@ -111,6 +129,16 @@ pub fn read_or_make_key(path: &Path) -> anyhow::Result<Secret> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn egress_tokens_differ_by_chat_and_key() {
+        let a = Secret::new("key-a".into());
+        let b = Secret::new("key-b".into());
+        assert_eq!(egress_token(&a, "c_1"), egress_token(&a, "c_1"));
+        assert_ne!(egress_token(&a, "c_1"), egress_token(&a, "c_2"));
+        assert_ne!(egress_token(&a, "c_1"), egress_token(&b, "c_1"));
+        assert_eq!(egress_token(&a, "c_1").len(), 64);
+    }
 
     #[test]
     fn makes_a_private_key_once_and_keeps_it() {

@@ -17,6 +17,10 @@
 //!    to the engine; and the bytes each request carries and how much of it is
 //!    not a pure extension of what the engine had, with chatd's argument
 //!    stubs and without them.
+//! 7. egress: egressd (the real binary) relaying a 1 GiB transfer each way
+//!    through a chat's socket and its loopback listener with CONNECT, new
+//!    CONNECTs a second and its idle RSS with 100 chat sockets open, against
+//!    direct loopback TCP and tinyproxy (`tests/src/egressbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -45,7 +49,8 @@ struct Args {
     /// Shrink every figure for a smoke run (finishes well under 60 s).
     #[arg(long)]
     quick: bool,
-    /// Run one figure only (`rss` runs the relay figure, which measures it).
+    /// Run one figure only (`rss` runs the relay figure, which measures it;
+    /// `egress` needs egressd built next to bench).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -60,6 +65,9 @@ struct Args {
     /// (Internal) serve the bare relay floor of figure 1 for the engine on this port.
     #[arg(long, hide = true)]
     floor_of: Option<u16>,
+    /// (Internal) serve figure 7's bare relay floor (CONNECT, two copying threads).
+    #[arg(long = "egress-floor", hide = true)]
+    egress_floor: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -70,6 +78,7 @@ enum Figure {
     Rss,
     Status,
     Toolloop,
+    Egress,
 }
 
 /// How big each figure's workload is.
@@ -176,6 +185,9 @@ fn say(line: impl AsRef<str>) {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.egress_floor {
+        return tandem_tests::egressbench::serve_floor();
+    }
     // Before any thread or child exists, so chatd and engine-sim inherit it.
     let nofile = raise_nofile(16_384);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -229,6 +241,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         toolloop::figure(&sizes, &mut rows)
             .await
             .context("figure 6 (tool loop)")?;
+    }
+    if wants(Figure::Egress) {
+        egress(args.quick, &mut rows)
+            .await
+            .context("figure 7 (egress)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1568,14 +1585,16 @@ async fn snapshot(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Figure 5: `tandem status` as a script or a prompt runs it, with chatd
-/// and the engine up; baseline `tandem --version` in the same environment.
+/// Figure 5: `tandem status` as a script or a prompt runs it, with chatd,
+/// egressd and the engine up; baseline `tandem --version` in the same
+/// environment.
 async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 5. tandem status wall time");
     let sim = Sim::start(&[])?;
     let chatd = Chatd::start(&sim.url(), &[]).await?;
     let tandem = tandem_tests::harness::bin_dir().join("tandem");
     let home = chatd.dir.path().to_path_buf();
+    let egress_proxy = format!("127.0.0.1:{}", tandem_tests::harness::free_port());
     let time = |args: &'static [&'static str]| {
         let mut command = std::process::Command::new(&tandem);
         command
@@ -1585,6 +1604,7 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             .env("QSE_ROOT", &home)
             .env("QSE_CHAT_URL", chatd.url())
             .env("QSE_ENGINE_URL", sim.url())
+            .env("QSE_EGRESS_PROXY", &egress_proxy)
             .env("QSE_TANDEM_MANAGER", "processes")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
@@ -1595,15 +1615,22 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             status.map(|s| s.success()).unwrap_or(false),
         )
     };
+    // The whole suite up: egressd too (tandem status says so when it is not).
+    let (_, egress_up) = time(&["egress", "start"]);
+    anyhow::ensure!(egress_up, "tandem egress start failed");
     let runs = sizes.repeats * 3;
     let mut status_times = Vec::new();
     let mut version_times = Vec::new();
     for _ in 0..runs {
         let (took, ok) = time(&["status"]);
-        anyhow::ensure!(ok, "tandem status failed with chatd and the engine up");
+        anyhow::ensure!(
+            ok,
+            "tandem status failed with chatd, egressd and the engine up"
+        );
         status_times.push(took);
         version_times.push(time(&["--version"]).0);
     }
+    let _ = time(&["egress", "stop"]);
     let worst = status_times.iter().max().copied().unwrap_or_default();
     let status_median = median(status_times);
     let version_median = median(version_times);
@@ -1627,6 +1654,27 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             ),
         ),
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Figure 7: egressd against direct TCP and tinyproxy
+// ---------------------------------------------------------------------------
+
+/// Figure 7: the measuring is in `tandem_tests::egressbench`.
+async fn egress(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 7. egressd: throughput, new CONNECTs/s, idle RSS");
+    let sizes = tandem_tests::egressbench::Sizes::new(quick);
+    for l in tandem_tests::egressbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 mod body;
 mod conversations;
+mod egress;
 mod events;
 mod messages;
 mod rules;
@@ -56,6 +57,20 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/conversations/{id}/stop", post(messages::stop))
         .route("/conversations/{id}/consent", post(messages::consent))
+        .route(
+            "/conversations/{id}/egress",
+            get(egress::preset).put(egress::set_preset),
+        )
+        .route(
+            "/conversations/{id}/egress/rules",
+            get(egress::rules).post(egress::add_rule),
+        )
+        .route(
+            "/conversations/{id}/egress/rules/{rule}",
+            axum::routing::delete(egress::remove_rule),
+        )
+        .route("/egress/settings", get(egress::settings))
+        .route("/egress/audit", get(egress::audit))
         .route(
             "/conversations/{id}/rules",
             get(rules::chat_list).post(rules::chat_add),

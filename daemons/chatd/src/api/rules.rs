@@ -27,7 +27,7 @@ pub struct RuleBody {
 }
 
 /// Tools later builds add; a rule may name them before they arrive.
-const COMING: &[&str] = &["bash", "web_fetch", "web_search"];
+const COMING: &[&str] = &["bash"];
 /// The tools whose rules name a command (`git push`); the others' rules
 /// cover any use.
 const COMMAND_TOOLS: &[&str] = &["bash"];

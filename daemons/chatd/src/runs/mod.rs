@@ -8,6 +8,7 @@
 //! (`compaction.rs`). Its state lives in the transcript, so a run resumed
 //! after a restart picks up where the messages say it was.
 
+mod cards;
 mod compaction;
 mod steps;
 
@@ -117,6 +118,10 @@ struct Inner {
     registry: Arc<Registry>,
     /// Rung when a consent card is answered.
     consent_bell: Notify,
+    /// egressd's API, where egress cards are answered (set at start).
+    egress: std::sync::OnceLock<Arc<crate::egress::EgressClient>>,
+    /// The forward key: each chat's egressd token is made from it (web tools).
+    forward_key: tandem_shared::secrets::Secret,
     /// Whether the engine counts tokens (`POST /v1/tokenize`): 0 not yet
     /// known, 1 yes, 2 no.
     tokenize: AtomicU8,
@@ -129,6 +134,7 @@ impl Runs {
         config: Arc<ChatdConfig>,
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
+        forward_key: tandem_shared::secrets::Secret,
     ) -> Runs {
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         Runs {
@@ -147,8 +153,10 @@ impl Runs {
                 vision: Mutex::new(Default::default()),
                 stubs: Mutex::new(HashMap::new()),
                 refused: Mutex::new(HashMap::new()),
-                registry: Arc::new(Registry::base()),
+                registry: Arc::new(Registry::chatd()),
                 consent_bell: Notify::new(),
+                egress: std::sync::OnceLock::new(),
+                forward_key,
                 tokenize: AtomicU8::new(0),
             }),
         }

@@ -19,7 +19,7 @@ use crate::tools::{self, ToolContext};
 use crate::workspace::Workspace;
 
 /// The answers a card offers.
-const CHOICES: [&str; 3] = ["once", "always", "deny"];
+pub(super) const CHOICES: [&str; 3] = ["once", "always", "deny"];
 
 /// One call of an answer, as the model sent it.
 struct ToolCall {
@@ -103,7 +103,9 @@ impl Runs {
                 tool: &call.name,
                 effect,
                 command: None,
-                // Every tool of this build works inside the chat's workspace.
+                // The workspace tools stay inside the chat's workspace; the
+                // web tools read, and egressd asks the person for each new
+                // host, so chatd does not ask a second time.
                 inside: true,
                 workspace_root: None,
             };
@@ -144,6 +146,11 @@ impl Runs {
                     }
                 }
             };
+            if tools::web::is_web_tool(&call.name) {
+                // egressd may hold the call while a person answers its card:
+                // the engine slot goes back meanwhile.
+                slot.take();
+            }
             self.execute(run, &call, &summary, approved, &workspace_root, budget)
                 .await?;
         }
@@ -304,6 +311,12 @@ impl Runs {
         card_id: &str,
         decision: &str,
     ) -> Result<bool, ApiError> {
+        // An egress card is egressd's: it takes the answer first.
+        if card_id.starts_with("eg_") {
+            return self
+                .answer_egress_card(conversation_id, card_id, decision)
+                .await;
+        }
         let (cid, card_id, decision) = (
             conversation_id.to_string(),
             card_id.to_string(),
@@ -388,6 +401,11 @@ impl Runs {
         let root = workspace_root.to_path_buf();
         let (name, arguments, call_id) =
             (call.name.clone(), call.arguments.clone(), call.id.clone());
+        let web = tools::web::WebAccess::new(
+            tools::web::WebSettings::from_config(&self.inner.config),
+            &run.conversation_id,
+            &self.inner.forward_key,
+        );
         let output = tokio::task::spawn_blocking(move || {
             let workspace = match Workspace::open(&root) {
                 Ok(w) => w,
@@ -402,6 +420,7 @@ impl Runs {
                 workspace: &workspace,
                 call_id: &call_id,
                 budget_chars: budget,
+                web: Some(&web),
             };
             tools::run(&registry, &name, &arguments, &ctx)
         })

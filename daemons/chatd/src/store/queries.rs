@@ -161,11 +161,14 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
     result
 }
 
-/// The unanswered consent cards of the chat's live (waiting) run.
+/// The unanswered consent cards of the chat's live (waiting) run, and
+/// egressd's cards still open (their run goes on while a command waits;
+/// egressd closes them).
 pub fn open_consents(conn: &Connection, conversation_id: &str) -> Result<Vec<Consent>, ApiError> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {CONSENT_COLUMNS} FROM consents c WHERE conversation_id = ?1 AND decision IS NULL \
-         AND EXISTS (SELECT 1 FROM runs r WHERE r.id = c.run_id AND r.status = 'waiting') ORDER BY rowid"
+         AND (c.tool = 'egress' OR EXISTS (SELECT 1 FROM runs r WHERE r.id = c.run_id AND r.status = 'waiting')) \
+         ORDER BY rowid"
     ))?;
     let rows = stmt.query_map([conversation_id], Consent::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -734,6 +734,7 @@ mod tests {
                 workspace: &self.ws,
                 call_id: "call1",
                 budget_chars: budget,
+                web: None,
             };
             run(&self.registry, name, &args.to_string(), &ctx)
         }

@@ -343,6 +343,7 @@ mod tests {
             workspace: ws,
             call_id: "g1",
             budget_chars: budget,
+            web: None,
         };
         run(&Registry::base(), "grep", &args.to_string(), &ctx)
     }

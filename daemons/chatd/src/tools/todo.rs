@@ -176,6 +176,7 @@ mod tests {
             workspace: &ws,
             call_id: "t1",
             budget_chars: 64_000,
+            web: None,
         };
         let registry = Registry::base();
         let args = json!({"todos": [

@@ -1,0 +1,114 @@
+//! egressd's routes as chatd serves them: a chat's egress preset and rules
+//! (`/conversations/{id}/egress`, `…/egress/rules`), the settings in force
+//! and the audit (`/egress/settings`, `/egress/audit`). chatd checks the
+//! chat exists and forwards; egressd owns the data and the answers. Cards
+//! are answered on `/conversations/{id}/consent` like every other card.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use reqwest::Method;
+use serde_json::Value;
+use tandem_shared::http::ApiError;
+
+use super::Json;
+use crate::store::queries::{self, Trashed};
+use crate::App;
+
+/// 404 unless the conversation exists (in the trash too: its rules stay).
+async fn known(app: &App, id: &str) -> Result<(), ApiError> {
+    let cid = id.to_string();
+    app.store
+        .read(move |conn| queries::conversation(conn, &cid, Trashed::Include).map(|_| ()))
+        .await
+}
+
+fn answer(status: axum::http::StatusCode, value: Value) -> Response {
+    if value.is_null() {
+        return status.into_response();
+    }
+    (status, axum::Json(value)).into_response()
+}
+
+pub async fn preset(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    known(&app, &id).await?;
+    let (status, value) = app
+        .egress
+        .forward(Method::GET, &format!("/chats/{id}/egress"), None)
+        .await?;
+    Ok(answer(status, value))
+}
+
+pub async fn set_preset(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<Value>,
+) -> Result<Response, ApiError> {
+    known(&app, &id).await?;
+    let (status, value) = app
+        .egress
+        .forward(Method::PUT, &format!("/chats/{id}/egress"), Some(&body))
+        .await?;
+    Ok(answer(status, value))
+}
+
+pub async fn rules(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    known(&app, &id).await?;
+    let (status, value) = app
+        .egress
+        .forward(Method::GET, &format!("/chats/{id}/rules"), None)
+        .await?;
+    Ok(answer(status, value))
+}
+
+pub async fn add_rule(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<Value>,
+) -> Result<Response, ApiError> {
+    known(&app, &id).await?;
+    let (status, value) = app
+        .egress
+        .forward(Method::POST, &format!("/chats/{id}/rules"), Some(&body))
+        .await?;
+    Ok(answer(status, value))
+}
+
+pub async fn remove_rule(
+    State(app): State<Arc<App>>,
+    Path((id, rule)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    known(&app, &id).await?;
+    if !rule.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(ApiError::not_found("rule", &rule));
+    }
+    let (status, value) = app
+        .egress
+        .forward(Method::DELETE, &format!("/chats/{id}/rules/{rule}"), None)
+        .await?;
+    Ok(answer(status, value))
+}
+
+pub async fn settings(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let (status, value) = app.egress.forward(Method::GET, "/settings", None).await?;
+    Ok(answer(status, value))
+}
+
+pub async fn audit(
+    State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let path = match query {
+        Some(q) => format!("/audit?{q}"),
+        None => "/audit".to_string(),
+    };
+    let (status, value) = app.egress.forward(Method::GET, &path, None).await?;
+    Ok(answer(status, value))
+}

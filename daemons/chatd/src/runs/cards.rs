@@ -1,0 +1,191 @@
+//! egressd's consent cards in the chat: a card egressd raises becomes a
+//! stored card and a `tool.consent` event (name `egress`), the person's
+//! answer goes to egressd first, and a card egressd closed (expired, the
+//! ceiling lowered, answered elsewhere) is closed here too. A chat with no
+//! run, or a run nobody watches (a trigger's, a connector's), never shows
+//! one: the listener declines it and the host stays blocked.
+
+use std::sync::Arc;
+
+use rusqlite::params;
+use serde_json::json;
+use tandem_shared::http::ApiError;
+use tandem_shared::time::now_rfc3339;
+
+use super::steps::CHOICES;
+use super::{set_state, Runs};
+use crate::egress::{error_of, EgressCard, EgressClient};
+use crate::store::queries;
+use crate::store::Ctx;
+
+impl Runs {
+    /// Where egress cards are answered; set once at start.
+    pub fn set_egress(&self, client: EgressClient) {
+        let _ = self.inner.egress.set(Arc::new(client));
+    }
+
+    /// Shows an egressd card in its chat; false when nobody can answer it.
+    pub async fn egress_card(&self, card: &EgressCard) -> Result<bool, ApiError> {
+        let card = card.clone();
+        self.inner
+            .store
+            .write(move |ctx| {
+                let Some(run) = queries::active_run(ctx.conn(), &card.chat)? else {
+                    return Ok(false);
+                };
+                if run.origin != "user" {
+                    return Ok(false);
+                }
+                let known: i64 = ctx.conn().query_row(
+                    "SELECT COUNT(*) FROM consents WHERE id = ?1",
+                    [&card.card_id],
+                    |r| r.get(0),
+                )?;
+                if known > 0 {
+                    return Ok(true);
+                }
+                let reason = format!(
+                    "{}:{} is not allowed for this chat's commands yet",
+                    card.host, card.port
+                );
+                // The card's id stands in for a call id: one run may raise several.
+                ctx.conn().execute(
+                    "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created) \
+                     VALUES (?1, ?2, ?3, ?1, 'egress', ?4, ?5, ?6, ?7)",
+                    params![card.card_id, card.chat, run.id, card.summary, reason,
+                            json!(CHOICES).to_string(), now_rfc3339()],
+                )?;
+                ctx.emit(
+                    &card.chat,
+                    "tool.consent",
+                    json!({"run_id": run.id, "card_id": card.card_id, "call_id": null, "name": "egress",
+                           "summary": card.summary, "reason": reason, "choices": CHOICES,
+                           "host": card.host, "port": card.port}),
+                )?;
+                set_state(ctx, &card.chat, "waiting")?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// egressd closed a card (`outcome`: expired, declined, outside_ceiling,
+    /// or an answer given elsewhere).
+    pub async fn egress_card_closed(
+        &self,
+        chat: &str,
+        card_id: &str,
+        outcome: &str,
+    ) -> Result<(), ApiError> {
+        let (chat, card_id, outcome) = (chat.to_string(), card_id.to_string(), outcome.to_string());
+        self.inner
+            .store
+            .write(move |ctx| close_card(ctx, &chat, &card_id, &outcome))
+            .await
+    }
+
+    /// Closes, as expired, the open egress cards egressd no longer has.
+    pub async fn egress_cards_left(&self, live: Vec<String>) -> Result<(), ApiError> {
+        self.inner
+            .store
+            .write(move |ctx| {
+                let open: Vec<(String, String)> = {
+                    let mut stmt = ctx.conn().prepare(
+                        "SELECT id, conversation_id FROM consents WHERE tool = 'egress' AND decision IS NULL",
+                    )?;
+                    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    rows.collect::<Result<_, _>>()?
+                };
+                for (card, chat) in open {
+                    if !live.contains(&card) {
+                        close_card(ctx, &chat, &card, "expired")?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// A person's answer to an egress card: egressd takes it first (it may
+    /// have expired there, or the ceiling may have been lowered), then it is
+    /// recorded here. `Ok(false)`: the same answer came before.
+    pub(super) async fn answer_egress_card(
+        &self,
+        conversation_id: &str,
+        card_id: &str,
+        decision: &str,
+    ) -> Result<bool, ApiError> {
+        let Some(egress) = self.inner.egress.get().cloned() else {
+            return Err(ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "egress_unavailable",
+                "egressd is not configured in this chatd",
+            ));
+        };
+        let body = json!({"chat": conversation_id, "card_id": card_id, "decision": decision});
+        let (status, value) = egress
+            .call(reqwest::Method::POST, "/consent", Some(&body))
+            .await?;
+        match status.as_u16() {
+            200 => {}
+            204 => return Ok(false),
+            // Ended there (expired, the ceiling lowered): ended here too,
+            // so the card does not stay open in the chat.
+            409 | 410 if value["error"]["type"] != "already_answered" => {
+                let outcome = if status.as_u16() == 410 {
+                    "expired"
+                } else {
+                    "outside_ceiling"
+                };
+                let (cid, card) = (conversation_id.to_string(), card_id.to_string());
+                self.inner
+                    .store
+                    .write(move |ctx| close_card(ctx, &cid, &card, outcome))
+                    .await?;
+                return Err(error_of(status, &value));
+            }
+            _ => return Err(error_of(status, &value)),
+        }
+        let (cid, card, decision) = (
+            conversation_id.to_string(),
+            card_id.to_string(),
+            decision.to_string(),
+        );
+        self.inner
+            .store
+            .write(move |ctx| close_card(ctx, &cid, &card, &decision))
+            .await?;
+        Ok(true)
+    }
+}
+
+/// Records a card's end once; the chat goes back to running when its run
+/// waits for nothing else.
+fn close_card(ctx: &mut Ctx, chat: &str, card_id: &str, outcome: &str) -> Result<(), ApiError> {
+    let changed = ctx.conn().execute(
+        "UPDATE consents SET decision = ?1, answered = ?2 WHERE id = ?3 AND conversation_id = ?4 AND decision IS NULL",
+        params![outcome, now_rfc3339(), card_id, chat],
+    )?;
+    if changed == 0 {
+        return Ok(());
+    }
+    let run_id: String = ctx.conn().query_row(
+        "SELECT run_id FROM consents WHERE id = ?1",
+        [card_id],
+        |r| r.get(0),
+    )?;
+    ctx.emit(
+        chat,
+        "tool.consent_answered",
+        json!({"run_id": run_id, "card_id": card_id, "call_id": null, "decision": outcome}),
+    )?;
+    let still_open: i64 = ctx.conn().query_row(
+        "SELECT COUNT(*) FROM consents WHERE conversation_id = ?1 AND decision IS NULL",
+        [chat],
+        |r| r.get(0),
+    )?;
+    let run = queries::run(ctx.conn(), &run_id).ok();
+    if still_open == 0 && run.is_some_and(|r| r.status == "running") {
+        set_state(ctx, chat, "running")?;
+    }
+    Ok(())
+}
