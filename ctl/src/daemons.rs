@@ -35,7 +35,7 @@ pub const DAEMONS: &[Daemon] = &[
         verb: "hostexec",
         binary: "hostexecd",
         unit: "tandem-hostexec.service",
-        built: false,
+        built: true,
     },
     Daemon {
         verb: "triggers",

@@ -26,8 +26,9 @@ struct Cli {
 
 const LONG_ABOUT: &str = "\
 Operate tandem, the chat services of this box: chatd (chats kept on the
-server), egressd (the only way out for a chat's commands) and, as they
-land, hostexecd, triggerd and connectord.
+server), egressd (the only way out for a chat's commands), hostexecd (a
+chat's commands on this machine) and, as they land, triggerd and
+connectord.
 
 Daemons run under `systemctl --user` when their units are installed and a
 user manager answers; otherwise tandem runs them itself, with pid files in
@@ -65,7 +66,7 @@ enum Command {
     /// egressd: start, stop, restart, status, logs; the sandbox user's nftables rules.
     #[command(subcommand)]
     Egress(commands::egress::EgressCommand),
-    /// hostexecd's service verbs (arrives with the hostexec issue).
+    /// hostexecd: start, stop, restart, status, logs; a chat's commands on this machine.
     #[command(subcommand)]
     Hostexec(ServiceVerb),
     /// triggerd's service verbs (arrives with the triggers issue).

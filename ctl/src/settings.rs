@@ -15,6 +15,8 @@ pub struct Settings {
     pub chatd: chatd::config::ChatdConfig,
     /// `[egress]`, read as egressd reads it.
     pub egress: egressd::config::EgressConfig,
+    /// `[hostexec]`, read as hostexecd reads it.
+    pub hostexec: hostexecd::config::HostexecConfig,
 }
 
 impl Settings {
@@ -39,10 +41,15 @@ impl Settings {
             &sources,
             egressd::config::ENV_KEYS,
         )?;
+        let hostexec = tandem_shared::config::load::<hostexecd::config::FileConfig>(
+            &sources,
+            hostexecd::config::ENV_KEYS,
+        )?;
         Ok(Settings {
             root,
             chatd: loaded.config.chatd,
             egress: egress.config.egress,
+            hostexec: hostexec.config.hostexec,
         })
     }
 
@@ -55,6 +62,7 @@ impl Settings {
             },
             // egressd serves its API on a unix socket.
             "egressd" => format!("unix:{}", self.egress.socket.display()),
+            "hostexecd" => format!("unix:{}", self.hostexec.socket.display()),
             // The other daemons serve on unix sockets; they join as they land.
             other => format!(
                 "unix:{}/{other}.sock",

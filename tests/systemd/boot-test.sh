@@ -7,10 +7,10 @@
 #   1. installs debootstrap and systemd-container when missing
 #   2. builds a minimal bookworm root once, cached in /var/cache/tandem-systemd-root
 #   3. copies the release binaries and units/ into it, for a user `box` (uid
-#      1000, lingering) with tandem.target, tandem-chatd.service and
-#      tandem-egress.service enabled (as ops/install.sh does, but for the
-#      watchdog timer), and an engine (engine-sim on 127.0.0.1:8000, a
-#      system unit: the engine is not ours)
+#      1000, lingering) with tandem.target, tandem-chatd.service,
+#      tandem-egress.service and tandem-hostexec.service enabled (as
+#      ops/install.sh does, but for the watchdog timer), and an engine
+#      (engine-sim on 127.0.0.1:8000, a system unit: the engine is not ours)
 #   4. boots it with systemd-nspawn (private mount namespace, private network,
 #      no journal linked to the host) under `timeout -s KILL`
 #   5. checks, each bounded, one PASS/FAIL line each: user manager up, chatd
@@ -19,13 +19,17 @@
 #      applied, tandem-watchdog.service bringing a stopped chatd back; egressd:
 #      active (READY=1), its sandbox applied, `tandem egress status`, reload
 #      (SIGHUP) keeping its pid, `tandem egress stop` while chatd follows its
-#      card stream (quick, result success), `tandem egress start`; NOTE
-#      lines (not counted) for known gaps of the units
+#      card stream (quick, result success), `tandem egress start`;
+#      hostexecd: active (READY=1), its (less strict) sandbox applied,
+#      `tandem hostexec status`, one command through hostexec.sock that
+#      leaves a background process (gone after `finished`), `tandem
+#      hostexec stop` (quick, result success) and `start`; NOTE lines (not
+#      counted) for known gaps of the units
 #   6. ends the container with SIGKILL to its PID 1
 # Last line: "N passed, N failed"; exit 1 when anything failed.
 #
 # Usage: tests/systemd/boot-test.sh [--bin DIR] [--root DIR]
-#   --bin DIR    the release binaries chatd, egressd, tandem, engine-sim (default: target/release)
+#   --bin DIR    the release binaries chatd, egressd, hostexecd, tandem, engine-sim (default: target/release)
 #   --root DIR   the cached root (default: /var/cache/tandem-systemd-root)
 # Env: TANDEM_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -38,7 +42,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$(cd "$2" && pwd)"; shift 2 ;;
     --root) root="$2"; shift 2 ;;
-    -h|--help) sed -n '3,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,34p' "$0"; exit 0 ;;
     *) echo "boot-test: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,10 +62,10 @@ case "$root" in
   /?*/?*) root="${root%/}" ;;
   *) abort "--root must be an absolute path two levels deep or more, not '$root'" ;;
 esac
-for b in chatd egressd tandem engine-sim; do
+for b in chatd egressd hostexecd tandem engine-sim; do
   [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace"
 done
-for u in tandem-chatd.service tandem-egress.service tandem.target; do
+for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem.target; do
   [ -f "$here/units/$u" ] || abort "units/$u is missing"
 done
 
@@ -127,14 +131,14 @@ install -d -o 1000 -g 1000 -m 0700 "$h/.tandemllm"
 install -d -o 1000 -g 1000 "$h/.local" "$h/.local/bin" "$h/.config" "$h/.config/systemd" \
   "$h/.config/systemd/user" "$h/.config/systemd/user/default.target.wants" \
   "$h/.config/systemd/user/tandem.target.wants" "$h/TandemLLM" "$h/TandemLLM/run"
-for b in chatd egressd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
+for b in chatd egressd hostexecd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
 for u in "$here"/units/*; do install -o 1000 -g 1000 -m 0644 "$u" "$h/.config/systemd/user/$(basename "$u")"; done
 # Enabled as ops/install.sh's `systemctl --user enable tandem.target
-# tandem-chatd.service tandem-egress.service tandem-watchdog.timer` would, but
-# for the timer: left off here, so that it cannot start chatd behind a check's
-# back; the watchdog service is run by hand.
+# tandem-chatd.service tandem-egress.service tandem-hostexec.service
+# tandem-watchdog.timer` would, but for the timer: left off here, so that it
+# cannot start chatd behind a check's back; the watchdog service is run by hand.
 ln -s /home/box/.config/systemd/user/tandem.target "$h/.config/systemd/user/default.target.wants/tandem.target"
-for u in tandem-chatd.service tandem-egress.service; do
+for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service; do
   ln -s "/home/box/.config/systemd/user/$u" "$h/.config/systemd/user/tandem.target.wants/$u"
 done
 chown -h 1000:1000 "$h"/.config/systemd/user/*.wants/*
@@ -323,6 +327,26 @@ egress_health() { as_box curl -fsS --max-time 2 --unix-socket /run/user/1000/tan
 egress_field() { egress_health 2>/dev/null | grep -oE "\"$1\":[0-9]+" | cut -d: -f2; } # FIELD
 # chatd follows egressd's card stream (GET /cards/stream held open).
 card_followed() { [ "$(egress_field card_listeners)" -ge 1 ] 2>/dev/null; }
+hunit=tandem-hostexec.service
+hx_active() { [ "$(uprop $hunit ActiveState)" = active ] && [ "$(uprop $hunit SubState)" = running ]; }
+hx_pid() { uprop $hunit MainPID; }
+# hostexecd's API: a unix socket in box's runtime folder (only box's uid may call).
+hx_sock=/run/user/1000/tandem/hostexec.sock
+hx_health() { as_box curl -fsS --max-time 2 --unix-socket $hx_sock http://hostexecd/health; }
+# A number field of hostexecd's /health ({"ok":true,"pid":N,"running":0,...}).
+hx_field() { hx_health 2>/dev/null | grep -oE "\"$1\":[0-9]+" | cut -d: -f2; } # FIELD
+# POST /exec as box: the NDJSON stream (started, output..., finished) on stdout.
+hx_exec() { # CHAT_ID COMMAND (no quotes or backslashes in either)
+  T="${T:-30}" as_box curl -sS -N --max-time 25 --unix-socket $hx_sock -H 'content-type: application/json' \
+    -d "{\"chat_id\":\"$1\",\"command\":\"$2\"}" http://hostexecd/exec
+}
+# The container's pids whose command line is exactly "sleep 300" (no procps in
+# a minimal root: /proc read directly).
+sleeps_300() {
+  in_ct sh -c 'for d in /proc/[0-9]*; do [ "$(tr "\0" " " <"$d/cmdline" 2>/dev/null)" = "sleep 300 " ] && echo "${d#/proc/}"; done; true' \
+    | tr '\n' ' ' | sed 's/ $//'
+}
+no_sleep_300() { [ -z "$(sleeps_300)" ]; }
 # How many lines of UNIT's journal (this boot) match the extended regex.
 journal_count() { as_box journalctl --user -b -u "$1" --no-pager -o cat 2>/dev/null | grep -cE "$2" || true; } # UNIT REGEX
 # The file system as PID sees it (its mount namespace; EROFS is the answer).
@@ -415,8 +439,8 @@ fi
 
 out="$(as_box tandem status 2>&1)" && rc=0 || rc=$?
 if [ "$rc" = 0 ] && grep -q '^chatd .*running' <<<"$out" && grep -q '^egressd .*running' <<<"$out" \
-   && grep -q '^engine .*reachable' <<<"$out"; then
-  pass "tandem status as box exits 0 (chatd running, egressd running, engine reachable)"
+   && grep -q '^hostexecd .*running' <<<"$out" && grep -q '^engine .*reachable' <<<"$out"; then
+  pass "tandem status as box exits 0 (chatd running, egressd running, hostexecd running, engine reachable)"
 else
   fail "tandem status as box exited $rc"
 fi
@@ -482,6 +506,79 @@ else
   fail "tandem egress status: exit $rc, not 'egressd: running' managed by systemd --user with MainPID $(egress_pid)"
 fi
 sed 's/^/  | /' <<<"$out"
+
+# ---- hostexecd at boot: installed and enabled as ops/install.sh does, pulled
+# in by tandem.target after chatd, Type=notify.
+load="$(uprop $hunit LoadState)/$(uprop $hunit UnitFileState)"
+frag="$(uprop $hunit FragmentPath)"
+if [ "$load" = loaded/enabled ] && [ "$frag" = /home/box/.config/systemd/user/$hunit ]; then
+  pass "$hunit installed from units/ and enabled (loaded/enabled, $frag)"
+else
+  fail "$hunit not installed and enabled as ops/install.sh does: $load, FragmentPath '$frag'"
+fi
+if wait_for 30 hx_active && [ "$(uprop $hunit StatusText)" = serving ]; then
+  pass "$hunit active (running) at boot: Type=notify saw READY=1 (STATUS=serving) (via tandem.target)"
+else
+  fail "$hunit not active within 30 s: $(uprop $hunit ActiveState)/$(uprop $hunit SubState) result $(uprop $hunit Result), status '$(uprop $hunit StatusText)'"
+  diag $hunit
+fi
+
+# hostexecd's hardening: less strict than egressd's on purpose (its commands
+# keep the home, /tmp and the network: ProtectSystem=full, no ProtectHome=,
+# no PrivateTmp=), but the same process sandbox, and the kernel shows it applied.
+xpid="$(hx_pid || true)"
+if [ -n "$xpid" ] && [ "$xpid" != 0 ] && wait_for 15 hx_health; then
+  hpid="$(hx_field pid)"
+  sb="$(sandbox_of "$xpid")"
+  restarts="$(uprop $hunit NRestarts)"
+  skipped="$(as_box journalctl --user -b --no-pager -o cat -u $hunit 2>/dev/null \
+    | grep -iE 'ignoring|not supported|prohibited' | sort -u || true)"
+  if [ "$sb" = "1 2 0000000000000000 yes 1000 1000 1" ] && [ "$hpid" = "$xpid" ] \
+     && [ "$restarts" = 0 ] && [ -z "$skipped" ]; then
+    pass "hardening: hostexecd (pid $xpid) answers /health on hostexec.sock with pid = MainPID in the unit's sandbox (NoNewPrivs 1, seccomp on, empty bounding set, own user and mount namespaces, no directive skipped, no restarts)"
+  else
+    fail "hardening: hostexecd's sandbox is not as the unit says (NoNewPrivs Seccomp CapBnd own-mnt uid_map = '$sb', /health pid '$hpid' vs MainPID $xpid, NRestarts=$restarts)"
+    [ -n "$skipped" ] && sed 's/^/  skipped by systemd --user: /' <<<"$skipped"
+  fi
+  in_ct touch /tmp/.boot-test-host-tmp
+  fs="/etc $(probe_in "$xpid" /etc), /usr $(probe_in "$xpid" /usr), ~/TandemLLM $(probe_in "$xpid" /home/box/TandemLLM)"
+  fs="$fs, ~/.tandemllm $(probe_in "$xpid" /home/box/.tandemllm), \$XDG_RUNTIME_DIR/tandem $(probe_in "$xpid" /run/user/1000/tandem)"
+  tmp_shared="$(in_ct nsenter -t "$xpid" -m test -e /tmp/.boot-test-host-tmp && echo yes || echo no)"
+  if [ "$fs" = "/etc ro, /usr ro, ~/TandemLLM rw, ~/.tandemllm rw, \$XDG_RUNTIME_DIR/tandem rw" ] && [ "$tmp_shared" = yes ]; then
+    pass "hardening: hostexecd's file system (ProtectSystem=full, the home and /tmp kept for commands): $fs, the machine's /tmp"
+  else
+    fail "hardening: hostexecd's file system: $fs, the machine's /tmp $tmp_shared"
+  fi
+else
+  fail "hardening: hostexecd is not answering /health on hostexec.sock under the unit's sandbox (MainPID '${xpid}')"
+  diag $hunit
+fi
+
+out="$(as_box tandem hostexec status 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && grep -q '^hostexecd: running$' <<<"$out" && grep -qE 'managed +systemd --user' <<<"$out" \
+   && grep -qE "^ +pid +$(hx_pid)\$" <<<"$out"; then
+  pass "tandem hostexec status: exits 0, hostexecd running (pid $(hx_pid)), managed by systemd --user"
+else
+  fail "tandem hostexec status: exit $rc, not 'hostexecd: running' managed by systemd --user with MainPID $(hx_pid)"
+fi
+sed 's/^/  | /' <<<"$out"
+
+# One real command through the socket, as box: a background `sleep 300` does
+# not hold the call, and nothing of it is left once `finished` is read.
+t0=$(date +%s%N)
+out="$(hx_exec c_boot 'sleep 300 & echo hi' 2>&1)" && rc=0 || rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+fin="$(grep -F '"event":"finished"' <<<"$out" || true)"
+if [ "$rc" = 0 ] && grep -qF '"event":"started"' <<<"$out" && grep -F '"event":"output"' <<<"$out" | grep -qF '"text":"hi' \
+   && grep -qF '"exit_code":0' <<<"$fin" && grep -qF '"killed_by":null' <<<"$fin" && [ "$ms" -lt 10000 ] \
+   && wait_for 5 no_sleep_300; then
+  pass "POST /exec as box ('sleep 300 & echo hi'): 'hi', finished exit_code 0 in ${ms} ms, no 'sleep 300' left in the container"
+else
+  fail "POST /exec as box ('sleep 300 & echo hi'): curl exit $rc in ${ms} ms, 'sleep 300' pids left: '$(sleeps_300)'"
+  sed 's/^/  | /' <<<"$out" >&2
+  diag $hunit
+fi
+sed 's/^/  | /' <<<"$fin"
 
 # kill -9: Restart=on-failure brings chatd back.
 old="$(chatd_pid || true)"
@@ -633,6 +730,51 @@ if chatd_active && wait_for 20 card_followed; then
 else
   fail "chatd did not follow the restarted egressd's /cards/stream within 20 s (card_listeners '$(egress_field card_listeners)')"
   diag
+fi
+
+# ---- hostexecd's stop and start. The stop comes while a call runs (its
+# `sleep 300` held): quick, result success, the call finished by the shutdown,
+# nothing of it left.
+call_out="$work/hostexec-call.ndjson"
+T=30 hx_exec c_boot_stop 'sleep 300' >"$call_out" 2>&1 &
+call_pid=$!
+call_running() { [ "$(hx_field running)" = 1 ] && [ -n "$(sleeps_300)" ]; }
+if wait_for 10 call_running; then
+  holder="a call running (sleep 300, pid $(sleeps_300))"
+else
+  holder="NO call running (running '$(hx_field running)', sleep 300 '$(sleeps_300)')"
+fi
+old="$(hx_pid || true)"
+kills='timed out|Killing process|SIGKILL'
+kills_before="$(journal_count $hunit "$kills")"
+t0=$(date +%s%N)
+out="$(T=30 as_box tandem hostexec stop 2>&1)" && rc=0 || rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+st="$(uprop $hunit ActiveState)"; res="$(uprop $hunit Result)"
+killed=$(( $(journal_count $hunit "$kills") - kills_before ))
+call_done() { ! kill -0 "$call_pid" 2>/dev/null; }
+wait_for 10 call_done || kill -KILL "$call_pid" 2>/dev/null || true
+wait "$call_pid" 2>/dev/null || true
+fin="$(grep -F '"event":"finished"' "$call_out" || true)"
+if [ "$rc" = 0 ] && [ "$st" = inactive ] && [ "$res" = success ] && [ "$killed" = 0 ] && [ "$ms" -lt 5000 ] \
+   && grep -q '^hostexecd stopped in' <<<"$out" && ! hx_health >/dev/null 2>&1 && [ "${holder#a call}" != "$holder" ] \
+   && grep -qF '"killed_by":"shutdown"' <<<"$fin" && wait_for 5 no_sleep_300; then
+  pass "tandem hostexec stop with $holder: exits 0 in ${ms} ms, unit inactive, result success (no stop timeout, no SIGKILL), /health gone, the call finished killed_by shutdown, no 'sleep 300' left ($out)"
+else
+  fail "tandem hostexec stop with $holder: exit $rc in ${ms} ms, unit $st result $res, $killed timeout/kill lines, 'sleep 300' left: '$(sleeps_300)': $out"
+  sed 's/^/  | call: /' "$call_out" >&2
+  diag $hunit
+fi
+sed 's/^/  | /' <<<"$fin"
+
+out="$(T=40 as_box tandem hostexec start 2>&1)" && rc=0 || rc=$?
+new="$(hx_pid || true)"
+if [ "$rc" = 0 ] && hx_active && grep -q 'managed by systemd --user' <<<"$out" && [ -n "$new" ] \
+   && [ "$new" != 0 ] && [ "$new" != "$old" ] && [ "$(hx_field pid)" = "$new" ] && [ "$(hx_field running)" = 0 ]; then
+  pass "tandem hostexec start: exits 0, the unit is active again, /health on hostexec.sock from the new pid, running 0 ($out)"
+else
+  fail "tandem hostexec start: exit $rc, unit $(uprop $hunit ActiveState), MainPID $old -> $new: $out"
+  diag $hunit
 fi
 
 # ---------------------------------------------------------------- 6. teardown

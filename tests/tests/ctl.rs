@@ -21,6 +21,19 @@ impl Box_ {
     fn new(engine: &str) -> Box_ {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        // hostexecd, started as root, runs commands as `nobody`: its chats'
+        // folders must be reachable by that user (0711 on the way down).
+        use std::os::unix::fs::PermissionsExt;
+        let hx = dir.path().join("hx-chat");
+        std::fs::create_dir_all(&hx).unwrap();
+        for path in [dir.path(), hx.as_path()] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("tandem.toml"),
+            format!("[hostexec]\nchat_data = \"{}\"\n", hx.display()),
+        )
+        .unwrap();
         Box_ {
             dir,
             port: free_port(),
@@ -53,6 +66,11 @@ impl Box_ {
             )
             .env("QSE_ENGINE_URL", &self.engine)
             .env("QSE_TANDEM_MANAGER", "processes");
+        command.env("QSE_CONFIG", self.home().join("tandem.toml"));
+        // hostexecd started as root runs commands as an unprivileged user.
+        if nix::unistd::geteuid().is_root() {
+            command.env("QSE_HOSTEXEC_RUN_AS", "nobody");
+        }
         for (k, v) in env {
             command.env(k, v);
         }
@@ -115,10 +133,15 @@ impl Box_ {
 
 impl Drop for Box_ {
     fn drop(&mut self) {
-        let egressd = std::fs::read_to_string(self.home().join("run/tandem/egressd.pid"))
-            .ok()
-            .and_then(|t| t.trim().parse().ok());
-        for pid in [self.chatd_pid(), egressd].into_iter().flatten() {
+        let pid_of = |name: &str| -> Option<i32> {
+            std::fs::read_to_string(self.home().join(format!("run/tandem/{name}.pid")))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+        };
+        for pid in [self.chatd_pid(), pid_of("egressd"), pid_of("hostexecd")]
+            .into_iter()
+            .flatten()
+        {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -149,9 +172,11 @@ async fn start_status_logs_restart_stop() {
     );
     assert!(b.healthy().await);
     let first_pid = b.chatd_pid().unwrap();
-    // egressd too: `tandem status` wants every daemon of this build.
+    // egressd and hostexecd too: `tandem status` wants every daemon of this build.
     let egress = b.tandem(&["egress", "start"]);
     assert!(egress.status.success(), "{}", text(&egress));
+    let hostexec = b.tandem(&["hostexec", "start"]);
+    assert!(hostexec.status.success(), "{}", text(&hostexec));
 
     let again = b.tandem(&["chat", "start"]);
     assert!(again.status.success());
@@ -166,6 +191,18 @@ async fn start_status_logs_restart_stop() {
     );
     assert!(out.contains("engine      reachable"), "{out}");
     assert!(out.contains("egressd     running  pid "), "{out}");
+    assert!(out.contains("hostexecd   running  pid "), "{out}");
+    let hostexec_status = b.tandem(&["hostexec", "status"]);
+    assert!(
+        hostexec_status.status.success(),
+        "{}",
+        text(&hostexec_status)
+    );
+    assert!(
+        text(&hostexec_status).contains("run as   "),
+        "{}",
+        text(&hostexec_status)
+    );
 
     let chat_status = b.tandem(&["chat", "status"]);
     assert!(chat_status.status.success());
@@ -222,8 +259,8 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&bad)
     );
-    let unbuilt = b.tandem(&["hostexec", "start"]);
-    assert!(text(&unbuilt).contains("hostexecd is not part of this build yet"));
+    let unbuilt = b.tandem(&["triggers", "start"]);
+    assert!(text(&unbuilt).contains("triggerd is not part of this build yet"));
     // A chat's preset through chatd: set, shown under the box's ceiling.
     let chat_started = b.tandem(&["chat", "start"]);
     assert!(chat_started.status.success(), "{}", text(&chat_started));
@@ -534,7 +571,7 @@ fn units_verify_and_are_hardened() {
     let runtime = home.path().join("run");
     std::fs::create_dir_all(home.path().join(".local/bin")).unwrap();
     std::fs::create_dir_all(&runtime).unwrap();
-    for binary in ["chatd", "egressd", "tandem"] {
+    for binary in ["chatd", "egressd", "hostexecd", "tandem"] {
         std::fs::copy(
             bin_dir().join(binary),
             home.path().join(".local/bin").join(binary),

@@ -160,6 +160,15 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
             row("ceiling", settings.egress.ceiling.clone());
             row("proxy", settings.egress.listen.clone());
         }
+        "hostexecd" => {
+            row("data", settings.hostexec.data_dir.display().to_string());
+            let run_as = if settings.hostexec.run_as.is_empty() {
+                "(its own user)".to_string()
+            } else {
+                settings.hostexec.run_as.clone()
+            };
+            row("run as", run_as);
+        }
         _ => {}
     }
     row("url", url.clone());

@@ -78,6 +78,15 @@ pub struct ChatdConfig {
     pub web_timeout_s: u64,
     /// The most bytes of an answer web_fetch reads; the rest is cut.
     pub web_max_bytes: usize,
+    /// Commands on this machine (the `bash` tool through hostexecd, when a
+    /// chat has no sandbox): `off`, `ask` (a card for each) or `on`; empty
+    /// means `ask`.
+    pub host_exec: String,
+    /// hostexecd's socket.
+    pub hostexec_socket: PathBuf,
+    /// Seconds a "Run this command on this machine?" card waits (5 minutes
+    /// at most).
+    pub host_card_wait_s: u64,
 }
 
 impl Default for ChatdConfig {
@@ -109,6 +118,9 @@ impl Default for ChatdConfig {
             search_url: "https://html.duckduckgo.com/html/".into(),
             web_timeout_s: 30,
             web_max_bytes: 2 << 20,
+            host_exec: "ask".into(),
+            hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
+            host_card_wait_s: 300,
         }
     }
 }
@@ -175,13 +187,54 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_EGRESS_PROXY",
         key: "chatd.egress_proxy",
     },
+    EnvKey {
+        env: "QSE_CHATS_HOST_EXEC",
+        key: "chatd.host_exec",
+    },
+    EnvKey {
+        env: "QSE_HOSTEXEC_SOCKET",
+        key: "chatd.hostexec_socket",
+    },
+    EnvKey {
+        env: "QSE_CHAT_HOST_CARD_WAIT_S",
+        key: "chatd.host_card_wait_s",
+    },
 ];
 
+/// How a chat's commands may run on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostExec {
+    Off,
+    Ask,
+    On,
+}
+
 impl ChatdConfig {
+    /// `host_exec` read; empty (and anything unchecked) is `ask`.
+    pub fn host_exec(&self) -> HostExec {
+        match self.host_exec.as_str() {
+            "off" => HostExec::Off,
+            "on" => HostExec::On,
+            _ => HostExec::Ask,
+        }
+    }
+
     /// Checks what types alone cannot; each error names the key and the limit.
     pub fn check(&self) -> anyhow::Result<()> {
         let bad = |key: &str, why: String| anyhow::anyhow!("chatd.{key}: {why}");
         self.listen_addr().map_err(|e| bad("listen", e))?;
+        if !(1..=300).contains(&self.host_card_wait_s) {
+            return Err(bad(
+                "host_card_wait_s",
+                format!("{} is outside 1..=300", self.host_card_wait_s),
+            ));
+        }
+        if !["", "off", "ask", "on"].contains(&self.host_exec.as_str()) {
+            return Err(bad(
+                "host_exec",
+                format!("{:?} is not a mode: use off, ask or on", self.host_exec),
+            ));
+        }
         if !(self.engine_url.starts_with("http://") || self.engine_url.starts_with("https://")) {
             return Err(bad(
                 "engine_url",

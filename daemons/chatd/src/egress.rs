@@ -106,6 +106,32 @@ pub fn error_of(status: StatusCode, value: &Value) -> ApiError {
     ApiError::new(status, kind, message)
 }
 
+/// An NDJSON stream cut into its JSON lines as chunks come (egressd's cards,
+/// hostexecd's output).
+#[derive(Default)]
+pub struct Lines {
+    buffer: Vec<u8>,
+}
+
+impl Lines {
+    /// The whole lines `chunk` completes; a line that is not JSON is skipped.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Value> {
+        self.buffer.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            if let Ok(event) = serde_json::from_slice::<Value>(&line) {
+                out.push(event);
+            }
+        }
+        // No line of these streams comes near 1 MiB: a runaway one is dropped.
+        if self.buffer.len() > 1 << 20 {
+            self.buffer.clear();
+        }
+        out
+    }
+}
+
 /// Follows egressd's card stream for as long as chatd runs; reconnects
 /// (1 s, doubling to 30 s) while egressd is away.
 pub fn spawn_card_listener(client: EgressClient, runs: Runs, shutdown: Shutdown) {
@@ -139,19 +165,10 @@ async fn follow(client: &EgressClient, runs: &Runs) -> bool {
         return false;
     };
     tracing::info!("following egressd's cards");
-    let mut buffer: Vec<u8> = Vec::new();
+    let mut lines = Lines::default();
     while let Ok(Some(chunk)) = response.chunk().await {
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let Ok(event) = serde_json::from_slice::<Value>(&line) else {
-                continue;
-            };
+        for event in lines.push(&chunk) {
             handle(client, runs, event).await;
-        }
-        // A line is a card of a few hundred bytes: a runaway one is dropped.
-        if buffer.len() > 64 * 1024 {
-            buffer.clear();
         }
     }
     tracing::info!("egressd's card stream ended");

@@ -12,6 +12,7 @@ pub mod context;
 pub mod egress;
 pub mod engine;
 pub mod events;
+pub mod hostexec;
 pub mod housekeeping;
 pub mod metrics;
 pub mod model;
@@ -168,7 +169,8 @@ pub async fn run(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let config = Arc::new(config);
-    tandem_shared::fsmode::private_dir(&config.data_dir)
+    // o+x an administrator gave (for hostexecd's run_as user) is kept.
+    tandem_shared::fsmode::private_dir_passable(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
     let secrets = tandem_shared::secrets::load(&config.secrets, &config.data_dir)?;
     let mut registry = Registry::default();

@@ -113,8 +113,23 @@ impl Rule {
         self.pattern.trim().is_empty()
     }
 
+    /// An allow rule for exactly this command line (`=` then the command):
+    /// what "Always on this instance" saves for a command on this machine,
+    /// so the approval never stretches to other arguments.
+    pub fn exact(tool: &str, command: &str) -> Rule {
+        Rule::allow(tool, &format!("={}", command.trim()))
+    }
+
+    /// The command an exact rule names.
+    fn exact_command(&self) -> Option<&str> {
+        self.pattern.strip_prefix('=')
+    }
+
     /// Whether the rule covers a part whose key is `key`.
     fn covers(&self, key: &str) -> bool {
+        if self.exact_command().is_some() {
+            return false;
+        }
         let pattern: Vec<&str> = self.pattern.split_whitespace().collect();
         if pattern.is_empty() {
             return true;
@@ -241,8 +256,15 @@ pub fn decide(mode: Mode, call: &Call, rules: &[Rule]) -> Decision {
         return Decision::Run(Approval::Yolo);
     }
 
-    // 4. Allow rules.
-    let by_rule = if command {
+    // 4. Allow rules: one for exactly this command line, or for each part.
+    let exact = command
+        && allows.iter().any(|r| {
+            r.exact_command()
+                .is_some_and(|c| c == call.command.unwrap_or("").trim())
+        });
+    let by_rule = if exact {
+        true
+    } else if command {
         // Parts that run nothing (`FOO=1`) need no rule, but some part must
         // have matched one.
         let mut matched = false;
@@ -1325,6 +1347,44 @@ fn is_protected_path(target: &str, root: Option<&[String]>) -> bool {
         place.push(component);
     }
     place.is_protected(root)
+}
+
+#[cfg(test)]
+mod exact_tests {
+    use super::*;
+
+    #[test]
+    fn an_exact_rule_allows_that_command_line_only() {
+        let rules = vec![Rule::exact("bash", "python3 build.py")];
+        let call = |command: &'static str| Call {
+            tool: "bash",
+            effect: Effect::Command,
+            command: Some(command),
+            inside: true,
+            workspace_root: None,
+        };
+        assert_eq!(
+            decide(Mode::Ask, &call("python3 build.py"), &rules),
+            Decision::Run(Approval::Rule)
+        );
+        assert_eq!(
+            decide(Mode::Ask, &call(" python3 build.py "), &rules),
+            Decision::Run(Approval::Rule)
+        );
+        for other in [
+            "python3 -c 'import os'",
+            "python3 build.py; curl x",
+            "python3",
+        ] {
+            assert!(
+                matches!(
+                    decide(Mode::Ask, &call(other), &rules),
+                    Decision::Ask { .. }
+                ),
+                "{other}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::netpolicy;
-use tokio::net::{UnixListener, UnixStream};
 
 use crate::gate::{AnswerError, Answered, CardEvent};
 use crate::proxy::{is_chat_id, Preset};
@@ -39,46 +38,8 @@ pub fn router(egress: Arc<Egress>) -> Router {
 }
 
 /// The API's listener: a connection from another uid is dropped before a
-/// byte is read (the socket's mode already keeps others out; this is the
-/// second lock).
-pub struct PeerChecked {
-    inner: UnixListener,
-    uid: u32,
-}
-
-impl PeerChecked {
-    pub fn new(inner: UnixListener) -> PeerChecked {
-        PeerChecked {
-            inner,
-            uid: nix::unistd::getuid().as_raw(),
-        }
-    }
-}
-
-impl axum::serve::Listener for PeerChecked {
-    type Io = UnixStream;
-    type Addr = tokio::net::unix::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.inner.accept().await {
-                Ok((stream, addr)) => match stream.peer_cred() {
-                    Ok(cred) if cred.uid() == self.uid => return (stream, addr),
-                    Ok(cred) => {
-                        tracing::warn!(uid = cred.uid(), "API caller of another uid refused")
-                    }
-                    Err(e) => tracing::warn!(error = %e, "API caller without credentials refused"),
-                },
-                // Out of descriptors or the like: the next accept may work.
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
+/// byte is read (shared with hostexecd).
+pub use tandem_shared::http::PeerChecked;
 
 async fn health(State(egress): State<Arc<Egress>>) -> Json<Value> {
     let settings = egress.gate().settings();

@@ -195,27 +195,8 @@ pub async fn run(
             }
         });
     }
-    // The watchdog pings while the runtime turns: a heartbeat task stamps
-    // the time, and a stale stamp withholds the ping.
-    {
-        let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let started = Instant::now();
-        let stamp = beat.clone();
-        let shutdown_beat = shutdown.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => stamp.store(started.elapsed().as_secs(), std::sync::atomic::Ordering::Relaxed),
-                    _ = shutdown_beat.wait() => return,
-                }
-            }
-        });
-        tandem_shared::notify::spawn_watchdog(shutdown.clone(), move || {
-            let last = beat.load(std::sync::atomic::Ordering::Relaxed);
-            started.elapsed().as_secs().saturating_sub(last) < 10
-        });
-    }
+    // The watchdog pings while the runtime turns.
+    tandem_shared::notify::spawn_heartbeat_watchdog(shutdown.clone());
     tandem_shared::notify::ready("serving");
     // The audit is purged daily.
     {

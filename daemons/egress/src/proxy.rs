@@ -541,10 +541,7 @@ fn too_many(open: usize, most: usize) -> String {
     )
 }
 
-/// A chat id is chatd's: letters, digits and `_`, so it is a safe folder name.
-pub fn is_chat_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+pub use tandem_shared::http::is_chat_id;
 
 /// What the head of a request asks for.
 struct Ask {

@@ -111,3 +111,54 @@ impl From<rusqlite::Error> for ApiError {
         ApiError::internal("database error; the daemon's log has the details")
     }
 }
+
+/// A unix socket's listener that drops a connection from a uid other than
+/// the one allowed before a byte is read (the socket's mode already keeps
+/// others out; this is the second lock).
+pub struct PeerChecked {
+    inner: tokio::net::UnixListener,
+    uid: u32,
+}
+
+impl PeerChecked {
+    /// Callers of this process's own uid only.
+    pub fn new(inner: tokio::net::UnixListener) -> PeerChecked {
+        PeerChecked::with_uid(inner, nix::unistd::getuid().as_raw())
+    }
+
+    /// Callers of `uid` only.
+    pub fn with_uid(inner: tokio::net::UnixListener, uid: u32) -> PeerChecked {
+        PeerChecked { inner, uid }
+    }
+}
+
+impl axum::serve::Listener for PeerChecked {
+    type Io = tokio::net::UnixStream;
+    type Addr = tokio::net::unix::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.inner.accept().await {
+                Ok((stream, addr)) => match stream.peer_cred() {
+                    Ok(cred) if cred.uid() == self.uid => return (stream, addr),
+                    Ok(cred) => {
+                        tracing::warn!(uid = cred.uid(), "API caller of another uid refused")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "API caller without credentials refused"),
+                },
+                // Out of descriptors or the like: the next accept may work.
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A chat id as chatd makes them: letters, digits and `_`, 64 at most, so
+/// it is a safe folder name and names exactly one chat.
+pub fn is_chat_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}

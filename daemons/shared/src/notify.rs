@@ -64,3 +64,31 @@ where
         }
     });
 }
+
+/// Pings the watchdog while the async runtime turns: a task stamps the time
+/// each second, and a stamp older than 10 s withholds the ping (a runtime
+/// stuck on a blocked worker gets the daemon restarted).
+pub fn spawn_heartbeat_watchdog(shutdown: crate::shutdown::Shutdown) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    if watchdog_interval().is_none() {
+        return;
+    }
+    let beat = Arc::new(AtomicU64::new(0));
+    let started = std::time::Instant::now();
+    let stamp = beat.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => stamp.store(started.elapsed().as_secs(), Ordering::Relaxed),
+                _ = stop.wait() => return,
+            }
+        }
+    });
+    spawn_watchdog(shutdown, move || {
+        let last = beat.load(Ordering::Relaxed);
+        started.elapsed().as_secs().saturating_sub(last) < 10
+    });
+}

@@ -21,6 +21,10 @@
 //!    through a chat's socket and its loopback listener with CONNECT, new
 //!    CONNECTs a second and its idle RSS with 100 chat sockets open, against
 //!    direct loopback TCP and tinyproxy (`tests/src/egressbench.rs`).
+//! 8. hostexec: the per-call overhead of hostexecd's `POST /exec` running
+//!    `true` against a plain `bash -c true` spawned from Rust (median and
+//!    p99 over 1,000 calls), and the time from a stop to the last process
+//!    of the call gone.
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -79,6 +83,7 @@ enum Figure {
     Status,
     Toolloop,
     Egress,
+    Hostexec,
 }
 
 /// How big each figure's workload is.
@@ -246,6 +251,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         egress(args.quick, &mut rows)
             .await
             .context("figure 7 (egress)")?;
+    }
+    if wants(Figure::Hostexec) {
+        hostexec(args.quick, &mut rows)
+            .await
+            .context("figure 8 (hostexec)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1595,6 +1605,19 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let tandem = tandem_tests::harness::bin_dir().join("tandem");
     let home = chatd.dir.path().to_path_buf();
     let egress_proxy = format!("127.0.0.1:{}", tandem_tests::harness::free_port());
+    // hostexecd as root runs commands as `nobody`, whose way to the chats'
+    // folders must be open (0711 down to them).
+    let hx = tempfile::tempdir()?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(hx.path(), std::fs::Permissions::from_mode(0o711))?;
+    }
+    let config = hx.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!("[hostexec]\nchat_data = \"{}\"\n", hx.path().display()),
+    )?;
+    let as_root = nix::unistd::geteuid().is_root();
     let time = |args: &'static [&'static str]| {
         let mut command = std::process::Command::new(&tandem);
         command
@@ -1605,6 +1628,8 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             .env("QSE_CHAT_URL", chatd.url())
             .env("QSE_ENGINE_URL", sim.url())
             .env("QSE_EGRESS_PROXY", &egress_proxy)
+            .env("QSE_CONFIG", &config)
+            .env("QSE_HOSTEXEC_RUN_AS", if as_root { "nobody" } else { "" })
             .env("QSE_TANDEM_MANAGER", "processes")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
@@ -1615,9 +1640,12 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             status.map(|s| s.success()).unwrap_or(false),
         )
     };
-    // The whole suite up: egressd too (tandem status says so when it is not).
+    // The whole suite up: egressd and hostexecd too (tandem status says so
+    // when one is not).
     let (_, egress_up) = time(&["egress", "start"]);
     anyhow::ensure!(egress_up, "tandem egress start failed");
+    let (_, hostexec_up) = time(&["hostexec", "start"]);
+    anyhow::ensure!(hostexec_up, "tandem hostexec start failed");
     let runs = sizes.repeats * 3;
     let mut status_times = Vec::new();
     let mut version_times = Vec::new();
@@ -1631,6 +1659,7 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         version_times.push(time(&["--version"]).0);
     }
     let _ = time(&["egress", "stop"]);
+    let _ = time(&["hostexec", "stop"]);
     let worst = status_times.iter().max().copied().unwrap_or_default();
     let status_median = median(status_times);
     let version_median = median(version_times);
@@ -1653,6 +1682,132 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
                 status_median.as_secs_f64() / version_median.as_secs_f64().max(1e-6)
             ),
         ),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Figure 8: hostexecd's per-call overhead and stop-to-gone
+// ---------------------------------------------------------------------------
+
+/// Pids whose command line holds `marker`.
+fn processes_with(marker: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+/// Figure 8: `POST /exec` of `true` (sent to the `finished` event read)
+/// against `bash -c true` spawned and waited for from Rust, one after the
+/// other; then calls with three background sleeps, each stopped: the time
+/// from sending the stop to the last of its processes gone from /proc.
+async fn hostexec(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 8. hostexecd: per-call overhead, stop to the last process gone");
+    let calls = if quick { 50 } else { 1_000 };
+    let stops = if quick { 5 } else { 20 };
+    let hx = tandem_tests::harness::Hostexecd::start("").await?;
+    let bound = Duration::from_secs(30);
+    // Warm-up: the first call makes the chat's folder and the caches.
+    for _ in 0..5 {
+        hx.exec("bench", "true", None, bound).await?;
+    }
+    let mut through = Vec::with_capacity(calls);
+    for i in 0..calls {
+        let started = Instant::now();
+        let run = hx.exec("bench", "true", None, bound).await?;
+        through.push(started.elapsed().as_micros() as i64);
+        anyhow::ensure!(
+            run.status == 200 && run.body["exit_code"] == 0,
+            "call {i}: {run:?}"
+        );
+    }
+    let mut plain = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let started = Instant::now();
+        let status = std::process::Command::new("bash")
+            .args(["-c", "true"])
+            .stdin(std::process::Stdio::null())
+            .status()?;
+        plain.push(started.elapsed().as_micros() as i64);
+        anyhow::ensure!(status.success(), "bash -c true failed");
+    }
+    let t = dist(through);
+    let p = dist(plain);
+    say(format!(
+        "POST /exec true: median {} p99 {}; bash -c true: median {} p99 {} ({calls} calls each)",
+        ms(t.p50),
+        ms(t.p99),
+        ms(p.p50),
+        ms(p.p99)
+    ));
+    rows.push(
+        row(
+            format!("8. hostexecd call of `true` ({calls} calls)"),
+            format!("median {} / p99 {}", ms(t.p50), ms(t.p99)),
+        )
+        .baseline(
+            format!("`bash -c true` from Rust {} / {}", ms(p.p50), ms(p.p99)),
+            format!("+{} median / +{} p99", ms(t.p50 - p.p50), ms(t.p99 - p.p99)),
+        ),
+    );
+    let mut gone = Vec::with_capacity(stops);
+    for i in 0..stops {
+        let marker = format!("600.{}{i}", rand::random::<u32>());
+        let command = format!(
+            "sleep {marker} & setsid sleep {marker} & (sleep {marker} &); echo ready; sleep {marker}"
+        );
+        let mut stream = hx.exec_open("bench_stop", &command, None).await?;
+        let first = stream.read_until(bound, |e| e["event"] == "output").await?;
+        let call_id = first[0]["call_id"]
+            .as_str()
+            .context("the started event names the call")?
+            .to_string();
+        let until = Instant::now() + bound;
+        while processes_with(&marker) < 4 {
+            anyhow::ensure!(Instant::now() < until, "the call's sleeps did not start");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let started = Instant::now();
+        let (status, _) = hx
+            .call("POST", &format!("/exec/{call_id}/stop"), None)
+            .await?;
+        anyhow::ensure!(status == 200, "stop answered {status}");
+        while processes_with(&marker) > 0 {
+            anyhow::ensure!(
+                Instant::now() < until,
+                "the call's processes outlived the stop"
+            );
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        gone.push(started.elapsed().as_micros() as i64);
+        stream
+            .read_until(bound, |e| e["event"] == "finished")
+            .await?;
+    }
+    let g = dist(gone);
+    say(format!(
+        "stop to the last process gone: median {} max {} ({stops} calls, 4 sleeps each)",
+        ms(g.p50),
+        ms(g.max)
+    ));
+    rows.push(
+        row(
+            "8. hostexecd stop to the last process gone",
+            format!("median {} / max {}", ms(g.p50), ms(g.max)),
+        )
+        .aim("< 1 s", g.max < 1_000_000),
     );
     Ok(())
 }

@@ -31,16 +31,24 @@ fn answer(status: axum::http::StatusCode, value: Value) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
+/// Forwards a chat's route to egressd once the chat is known to exist.
+async fn for_chat(
+    app: &App,
+    id: &str,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<Response, ApiError> {
+    known(app, id).await?;
+    let (status, value) = app.egress.forward(method, path, body).await?;
+    Ok(answer(status, value))
+}
+
 pub async fn preset(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    known(&app, &id).await?;
-    let (status, value) = app
-        .egress
-        .forward(Method::GET, &format!("/chats/{id}/egress"), None)
-        .await?;
-    Ok(answer(status, value))
+    for_chat(&app, &id, Method::GET, &format!("/chats/{id}/egress"), None).await
 }
 
 pub async fn set_preset(
@@ -48,24 +56,15 @@ pub async fn set_preset(
     Path(id): Path<String>,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
-    known(&app, &id).await?;
-    let (status, value) = app
-        .egress
-        .forward(Method::PUT, &format!("/chats/{id}/egress"), Some(&body))
-        .await?;
-    Ok(answer(status, value))
+    let path = format!("/chats/{id}/egress");
+    for_chat(&app, &id, Method::PUT, &path, Some(&body)).await
 }
 
 pub async fn rules(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    known(&app, &id).await?;
-    let (status, value) = app
-        .egress
-        .forward(Method::GET, &format!("/chats/{id}/rules"), None)
-        .await?;
-    Ok(answer(status, value))
+    for_chat(&app, &id, Method::GET, &format!("/chats/{id}/rules"), None).await
 }
 
 pub async fn add_rule(
@@ -73,27 +72,19 @@ pub async fn add_rule(
     Path(id): Path<String>,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
-    known(&app, &id).await?;
-    let (status, value) = app
-        .egress
-        .forward(Method::POST, &format!("/chats/{id}/rules"), Some(&body))
-        .await?;
-    Ok(answer(status, value))
+    let path = format!("/chats/{id}/rules");
+    for_chat(&app, &id, Method::POST, &path, Some(&body)).await
 }
 
 pub async fn remove_rule(
     State(app): State<Arc<App>>,
     Path((id, rule)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    known(&app, &id).await?;
     if !rule.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(ApiError::not_found("rule", &rule));
     }
-    let (status, value) = app
-        .egress
-        .forward(Method::DELETE, &format!("/chats/{id}/rules/{rule}"), None)
-        .await?;
-    Ok(answer(status, value))
+    let path = format!("/chats/{id}/rules/{rule}");
+    for_chat(&app, &id, Method::DELETE, &path, None).await
 }
 
 pub async fn settings(State(app): State<Arc<App>>) -> Result<Response, ApiError> {

@@ -62,12 +62,17 @@ pub async fn capabilities(
             "compact_percent": app.config.compact_percent,
         },
         "sandbox": {"installed": false, "runtime": Value::Null, "reason": "the sandbox is not part of this build yet"},
-        "host_exec": "off",
+        "host_exec": match app.config.host_exec() {
+            crate::config::HostExec::Off => "off",
+            crate::config::HostExec::Ask => "ask",
+            crate::config::HostExec::On => "on",
+        },
         "defaults": {"permission_mode": mode, "agents": []},
         "features": {
             "branches": true, "fork": true, "trash": true, "export": ["json", "md"],
             "import": true, "pending": true, "continue": true,
-            "tools": app.runs.registry().names(), "commands": false, "compaction": true,
+            "tools": app.runs.registry().names(),
+            "commands": app.runs.registry().get("bash").is_some(), "compaction": true,
             "consent": true,
         },
     }))

@@ -116,6 +116,8 @@ struct Inner {
     refused: Mutex<HashMap<String, u64>>,
     /// The tools a model may call.
     registry: Arc<Registry>,
+    /// hostexecd, where `bash` runs.
+    hostexec: Option<crate::hostexec::HostExec>,
     /// Rung when a consent card is answered.
     consent_bell: Notify,
     /// egressd's API, where egress cards are answered (set at start).
@@ -137,6 +139,13 @@ impl Runs {
         forward_key: tandem_shared::secrets::Secret,
     ) -> Runs {
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
+        // `bash` runs on this machine through hostexecd (a chat has no
+        // sandbox yet): offered unless host commands are off.
+        let mut registry = Registry::chatd();
+        if config.host_exec() != crate::config::HostExec::Off {
+            registry.register(crate::hostexec::bash_spec());
+        }
+        let hostexec = crate::hostexec::HostExec::new(&config.hostexec_socket).ok();
         Runs {
             inner: Arc::new(Inner {
                 store,
@@ -153,7 +162,8 @@ impl Runs {
                 vision: Mutex::new(Default::default()),
                 stubs: Mutex::new(HashMap::new()),
                 refused: Mutex::new(HashMap::new()),
-                registry: Arc::new(Registry::chatd()),
+                registry: Arc::new(registry),
+                hostexec,
                 consent_bell: Notify::new(),
                 egress: std::sync::OnceLock::new(),
                 forward_key,

@@ -10,6 +10,7 @@ use tandem_shared::time::{new_id, now_rfc3339};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::{set_state, EndRequest, Outcome, Runs, StepEnd};
+use crate::config::HostExec;
 use crate::context;
 use crate::model::{Message, Run};
 use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
@@ -33,6 +34,55 @@ enum Answer {
     Decided(String),
     Stopped,
     Shutdown,
+    /// Nobody answered within the card's wait.
+    Expired,
+}
+
+const HOST_ASK_REASON: &str = "commands on this machine ask first (host_exec = ask)";
+
+/// How a command on this machine ended for the run.
+enum HostEnd {
+    Done,
+    Stopped,
+    Shutdown,
+}
+
+/// What a card shows, and how long it waits.
+struct Card {
+    summary: String,
+    /// The buttons' words, when they are not the usual ones.
+    labels: Option<serde_json::Value>,
+    wait: Option<std::time::Duration>,
+}
+
+impl Card {
+    fn tool(summary: &str) -> Card {
+        Card {
+            summary: summary.to_string(),
+            labels: None,
+            wait: None,
+        }
+    }
+
+    /// "Run this command on this machine?": `wait_s`, 5 minutes at most.
+    fn host(summary: &str, wait_s: u64) -> Card {
+        Card {
+            summary: format!("Run this command on this machine? {summary}"),
+            labels: Some(
+                json!({"once": "Run once", "always": "Always on this instance", "deny": "Don't run"}),
+            ),
+            wait: Some(std::time::Duration::from_secs(wait_s.min(300))),
+        }
+    }
+}
+
+/// The `command` of a bash call's arguments ("" when there is none: the
+/// call then fails on its arguments, and asks nothing meanwhile).
+fn command_of(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|v| v["command"].as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 impl Runs {
@@ -99,17 +149,33 @@ impl Runs {
                     continue;
                 }
             };
+            let host = call.name == "bash";
+            let command = host.then(|| command_of(&call.arguments));
+            let scratch = self.scratch_root(&run.conversation_id);
+            let scratch_text = scratch.to_string_lossy().to_string();
+            let host_exec = self.inner.config.host_exec();
             let permission = Call {
                 tool: &call.name,
                 effect,
-                command: None,
+                command: command.as_deref(),
                 // The workspace tools stay inside the chat's workspace; the
                 // web tools read, and egressd asks the person for each new
-                // host, so chatd does not ask a second time.
-                inside: true,
-                workspace_root: None,
+                // host, so chatd does not ask a second time. A host command
+                // runs in the chat's scratch folder: with host_exec = on it
+                // counts as the chat's own, and `auto` runs it.
+                inside: !host || host_exec == HostExec::On,
+                workspace_root: host.then_some(scratch_text.as_str()),
             };
-            let decision = permissions::decide(mode, &permission, &rules);
+            let mut decision = permissions::decide(mode, &permission, &rules);
+            // host_exec = ask: every command on this machine asks, unless a
+            // saved rule allows it ("Always on this instance").
+            if host && host_exec == HostExec::Ask {
+                if let Decision::Run(Approval::Auto | Approval::Yolo) = decision {
+                    decision = Decision::Ask {
+                        reason: HOST_ASK_REASON.to_string(),
+                    };
+                }
+            }
             if waiting && !matches!(decision, Decision::Ask { .. }) {
                 self.set_running(run).await?;
                 waiting = false;
@@ -125,9 +191,29 @@ impl Runs {
                 Decision::Ask { reason } => {
                     // The slot goes back while a person decides.
                     slot.take();
-                    match self.ask(run, &call, &summary, &reason, stop).await? {
+                    let card = if host {
+                        // The whole command (to 2,000 characters): the
+                        // person approves what will run, not a summary.
+                        let whole: String = command
+                            .as_deref()
+                            .unwrap_or("")
+                            .chars()
+                            .take(2000)
+                            .collect();
+                        Card::host(&whole, self.inner.config.host_card_wait_s)
+                    } else {
+                        Card::tool(&summary)
+                    };
+                    match self.ask(run, &call, &card, &reason, stop).await? {
                         Answer::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
                         Answer::Shutdown => return Ok(StepEnd::Left),
+                        Answer::Expired => {
+                            let text = "nobody answered the card in time; the command \
+                                        did not run. Ask the person, or go on without it.";
+                            self.record_result(run, &call, false, text, "not answered", 0)
+                                .await?;
+                            continue;
+                        }
                         Answer::Decided(decision) => match decision.as_str() {
                             "deny" => {
                                 let text = "the person declined this call; it did not run. \
@@ -136,9 +222,18 @@ impl Runs {
                                     .await?;
                                 continue;
                             }
+                            "always" if host => {
+                                // "Always on this instance": this exact
+                                // command line, in every chat of this chatd
+                                // (never its first word: `python3 x.py`
+                                // must not let `python3 -c …` through).
+                                let rule = Rule::exact("bash", command.as_deref().unwrap_or(""));
+                                self.save_rules(None, vec![rule]).await?;
+                                Approval::User
+                            }
                             "always" => {
                                 let rules = permissions::rules_for_always(&permission);
-                                self.save_rules(&run.conversation_id, rules).await?;
+                                self.save_rules(Some(&run.conversation_id), rules).await?;
                                 Approval::User
                             }
                             _ => Approval::User,
@@ -146,10 +241,29 @@ impl Runs {
                     }
                 }
             };
-            if tools::web::is_web_tool(&call.name) {
-                // egressd may hold the call while a person answers its card:
-                // the engine slot goes back meanwhile.
+            if tools::web::is_web_tool(&call.name) || host {
+                // egressd may hold the call while a person answers its card,
+                // and a command may run for minutes: the engine slot goes
+                // back meanwhile.
                 slot.take();
+            }
+            if host {
+                match self
+                    .execute_host(
+                        run,
+                        &call,
+                        &summary,
+                        approved,
+                        &workspace_root,
+                        budget,
+                        stop,
+                    )
+                    .await?
+                {
+                    HostEnd::Done => continue,
+                    HostEnd::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
+                    HostEnd::Shutdown => return Ok(StepEnd::Left),
+                }
             }
             self.execute(run, &call, &summary, approved, &workspace_root, budget)
                 .await?;
@@ -216,8 +330,13 @@ impl Runs {
             .await
     }
 
-    async fn save_rules(&self, conversation_id: &str, rules: Vec<Rule>) -> Result<(), ApiError> {
-        let cid = conversation_id.to_string();
+    /// Saves rules for one chat, or (`None`) for every chat.
+    async fn save_rules(
+        &self,
+        conversation_id: Option<&str>,
+        rules: Vec<Rule>,
+    ) -> Result<(), ApiError> {
+        let cid = conversation_id.map(str::to_string);
         self.inner
             .store
             .write(move |ctx| {
@@ -246,7 +365,7 @@ impl Runs {
         &self,
         run: &Run,
         call: &ToolCall,
-        summary: &str,
+        card: &Card,
         reason: &str,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<Answer, ApiError> {
@@ -255,9 +374,10 @@ impl Runs {
         let (call_id, name, summary, reason) = (
             call.id.clone(),
             call.name.clone(),
-            summary.to_string(),
+            card.summary.clone(),
             reason.to_string(),
         );
+        let labels = card.labels.clone();
         self.inner
             .store
             .write(move |ctx| {
@@ -268,18 +388,19 @@ impl Runs {
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                         params![card_id, cid, rid, call_id, name, summary, reason, json!(CHOICES).to_string(), now_rfc3339()],
                     )?;
-                    ctx.emit(
-                        &cid,
-                        "tool.consent",
-                        json!({"run_id": rid, "card_id": card_id, "call_id": call_id, "name": name,
-                               "summary": summary, "reason": reason, "choices": CHOICES}),
-                    )?;
+                    let mut event = json!({"run_id": rid, "card_id": card_id, "call_id": call_id,
+                        "name": name, "summary": summary, "reason": reason, "choices": CHOICES});
+                    if let Some(labels) = labels {
+                        event["labels"] = labels;
+                    }
+                    ctx.emit(&cid, "tool.consent", event)?;
                 }
                 ctx.conn()
                     .execute("UPDATE runs SET status = 'waiting' WHERE id = ?1", [&rid])?;
                 set_state(ctx, &cid, "waiting")
             })
             .await?;
+        let deadline = card.wait.map(|w| tokio::time::Instant::now() + w);
         loop {
             // Made before the look, so an answer between the two still rings.
             let bell = self.inner.consent_bell.notified();
@@ -294,12 +415,50 @@ impl Runs {
                 self.set_running(run).await?;
                 return Ok(Answer::Decided(decision));
             }
-            tokio::select! {
-                _ = bell => {}
+            let expiry = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let expired = tokio::select! {
+                _ = bell => false,
                 _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Ok(Answer::Stopped),
                 _ = self.inner.shutdown.wait() => return Ok(Answer::Shutdown),
+                _ = expiry => true,
+            };
+            if expired && self.expire_card(run, call).await? {
+                self.set_running(run).await?;
+                return Ok(Answer::Expired);
             }
         }
+    }
+
+    /// Closes a call's unanswered card as expired; false when an answer
+    /// came first (it is then read as usual).
+    async fn expire_card(&self, run: &Run, call: &ToolCall) -> Result<bool, ApiError> {
+        let (rid, cid, call_id) = (run.id.clone(), run.conversation_id.clone(), call.id.clone());
+        self.inner
+            .store
+            .write(move |ctx| {
+                let Some(card) = queries::consent_for_call(ctx.conn(), &cid, &rid, &call_id)? else {
+                    return Ok(false);
+                };
+                if card.decision.is_some() {
+                    return Ok(false);
+                }
+                ctx.conn().execute(
+                    "UPDATE consents SET decision = 'expired', answered = ?1 WHERE id = ?2",
+                    params![now_rfc3339(), card.card_id],
+                )?;
+                ctx.emit(
+                    &cid,
+                    "tool.consent_answered",
+                    json!({"run_id": rid, "card_id": card.card_id, "call_id": call_id, "decision": "expired"}),
+                )?;
+                Ok(true)
+            })
+            .await
     }
 
     /// Records a card's answer; the run waiting on it goes on. The same
@@ -327,6 +486,13 @@ impl Runs {
             .store
             .write(move |ctx| {
                 let card = queries::consent(ctx.conn(), &cid, &card_id)?;
+                if card.decision.as_deref() == Some("expired") {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::GONE,
+                        "consent_expired",
+                        "nobody waits for this card any more: it was not answered in time",
+                    ));
+                }
                 if let Some(given) = &card.decision {
                     if *given == decision {
                         return Ok(false);
@@ -363,6 +529,64 @@ impl Runs {
         Ok(changed)
     }
 
+    /// The chat's scratch folder on this machine (hostexecd's cwd for it).
+    pub fn scratch_root(&self, conversation_id: &str) -> std::path::PathBuf {
+        self.inner
+            .config
+            .data_dir
+            .join("homes")
+            .join(conversation_id)
+    }
+
+    /// Runs one allowed `bash` call through hostexecd. A stop or chatd's
+    /// shutdown drops the request, and hostexecd kills the command's tree.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute_host(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        summary: &str,
+        approved: Approval,
+        workspace_root: &std::path::Path,
+        budget: usize,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<HostEnd, ApiError> {
+        self.tool_started(run, call, summary, approved).await?;
+        let began = std::time::Instant::now();
+        let Some(hostexec) = self.inner.hostexec.clone() else {
+            let output = tools::ToolOutput::failed("bash", "hostexecd's client could not be made");
+            self.finish_call(run, call, output, began).await?;
+            return Ok(HostEnd::Done);
+        };
+        let work = hostexec.bash(
+            &run.conversation_id,
+            &call.id,
+            &call.arguments,
+            budget,
+            workspace_root,
+        );
+        let ended = tokio::select! {
+            out = work => Ok(out),
+            _ = stop.wait_for(|r| *r == EndRequest::Stop) => Err(HostEnd::Stopped),
+            _ = self.inner.shutdown.wait() => Err(HostEnd::Shutdown),
+        };
+        match ended {
+            Ok(output) => {
+                self.finish_call(run, call, output, began).await?;
+                Ok(HostEnd::Done)
+            }
+            Err(HostEnd::Stopped) => {
+                let text = "stopped: the run was stopped while the command ran; hostexecd \
+                            kills it and everything it started";
+                self.record_result(run, call, false, text, "bash: stopped", 0)
+                    .await?;
+                Ok(HostEnd::Stopped)
+            }
+            // The run is written interrupted; Continue answers the call anew.
+            Err(end) => Ok(end),
+        }
+    }
+
     /// Runs one allowed call and records its result.
     async fn execute(
         &self,
@@ -373,29 +597,7 @@ impl Runs {
         workspace_root: &std::path::Path,
         budget: usize,
     ) -> Result<(), ApiError> {
-        let (rid, cid, call_id, name) = (
-            run.id.clone(),
-            run.conversation_id.clone(),
-            call.id.clone(),
-            call.name.clone(),
-        );
-        let started = json!({"run_id": rid, "call_id": call_id, "name": name,
-                             "summary": summary, "approved": approved.as_str()});
-        self.inner
-            .store
-            .write(move |ctx| {
-                ctx.emit(&cid, "tool.started", started)?;
-                // Every call that ran without asking is on record as such.
-                if approved != Approval::User {
-                    ctx.emit(
-                        &cid,
-                        "tool.auto_approved",
-                        json!({"run_id": rid, "call_id": call_id, "name": name, "approved": approved.as_str()}),
-                    )?;
-                }
-                Ok(())
-            })
-            .await?;
+        self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
         let registry = self.inner.registry.clone();
         let root = workspace_root.to_path_buf();
@@ -426,6 +628,50 @@ impl Runs {
         })
         .await
         .unwrap_or_else(|_| tools::ToolOutput::failed(&call.name, "the tool stopped unexpectedly"));
+        self.finish_call(run, call, output, began).await
+    }
+
+    /// `tool.started`, and `tool.auto_approved` for a call nobody was asked about.
+    async fn tool_started(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        summary: &str,
+        approved: Approval,
+    ) -> Result<(), ApiError> {
+        let (rid, cid, call_id, name) = (
+            run.id.clone(),
+            run.conversation_id.clone(),
+            call.id.clone(),
+            call.name.clone(),
+        );
+        let started = json!({"run_id": rid, "call_id": call_id, "name": name,
+                             "summary": summary, "approved": approved.as_str()});
+        self.inner
+            .store
+            .write(move |ctx| {
+                ctx.emit(&cid, "tool.started", started)?;
+                // Every call that ran without asking is on record as such.
+                if approved != Approval::User {
+                    ctx.emit(
+                        &cid,
+                        "tool.auto_approved",
+                        json!({"run_id": rid, "call_id": call_id, "name": name, "approved": approved.as_str()}),
+                    )?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// A call's metrics, log line, `tool` message and `tool.finished`.
+    async fn finish_call(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        output: tools::ToolOutput,
+        began: std::time::Instant,
+    ) -> Result<(), ApiError> {
         self.inner
             .metrics
             .tool_calls

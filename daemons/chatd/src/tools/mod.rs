@@ -469,7 +469,11 @@ pub fn capabilities_prompt(registry: &Registry) -> String {
     }
     if has("bash") {
         out.push_str(
-            "You can run commands with the bash tool. Report only what its output shows; \
+            "You can run commands with the bash tool. They run on this machine itself, with \
+             NO isolation (no container): as the box's user, in this chat's scratch folder \
+             (its home is home/ there, not the workspace), with a time limit and 64 KiB of \
+             output; the person may be asked before each one. Prefer the file tools for \
+             reading and editing the workspace. Report only what a command's output shows; \
              never claim a command ran or passed unless its result says so.\n",
         );
     } else {

@@ -1,0 +1,244 @@
+//! hostexecd: a chat's commands on this machine, with nothing left behind.
+//!
+//! `api.rs` serves `POST /exec` (an NDJSON stream of the call), the stop,
+//! the audit, `/health` and `/metrics` on `hostexec.sock`, whose callers'
+//! uid is checked. `exec.rs` holds the running calls (one per chat,
+//! `max_chats` chats), makes each chat's scratch folder and drives a call:
+//! its keeper, its output, its limits, the audit row, the `[host-exec]` log
+//! line. `keeper.rs` is the per-call process (`hostexecd --keeper`): a child
+//! subreaper that starts `bash -c` confined (new session, rlimits, no
+//! capabilities, no_new_privs, never uid 0) and kills every process below
+//! it when bash exits or the call is ended (`tree.rs`). `changes.rs` says
+//! what a command saved; `store.rs` keeps the audit in hostexec.sqlite3.
+
+pub mod api;
+pub mod changes;
+pub mod config;
+pub mod exec;
+pub mod keeper;
+pub mod metrics;
+pub mod store;
+pub mod tree;
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tandem_shared::shutdown::Shutdown;
+
+use crate::config::HostexecConfig;
+use crate::exec::{Calls, KilledBy, Spawner};
+use crate::keeper::RunAs;
+use crate::store::Store;
+
+/// The daemon's state.
+pub struct Hostexec {
+    pub config: HostexecConfig,
+    /// Who commands run as when hostexecd is root; `None`: hostexecd's own user.
+    pub run_as: Option<RunAs>,
+    /// The uid commands run as (RLIMIT_NPROC counts its processes).
+    pub uid: u32,
+    /// The name of that user.
+    pub user_name: String,
+    /// The uid allowed to call the API.
+    pub caller_uid: u32,
+    pub store: Arc<Store>,
+    pub metrics: Arc<metrics::Metrics>,
+    pub registry: Arc<tandem_shared::metrics::Registry>,
+    pub calls: Arc<Calls>,
+    pub spawner: Spawner,
+    pub started: Instant,
+    pub shutdown: Shutdown,
+}
+
+/// Who runs the commands and who may call: decided at start, or why not.
+/// hostexecd as root needs `run_as`, an unprivileged user, and lets the
+/// owner of chat_data call; otherwise commands run as hostexecd's own user
+/// and only that uid may call.
+pub fn identities(config: &HostexecConfig) -> anyhow::Result<(Option<RunAs>, u32, String, u32)> {
+    let euid = nix::unistd::geteuid().as_raw();
+    let own_name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(euid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| euid.to_string());
+    if config.run_as.is_empty() {
+        if euid == 0 {
+            anyhow::bail!(
+                "hostexecd is running as root and hostexec.run_as is empty: it never runs a \
+                 command as root; set run_as (QSE_HOSTEXEC_RUN_AS) to an unprivileged user, \
+                 e.g. a dedicated tandem-exec, or start hostexecd as the box's user"
+            );
+        }
+        return Ok((None, euid, own_name, euid));
+    }
+    let user = exec::resolve_user(&config.run_as).context("hostexec.run_as")?;
+    if user.uid == 0 {
+        anyhow::bail!(
+            "hostexec.run_as: {:?} has uid 0; commands never run as root: name an unprivileged user",
+            config.run_as
+        );
+    }
+    if euid != 0 {
+        if user.uid == euid {
+            return Ok((None, euid, own_name, euid));
+        }
+        anyhow::bail!(
+            "hostexec.run_as: running commands as {:?} (uid {}) needs hostexecd started as root; \
+             it runs as uid {euid}: leave run_as empty to run commands as this user",
+            config.run_as,
+            user.uid
+        );
+    }
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&config.chat_data)
+        .with_context(|| {
+            format!(
+                "hostexec.chat_data: {} (chatd's data folder: its owner is the uid allowed to call hostexecd)",
+                config.chat_data.display()
+            )
+        })?
+        .uid();
+    exec::reachable(&config.chat_data, &user).map_err(|why| {
+        anyhow::anyhow!("hostexec.run_as: the chats' scratch folders are out of its reach: {why}")
+    })?;
+    let (uid, name) = (user.uid, user.name.clone());
+    Ok((Some(user), uid, name, owner))
+}
+
+/// Runs hostexecd until `shutdown` begins; running calls are then ended
+/// (`killed_by: "shutdown"`) and written before it returns.
+pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let (run_as, uid, user_name, caller_uid) = identities(&config)?;
+    // Everything a keeper leaves behind (a keeper killed itself) comes to us.
+    // SAFETY: a plain prctl call on this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    tandem_shared::fsmode::private_dir(&config.data_dir)
+        .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
+    let store = Arc::new(Store::open(&config.data_dir.join("hostexec.sqlite3"))?);
+    let recovered = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || exec::recover(&store)).await??
+    };
+    let purged = store.purge(config.audit_days)?;
+    let mut registry = tandem_shared::metrics::Registry::default();
+    let metrics = Arc::new(metrics::Metrics::new(&mut registry));
+    let hx = Arc::new(Hostexec {
+        config: config.clone(),
+        run_as,
+        uid,
+        user_name,
+        caller_uid,
+        store: store.clone(),
+        metrics,
+        registry: Arc::new(registry),
+        calls: Calls::new(config.max_chats),
+        spawner: Spawner::start().context("starting the keeper spawner")?,
+        started: Instant::now(),
+        shutdown: shutdown.clone(),
+    });
+    // Keepers (and whatever a dead one left to us) are reaped here.
+    {
+        let mut children = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+            .context("listening for SIGCHLD")?;
+        tokio::spawn(async move {
+            loop {
+                reap();
+                if children.recv().await.is_none() {
+                    return;
+                }
+            }
+        });
+    }
+    if let Some(dir) = config.socket.parent() {
+        if !dir.exists() {
+            tandem_shared::fsmode::private_dir(dir)?;
+            if hx.run_as.is_some() {
+                chown(dir, caller_uid)?;
+            }
+        }
+    }
+    if config.socket.exists() {
+        std::fs::remove_file(&config.socket)?;
+    }
+    let listener = tokio::net::UnixListener::bind(&config.socket)
+        .with_context(|| format!("listening on {}", config.socket.display()))?;
+    tandem_shared::fsmode::private_file(&config.socket)?;
+    if hx.run_as.is_some() {
+        chown(&config.socket, caller_uid)?;
+    }
+    tracing::info!(socket = %config.socket.display(), run_as = %hx.user_name, uid,
+        caller_uid, recovered, purged, max_chats = config.max_chats, "hostexecd serving");
+    // The watchdog pings while the runtime turns.
+    tandem_shared::notify::spawn_heartbeat_watchdog(shutdown.clone());
+    tandem_shared::notify::ready("serving");
+    // The audit is purged daily; running calls end at shutdown.
+    {
+        let store = store.clone();
+        let days = config.audit_days;
+        let shutdown = shutdown.clone();
+        let calls = hx.calls.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(86_400)) => {}
+                    _ = shutdown.wait() => {
+                        calls.kill_all(KilledBy::Shutdown);
+                        return;
+                    }
+                }
+                let store = store.clone();
+                let _ = tokio::task::spawn_blocking(move || store.purge(days)).await;
+            }
+        });
+    }
+    let router = api::router(hx.clone());
+    let serving = axum::serve(
+        tandem_shared::http::PeerChecked::with_uid(listener, caller_uid),
+        router,
+    )
+    .with_graceful_shutdown({
+        let shutdown = shutdown.clone();
+        async move { shutdown.wait().await }
+    })
+    .into_future();
+    tokio::pin!(serving);
+    // Serving ends when every stream has; a caller that does not read its
+    // stream does not hold hostexecd past the calls' end.
+    tokio::select! {
+        served = &mut serving => served.context("serving the API")?,
+        _ = async {
+            shutdown.wait().await;
+            while hx.calls.count() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        } => {}
+    }
+    tandem_shared::notify::stopping();
+    // Calls still ending (bounded: each keeper has 10 s before it is killed).
+    let until = Instant::now() + Duration::from_secs(15);
+    while hx.calls.count() > 0 && Instant::now() < until {
+        hx.calls.kill_all(KilledBy::Shutdown);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+fn chown(path: &std::path::Path, uid: u32) -> anyhow::Result<()> {
+    std::os::unix::fs::chown(path, Some(uid), None)
+        .with_context(|| format!("giving {} to uid {uid}", path.display()))
+}
+
+/// Collects every child that has ended (keepers, and what they left).
+fn reap() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
