@@ -271,6 +271,10 @@ impl Spawner {
     }
 }
 
+/// Taken by the keeper spawner around `Command::spawn` and by the reaper
+/// around `waitpid(-1)`.
+pub static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn spawn_keeper() -> std::io::Result<Spawned> {
     let (control, theirs) = std::os::unix::net::UnixStream::pair()?;
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
@@ -284,7 +288,12 @@ fn spawn_keeper() -> std::io::Result<Spawned> {
         .stdin(std::process::Stdio::from(OwnedFd::from(theirs)))
         .stdout(std::process::Stdio::from(write))
         .stderr(std::process::Stdio::from(write2));
-    let child = command.spawn()?;
+    // Held while std's spawn may still wait for a child whose exec failed:
+    // hostexecd's reaper must not take that child first (std would panic).
+    let child = {
+        let _spawning = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+        command.spawn()?
+    };
     // The pipe's write ends and the keeper's socket go with the command.
     drop(command);
     let pid = child.id() as i32;

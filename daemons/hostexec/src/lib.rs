@@ -236,6 +236,8 @@ fn chown(path: &std::path::Path, uid: u32) -> anyhow::Result<()> {
 /// Collects every child that has ended (keepers, and what they left).
 fn reap() {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    // Not while a keeper is being spawned (held for a fork and an exec).
+    let _spawning = exec::SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
     while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
         if status == WaitStatus::StillAlive {
             break;
