@@ -986,7 +986,6 @@ async fn a_restart_ends_a_stopped_old_keeper_with_all_below_it() {
     // hostexecd dies; the stopped keeper cannot act on its SIGTERM.
     hx.kill9();
     drop(stream);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         with_marker(&m).len() >= 3,
         "the stopped keeper still holds them"
