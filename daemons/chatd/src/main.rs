@@ -28,9 +28,7 @@ fn start(args: Args) -> anyhow::Result<()> {
         .load::<chatd::config::FileConfig>(chatd::config::ENV_KEYS)?;
     let config = loaded.config.chatd;
     config.check()?;
-    let logs = tandem_shared::secrets::home().join(".tandemllm/logs");
-    tandem_shared::logging::init("chatd", &logs)?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?loaded.origins, "chatd starting");
+    tandem_shared::daemon::start_logging("chatd", &loaded.origins)?;
     let address = config
         .listen_addr()
         .map_err(|e| anyhow::anyhow!("chatd.listen: {e}"))?;

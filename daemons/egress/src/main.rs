@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Parser;
 
 /// tandem's egress proxy: the only way out for a chat's sandboxed commands,
@@ -29,21 +28,12 @@ fn start(args: Args) -> anyhow::Result<()> {
         .load::<egressd::config::FileConfig>(egressd::config::ENV_KEYS)?;
     let config = loaded.config.egress;
     config.check()?;
-    let logs = tandem_shared::secrets::home().join(".tandemllm/logs");
-    tandem_shared::logging::init("egressd", &logs)?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?loaded.origins, "egressd starting");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    tandem_shared::daemon::start_logging("egressd", &loaded.origins)?;
     let common = args.common.clone();
     let reload = move || {
         common
             .load::<egressd::config::FileConfig>(egressd::config::ENV_KEYS)
             .map(|loaded| loaded.config.egress)
     };
-    runtime.block_on(async move {
-        let (_trigger, shutdown) = tandem_shared::shutdown::Shutdown::on_signals()?;
-        egressd::run(config, shutdown, reload).await
-    })
+    tandem_shared::daemon::block_on_signals(|shutdown| egressd::run(config, shutdown, reload))
 }

@@ -90,8 +90,9 @@ async fn wait_for(path: &Path) {
     .await
 }
 
-#[tokio::test]
-async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart() {
+/// An origin on 127.0.0.2 (opened by the tests' allow-range) that echoes
+/// what it reads first; its port.
+async fn echo_origin() -> u16 {
     let origin = TcpListener::bind("127.0.0.2:0").await.unwrap();
     let port = origin.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -103,6 +104,12 @@ async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart(
             });
         }
     });
+    port
+}
+
+#[tokio::test]
+async fn presets_open_a_chat_socket_audit_its_connections_and_survive_a_restart() {
+    let port = echo_origin().await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let api = d.join("run/egress.sock");
@@ -239,17 +246,7 @@ fn write_config(d: &Path, port: u16, extra: &str) -> PathBuf {
 
 #[tokio::test]
 async fn cards_rules_and_settings_over_the_api() {
-    let origin = TcpListener::bind("127.0.0.2:0").await.unwrap();
-    let port = origin.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = origin.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let n = s.read(&mut buf).await.unwrap_or(0);
-                let _ = s.write_all(&buf[..n]).await;
-            });
-        }
-    });
+    let port = echo_origin().await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let api = d.join("run/egress.sock");

@@ -134,19 +134,25 @@ async fn setup(preset: Preset, change: impl FnOnce(&mut Settings)) -> Setup {
 /// Sends `request` on a new connection and reads until the proxy closes or
 /// the first answer has come (for tunnels: writes `then` after the 200).
 async fn ask(socket: &std::path::Path, request: &str, then: Option<&str>) -> String {
-    let mut s = UnixStream::connect(socket).await.unwrap();
+    let s = UnixStream::connect(socket).await.unwrap();
+    exchange(s, request, then).await
+}
+
+/// Writes `request` and reads until the proxy closes or the origin's answer
+/// has come (for tunnels: writes `then` after the 200), 10 s a read at most.
+async fn exchange<S>(mut s: S, request: &str, then: Option<&str>) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     s.write_all(request.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
         let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
         let n = match read {
-            Ok(Ok(n)) => n,
+            Ok(Ok(n)) if n > 0 => n,
             _ => break,
         };
-        if n == 0 {
-            break;
-        }
         out.extend_from_slice(&buf[..n]);
         let text = String::from_utf8_lossy(&out).to_string();
         if let Some(more) = then {
@@ -390,30 +396,10 @@ async fn ask_loopback(proxy: &Arc<Proxy>, request: &str, then: Option<&str>) -> 
     tokio::spawn(proxy.clone().serve_loopback(listener, async move {
         let _ = stopped.await;
     }));
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
-        let n = match read {
-            Ok(Ok(n)) if n > 0 => n,
-            _ => break,
-        };
-        out.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&out).to_string();
-        if let Some(more) = then {
-            if text.starts_with("HTTP/1.1 200") && text.ends_with("\r\n\r\n") {
-                s.write_all(more.as_bytes()).await.unwrap();
-                continue;
-            }
-        }
-        if text.contains("ORIGIN SAW") {
-            break;
-        }
-    }
+    let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let answer = exchange(s, request, then).await;
     let _ = stop.send(());
-    String::from_utf8_lossy(&out).to_string()
+    answer
 }
 
 fn basic(chat: &str, token: &str) -> String {

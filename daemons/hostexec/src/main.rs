@@ -4,7 +4,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Parser;
 
 /// tandem's host commands: a chat's command run on this machine with a
@@ -40,15 +39,6 @@ fn start(args: Args) -> anyhow::Result<()> {
     // Who runs commands is decided before anything is written: as root
     // without run_as, hostexecd stops here and says why.
     hostexecd::identities(&config)?;
-    let logs = tandem_shared::secrets::home().join(".tandemllm/logs");
-    tandem_shared::logging::init("hostexecd", &logs)?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?loaded.origins, "hostexecd starting");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let (_trigger, shutdown) = tandem_shared::shutdown::Shutdown::on_signals()?;
-        hostexecd::run(config, shutdown).await
-    })
+    tandem_shared::daemon::start_logging("hostexecd", &loaded.origins)?;
+    tandem_shared::daemon::block_on_signals(|shutdown| hostexecd::run(config, shutdown))
 }

@@ -53,6 +53,33 @@ pub fn main(
     }
 }
 
+/// Logging to the journal (or `~/.tandemllm/logs/<name>.log`), and the
+/// first line: the version and where the settings came from.
+pub fn start_logging(name: &str, origins: &[String]) -> anyhow::Result<()> {
+    let logs = crate::secrets::home().join(".tandemllm/logs");
+    crate::logging::init(name, &logs)?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?origins, "{name} starting");
+    Ok(())
+}
+
+/// A multi-threaded runtime running `serve` until it returns; `serve` gets
+/// the shutdown that SIGTERM and SIGINT begin.
+pub fn block_on_signals<F, Fut>(serve: F) -> anyhow::Result<()>
+where
+    F: FnOnce(crate::shutdown::Shutdown) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use anyhow::Context;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let (_trigger, shutdown) = crate::shutdown::Shutdown::on_signals()?;
+        serve(shutdown).await
+    })
+}
+
 /// `$XDG_RUNTIME_DIR/tandem` (sockets, pid files), else a private folder in /tmp.
 pub fn runtime_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
