@@ -21,7 +21,7 @@ bin="$HOME/.local/bin"
 units="$HOME/.config/systemd/user"
 man="$HOME/.local/share/man/man1"
 completions="$HOME/.local/share/bash-completion/completions"
-binaries="tandem chatd egressd hostexecd engine-sim"
+binaries="tandem chatd egressd hostexecd engine-sim tandem-shim"
 cron_line='* * * * * $HOME/.local/bin/tandem watchdog >/dev/null 2>&1'
 
 user_manager() { systemctl --user show-environment >/dev/null 2>&1; }

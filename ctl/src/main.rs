@@ -69,6 +69,9 @@ enum Command {
     /// hostexecd: start, stop, restart, status, logs; a chat's commands on this machine.
     #[command(subcommand)]
     Hostexec(ServiceVerb),
+    /// The chats' sandbox image: make it and load it into podman or docker.
+    #[command(subcommand)]
+    Sandbox(commands::sandbox::SandboxCommand),
     /// triggerd's service verbs (arrives with the triggers issue).
     #[command(subcommand)]
     Triggers(ServiceVerb),
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
             Command::Chat(command) => commands::chat::exec(command).await,
             Command::Egress(command) => commands::egress::exec(command).await,
             Command::Hostexec(verb) => commands::service::exec(daemon("hostexec")?, verb).await,
+            Command::Sandbox(command) => commands::sandbox::exec(command).await,
             Command::Triggers(verb) => commands::service::exec(daemon("triggers")?, verb).await,
             Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,
             Command::Watchdog => commands::watchdog::exec().await,

@@ -164,6 +164,29 @@ impl Sim {
         Ok(())
     }
 
+    /// POSTs `body` to one of the sim's routes; answers its JSON.
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let response = reqwest::Client::new()
+            .post(format!("{}{path}", self.url()))
+            .json(&body)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "sim {path}: {}",
+            response.status()
+        );
+        Ok(response.json().await?)
+    }
+
+    /// GETs one of the sim's routes; answers its JSON.
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        Ok(reqwest::get(format!("{}{path}", self.url()))
+            .await?
+            .json()
+            .await?)
+    }
+
     /// The chat requests the sim received (`GET /sim/requests`).
     pub async fn requests(&self) -> anyhow::Result<Vec<Value>> {
         Ok(reqwest::get(format!("{}/sim/requests", self.url()))
@@ -242,6 +265,12 @@ impl Chatd {
             .env("QSE_ENGINE_URL", &self.engine_url)
             .env("QSE_LOG_TO", "stderr")
             .env("QSE_LOG_LEVEL", "info")
+            // No runtime unless a test gives one: these tests never touch
+            // the box's docker or podman.
+            .env(
+                "QSE_SANDBOX_SOCKET",
+                self.dir.path().join("no-runtime.sock"),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -417,6 +446,15 @@ impl Client {
             .as_str()
             .context("conversation id")?
             .to_string())
+    }
+
+    /// Creates a conversation in permission mode `mode`; returns its id.
+    pub async fn create_chat_in(&self, mode: &str) -> anyhow::Result<String> {
+        let made = self
+            .post("/conversations", json!({"permission_mode": mode}))
+            .await?;
+        anyhow::ensure!(made.status == 201, "create answered {made:?}");
+        Ok(made.body["id"].as_str().context("chat id")?.to_string())
     }
 
     /// Sends a message; returns the 202 body.
@@ -1009,5 +1047,144 @@ impl Drop for Hostexecd {
                 self.log()
             );
         }
+    }
+}
+
+/// The texts of a snapshot's tool results, in order.
+pub fn tool_results(snapshot: &Value) -> Vec<String> {
+    snapshot["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// The `bash` call the engine simulator is to make (a `/sim/faults` entry).
+pub fn bash_call(command: &str) -> Value {
+    json!({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
+}
+
+/// A real container runtime for the sandbox tests: podman's Docker Engine API
+/// service (runc, sandbox/containers.conf) on a socket of this test process,
+/// and the busybox test image made by `tandem sandbox build --base busybox`.
+/// One a test process; it ends with the process.
+pub struct Podman {
+    pub socket: PathBuf,
+    pub image: String,
+    _dir: tempfile::TempDir,
+}
+
+/// The image the sandbox tests run.
+pub const TEST_IMAGE: &str = "localhost/tandem-sandbox-test:1";
+
+static PODMAN: std::sync::OnceLock<Result<Podman, String>> = std::sync::OnceLock::new();
+
+impl Podman {
+    /// The shared runtime, started at the first call; `None` (with a line on
+    /// stderr) where there is none to start: not root, or no podman. CI runs
+    /// as root with podman and runc installed, so it runs every sandbox test.
+    pub fn shared(test: &str) -> Option<&'static Podman> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("{test}: SKIPPED: the sandbox tests run podman as root (CI does)");
+            return None;
+        }
+        match PODMAN.get_or_init(|| Podman::start().map_err(|e| format!("{e:#}"))) {
+            Ok(podman) => Some(podman),
+            Err(e) => panic!("podman could not start: {e} (.ci/run installs podman and runc)"),
+        }
+    }
+
+    fn start() -> anyhow::Result<Podman> {
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("podman.sock");
+        let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox/containers.conf");
+        anyhow::ensure!(conf.exists(), "{} is missing", conf.display());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let url = format!("unix://{}", socket.display());
+        // The service dies with this process (PDEATHSIG), so it is started
+        // from a thread that lives as long as the process does.
+        std::thread::spawn(move || {
+            use std::os::unix::process::CommandExt;
+            let mut command = Command::new("podman");
+            command
+                .args(["system", "service", "--time=0", &url])
+                .env("CONTAINERS_CONF", &conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: prctl is async-signal-safe; nothing else runs between
+            // fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            let spawned = command.spawn();
+            let ok = spawned.is_ok();
+            let _ = tx.send(spawned.map(|_| ()).map_err(|e| e.to_string()));
+            if ok {
+                loop {
+                    std::thread::park();
+                }
+            }
+        });
+        rx.recv()?
+            .map_err(|e| anyhow::anyhow!("starting podman system service: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "podman's API socket did not appear in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = Command::new(bin_dir().join("tandem"))
+            .args([
+                "sandbox", "build", "--base", "busybox", "--tag", TEST_IMAGE, "--socket",
+            ])
+            .arg(&socket)
+            .output()
+            .context("running tandem sandbox build")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "tandem sandbox build --base busybox failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(Podman {
+            socket,
+            image: TEST_IMAGE.to_string(),
+            _dir: dir,
+        })
+    }
+
+    /// The environment a chatd needs to use it.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "QSE_SANDBOX_SOCKET".into(),
+                self.socket.display().to_string(),
+            ),
+            ("QSE_SANDBOX_IMAGE".into(), self.image.clone()),
+        ]
+    }
+
+    /// `podman` against this service's storage (for what the tests check
+    /// from outside); a failing podman is an error, with what it said.
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox/containers.conf");
+        let out = Command::new("podman")
+            .args(args)
+            .env("CONTAINERS_CONF", conf)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "podman {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }

@@ -1,8 +1,10 @@
 //! tandem's cross-daemon tests: the engine simulator (`sim`, binary
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
-//! benchmarks (binary `bench`).
+//! benchmarks (binary `bench`; figures 7 and 9 in `egressbench` and
+//! `sandboxbench`).
 
 pub mod chunked;
 pub mod egressbench;
 pub mod harness;
+pub mod sandboxbench;
 pub mod sim;

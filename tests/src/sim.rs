@@ -151,6 +151,10 @@ pub struct SimConfig {
     pub tokenize: bool,
     /// `/v1/models` says the model reads images (`capabilities: ["vision"]`).
     pub vision: bool,
+    /// The box's memory as the engine frees it: `POST /v1/cache/release`
+    /// adds what it frees (at most what `/sim/cache` says it can) to
+    /// MemAvailable in this /proc/meminfo-shaped file.
+    pub meminfo: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -163,6 +167,7 @@ impl Default for SimConfig {
             memory_limit_tokens: None,
             tokenize: true,
             vision: false,
+            meminfo: None,
         }
     }
 }
@@ -607,6 +612,10 @@ struct Inner {
     counters: HashMap<String, u64>,
     log: VecDeque<Value>,
     stats: Stats,
+    /// Bytes the cache can still give back (`/sim/cache`).
+    can_free: u64,
+    /// Every `/v1/cache/release` asked: (bytes asked, bytes freed).
+    releases: Vec<(u64, u64)>,
 }
 
 enum Cmd {
@@ -821,6 +830,8 @@ fn router(sim: Arc<Sim>) -> Router {
             "/sim/faults",
             post(faults_push).get(faults_get).delete(faults_clear),
         )
+        .route("/v1/cache/release", post(cache_release))
+        .route("/sim/cache", post(cache_set).get(cache_get))
         .route("/sim/refuse", post(refuse))
         .route("/sim/requests", get(requests_get).delete(requests_clear))
         .route("/sim/stats", get(stats))
@@ -933,6 +944,65 @@ async fn refuse(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     };
     sim.refuse(seconds).await;
     Json(json!({"refusing_for_s": seconds})).into_response()
+}
+
+/// `POST /v1/cache/release {"bytes"}`: frees what the cache can, up to the
+/// bytes asked, and says how much.
+async fn cache_release(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(asked) = v.get("bytes").and_then(Value::as_u64) else {
+        return bad_request(&sim, "body must be {\"bytes\": N}");
+    };
+    let freed = {
+        let mut inner = sim.lock();
+        let freed = asked.min(inner.can_free);
+        inner.can_free -= freed;
+        inner.releases.push((asked, freed));
+        freed
+    };
+    if let (Some(path), true) = (&sim.config.meminfo, freed > 0) {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let now = text
+            .lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        write_meminfo(path, now + freed / 1024);
+    }
+    Json(json!({"released": freed})).into_response()
+}
+
+/// Writes a /proc/meminfo-shaped file saying `available_kb` is available.
+pub fn write_meminfo(path: &std::path::Path, available_kb: u64) {
+    let text = format!(
+        "MemTotal:       25165824 kB\nMemFree:        {available_kb} kB\nMemAvailable:   {available_kb} kB\n"
+    );
+    // Written whole then renamed, so a reader never sees half a file.
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, text).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
+}
+
+/// `POST /sim/cache {"can_free"}`: what the next releases may free.
+async fn cache_set(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(can_free) = v.get("can_free").and_then(Value::as_u64) else {
+        return bad_request(&sim, "body must be {\"can_free\": N}");
+    };
+    sim.lock().can_free = can_free;
+    Json(json!({"can_free": can_free})).into_response()
+}
+
+/// `GET /sim/cache`: `{can_free, releases: [{asked, freed}]}`.
+async fn cache_get(State(sim): State<Arc<Sim>>) -> Json<Value> {
+    let inner = sim.lock();
+    let releases: Vec<Value> = inner
+        .releases
+        .iter()
+        .map(|(asked, freed)| json!({"asked": asked, "freed": freed}))
+        .collect();
+    Json(json!({"can_free": inner.can_free, "releases": releases}))
 }
 
 async fn requests_get(State(sim): State<Arc<Sim>>) -> Json<Value> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{wait_until, Chatd, Client, Sim, SseEvent};
+use tandem_tests::harness::{tool_results, wait_until, Chatd, Client, Sim, SseEvent};
 
 const QUICK: Duration = Duration::from_secs(20);
 const LONG: Duration = Duration::from_secs(240);
@@ -53,15 +53,6 @@ fn step(calls: &[Value]) -> Value {
 
 fn messages(snapshot: &Value) -> Vec<Value> {
     snapshot["messages"].as_array().cloned().unwrap_or_default()
-}
-
-/// The tool results of a snapshot, by call id order of appearance.
-fn tool_results(snapshot: &Value) -> Vec<String> {
-    messages(snapshot)
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["text"].as_str().unwrap_or("").to_string())
-        .collect()
 }
 
 async fn finished_run(

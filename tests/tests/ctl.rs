@@ -67,6 +67,8 @@ impl Box_ {
             .env("QSE_ENGINE_URL", &self.engine)
             .env("QSE_TANDEM_MANAGER", "processes");
         command.env("QSE_CONFIG", self.home().join("tandem.toml"));
+        // No container runtime: this box's docker or podman is never touched.
+        command.env("QSE_SANDBOX_SOCKET", self.home().join("no-runtime.sock"));
         // hostexecd started as root runs commands as an unprivileged user.
         if nix::unistd::geteuid().is_root() {
             command.env("QSE_HOSTEXEC_RUN_AS", "nobody");
@@ -299,6 +301,15 @@ async fn start_status_logs_restart_stop() {
     let missing = b.tandem(&["chat", "egress", "c_nothere"]);
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
     assert!(text(&missing).contains("404"), "{}", text(&missing));
+    // No runtime: the sandbox command says why.
+    let sandbox = b.tandem(&["chat", "sandbox", &chat, "start"]);
+    assert_eq!(sandbox.status.code(), Some(1), "{}", text(&sandbox));
+    assert!(
+        text(&sandbox).contains("503")
+            && text(&sandbox).contains("no container runtime answers at"),
+        "{}",
+        text(&sandbox)
+    );
     let chat_stopped = b.tandem(&["chat", "stop"]);
     assert!(chat_stopped.status.success(), "{}", text(&chat_stopped));
 
@@ -518,6 +529,9 @@ fn help_texts_match_their_snapshots() {
         &["chat", "attach"],
         &["chat", "consent"],
         &["chat", "egress"],
+        &["chat", "sandbox"],
+        &["sandbox"],
+        &["sandbox", "build"],
         &["egress"],
         &["egress", "rules"],
         &["watchdog"],

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{wait_until, Chatd, Client, Hostexecd, Sim};
+use tandem_tests::harness::{bash_call, tool_results, wait_until, Chatd, Client, Hostexecd, Sim};
 
 const QUICK: Duration = Duration::from_secs(20);
 
@@ -40,28 +40,6 @@ async fn start(host_exec: &str, env: &[(&str, &str)]) -> anyhow::Result<Setup> {
     })
 }
 
-async fn new_chat(client: &Client, mode: &str) -> anyhow::Result<String> {
-    let made = client
-        .post("/conversations", json!({"permission_mode": mode}))
-        .await?;
-    anyhow::ensure!(made.status == 201, "{made:?}");
-    Ok(made.body["id"].as_str().context("chat id")?.to_string())
-}
-
-fn bash(command: &str) -> Value {
-    json!({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
-}
-
-fn tool_results(snapshot: &Value) -> Vec<String> {
-    snapshot["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["text"].as_str().unwrap_or("").to_string())
-        .collect()
-}
-
 fn run_of(sent: &Value) -> anyhow::Result<String> {
     Ok(sent["run_id"].as_str().context("run id")?.to_string())
 }
@@ -75,11 +53,11 @@ async fn finished(client: &Client, chat: &str, run: &str) -> anyhow::Result<Valu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_runs_on_this_machine_and_says_how_it_ended() -> anyhow::Result<()> {
     let s = start("on", &[]).await?;
-    let chat = new_chat(&s.client, "auto").await?;
+    let chat = s.client.create_chat_in("auto").await?;
     s.sim
         .faults(json!([
-            bash("echo hello from $HOME; touch made.txt; env | sort"),
-            bash("exit 3"),
+            bash_call("echo hello from $HOME; touch made.txt; env | sort"),
+            bash_call("exit 3"),
             {"tokens": 2}
         ]))
         .await?;
@@ -122,9 +100,9 @@ async fn a_command_runs_on_this_machine_and_says_how_it_ended() -> anyhow::Resul
 async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Result<()> {
     let s = start("ask", &[]).await?;
     // Even yolo asks for a command on this machine when host_exec is ask.
-    let chat_a = new_chat(&s.client, "yolo").await?;
+    let chat_a = s.client.create_chat_in("yolo").await?;
     s.sim
-        .faults(json!([bash("echo once"), {"tokens": 2}]))
+        .faults(json!([bash_call("echo once"), {"tokens": 2}]))
         .await?;
     let mut device = s.client.events(&chat_a, 0).await?;
     let run = run_of(&s.client.send(&chat_a, "go").await?)?;
@@ -154,9 +132,9 @@ async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Resu
 
     // "Always on this instance": another chat runs the same command unasked
     // (the same line only: `echo once; …` would ask again).
-    let chat_b = new_chat(&s.client, "auto").await?;
+    let chat_b = s.client.create_chat_in("auto").await?;
     s.sim
-        .faults(json!([bash("echo once"), {"tokens": 2}]))
+        .faults(json!([bash_call("echo once"), {"tokens": 2}]))
         .await?;
     let mut device = s.client.events(&chat_b, 0).await?;
     let run = run_of(&s.client.send(&chat_b, "go").await?)?;
@@ -174,7 +152,7 @@ async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Resu
     assert_eq!(started.data["approved"], "rule");
     assert_eq!(finished(&s.client, &chat_b, &run).await?["status"], "done");
     s.sim
-        .faults(json!([bash("echo once; touch x"), {"tokens": 2}]))
+        .faults(json!([bash_call("echo once; touch x"), {"tokens": 2}]))
         .await?;
     let run = run_of(&s.client.send(&chat_b, "more").await?)?;
     let cards = device
@@ -212,9 +190,9 @@ async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_host_card_expires_and_a_late_answer_is_410() -> anyhow::Result<()> {
     let s = start("ask", &[("QSE_CHAT_HOST_CARD_WAIT_S", "1")]).await?;
-    let chat = new_chat(&s.client, "auto").await?;
+    let chat = s.client.create_chat_in("auto").await?;
     s.sim
-        .faults(json!([bash("touch never.txt"), {"tokens": 2}]))
+        .faults(json!([bash_call("touch never.txt"), {"tokens": 2}]))
         .await?;
     let mut device = s.client.events(&chat, 0).await?;
     let run = run_of(&s.client.send(&chat, "go").await?)?;
@@ -250,10 +228,10 @@ async fn an_unanswered_host_card_expires_and_a_late_answer_is_410() -> anyhow::R
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()> {
     let s = start("on", &[]).await?;
-    let chat = new_chat(&s.client, "auto").await?;
+    let chat = s.client.create_chat_in("auto").await?;
     let chat = chat.as_str();
     s.sim
-        .faults(json!([bash("echo started; sleep 600"), {"tokens": 2}]))
+        .faults(json!([bash_call("echo started; sleep 600"), {"tokens": 2}]))
         .await?;
     let run = run_of(&s.client.send(chat, "go").await?)?;
     // The command is running when hostexecd says so.
@@ -280,7 +258,7 @@ async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()>
 
     // host_exec = off: bash is not among the tools the engine is offered.
     let off = start("off", &[]).await?;
-    let quiet = new_chat(&off.client, "auto").await?;
+    let quiet = off.client.create_chat_in("auto").await?;
     let run = run_of(&off.client.send(&quiet, "hello [sim tokens=2]").await?)?;
     finished(&off.client, &quiet, &run).await?;
     let requests = off.sim.requests().await?;
@@ -298,10 +276,10 @@ async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostexecd_down_is_said_plainly() -> anyhow::Result<()> {
     let s = start("on", &[]).await?;
-    let chat = new_chat(&s.client, "auto").await?;
+    let chat = s.client.create_chat_in("auto").await?;
     drop(s.hostexecd);
     s.sim
-        .faults(json!([bash("echo hi"), {"tokens": 2}]))
+        .faults(json!([bash_call("echo hi"), {"tokens": 2}]))
         .await?;
     let run = run_of(&s.client.send(&chat, "go").await?)?;
     finished(&s.client, &chat, &run).await?;

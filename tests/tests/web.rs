@@ -111,14 +111,6 @@ async fn start(env: &[(&str, &str)]) -> anyhow::Result<Setup> {
     })
 }
 
-async fn new_chat(client: &Client) -> anyhow::Result<String> {
-    let made = client
-        .post("/conversations", json!({"permission_mode": "auto"}))
-        .await?;
-    anyhow::ensure!(made.status == 201, "{made:?}");
-    Ok(made.body["id"].as_str().context("chat id")?.to_string())
-}
-
 /// Cues one web call and an answer, sends a message, and returns the run's
 /// events up to its end.
 async fn run_call(
@@ -178,7 +170,7 @@ fn no_token(chat: &str, places: &[(&str, String)]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_fetch_reaches_an_allowed_origin_through_egressd() -> anyhow::Result<()> {
     let s = start(&[]).await?;
-    let chat = new_chat(&s.client).await?;
+    let chat = s.client.create_chat_in("auto").await?;
     let (status, set) = s
         .egressd
         .call(
@@ -302,7 +294,7 @@ async fn a_refusal_quotes_egressd_and_a_stopped_egressd_says_how_to_start_it() -
 {
     let s = start(&[]).await?;
     // The chat's preset is `off`: egressd says so.
-    let chat = new_chat(&s.client).await?;
+    let chat = s.client.create_chat_in("auto").await?;
     let (status, set) = s
         .egressd
         .call(
@@ -333,7 +325,7 @@ async fn a_refusal_quotes_egressd_and_a_stopped_egressd_says_how_to_start_it() -
     let nowhere = format!("127.0.0.1:{}", free_port());
     let chatd = Chatd::start(&sim.url(), &[("QSE_EGRESS_PROXY", &nowhere)]).await?;
     let client = chatd.client();
-    let chat = new_chat(&client).await?;
+    let chat = client.create_chat_in("auto").await?;
     let events = run_call(
         &sim,
         &client,
@@ -365,8 +357,8 @@ async fn a_new_host_waits_for_the_persons_answer_without_holding_the_engine() ->
     })
     .await?;
     // A chat egressd has not heard of: preset off, cards on.
-    let chat = new_chat(&s.client).await?;
-    let other = new_chat(&s.client).await?;
+    let chat = s.client.create_chat_in("auto").await?;
+    let other = s.client.create_chat_in("auto").await?;
     let url = format!("http://127.0.0.2:{}/page", s.port);
     s.sim
         .faults(json!([

@@ -71,6 +71,21 @@ pub enum ChatCommand {
         #[arg(value_parser = ["off", "registries", "all"])]
         preset: Option<String>,
     },
+    /// Show, start or stop a chat's sandbox container.
+    ///
+    /// A chat's first command starts its sandbox by itself; `start` does it
+    /// ahead (the memory guard and the bounds apply, and their reason is
+    /// printed when it cannot), `stop` stops it (its files stay). Without a
+    /// container runtime chatd answers why (docs/sandbox.md).
+    ///
+    /// Example: tandem chat sandbox c_0123abcd start
+    Sandbox {
+        /// The chat id.
+        chat: String,
+        /// What to do (none: show it).
+        #[arg(value_parser = ["start", "stop"])]
+        action: Option<String>,
+    },
 }
 
 pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
@@ -167,6 +182,31 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                     text(&rule["id"])
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        ChatCommand::Sandbox { chat, action } => {
+            let client = Client::new()?;
+            let path = format!("/conversations/{chat}/sandbox");
+            let state = match action.as_deref() {
+                Some("start") => {
+                    client
+                        .call(reqwest::Method::POST, &path, Some(json!({})))
+                        .await?
+                }
+                Some(_) => {
+                    client.call(reqwest::Method::DELETE, &path, None).await?;
+                    client.call(reqwest::Method::GET, &path, None).await?
+                }
+                None => client.call(reqwest::Method::GET, &path, None).await?,
+            };
+            let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+            println!(
+                "{chat}: {} {} (memory {} MiB, user {})",
+                text(&state["container"]),
+                text(&state["state"]),
+                state["memory_bytes"].as_u64().unwrap_or(0) >> 20,
+                text(&state["user"])
+            );
             Ok(ExitCode::SUCCESS)
         }
         ChatCommand::Attach { id } => {

@@ -87,6 +87,126 @@ pub struct ChatdConfig {
     /// Seconds a "Run this command on this machine?" card waits (5 minutes
     /// at most).
     pub host_card_wait_s: u64,
+    /// Each chat's container (`[chatd.sandbox]`).
+    pub sandbox: SandboxConfig,
+}
+
+/// The chats' sandboxes: one locked-down container a chat, made and run
+/// through the Docker Engine API (podman's API service or docker).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// The runtime's API socket; a missing one means no sandboxes.
+    pub socket: PathBuf,
+    /// The image every sandbox runs (`tandem sandbox build` makes it).
+    pub image: String,
+    /// Memory a sandbox may use, GiB.
+    pub mem_gb: f64,
+    /// MemAvailable that must stay after a sandbox's limit, GiB.
+    pub floor_gb: f64,
+    /// Seconds a start waits for the engine to release memory.
+    pub wait_s: u64,
+    /// Sandboxes running at once.
+    pub max_running: u32,
+    /// Memory limits of all running sandboxes together, GiB; 0 means
+    /// max_running × mem_gb.
+    pub total_gb: f64,
+    /// CPUs a sandbox may use (at most the box's).
+    pub cpus: f64,
+    /// Processes and threads a sandbox may have.
+    pub pids: u32,
+    /// Minutes an unused sandbox keeps running.
+    pub idle_minutes: u64,
+    /// `uid:gid` the commands run as; empty means chatd's own (1000:1000
+    /// when chatd runs as root).
+    pub user: String,
+    /// Where MemAvailable is read (tests point it at a file they write).
+    pub meminfo: PathBuf,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            socket: "/var/run/docker.sock".into(),
+            image: "tandem-sandbox:1".into(),
+            mem_gb: 4.0,
+            floor_gb: 4.0,
+            wait_s: 60,
+            max_running: 4,
+            total_gb: 0.0,
+            cpus: 4.0,
+            pids: 512,
+            idle_minutes: 30,
+            user: String::new(),
+            meminfo: "/proc/meminfo".into(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// Checks what types alone cannot; each error names the key and the limit.
+    pub fn check(&self) -> Result<(), String> {
+        let range = |key: &str, value: f64, low: f64, high: f64| {
+            if value.is_finite() && value >= low && value <= high {
+                Ok(())
+            } else {
+                Err(format!("sandbox.{key}: {value} is outside {low}..={high}"))
+            }
+        };
+        range("mem_gb", self.mem_gb, 0.03125, 1024.0)?;
+        range("floor_gb", self.floor_gb, 0.0, 1024.0)?;
+        range("total_gb", self.total_gb, 0.0, 4096.0)?;
+        range("cpus", self.cpus, 0.1, 256.0)?;
+        if self.total_gb > 0.0 && self.total_gb < self.mem_gb {
+            return Err(format!(
+                "sandbox.total_gb: {} is under mem_gb ({}): no sandbox could start",
+                self.total_gb, self.mem_gb
+            ));
+        }
+        if !(1..=3600).contains(&self.wait_s) {
+            return Err(format!(
+                "sandbox.wait_s: {} is outside 1..=3600",
+                self.wait_s
+            ));
+        }
+        if !(1..=64).contains(&self.max_running) {
+            return Err(format!(
+                "sandbox.max_running: {} is outside 1..=64",
+                self.max_running
+            ));
+        }
+        if !(16..=65_536).contains(&self.pids) {
+            return Err(format!("sandbox.pids: {} is outside 16..=65536", self.pids));
+        }
+        if !(1..=1440).contains(&self.idle_minutes) {
+            return Err(format!(
+                "sandbox.idle_minutes: {} is outside 1..=1440",
+                self.idle_minutes
+            ));
+        }
+        if !self.user.is_empty() && self.user_ids().is_none() {
+            return Err(format!(
+                "sandbox.user: {:?} is not uid:gid like 1000:1000",
+                self.user
+            ));
+        }
+        if self.user_ids().map(|(uid, _)| uid) == Some(0) {
+            return Err("sandbox.user: commands never run as root (uid 0)".into());
+        }
+        if self.image.is_empty() || self.image.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "sandbox.image: {:?} is not an image name",
+                self.image
+            ));
+        }
+        Ok(())
+    }
+
+    /// `user` as numbers, `None` when empty or malformed.
+    pub fn user_ids(&self) -> Option<(u32, u32)> {
+        let (uid, gid) = self.user.split_once(':')?;
+        Some((uid.parse().ok()?, gid.parse().ok()?))
+    }
 }
 
 impl Default for ChatdConfig {
@@ -121,6 +241,7 @@ impl Default for ChatdConfig {
             host_exec: "ask".into(),
             hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             host_card_wait_s: 300,
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -199,6 +320,18 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_HOST_CARD_WAIT_S",
         key: "chatd.host_card_wait_s",
     },
+    EnvKey::new("QSE_SANDBOX_SOCKET", "chatd.sandbox.socket"),
+    EnvKey::new("QSE_SANDBOX_IMAGE", "chatd.sandbox.image"),
+    EnvKey::new("QSE_SANDBOX_MEM_GB", "chatd.sandbox.mem_gb"),
+    EnvKey::new("QSE_SANDBOX_FLOOR_GB", "chatd.sandbox.floor_gb"),
+    EnvKey::new("QSE_SANDBOX_WAIT_S", "chatd.sandbox.wait_s"),
+    EnvKey::new("QSE_SANDBOX_MAX_RUNNING", "chatd.sandbox.max_running"),
+    EnvKey::new("QSE_SANDBOX_TOTAL_GB", "chatd.sandbox.total_gb"),
+    EnvKey::new("QSE_SANDBOX_CPUS", "chatd.sandbox.cpus"),
+    EnvKey::new("QSE_SANDBOX_PIDS", "chatd.sandbox.pids"),
+    EnvKey::new("QSE_SANDBOX_IDLE_MINUTES", "chatd.sandbox.idle_minutes"),
+    EnvKey::new("QSE_SANDBOX_USER", "chatd.sandbox.user"),
+    EnvKey::new("QSE_SANDBOX_MEMINFO", "chatd.sandbox.meminfo"),
 ];
 
 /// How a chat's commands may run on this machine.
@@ -322,6 +455,9 @@ impl ChatdConfig {
                 format!("{} is outside 4096..=67108864", self.web_max_bytes),
             ));
         }
+        self.sandbox
+            .check()
+            .map_err(|e| anyhow::anyhow!("chatd.{e}"))?;
         if self.context_window < 2048 {
             return Err(bad(
                 "context_window",
@@ -398,6 +534,22 @@ mod tests {
         check(
             |c| c.web_max_bytes = 100,
             "chatd.web_max_bytes: 100 is outside 4096..=67108864",
+        );
+        check(
+            |c| c.sandbox.mem_gb = 0.0,
+            "chatd.sandbox.mem_gb: 0 is outside 0.03125..=1024",
+        );
+        check(
+            |c| c.sandbox.user = "0:0".into(),
+            "chatd.sandbox.user: commands never run as root",
+        );
+        check(
+            |c| c.sandbox.user = "bob".into(),
+            "chatd.sandbox.user: \"bob\" is not uid:gid",
+        );
+        check(
+            |c| c.sandbox.max_running = 0,
+            "chatd.sandbox.max_running: 0 is outside 1..=64",
         );
     }
 

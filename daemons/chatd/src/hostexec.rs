@@ -31,6 +31,9 @@ pub struct Ended {
     pub changes: Value,
     /// Why the command could not run at all (bash did not start, …).
     pub error: Option<String>,
+    /// How it ended, when the runner knows better than the fields above
+    /// ("out of memory (4 GiB sandbox limit)").
+    pub how: Option<String>,
 }
 
 pub fn bash_spec() -> ToolSpec {
@@ -157,12 +160,13 @@ fn ended_of(event: &Value) -> Ended {
         bytes: event["bytes"].as_u64().unwrap_or(0),
         changes: event["changes"].clone(),
         error: event["error"].as_str().map(str::to_string),
+        how: None,
     }
 }
 
 /// The tool result: the output, then one line on how it ended and one on
 /// the files it saved.
-fn result(command: &str, output: &str, ended: Option<Ended>) -> ToolOutput {
+pub fn result(command: &str, output: &str, ended: Option<Ended>) -> ToolOutput {
     let Some(ended) = ended else {
         let text = format!(
             "{output}\n[the command's end was not reported: hostexecd stopped while it ran; \
@@ -186,17 +190,9 @@ fn result(command: &str, output: &str, ended: Option<Ended>) -> ToolOutput {
             };
         }
     }
-    let how = match ended.killed_by.as_deref() {
-        Some("timeout") => format!("killed at its time limit after {seconds:.1} s"),
-        Some("output") => "killed: its output passed 64 KiB".to_string(),
-        Some("stop") => "killed: the run was stopped".to_string(),
-        Some("shutdown") | Some("restart") => "killed: hostexecd stopped".to_string(),
-        Some(other) => format!("killed ({other})"),
-        None => match (ended.exit_code, &ended.signal) {
-            (Some(code), _) => format!("exit code {code} after {seconds:.1} s"),
-            (None, Some(signal)) => format!("ended by SIG{signal} after {seconds:.1} s"),
-            (None, None) => format!("ended after {seconds:.1} s"),
-        },
+    let how = match ended.how.clone() {
+        Some(how) => how,
+        None => how_it_ended(&ended, seconds),
     };
     let mut text = output.to_string();
     if ended.truncated {
@@ -222,6 +218,22 @@ fn result(command: &str, output: &str, ended: Option<Ended>) -> ToolOutput {
         text,
         summary: format!("bash: {first} → {how}"),
         bytes: ended.bytes,
+    }
+}
+
+/// How a command ended, from hostexecd's fields.
+fn how_it_ended(ended: &Ended, seconds: f64) -> String {
+    match ended.killed_by.as_deref() {
+        Some("timeout") => format!("killed at its time limit after {seconds:.1} s"),
+        Some("output") => "killed: its output passed 64 KiB".to_string(),
+        Some("stop") => "killed: the run was stopped".to_string(),
+        Some("shutdown") | Some("restart") => "killed: hostexecd stopped".to_string(),
+        Some(other) => format!("killed ({other})"),
+        None => match (ended.exit_code, &ended.signal) {
+            (Some(code), _) => format!("exit code {code} after {seconds:.1} s"),
+            (None, Some(signal)) => format!("ended by SIG{signal} after {seconds:.1} s"),
+            (None, None) => format!("ended after {seconds:.1} s"),
+        },
     }
 }
 

@@ -10,7 +10,6 @@ use rusqlite::params;
 use tandem_shared::http::ApiError;
 use tandem_shared::time::now_unix;
 
-use crate::remove_chat_folders;
 use crate::App;
 
 pub fn spawn(app: Arc<App>) {
@@ -55,7 +54,7 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         })
         .await?;
     for id in &purged {
-        remove_chat_folders(&app.config.data_dir, id);
+        app.remove_folders(id).await;
     }
     let delta_cutoff = now_unix() - (app.config.delta_days * 86_400) as i64;
     let dropped = app

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod permissions;
 pub mod runs;
+pub mod sandbox;
 pub mod store;
 pub mod tools;
 pub mod workspace;
@@ -49,6 +50,10 @@ pub struct App {
     pub secrets: Secrets,
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
+    /// Each chat's container; `None` when no runtime answered at start.
+    pub sandboxes: Option<crate::sandbox::Sandboxes>,
+    /// What the runtime said at start (capabilities read it).
+    pub sandboxes_probe: crate::sandbox::Sandboxes,
     pub started: Instant,
     pub shutdown: Shutdown,
     engine_state: Mutex<EngineState>,
@@ -81,7 +86,9 @@ impl App {
             .unwrap_or_else(|| "default".into())
     }
 
-    pub fn remove_folders(&self, conversation_id: &str) {
+    /// Removes a chat's container and folders for good.
+    pub async fn remove_folders(&self, conversation_id: &str) {
+        self.sandboxes_probe.remove(conversation_id).await;
         remove_chat_folders(&self.config.data_dir, conversation_id);
     }
 
@@ -182,6 +189,17 @@ pub async fn run(
         metrics.clone(),
     )?;
     let engine = Engine::new(&config.engine_url);
+    // A runtime that answers with the image there: bash runs in sandboxes.
+    // Otherwise chats go on without, and bash runs as host_exec says.
+    let probe = crate::sandbox::Sandboxes::new(&config, shutdown.clone())?;
+    let status = probe.probe().await;
+    let sandboxes = status.installed.then(|| probe.clone());
+    match &status.reason {
+        None => {
+            tracing::info!(runtime = status.runtime.as_deref().unwrap_or(""), image = %config.sandbox.image, "sandboxes available")
+        }
+        Some(reason) => tracing::info!(%reason, "no sandboxes"),
+    }
     let runs = Runs::new(
         store.clone(),
         engine.clone(),
@@ -189,6 +207,7 @@ pub async fn run(
         metrics.clone(),
         shutdown.clone(),
         secrets.forward_key.clone(),
+        sandboxes.clone(),
     );
     // egressd may start before or after chatd: the listener waits for it.
     let egress = crate::egress::EgressClient::new(&config.egress_socket)?;
@@ -203,11 +222,32 @@ pub async fn run(
         secrets,
         metrics,
         registry: Arc::new(registry),
+        sandboxes: sandboxes.clone(),
+        sandboxes_probe: probe.clone(),
         started: Instant::now(),
         shutdown: shutdown.clone(),
         engine_state: Mutex::new(EngineState::default()),
     });
     app.probe_engine().await;
+    // Before runs are recovered: a recovered run's command finds its
+    // sandbox counted.
+    if status.runtime.is_some() {
+        // Containers of chats that are gone or in the trash go now; running
+        // ones of live chats count as started.
+        let live = store
+            .read(|conn| {
+                let mut stmt =
+                    conn.prepare("SELECT id FROM conversations WHERE deleted_at IS NULL")?;
+                let ids = stmt
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<std::collections::HashSet<_>, _>>()?;
+                Ok(ids)
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the chats for the sandbox sweep: {e:?}"))?;
+        probe.sweep(|chat| live.contains(chat)).await;
+        probe.spawn_monitor();
+    }
     runs.recover().await?;
 
     let probe = app.clone();

@@ -92,6 +92,15 @@ impl Egress {
         }
         let listener = tokio::net::UnixListener::bind(&path)?;
         tandem_shared::fsmode::private_file(&path)?;
+        // The socket belongs to whoever owns the chat's egress folder: chatd
+        // hands the folder to the sandbox's user, whose commands connect
+        // (only root may give it away; otherwise both are this user's).
+        if nix::unistd::geteuid().is_root() {
+            use std::os::unix::fs::MetadataExt;
+            if let Some(meta) = path.parent().and_then(|d| std::fs::metadata(d).ok()) {
+                std::os::unix::fs::lchown(&path, Some(meta.uid()), Some(meta.gid()))?;
+            }
+        }
         let (stop, stopped) = oneshot::channel();
         chats.insert(chat.to_string(), stop);
         tracing::info!(chat, "chat socket open");

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod daemon;
 pub mod db;
+pub mod docker;
 pub mod fsmode;
 pub mod http;
 pub mod logging;

@@ -25,6 +25,12 @@
 //!    `true` against a plain `bash -c true` spawned from Rust (median and
 //!    p99 over 1,000 calls), and the time from a stop to the last process
 //!    of the call gone.
+//! 9. sandbox: chatd's per-chat containers (podman, the busybox test image)
+//!    through chatd's own `Sandboxes` and `run_command`: a cold start (no
+//!    container yet) and a stopped one to the first byte of `echo hi`, a warm
+//!    call to its first byte and end against `bash -c` from Rust, and a call
+//!    of `true` against hostexecd's (`tests/src/sandboxbench.rs`). Needs
+//!    root and podman; skipped with a line otherwise.
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -54,7 +60,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Run one figure only (`rss` runs the relay figure, which measures it;
-    /// `egress` needs egressd built next to bench).
+    /// `egress` needs egressd built next to bench; `sandbox` needs root,
+    /// podman, and tandem and tandem-shim built next to bench).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -84,6 +91,7 @@ enum Figure {
     Toolloop,
     Egress,
     Hostexec,
+    Sandbox,
 }
 
 /// How big each figure's workload is.
@@ -256,6 +264,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         hostexec(args.quick, &mut rows)
             .await
             .context("figure 8 (hostexec)")?;
+    }
+    if wants(Figure::Sandbox) {
+        sandbox(args.quick, &mut rows)
+            .await
+            .context("figure 9 (sandbox)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1809,6 +1822,39 @@ async fn hostexec(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         )
         .aim("< 1 s", g.max < 1_000_000),
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Figure 9: the sandboxes' start, warm call and per-call overhead
+// ---------------------------------------------------------------------------
+
+/// Figure 9: the measuring is in `tandem_tests::sandboxbench`. Skipped, with
+/// a line saying why, where podman cannot run (not root, no podman).
+async fn sandbox(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    use tandem_tests::sandboxbench;
+    say("\n## 9. sandbox: cold, stopped and warm starts to the first byte, per-call overhead");
+    if let Some(why) = sandboxbench::unavailable() {
+        say(format!("figure 9 SKIPPED: {why}"));
+        return Ok(());
+    }
+    let began = Instant::now();
+    let podman = sandboxbench::podman().await?;
+    say(format!(
+        "podman's API service and the busybox test image (`tandem sandbox build`): {:.1} s",
+        began.elapsed().as_secs_f64()
+    ));
+    let sizes = sandboxbench::Sizes::new(quick);
+    for l in sandboxbench::figure(&sizes, podman, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
     Ok(())
 }
 

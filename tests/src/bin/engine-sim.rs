@@ -42,6 +42,11 @@ struct Args {
     /// /v1/models says the model reads images (`capabilities: ["vision"]`).
     #[arg(long)]
     vision: bool,
+    /// A /proc/meminfo-shaped file whose MemAvailable `POST
+    /// /v1/cache/release` raises by what it frees (`/sim/cache` sets how much
+    /// it can).
+    #[arg(long)]
+    meminfo: Option<std::path::PathBuf>,
 }
 
 fn parse_tps(s: &str) -> Result<f64, String> {
@@ -71,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         memory_limit_tokens: args.memory_limit_tokens,
         tokenize: !args.no_tokenize,
         vision: args.vision,
+        meminfo: args.meminfo,
     };
     sim::serve_with_shutdown(listener, config, async {
         let mut term =

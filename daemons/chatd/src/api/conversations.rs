@@ -266,7 +266,11 @@ pub async fn remove(
         })
         .await?;
     if forever {
-        app.remove_folders(&id);
+        app.remove_folders(&id).await;
+    } else if let Some(sandboxes) = &app.sandboxes {
+        // In the trash, its sandbox stops at once; restore starts it again
+        // at the next command.
+        sandboxes.stop(&id, "the chat went to the trash").await;
     }
     tracing::info!(conversation = %id, forever, "conversation deleted");
     Ok(StatusCode::NO_CONTENT)

@@ -6,6 +6,7 @@ mod egress;
 mod events;
 mod messages;
 mod rules;
+mod sandbox;
 mod system;
 
 use std::sync::Arc;
@@ -91,6 +92,12 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/conversations/{id}/continue", post(messages::resume))
         .route("/conversations/{id}/regenerate", post(messages::regenerate))
         .route("/conversations/{id}/events", get(events::stream))
+        .route(
+            "/conversations/{id}/sandbox",
+            get(sandbox::show)
+                .post(sandbox::start)
+                .delete(sandbox::stop),
+        )
         .route(
             "/permissions/mode",
             get(system::default_mode).put(system::set_default_mode),

@@ -61,7 +61,7 @@ pub async fn capabilities(
             "max_steps": app.config.max_steps,
             "compact_percent": app.config.compact_percent,
         },
-        "sandbox": {"installed": false, "runtime": Value::Null, "reason": "the sandbox is not part of this build yet"},
+        "sandbox": sandbox_status(&app).await,
         "host_exec": match app.config.host_exec() {
             crate::config::HostExec::Off => "off",
             crate::config::HostExec::Ask => "ask",
@@ -134,4 +134,28 @@ pub async fn set_default_mode(
         })
         .await?;
     Ok(axum::Json(json!({"default": body.default})))
+}
+
+/// `{installed, runtime, reason?}`: sandboxes are used only when chatd found
+/// the runtime and the image at its start.
+async fn sandbox_status(app: &App) -> Value {
+    let status = app.sandboxes_probe.probe_cached().await;
+    let (installed, reason) = match (&app.sandboxes, status.installed) {
+        (Some(_), true) => (true, None),
+        (Some(_), false) => (false, status.reason),
+        (None, true) => (
+            false,
+            Some(
+                "the runtime and the image are there now, but chatd found none when it \
+                 started: restart chatd (`tandem chat restart`) to use them"
+                    .to_string(),
+            ),
+        ),
+        (None, false) => (false, status.reason),
+    };
+    let mut value = json!({"installed": installed, "runtime": status.runtime});
+    if let Some(reason) = reason {
+        value["reason"] = json!(reason);
+    }
+    value
 }

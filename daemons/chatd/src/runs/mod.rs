@@ -118,6 +118,8 @@ struct Inner {
     registry: Arc<Registry>,
     /// hostexecd, where `bash` runs.
     hostexec: Option<crate::hostexec::HostExec>,
+    /// Each chat's container, where `bash` runs when there is a runtime.
+    sandboxes: Option<crate::sandbox::Sandboxes>,
     /// Rung when a consent card is answered.
     consent_bell: Notify,
     /// egressd's API, where egress cards are answered (set at start).
@@ -137,12 +139,16 @@ impl Runs {
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
         forward_key: tandem_shared::secrets::Secret,
+        sandboxes: Option<crate::sandbox::Sandboxes>,
     ) -> Runs {
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
-        // `bash` runs on this machine through hostexecd (a chat has no
-        // sandbox yet): offered unless host commands are off.
+        // `bash` runs in the chat's sandbox when there is a runtime;
+        // otherwise on this machine through hostexecd, unless host commands
+        // are off.
         let mut registry = Registry::chatd();
-        if config.host_exec() != crate::config::HostExec::Off {
+        if let Some(sandboxes) = &sandboxes {
+            registry.register(crate::sandbox::exec::bash_spec(sandboxes));
+        } else if config.host_exec() != crate::config::HostExec::Off {
             registry.register(crate::hostexec::bash_spec());
         }
         let hostexec = crate::hostexec::HostExec::new(&config.hostexec_socket).ok();
@@ -164,6 +170,7 @@ impl Runs {
                 refused: Mutex::new(HashMap::new()),
                 registry: Arc::new(registry),
                 hostexec,
+                sandboxes,
                 consent_bell: Notify::new(),
                 egress: std::sync::OnceLock::new(),
                 forward_key,

@@ -149,8 +149,11 @@ impl Runs {
                     continue;
                 }
             };
-            let host = call.name == "bash";
-            let command = host.then(|| command_of(&call.arguments));
+            // bash in the chat's sandbox is the chat's own; without one it
+            // runs on this machine, and host_exec decides.
+            let sandboxed = call.name == "bash" && self.inner.sandboxes.is_some();
+            let host = call.name == "bash" && !sandboxed;
+            let command = (host || sandboxed).then(|| command_of(&call.arguments));
             let scratch = self.scratch_root(&run.conversation_id);
             let scratch_text = scratch.to_string_lossy().to_string();
             let host_exec = self.inner.config.host_exec();
@@ -241,11 +244,21 @@ impl Runs {
                     }
                 }
             };
-            if tools::web::is_web_tool(&call.name) || host {
+            if tools::web::is_web_tool(&call.name) || host || sandboxed {
                 // egressd may hold the call while a person answers its card,
                 // and a command may run for minutes: the engine slot goes
                 // back meanwhile.
                 slot.take();
+            }
+            if sandboxed {
+                match self
+                    .execute_sandboxed(run, &call, &summary, approved, budget, stop)
+                    .await?
+                {
+                    HostEnd::Done => continue,
+                    HostEnd::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
+                    HostEnd::Shutdown => return Ok(StepEnd::Left),
+                }
             }
             if host {
                 match self
@@ -584,6 +597,61 @@ impl Runs {
             }
             // The run is written interrupted; Continue answers the call anew.
             Err(end) => Ok(end),
+        }
+    }
+
+    /// Runs one allowed `bash` call in the chat's sandbox. A stop or chatd's
+    /// shutdown kills the command inside before the call is answered.
+    async fn execute_sandboxed(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        summary: &str,
+        approved: Approval,
+        budget: usize,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<HostEnd, ApiError> {
+        use crate::sandbox::exec::{self, Cancel};
+        self.tool_started(run, call, summary, approved).await?;
+        let began = std::time::Instant::now();
+        let Some(sandboxes) = self.inner.sandboxes.clone() else {
+            let output = tools::ToolOutput::failed("bash", "this chat has no sandbox");
+            self.finish_call(run, call, output, began).await?;
+            return Ok(HostEnd::Done);
+        };
+        let shutdown = self.inner.shutdown.clone();
+        let cancel = async {
+            tokio::select! {
+                _ = stop.wait_for(|r| *r == EndRequest::Stop) => Cancel::Stop,
+                _ = shutdown.wait() => Cancel::Shutdown,
+            }
+        };
+        let (output, cancelled) = exec::bash(
+            &sandboxes,
+            &run.conversation_id,
+            &call.id,
+            &call.arguments,
+            budget,
+            cancel,
+        )
+        .await;
+        match cancelled {
+            None => {
+                self.finish_call(run, call, output, began).await?;
+                Ok(HostEnd::Done)
+            }
+            Some(Cancel::Stop) => {
+                let text = format!(
+                    "{}\nstopped: the run was stopped while the command ran; it and \
+                     everything it started were killed",
+                    output.text
+                );
+                self.record_result(run, call, false, &text, "bash: stopped", output.bytes)
+                    .await?;
+                Ok(HostEnd::Stopped)
+            }
+            // The run is written interrupted; Continue answers the call anew.
+            Some(Cancel::Shutdown) => Ok(HostEnd::Shutdown),
         }
     }
 

@@ -1,0 +1,540 @@
+//! Each chat's sandbox with a real runtime: podman's Docker Engine API
+//! service with runc, the busybox test image made by `tandem sandbox build`,
+//! and chatd's `bash` running there. Inside: uid 1000, no capabilities, only
+//! `lo`, a read-only root, the limits as set, the workspace shared with the
+//! host. A command past the memory limit says out of memory; a fork bomb
+//! stops at the pids limit; the memory guard asks the engine and waits; a
+//! trashed chat's container goes when chatd starts. Without a runtime (the
+//! last test) nothing touches one.
+//!
+//! The runtime tests need root (podman as root; CI runs them); anyone else
+//! gets a "skipped" line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tandem_tests::harness::{
+    bash_call, tool_results, wait_until, Chatd, Client, Egressd, Podman, Sim,
+};
+
+const QUICK: Duration = Duration::from_secs(60);
+
+/// chatd with sandboxes on the shared podman, and what it needs.
+struct Setup {
+    sim: Sim,
+    chatd: Chatd,
+    client: Client,
+    _cleanup: Cleanup,
+}
+
+/// Removes the containers a test's chatd made, however the test ends.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(podman) = Podman::shared("cleanup") {
+            let filter = format!("label=tandem.data={}", self.0.display());
+            if let Ok(ids) = podman.cli(&["ps", "-a", "-q", "--filter", &filter]) {
+                let ids: Vec<&str> = ids.split_whitespace().collect();
+                if !ids.is_empty() {
+                    let mut args = vec!["rm", "-f", "-t", "0"];
+                    args.extend(ids);
+                    let _ = podman.cli(&args);
+                }
+            }
+        }
+    }
+}
+
+async fn start(podman: &Podman, sim_args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Setup> {
+    let mut args = vec!["--tokens-per-second", "0"];
+    args.extend_from_slice(sim_args);
+    let sim = Sim::start(&args)?;
+    let runtime = podman.env();
+    let mut all: Vec<(&str, &str)> = runtime
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    // This box's real memory is not the test's subject unless it says so.
+    all.extend_from_slice(&[
+        ("QSE_SANDBOX_MEM_GB", "0.25"),
+        ("QSE_SANDBOX_FLOOR_GB", "0"),
+    ]);
+    all.extend_from_slice(env);
+    let chatd = Chatd::start(&sim.url(), &all).await?;
+    let client = chatd.client();
+    let cleanup = Cleanup(chatd.data_dir());
+    Ok(Setup {
+        sim,
+        chatd,
+        client,
+        _cleanup: cleanup,
+    })
+}
+
+fn bash_with(command: &str, timeout_s: u64) -> Value {
+    json!({"tool_calls": [{"name": "bash", "arguments": {"command": command, "timeout_s": timeout_s}}]})
+}
+
+/// Sends `text` with the model's next steps `steps`, waits for the run's
+/// end, answers the tool results.
+async fn run_steps(s: &Setup, chat: &str, steps: Value) -> anyhow::Result<Vec<String>> {
+    s.sim.faults(steps).await?;
+    let sent = s.client.send(chat, "go").await?;
+    let run = sent["run_id"].as_str().context("run id")?.to_string();
+    let record = s
+        .client
+        .wait_run(chat, &run, &["done", "failed", "stopped", "paused"], QUICK)
+        .await?;
+    anyhow::ensure!(record["status"] == "done", "{record}");
+    Ok(tool_results(&s.client.snapshot(chat).await?))
+}
+
+async fn container_state(client: &Client, chat: &str) -> anyhow::Result<String> {
+    let shown = client
+        .get(&format!("/conversations/{chat}/sandbox"))
+        .await?;
+    anyhow::ensure!(shown.status == 200, "{shown:?}");
+    Ok(shown.body["state"].as_str().unwrap_or("").to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inside_a_sandbox_everything_is_locked_down() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared("inside_a_sandbox_everything_is_locked_down") else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[]).await?;
+    let caps = s.client.get("/capabilities").await?.body;
+    assert_eq!(caps["sandbox"]["installed"], true, "{caps}");
+    assert!(
+        caps["sandbox"]["runtime"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("podman"),
+        "{caps}"
+    );
+    assert!(
+        caps["features"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("bash"))),
+        "{caps}"
+    );
+    let chat = s.client.create_chat_in("auto").await?;
+    let probe = "echo uid=$(id -u) gid=$(id -g); grep -E 'CapEff|CapBnd|NoNewPrivs' /proc/self/status; \
+                 echo nets=$(ls /sys/class/net); \
+                 touch /etc/x 2>&1 || true; \
+                 echo mem=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); \
+                 echo pids=$(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max); \
+                 echo made > /workspace/made.txt; echo home=$HOME cwd=$(pwd); \
+                 ls /dev | tr '\\n' ' '; echo; \
+                 wget -T 5 -q -O- http://203.0.113.9/ 2>&1; echo wget=$?";
+    let results = run_steps(&s, &chat, json!([bash_call(probe), {"tokens": 2}])).await?;
+    let out = &results[0];
+    assert!(out.contains("uid=1000 gid=1000"), "{out}");
+    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+    assert!(out.contains("CapBnd:\t0000000000000000"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("nets=lo\n"), "the only interface is lo: {out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(out.contains(&format!("mem={}", 256u64 << 20)), "{out}");
+    assert!(out.contains("pids=512"), "{out}");
+    assert!(out.contains("home=/home/sandbox cwd=/workspace"), "{out}");
+    // This box has these; the sandbox does not.
+    for device in ["kvm", "loop0", "fuse", "vda", "hwrng"] {
+        assert!(!out.contains(device), "no {device} inside: {out}");
+    }
+    // No egressd: the proxy address answers nothing.
+    assert!(out.contains("wget=1"), "{out}");
+    assert!(out.contains("[exit code 0 after"), "{out}");
+    let on_host = s
+        .chatd
+        .data_dir()
+        .join("workspaces")
+        .join(&chat)
+        .join("made.txt");
+    assert_eq!(std::fs::read_to_string(&on_host)?, "made\n");
+
+    // The runtime holds the same limits.
+    assert_eq!(container_state(&s.client, &chat).await?, "running");
+    let inspect = podman.cli(&["inspect", &format!("tandem-chat-{chat}")])?;
+    let inspect: Value = serde_json::from_str(&inspect)?;
+    let host = &inspect[0]["HostConfig"];
+    assert_eq!(host["ReadonlyRootfs"], true, "{host}");
+    assert_eq!(host["NetworkMode"], "none", "{host}");
+    assert_eq!(host["PidsLimit"], 512, "{host}");
+    assert_eq!(host["Memory"], 256u64 << 20, "{host}");
+    assert_eq!(host["Privileged"], false, "{host}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_way_out_is_the_chats_egress_socket() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared("the_way_out_is_the_chats_egress_socket") else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[]).await?;
+    let secrets = s.chatd.dir.path().join("secrets.env");
+    let egressd = Egressd::start(&s.chatd.data_dir(), &secrets, "").await?;
+    let chat = s.client.create_chat_in("auto").await?;
+    let (status, _) = egressd
+        .call(
+            "PUT",
+            &format!("/chats/{chat}/egress"),
+            Some(json!({"preset": "off"})),
+        )
+        .await?;
+    assert_eq!(status, 200);
+    // Through the shim and the chat's socket to egressd, which refuses an
+    // address on this box in one line the command shows.
+    let results = run_steps(
+        &s,
+        &chat,
+        json!([bash_call("printf 'GET http://127.0.0.1:9/ HTTP/1.1\\r\\nHost: 127.0.0.1:9\\r\\n\\r\\n' | timeout 10 nc 127.0.0.1 3128; echo nc=$?"), {"tokens": 2}]),
+    )
+    .await?;
+    let out = &results[0];
+    assert!(out.contains("HTTP/1.1 403"), "egressd answered: {out}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_past_the_memory_limit_says_out_of_memory() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared("a_command_past_the_memory_limit_says_out_of_memory") else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[("QSE_SANDBOX_MEM_GB", "0.0625")]).await?;
+    let chat = s.client.create_chat_in("auto").await?;
+    let results = run_steps(
+        &s,
+        &chat,
+        json!([
+            // 256 MiB read into one buffer: past the 64 MiB limit. The shell
+            // goes on, and the call still says what happened.
+            bash_call("dd if=/dev/zero of=/dev/null bs=256M count=1; echo went on"),
+            bash_call("echo fine"),
+            {"tokens": 2}
+        ]),
+    )
+    .await?;
+    assert!(
+        results[0].contains("out of memory (64 MiB sandbox limit)"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1].contains("fine") && results[1].contains("[exit code 0 after"),
+        "{}",
+        results[1]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_kill_a_command_and_leave_the_sandbox_working() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared("limits_kill_a_command_and_leave_the_sandbox_working") else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[]).await?;
+    let chat = s.client.create_chat_in("auto").await?;
+    let results = run_steps(
+        &s,
+        &chat,
+        json!([
+            // Forks past the 512 pids limit fail inside.
+            bash_call("for i in $(seq 600); do sleep 300 >/dev/null 2>&1 & done 2>&1 | tail -n 1; echo forked"),
+            // Nothing the last call left in the background runs on.
+            bash_call("echo alive; ps -o comm | grep -c '^sleep$'"),
+            // Not even when the command kills the shell that ends its call.
+            bash_call("sleep 300 >/dev/null 2>&1 & kill -9 $PPID"),
+            bash_call("echo alive; ps -o comm | grep -c '^sleep$'"),
+            bash_with("sleep 300", 2),
+            bash_call("yes"),
+            {"tokens": 2}
+        ]),
+    )
+    .await?;
+    assert_eq!(results.len(), 6, "{results:?}");
+    assert!(results[0].contains("can't fork"), "{}", results[0]);
+    assert!(results[0].contains("forked"), "{}", results[0]);
+    assert!(results[1].contains("alive\n0\n"), "{}", results[1]);
+    assert!(results[3].contains("alive\n0\n"), "{}", results[3]);
+    assert!(
+        results[4].contains("killed at its time limit after 2."),
+        "{}",
+        results[4]
+    );
+    assert!(
+        results[5].contains("killed: its output passed 64 KiB"),
+        "{}",
+        results[5]
+    );
+    let health = reqwest::get(format!("{}/health", s.chatd.url())).await?;
+    assert!(health.status().is_success());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_kills_the_command_inside() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared("a_stop_kills_the_command_inside") else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[]).await?;
+    let chat = s.client.create_chat_in("auto").await?;
+    s.sim
+        .faults(json!([bash_call("sleep 300 & sleep 301; echo never"), {"tokens": 2}]))
+        .await?;
+    let mut device = s.client.events(&chat, 0).await?;
+    let sent = s.client.send(&chat, "go").await?;
+    let run = sent["run_id"].as_str().context("run id")?.to_string();
+    device
+        .read_until(QUICK, |e| e.kind == "tool.started")
+        .await?;
+    let name = format!("tandem-chat-{chat}");
+    wait_until("the command to run inside", QUICK, || async {
+        let ps = podman.cli(&["exec", &name, "ps"]).ok()?;
+        ps.contains("sleep 301").then_some(())
+    })
+    .await?;
+    let stopped = s
+        .client
+        .post(&format!("/conversations/{chat}/stop"), json!({}))
+        .await?;
+    assert!(stopped.status < 300, "{stopped:?}");
+    let record = s.client.wait_run(&chat, &run, &["stopped"], QUICK).await?;
+    assert_eq!(record["status"], "stopped");
+    let ps = podman.cli(&["exec", &name, "ps"])?;
+    assert!(!ps.contains("sleep 30"), "nothing left running: {ps}");
+    let results = tool_results(&s.client.snapshot(&chat).await?);
+    assert!(results[0].contains("stopped"), "{results:?}");
+    Ok(())
+}
+
+/// A /proc/meminfo-shaped file saying `gib` GiB are available.
+fn set_available(path: &Path, gib: f64) {
+    tandem_tests::sim::write_meminfo(path, (gib * 1024.0 * 1024.0) as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_guard_asks_the_engine_then_refuses_with_the_numbers() -> anyhow::Result<()> {
+    let Some(podman) =
+        Podman::shared("the_memory_guard_asks_the_engine_then_refuses_with_the_numbers")
+    else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let meminfo = dir.path().join("meminfo");
+    set_available(&meminfo, 4.5);
+    let meminfo_text = meminfo.display().to_string();
+    let s = start(
+        podman,
+        &["--meminfo", &meminfo_text],
+        &[
+            ("QSE_SANDBOX_MEMINFO", &meminfo_text),
+            ("QSE_SANDBOX_FLOOR_GB", "4.5"),
+            ("QSE_SANDBOX_WAIT_S", "2"),
+        ],
+    )
+    .await?;
+    // 4.5 GiB available, 0.25 to take, 4.5 to keep: the engine gives back
+    // 0.25 GiB and the sandbox starts.
+    s.sim
+        .post("/sim/cache", json!({"can_free": 1u64 << 30}))
+        .await?;
+    let first = s.client.create_chat_in("auto").await?;
+    let started = s
+        .client
+        .post(&format!("/conversations/{first}/sandbox"), json!({}))
+        .await?;
+    assert_eq!(started.status, 200, "{started:?}");
+    assert_eq!(started.body["running"], true, "{started:?}");
+    let cache = s.sim.get("/sim/cache").await?;
+    assert_eq!(cache["releases"][0]["asked"], 256u64 << 20, "{cache}");
+
+    // Nothing more to give: after the wait, 503 with the numbers.
+    set_available(&meminfo, 4.5);
+    s.sim.post("/sim/cache", json!({"can_free": 0})).await?;
+    let second = s.client.create_chat_in("auto").await?;
+    let refused = s
+        .client
+        .post(&format!("/conversations/{second}/sandbox"), json!({}))
+        .await?;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.body["error"]["type"], "sandbox_unavailable");
+    let message = refused.body["error"]["message"].as_str().unwrap_or("");
+    for part in [
+        "4.5 GiB available",
+        "takes 256 MiB",
+        "4.5 GiB must stay free",
+        "waited 2 s",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    // A command in that chat says the same as its result.
+    let results = run_steps(&s, &second, json!([bash_call("echo hi"), {"tokens": 2}])).await?;
+    assert!(results[0].contains("not enough memory"), "{results:?}");
+
+    // Under 3 GiB the idle sandbox stops; its files stay.
+    set_available(&meminfo, 2.5);
+    wait_until("the idle sandbox to stop", QUICK, || async {
+        let state = container_state(&s.client, &first).await.ok()?;
+        (state != "running").then_some(())
+    })
+    .await?;
+    assert!(s.chatd.data_dir().join("workspaces").join(&first).exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chatd_removes_the_containers_of_trashed_and_gone_chats_at_start() -> anyhow::Result<()> {
+    let Some(podman) =
+        Podman::shared("chatd_removes_the_containers_of_trashed_and_gone_chats_at_start")
+    else {
+        return Ok(());
+    };
+    let mut s = start(podman, &[], &[]).await?;
+    let kept = s.client.create_chat_in("auto").await?;
+    let trashed = s.client.create_chat_in("auto").await?;
+    for chat in [&kept, &trashed] {
+        let started = s
+            .client
+            .post(&format!("/conversations/{chat}/sandbox"), json!({}))
+            .await?;
+        assert_eq!(started.status, 200, "{started:?}");
+    }
+    // Trashed while chatd is down: its container is still there at start.
+    s.chatd.kill9();
+    let db = rusqlite::Connection::open(s.chatd.data_dir().join("chat.sqlite3"))?;
+    db.execute(
+        "UPDATE conversations SET deleted_at = 1 WHERE id = ?1",
+        [&trashed],
+    )?;
+    drop(db);
+    // And one of a chat this chatd never had.
+    let data = s.chatd.data_dir().display().to_string();
+    podman.cli(&[
+        "create",
+        "--name",
+        "tandem-chat-ghost0000",
+        "--label",
+        "tandem.chat=ghost0000",
+        "--label",
+        &format!("tandem.data={data}"),
+        &podman.image,
+    ])?;
+    s.chatd.restart().await?;
+    for gone in [&trashed.as_str(), &"ghost0000"] {
+        let name = format!("tandem-chat-{gone}");
+        wait_until(&format!("{name} to be removed"), QUICK, || async {
+            let out = podman.cli(&["ps", "-a", "--format", "{{.Names}}"]).ok()?;
+            (!out.lines().any(|l| l == name)).then_some(())
+        })
+        .await?;
+    }
+    assert!(s
+        .chatd
+        .log()
+        .contains("removed the sandbox of a chat that is gone or in the trash"));
+    assert_eq!(container_state(&s.client, &kept).await?, "running");
+
+    // Delete forever removes the container and the folders.
+    let gone = s
+        .client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/conversations/{kept}?forever=1"),
+            None,
+        )
+        .await?;
+    assert_eq!(gone.status, 204, "{gone:?}");
+    let out = podman.cli(&["ps", "-a", "--format", "{{.Names}}"])?;
+    assert!(!out.contains(&format!("tandem-chat-{kept}")), "{out}");
+    assert!(!s.chatd.data_dir().join("workspaces").join(&kept).exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_runtime_chats_go_on_and_bash_is_not_offered() -> anyhow::Result<()> {
+    // The harness points QSE_SANDBOX_SOCKET at a missing path.
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start(&sim.url(), &[("QSE_CHATS_HOST_EXEC", "off")]).await?;
+    let client = chatd.client();
+    let caps = client.get("/capabilities").await?.body;
+    assert_eq!(caps["sandbox"]["installed"], false, "{caps}");
+    assert!(
+        caps["sandbox"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no container runtime answers at"),
+        "{caps}"
+    );
+    let tools = caps["features"]["tools"].as_array().context("tools")?;
+    assert!(!tools.contains(&json!("bash")), "{caps}");
+    assert!(tools.contains(&json!("write_file")), "{caps}");
+    let chat = client.create_chat().await?;
+    let refused = client
+        .post(&format!("/conversations/{chat}/sandbox"), json!({}))
+        .await?;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.body["error"]["type"], "sandbox_unavailable");
+    // Chats still chat.
+    let sent = client.send(&chat, "hello").await?;
+    let run = sent["run_id"].as_str().context("run id")?;
+    let record = client.wait_run(&chat, run, &["done"], QUICK).await?;
+    assert_eq!(record["status"], "done");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_and_the_trash_stop_sandboxes_and_their_files_stay() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared("bounds_and_the_trash_stop_sandboxes_and_their_files_stay")
+    else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[("QSE_SANDBOX_MAX_RUNNING", "1")]).await?;
+    let first = s.client.create_chat_in("auto").await?;
+    let second = s.client.create_chat_in("auto").await?;
+    let results = run_steps(
+        &s,
+        &first,
+        json!([bash_call("echo kept > kept.txt"), {"tokens": 2}]),
+    )
+    .await?;
+    assert!(results[0].contains("[exit code 0"), "{results:?}");
+    // One may run: the second's start stops the first, idle.
+    let started = s
+        .client
+        .post(&format!("/conversations/{second}/sandbox"), json!({}))
+        .await?;
+    assert_eq!(started.status, 200, "{started:?}");
+    assert_ne!(container_state(&s.client, &first).await?, "running");
+    assert_eq!(container_state(&s.client, &second).await?, "running");
+    // To the trash: stopped at once. Restored: the next command starts it,
+    // and the files are where they were.
+    let trashed = s
+        .client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/conversations/{second}"),
+            None,
+        )
+        .await?;
+    assert_eq!(trashed.status, 204, "{trashed:?}");
+    let out = podman.cli(&["ps", "--format", "{{.Names}}"])?;
+    assert!(!out.contains(&format!("tandem-chat-{second}")), "{out}");
+    let restored = s
+        .client
+        .post(&format!("/conversations/{second}/restore"), json!({}))
+        .await?;
+    assert_eq!(restored.status, 200, "{restored:?}");
+    let results = run_steps(
+        &s,
+        &first,
+        json!([bash_call("cat kept.txt"), {"tokens": 2}]),
+    )
+    .await?;
+    assert!(results[1].contains("kept\n"), "{results:?}");
+    assert_eq!(container_state(&s.client, &first).await?, "running");
+    Ok(())
+}
