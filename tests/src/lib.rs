@@ -8,3 +8,4 @@ pub mod egressbench;
 pub mod harness;
 pub mod sandboxbench;
 pub mod sim;
+pub mod triggerd;

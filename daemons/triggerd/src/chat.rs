@@ -1,0 +1,379 @@
+//! chatd's API as triggerd uses it: make a chat, send its first message,
+//! follow its events to the run's end (riding out a chatd restart with the
+//! last seq), read the snapshot, stop a run, post to the inbox. Every call
+//! carries the forward key; the key is never logged.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tandem_shared::secrets::Secret;
+
+#[derive(Clone)]
+pub struct ChatClient {
+    client: reqwest::Client,
+    base: String,
+    key: Secret,
+}
+
+/// Why a call to chatd did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// chatd did not answer: worth trying again.
+    #[error("chatd did not answer ({0})")]
+    Unreachable(String),
+    /// chatd answered with a refusal: trying again changes nothing.
+    #[error("chatd refused: {status} {kind}: {message}")]
+    Refused {
+        status: u16,
+        kind: String,
+        message: String,
+    },
+}
+
+impl ChatError {
+    pub fn retryable(&self) -> bool {
+        match self {
+            ChatError::Unreachable(_) => true,
+            // chatd busy or restarting behind a proxy.
+            ChatError::Refused { status, .. } => *status == 503 || *status == 429,
+        }
+    }
+}
+
+/// How a chat run ended, as its events and snapshot say.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunEnd {
+    pub status: String,
+    pub error: Option<String>,
+    /// Tokens the run's model calls processed (prompt and completion, summed).
+    pub tokens: i64,
+}
+
+impl ChatClient {
+    pub fn new(base: String, key: Secret) -> anyhow::Result<ChatClient> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(ChatClient { client, base, key })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/chat-app{path}", self.base)
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ChatError> {
+        let mut request = self
+            .client
+            .request(method, self.url(path))
+            .header("x-forward-key", self.key.expose())
+            .timeout(Duration::from_secs(30));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ChatError::Unreachable(without_url(&e)))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ChatError::Unreachable(without_url(&e)))?;
+        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(value);
+        }
+        Err(ChatError::Refused {
+            status: status.as_u16(),
+            kind: value["error"]["type"]
+                .as_str()
+                .unwrap_or("unknown")
+                .to_string(),
+            message: value["error"]["message"]
+                .as_str()
+                .unwrap_or("no message")
+                .to_string(),
+        })
+    }
+
+    /// A new chat of origin `trigger` in the shared workspace; its id.
+    pub async fn create_chat(&self, title: &str, model: &str) -> Result<String, ChatError> {
+        let mut body = json!({"title": title, "origin": "trigger", "workspace": "shared"});
+        if !model.is_empty() {
+            body["model"] = json!(model);
+        }
+        let value = self
+            .call(reqwest::Method::POST, "/conversations", Some(&body))
+            .await?;
+        id_field(&value, "id")
+    }
+
+    /// Sends the first message; the chat run's id.
+    pub async fn send(&self, chat: &str, text: &str) -> Result<String, ChatError> {
+        let value = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/conversations/{chat}/messages"),
+                Some(&json!({ "text": text })),
+            )
+            .await?;
+        id_field(&value, "run_id")
+    }
+
+    pub async fn snapshot(&self, chat: &str) -> Result<Value, ChatError> {
+        self.call(reqwest::Method::GET, &format!("/conversations/{chat}"), None)
+            .await
+    }
+
+    /// Stops the chat's active run; a chat with none is not an error.
+    pub async fn stop(&self, chat: &str) -> Result<(), ChatError> {
+        match self
+            .call(
+                reqwest::Method::POST,
+                &format!("/conversations/{chat}/stop"),
+                Some(&json!({})),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(ChatError::Refused { status, .. }) if status == 409 || status == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn notify(&self, notification: &Value) -> Result<(), ChatError> {
+        self.call(reqwest::Method::POST, "/notifications", Some(notification))
+            .await
+            .map(|_| ())
+    }
+
+    /// Follows the chat's events until `run_id` finishes. A cut stream or a
+    /// chatd restart is ridden out (the stream resumes from the last seq
+    /// seen, waiting up to 2 s between tries); the caller bounds the time.
+    pub async fn follow(&self, chat: &str, run_id: &str) -> RunEnd {
+        let mut after: u64 = 0;
+        let mut tokens: i64 = 0;
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let outcome = self.follow_once(chat, run_id, &mut after, &mut tokens).await;
+            if let Ok(Some(mut end)) = outcome {
+                end.tokens = tokens;
+                return end;
+            }
+            // A reset (too far behind) or a cut: the snapshot says whether
+            // the run ended meanwhile; after a reset, tail from its seq.
+            if let Ok(snapshot) = self.snapshot(chat).await {
+                if let Some(mut end) = ended_in_snapshot(&snapshot, run_id) {
+                    end.tokens = if tokens == 0 {
+                        end_tokens(&snapshot, run_id)
+                    } else {
+                        tokens
+                    };
+                    return end;
+                }
+                if matches!(outcome, Ok(None)) {
+                    after = snapshot["seq"].as_u64().unwrap_or(after);
+                }
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// One stream: `Some(end)` when the run finished, `None` on a reset.
+    async fn follow_once(
+        &self,
+        chat: &str,
+        run_id: &str,
+        after: &mut u64,
+        tokens: &mut i64,
+    ) -> Result<Option<RunEnd>, ChatError> {
+        let response = self
+            .client
+            .get(self.url(&format!("/conversations/{chat}/events?after={after}")))
+            .header("x-forward-key", self.key.expose())
+            .send()
+            .await
+            .map_err(|e| ChatError::Unreachable(without_url(&e)))?;
+        if !response.status().is_success() {
+            return Err(ChatError::Refused {
+                status: response.status().as_u16(),
+                kind: "events".into(),
+                message: "the event stream was refused".into(),
+            });
+        }
+        let mut stream = response.bytes_stream();
+        let mut buffer: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ChatError::Unreachable(without_url(&e)))?;
+            buffer.extend_from_slice(&chunk);
+            while let Some(frame) = take_frame(&mut buffer) {
+                let Some(event) = parse_frame(&frame) else {
+                    continue;
+                };
+                if let Some(id) = event.id {
+                    *after = id;
+                }
+                let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+                match event.kind.as_str() {
+                    "reset" => return Ok(None),
+                    "usage" if data["run_id"] == run_id => {
+                        *tokens += data["used"].as_i64().unwrap_or(0);
+                    }
+                    "run.finished" if data["run_id"] == run_id => {
+                        return Ok(Some(RunEnd {
+                            status: data["status"].as_str().unwrap_or("failed").to_string(),
+                            error: data["error"].as_str().map(str::to_string),
+                            tokens: 0,
+                        }));
+                    }
+                    _ => {}
+                }
+            }
+            // A frame never ends: not chatd's stream; start again.
+            if buffer.len() > 4 << 20 {
+                return Err(ChatError::Unreachable("an event larger than 4 MiB".into()));
+            }
+        }
+        Err(ChatError::Unreachable("the event stream ended".into()))
+    }
+}
+
+/// The error without the URL reqwest puts in it (no secrets are in URLs,
+/// but the line stays short).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(&format!(" ({url})"), "");
+        text = text.replace(url.as_str(), "chatd");
+    }
+    if e.is_connect() {
+        return "connection refused or unreachable".into();
+    }
+    text
+}
+
+fn id_field(value: &Value, field: &str) -> Result<String, ChatError> {
+    value[field]
+        .as_str()
+        .filter(|id| tandem_shared::http::is_chat_id(id))
+        .map(str::to_string)
+        .ok_or_else(|| ChatError::Refused {
+            status: 200,
+            kind: "bad_answer".into(),
+            message: format!("chatd's answer has no {field}"),
+        })
+}
+
+/// The run's ending if the snapshot shows it ended.
+pub fn ended_in_snapshot(snapshot: &Value, run_id: &str) -> Option<RunEnd> {
+    let run = snapshot["runs"]
+        .as_array()?
+        .iter()
+        .find(|r| r["id"] == run_id)?;
+    let status = run["status"].as_str()?;
+    if matches!(status, "queued" | "running" | "waiting") {
+        return None;
+    }
+    Some(RunEnd {
+        status: status.to_string(),
+        error: run["error"].as_str().map(str::to_string),
+        tokens: 0,
+    })
+}
+
+fn end_tokens(snapshot: &Value, run_id: &str) -> i64 {
+    snapshot["runs"]
+        .as_array()
+        .and_then(|runs| runs.iter().find(|r| r["id"] == run_id))
+        .and_then(|r| r["usage"]["used"].as_i64())
+        .unwrap_or(0)
+}
+
+/// The last assistant message's text in the snapshot.
+pub fn last_answer(snapshot: &Value) -> Option<String> {
+    snapshot["messages"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant" && m["text"].as_str().is_some_and(|t| !t.is_empty()))
+        .and_then(|m| m["text"].as_str())
+        .map(str::to_string)
+}
+
+struct Frame {
+    id: Option<u64>,
+    kind: String,
+    data: String,
+}
+
+/// Takes one SSE frame (up to a blank line) off the front of `buffer`.
+fn take_frame(buffer: &mut Vec<u8>) -> Option<String> {
+    let end = buffer.windows(2).position(|w| w == b"\n\n")?;
+    let frame: Vec<u8> = buffer.drain(..end + 2).collect();
+    Some(String::from_utf8_lossy(&frame[..end]).into_owned())
+}
+
+fn parse_frame(frame: &str) -> Option<Frame> {
+    let mut id = None;
+    let mut kind = String::from("message");
+    let mut data = String::new();
+    let mut any = false;
+    for line in frame.lines() {
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        any = true;
+        match field {
+            "id" => id = value.parse().ok(),
+            "event" => kind = value.to_string(),
+            "data" => {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(value);
+            }
+            _ => {}
+        }
+    }
+    any.then_some(Frame { id, kind, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_split_and_parse() {
+        let mut buf = b": keepalive\n\nid: 7\nevent: run.finished\ndata: {\"run_id\":\"r_1\"}\n\nid: 8\nev"
+            .to_vec();
+        let first = take_frame(&mut buf).unwrap();
+        assert!(parse_frame(&first).is_none(), "a comment is no event");
+        let second = parse_frame(&take_frame(&mut buf).unwrap()).unwrap();
+        assert_eq!(second.id, Some(7));
+        assert_eq!(second.kind, "run.finished");
+        assert_eq!(second.data, "{\"run_id\":\"r_1\"}");
+        assert!(take_frame(&mut buf).is_none(), "half a frame waits");
+        assert_eq!(buf, b"id: 8\nev");
+    }
+
+    #[test]
+    fn snapshot_readers() {
+        let snap = json!({"runs": [{"id": "r_1", "status": "running"}, {"id": "r_2", "status": "failed", "error": "boom", "usage": {"used": 40}}],
+            "messages": [{"role": "user", "text": "hi"}, {"role": "assistant", "text": "Done. I filed it."}, {"role": "assistant", "text": ""}]});
+        assert_eq!(ended_in_snapshot(&snap, "r_1"), None);
+        let end = ended_in_snapshot(&snap, "r_2").unwrap();
+        assert_eq!(end.status, "failed");
+        assert_eq!(end.error.as_deref(), Some("boom"));
+        assert_eq!(end_tokens(&snap, "r_2"), 40);
+        assert_eq!(last_answer(&snap).as_deref(), Some("Done. I filed it."));
+    }
+}

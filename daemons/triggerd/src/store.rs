@@ -1,0 +1,554 @@
+//! triggers.sqlite3: the triggers, their runs (each with a unique due key,
+//! so a due time or a file version runs once however many checks race for
+//! it) and the file versions each file trigger has seen and run. triggerd
+//! is its only writer, and only the triggerd holding `triggerd.lock` opens
+//! it; one connection behind a mutex, used from blocking tasks.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::Serialize;
+
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE triggers (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    when_text TEXT NOT NULL,
+    tz TEXT NOT NULL,
+    folder TEXT NOT NULL,
+    quiet_seconds INTEGER NOT NULL,
+    min_gap_seconds INTEGER NOT NULL,
+    prompt TEXT NOT NULL,
+    model TEXT NOT NULL,
+    daily_cap INTEGER NOT NULL,
+    enabled INTEGER NOT NULL,
+    -- unix ms: nothing due before this runs
+    enabled_ms INTEGER NOT NULL,
+    -- unix ms: due times up to here have been looked at
+    checked_ms INTEGER NOT NULL,
+    disabled_reason TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    trigger_id TEXT NOT NULL,
+    trigger_name TEXT NOT NULL,
+    due_key TEXT NOT NULL UNIQUE,
+    cause TEXT NOT NULL,
+    due_ms INTEGER NOT NULL,
+    file TEXT,
+    status TEXT NOT NULL,
+    chat_id TEXT,
+    chat_run_id TEXT,
+    queued_ms INTEGER NOT NULL,
+    started_ms INTEGER,
+    ended_ms INTEGER,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    reason TEXT,
+    summary TEXT,
+    notified INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_trigger ON runs(trigger_id, queued_ms);
+CREATE INDEX runs_status ON runs(status);
+
+CREATE TABLE files (
+    trigger_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    version TEXT NOT NULL,
+    -- unix ms when this version was first seen
+    seen_ms INTEGER NOT NULL,
+    -- the version a run was started for, or taken as the run's own write
+    ran_version TEXT,
+    -- unix ms the last run for this file started
+    ran_ms INTEGER,
+    PRIMARY KEY (trigger_id, path)
+);
+
+-- inbox entries not yet taken by chatd (a trigger switched off)
+CREATE TABLE notices (
+    id TEXT PRIMARY KEY,
+    trigger_id TEXT NOT NULL,
+    trigger_name TEXT NOT NULL,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+"#];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Schedule,
+    File,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Schedule => "schedule",
+            Kind::File => "file",
+        }
+    }
+}
+
+/// A trigger as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trigger {
+    pub id: String,
+    pub name: String,
+    pub kind: Kind,
+    pub when: String,
+    pub tz: String,
+    /// Relative to the workspace, `""` for none (a schedule trigger's rules
+    /// then come from the workspace's own AGENTS.md).
+    pub folder: String,
+    pub quiet_seconds: u64,
+    pub min_gap_seconds: u64,
+    pub prompt: String,
+    pub model: String,
+    pub daily_cap: u32,
+    pub enabled: bool,
+    pub enabled_ms: i64,
+    pub checked_ms: i64,
+    pub disabled_reason: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// A run of a trigger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: String,
+    pub trigger_id: String,
+    pub trigger_name: String,
+    pub due_key: String,
+    /// schedule | file | manual
+    pub cause: String,
+    pub due_ms: i64,
+    pub file: Option<String>,
+    /// queued | running | done | failed | interrupted | stopped | paused | skipped
+    pub status: String,
+    pub chat_id: Option<String>,
+    pub chat_run_id: Option<String>,
+    pub queued_ms: i64,
+    pub started_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    pub tokens: i64,
+    pub reason: Option<String>,
+    /// The run's closing sentence, for the inbox.
+    pub summary: Option<String>,
+    pub notified: bool,
+}
+
+/// What one file trigger knows of one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileState {
+    pub path: String,
+    pub version: String,
+    pub seen_ms: i64,
+    pub ran_version: Option<String>,
+    pub ran_ms: Option<i64>,
+}
+
+pub const FINISHED: &str = "status NOT IN ('queued', 'running')";
+
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn trigger_of(row: &Row) -> rusqlite::Result<Trigger> {
+    let kind: String = row.get("kind")?;
+    Ok(Trigger {
+        id: row.get("id")?,
+        name: row.get("name")?,
+        kind: if kind == "file" {
+            Kind::File
+        } else {
+            Kind::Schedule
+        },
+        when: row.get("when_text")?,
+        tz: row.get("tz")?,
+        folder: row.get("folder")?,
+        quiet_seconds: row.get::<_, i64>("quiet_seconds")?.max(0) as u64,
+        min_gap_seconds: row.get::<_, i64>("min_gap_seconds")?.max(0) as u64,
+        prompt: row.get("prompt")?,
+        model: row.get("model")?,
+        daily_cap: row.get::<_, i64>("daily_cap")?.clamp(0, u32::MAX as i64) as u32,
+        enabled: row.get::<_, i64>("enabled")? != 0,
+        enabled_ms: row.get("enabled_ms")?,
+        checked_ms: row.get("checked_ms")?,
+        disabled_reason: row.get("disabled_reason")?,
+        created_ms: row.get("created_ms")?,
+        updated_ms: row.get("updated_ms")?,
+    })
+}
+
+fn run_of(row: &Row) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: row.get("id")?,
+        trigger_id: row.get("trigger_id")?,
+        trigger_name: row.get("trigger_name")?,
+        due_key: row.get("due_key")?,
+        cause: row.get("cause")?,
+        due_ms: row.get("due_ms")?,
+        file: row.get("file")?,
+        status: row.get("status")?,
+        chat_id: row.get("chat_id")?,
+        chat_run_id: row.get("chat_run_id")?,
+        queued_ms: row.get("queued_ms")?,
+        started_ms: row.get("started_ms")?,
+        ended_ms: row.get("ended_ms")?,
+        tokens: row.get("tokens")?,
+        reason: row.get("reason")?,
+        summary: row.get("summary")?,
+        notified: row.get::<_, i64>("notified")? != 0,
+    })
+}
+
+/// How a run ended, as it is recorded.
+#[derive(Debug, Clone, Default)]
+pub struct Ending {
+    pub status: String,
+    pub tokens: i64,
+    pub reason: Option<String>,
+    pub summary: Option<String>,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> anyhow::Result<Store> {
+        let conn = tandem_shared::db::open_writer(path, MIGRATIONS)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Runs `f` on the connection on a blocking thread.
+    pub async fn call<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            // A panic while the lock was held left no half-done write: each
+            // write is one statement or one transaction.
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut conn)
+        })
+        .await?;
+        Ok(joined?)
+    }
+
+    /// The same, on the caller's thread (start-up, tests, the benchmark).
+    pub fn call_now<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut conn)
+    }
+}
+
+pub fn all_triggers(conn: &Connection) -> rusqlite::Result<Vec<Trigger>> {
+    let mut stmt = conn.prepare("SELECT * FROM triggers ORDER BY created_ms, id")?;
+    let rows = stmt.query_map([], trigger_of)?;
+    rows.collect()
+}
+
+pub fn trigger(conn: &Connection, id: &str) -> rusqlite::Result<Option<Trigger>> {
+    conn.query_row("SELECT * FROM triggers WHERE id = ?1", [id], trigger_of)
+        .optional()
+}
+
+pub fn count_triggers(conn: &Connection) -> rusqlite::Result<usize> {
+    conn.query_row("SELECT COUNT(*) FROM triggers", [], |r| r.get::<_, i64>(0))
+        .map(|n| n as usize)
+}
+
+/// Inserts or replaces a trigger whole.
+pub fn put_trigger(conn: &Connection, t: &Trigger) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO triggers (id, name, kind, when_text, tz, folder, quiet_seconds, \
+         min_gap_seconds, prompt, model, daily_cap, enabled, enabled_ms, checked_ms, \
+         disabled_reason, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+        params![
+            t.id,
+            t.name,
+            t.kind.as_str(),
+            t.when,
+            t.tz,
+            t.folder,
+            t.quiet_seconds as i64,
+            t.min_gap_seconds as i64,
+            t.prompt,
+            t.model,
+            t.daily_cap as i64,
+            t.enabled as i64,
+            t.enabled_ms,
+            t.checked_ms,
+            t.disabled_reason,
+            t.created_ms,
+            t.updated_ms,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Removes a trigger, its waiting runs and its file versions; finished and
+/// running runs stay in the history until they age out.
+pub fn delete_trigger(conn: &mut Connection, id: &str) -> rusqlite::Result<bool> {
+    let tx = conn.transaction()?;
+    let n = tx.execute("DELETE FROM triggers WHERE id = ?1", [id])?;
+    tx.execute(
+        "DELETE FROM runs WHERE trigger_id = ?1 AND status = 'queued'",
+        [id],
+    )?;
+    tx.execute("DELETE FROM files WHERE trigger_id = ?1", [id])?;
+    tx.commit()?;
+    Ok(n > 0)
+}
+
+pub fn set_checked(conn: &Connection, id: &str, checked_ms: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE triggers SET checked_ms = ?2 WHERE id = ?1",
+        params![id, checked_ms],
+    )?;
+    Ok(())
+}
+
+pub fn disable(
+    conn: &Connection,
+    id: &str,
+    reason: Option<&str>,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE triggers SET enabled = 0, disabled_reason = ?2, updated_ms = ?3 WHERE id = ?1",
+        params![id, reason, now_ms],
+    )?;
+    Ok(())
+}
+
+/// A new run, queued, unless its due key ran already: `None` then.
+pub fn queue_run(conn: &Connection, run: &Run) -> rusqlite::Result<Option<Run>> {
+    let n = conn.execute(
+        "INSERT OR IGNORE INTO runs (id, trigger_id, trigger_name, due_key, cause, due_ms, file, \
+         status, queued_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)",
+        params![
+            run.id,
+            run.trigger_id,
+            run.trigger_name,
+            run.due_key,
+            run.cause,
+            run.due_ms,
+            run.file,
+            run.queued_ms
+        ],
+    )?;
+    if n == 0 {
+        return Ok(None);
+    }
+    self::run(conn, &run.id)
+}
+
+pub fn run(conn: &Connection, id: &str) -> rusqlite::Result<Option<Run>> {
+    conn.query_row("SELECT * FROM runs WHERE id = ?1", [id], run_of)
+        .optional()
+}
+
+pub fn runs_of(conn: &Connection, trigger_id: &str, limit: usize) -> rusqlite::Result<Vec<Run>> {
+    let mut stmt = conn.prepare(
+        "SELECT * FROM runs WHERE trigger_id = ?1 ORDER BY queued_ms DESC, rowid DESC LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![trigger_id, limit as i64], run_of)?;
+    rows.collect()
+}
+
+pub fn runs_with_status(conn: &Connection, status: &str) -> rusqlite::Result<Vec<Run>> {
+    let mut stmt =
+        conn.prepare("SELECT * FROM runs WHERE status = ?1 ORDER BY queued_ms, rowid")?;
+    let rows = stmt.query_map([status], run_of)?;
+    rows.collect()
+}
+
+/// Finished runs whose notification has not reached chatd yet.
+pub fn unnotified(conn: &Connection) -> rusqlite::Result<Vec<Run>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT * FROM runs WHERE notified = 0 AND {FINISHED} AND status != 'skipped' \
+         ORDER BY ended_ms, rowid LIMIT 100"
+    ))?;
+    let rows = stmt.query_map([], run_of)?;
+    rows.collect()
+}
+
+pub fn set_notified(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    conn.execute("UPDATE runs SET notified = 1 WHERE id = ?1", [id])?;
+    Ok(())
+}
+
+/// Runs of a trigger started since `since_ms` (the daily cap).
+pub fn started_since(conn: &Connection, trigger_id: &str, since_ms: i64) -> rusqlite::Result<u32> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM runs WHERE trigger_id = ?1 AND started_ms >= ?2",
+        params![trigger_id, since_ms],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n as u32)
+}
+
+pub fn mark_started(conn: &Connection, id: &str, now_ms: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE runs SET status = 'running', started_ms = ?2 WHERE id = ?1",
+        params![id, now_ms],
+    )?;
+    Ok(())
+}
+
+pub fn set_chat(
+    conn: &Connection,
+    id: &str,
+    chat_id: &str,
+    chat_run_id: Option<&str>,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE runs SET chat_id = ?2, chat_run_id = ?3 WHERE id = ?1",
+        params![id, chat_id, chat_run_id],
+    )?;
+    Ok(())
+}
+
+/// Records how a run ended; a run already ended keeps its first ending.
+pub fn finish(conn: &Connection, id: &str, ending: &Ending, now_ms: i64) -> rusqlite::Result<bool> {
+    let n = conn.execute(
+        "UPDATE runs SET status = ?2, tokens = ?3, reason = ?4, summary = ?5, ended_ms = ?6, \
+         notified = CASE WHEN ?2 = 'skipped' THEN 1 ELSE 0 END \
+         WHERE id = ?1 AND status IN ('queued', 'running')",
+        params![
+            id,
+            ending.status,
+            ending.tokens,
+            ending.reason,
+            ending.summary,
+            now_ms
+        ],
+    )?;
+    Ok(n > 0)
+}
+
+/// Finished runs older than `days` go; beyond two days, only the last
+/// `keep` of each trigger stay. Queued and running runs are never removed.
+pub fn purge_runs(conn: &Connection, now_ms: i64, days: u64, keep: usize) -> rusqlite::Result<usize> {
+    let day = 86_400_000i64;
+    let old = now_ms - days as i64 * day;
+    let recent = now_ms - 2 * day;
+    let mut n = conn.execute(
+        &format!("DELETE FROM runs WHERE {FINISHED} AND COALESCE(ended_ms, queued_ms) < ?1"),
+        [old],
+    )?;
+    n += conn.execute(
+        &format!(
+            "DELETE FROM runs WHERE {FINISHED} AND COALESCE(ended_ms, queued_ms) < ?1 AND id IN ( \
+               SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY trigger_id \
+                 ORDER BY queued_ms DESC, rowid DESC) AS n FROM runs WHERE {FINISHED}) \
+               WHERE n > ?2)"
+        ),
+        params![recent, keep as i64],
+    )?;
+    Ok(n)
+}
+
+pub fn files_of(conn: &Connection, trigger_id: &str) -> rusqlite::Result<Vec<FileState>> {
+    let mut stmt = conn.prepare(
+        "SELECT path, version, seen_ms, ran_version, ran_ms FROM files WHERE trigger_id = ?1",
+    )?;
+    let rows = stmt.query_map([trigger_id], |r| {
+        Ok(FileState {
+            path: r.get(0)?,
+            version: r.get(1)?,
+            seen_ms: r.get(2)?,
+            ran_version: r.get(3)?,
+            ran_ms: r.get(4)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Writes what a scan found: changed rows replaced, vanished ones removed.
+/// The caller holds a transaction when it writes runs with them.
+pub fn put_files(
+    conn: &Connection,
+    trigger_id: &str,
+    changed: &[FileState],
+    removed: &[String],
+) -> rusqlite::Result<()> {
+    let mut put = conn.prepare_cached(
+        "INSERT OR REPLACE INTO files (trigger_id, path, version, seen_ms, ran_version, ran_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for f in changed {
+        put.execute(params![
+            trigger_id,
+            f.path,
+            f.version,
+            f.seen_ms,
+            f.ran_version,
+            f.ran_ms
+        ])?;
+    }
+    let mut gone = conn.prepare_cached("DELETE FROM files WHERE trigger_id = ?1 AND path = ?2")?;
+    for path in removed {
+        gone.execute(params![trigger_id, path])?;
+    }
+    Ok(())
+}
+
+pub fn clear_files(conn: &Connection, trigger_id: &str) -> rusqlite::Result<()> {
+    conn.execute("DELETE FROM files WHERE trigger_id = ?1", [trigger_id])?;
+    Ok(())
+}
+
+/// An inbox entry waiting for chatd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub id: String,
+    pub trigger_id: String,
+    pub trigger_name: String,
+    pub title: String,
+    pub body: String,
+}
+
+pub fn add_notice(conn: &Connection, n: &Notice, now_ms: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO notices (id, trigger_id, trigger_name, title, body, created_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![n.id, n.trigger_id, n.trigger_name, n.title, n.body, now_ms],
+    )?;
+    Ok(())
+}
+
+pub fn notices(conn: &Connection) -> rusqlite::Result<Vec<Notice>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, trigger_id, trigger_name, title, body FROM notices ORDER BY created_ms LIMIT 100",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Notice {
+            id: r.get(0)?,
+            trigger_id: r.get(1)?,
+            trigger_name: r.get(2)?,
+            title: r.get(3)?,
+            body: r.get(4)?,
+        })
+    })?;
+    rows.collect()
+}
+
+pub fn drop_notice(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    conn.execute("DELETE FROM notices WHERE id = ?1", [id])?;
+    Ok(())
+}

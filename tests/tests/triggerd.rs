@@ -1,0 +1,474 @@
+//! triggerd end to end: the real `triggerd`, `chatd` and `engine-sim`
+//! binaries, real SQLite files, real folders watched with inotify, and a
+//! clock the test drives through triggerd's clock file, so a downtime of
+//! three days takes no time at all. Every wait is on a condition with a bound.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tandem_tests::harness::{wait_until, Chatd, Client, Sim};
+use tandem_tests::triggerd::{socket_in, Triggerd};
+
+const QUICK: Duration = Duration::from_secs(30);
+
+struct Box3 {
+    _sim: Sim,
+    chatd: Chatd,
+    client: Client,
+    td: Triggerd,
+}
+
+/// The engine simulator, chatd forwarding to triggerd, and triggerd (not
+/// started) with `extra` settings and its clock at `clock`.
+async fn boxed(extra: &str, clock: &str) -> anyhow::Result<Box3> {
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let dir = tempfile::tempdir()?;
+    let socket = socket_in(dir.path());
+    let chatd = Chatd::start(
+        &sim.url(),
+        &[("QSE_TRIGGERS_SOCKET", socket.to_string_lossy().as_ref())],
+    )
+    .await?;
+    let client = chatd.client();
+    let td = Triggerd::new(dir, &chatd, extra)?;
+    if !clock.is_empty() {
+        td.set_clock(clock)?;
+    }
+    Ok(Box3 {
+        _sim: sim,
+        chatd,
+        client,
+        td,
+    })
+}
+
+async fn create(td: &Triggerd, body: Value) -> anyhow::Result<Value> {
+    let (status, made) = td.api("POST", "", Some(body.clone())).await?;
+    anyhow::ensure!(status == 201, "creating {body}: {status} {made}");
+    Ok(made)
+}
+
+fn id(v: &Value) -> String {
+    v["id"].as_str().unwrap_or_default().to_string()
+}
+
+async fn health(td: &Triggerd) -> anyhow::Result<Value> {
+    let (status, body) = td.call("GET", "/health", None).await?;
+    anyhow::ensure!(status == 200, "health: {status}");
+    Ok(body)
+}
+
+/// Waits until triggerd has made `n` more checks: what is due by now has
+/// been queued and started.
+async fn checks_pass(td: &Triggerd, n: u64) -> anyhow::Result<()> {
+    let from = health(td).await?["checks"].as_u64().unwrap_or(0);
+    wait_until("triggerd's checks", QUICK, || async {
+        let now = health(td).await.ok()?["checks"].as_u64()?;
+        (now >= from + n).then_some(())
+    })
+    .await
+}
+
+/// Waits until `trigger` has `n` runs, none queued or running; the runs, oldest first.
+async fn settled_runs(td: &Triggerd, trigger: &str, n: usize) -> anyhow::Result<Vec<Value>> {
+    let mut runs = wait_until(&format!("{n} finished runs of {trigger}"), QUICK, || async {
+        let runs = td.runs(trigger).await.ok()?;
+        let done = runs
+            .iter()
+            .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
+        (runs.len() == n && done).then_some(runs)
+    })
+    .await?;
+    runs.reverse();
+    Ok(runs)
+}
+
+async fn notifications(client: &Client) -> anyhow::Result<Vec<Value>> {
+    let answer = client.get("/notifications?limit=500").await?;
+    anyhow::ensure!(answer.status == 200, "{answer:?}");
+    Ok(answer.body["notifications"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default())
+}
+
+async fn notification_for(client: &Client, trigger: &str, kind: &str) -> anyhow::Result<Value> {
+    wait_until(&format!("a {kind} notification of {trigger}"), QUICK, || async {
+        notifications(client)
+            .await
+            .ok()?
+            .into_iter()
+            .find(|n| n["source"]["id"] == trigger && n["kind"] == kind)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_schedule_runs_a_chat_of_its_own_and_the_inbox_says_so() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-12-01T07:58:00Z").await?;
+    b.td.start().await?;
+    std::fs::write(b.td.workspace.join("AGENTS.md"), "Answer in English.")?;
+    let t = create(
+        &b.td,
+        json!({"name": "Morning notes", "when": "weekdays 09:00", "tz": "Europe/Rome",
+               "prompt": "Summarise yesterday's notes."}),
+    )
+    .await?;
+    assert_eq!(t["kind"], "schedule");
+    assert_eq!(t["next_run"], "2026-12-01T08:00:00Z", "09:00 in Rome is 08:00 UTC in December");
+    assert_eq!(t["description"], "every weekday (Mon–Fri) at 09:00");
+    let tid = id(&t);
+    // Chatd forwards the same routes to triggerd.
+    let via_chatd = b.client.get(&format!("/triggers/{tid}")).await?;
+    assert_eq!(via_chatd.status, 200, "{via_chatd:?}");
+    assert_eq!(via_chatd.body["id"], tid.as_str());
+
+    checks_pass(&b.td, 3).await?;
+    assert!(b.td.runs(&tid).await?.is_empty(), "nothing is due before 09:00");
+    b.td.set_clock("2026-12-01T08:00:02Z")?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    let run = &runs[0];
+    assert_eq!(run["status"], "done", "{run}");
+    assert_eq!(run["cause"], "schedule");
+    assert_eq!(run["due"], "2026-12-01T08:00:00Z");
+    assert!(run["tokens"].as_i64().unwrap_or(0) > 0, "{run}");
+    let chat = run["chat_id"].as_str().context("the run's chat")?;
+
+    let snapshot = b.client.snapshot(chat).await?;
+    assert_eq!(snapshot["conversation"]["origin"], "trigger");
+    assert_eq!(snapshot["conversation"]["title"], "Morning notes · 2026-12-01 09:00");
+    assert_eq!(snapshot["runs"][0]["origin"], "trigger");
+    let first = snapshot["messages"][0]["text"].as_str().unwrap_or_default();
+    assert!(first.starts_with("Summarise yesterday's notes.\n\nRules from AGENTS.md:\nAnswer in English."), "{first}");
+    assert!(first.ends_with("one plain sentence that says what changed."), "{first}");
+
+    let note = notification_for(&b.client, &tid, "run_ended").await?;
+    assert_eq!(note["conversation_id"], chat);
+    assert_eq!(note["source"]["type"], "trigger");
+    assert_eq!(note["title"], "Morning notes ran");
+    assert_eq!(run["notified"], false, "read before delivery, or after: both fine");
+
+    // Saturday and Sunday are not weekdays: the next is Monday the 7th.
+    let t = b.td.api("GET", &format!("/{tid}"), None).await?.1;
+    assert_eq!(t["next_run"], "2026-12-02T08:00:00Z");
+    b.td.set_clock("2026-12-05T12:00:00Z")?;
+    checks_pass(&b.td, 2).await?;
+    let t = b.td.api("GET", &format!("/{tid}"), None).await?.1;
+    assert_eq!(t["next_run"], "2026-12-07T08:00:00Z");
+    // (12-02, 12-03 and 12-04 were missed while the clock jumped: one run.)
+    let runs = settled_runs(&b.td, &tid, 2).await?;
+    assert_eq!(runs[1]["due"], "2026-12-04T08:00:00Z");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_daily_trigger_across_three_days_of_downtime_runs_once() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-03-01T08:00:00Z").await?;
+    b.td.start().await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Daily", "when": "daily 09:00", "prompt": "Tidy up."}),
+    )
+    .await?);
+    b.td.set_clock("2026-03-01T09:00:01Z")?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["due"], "2026-03-01T09:00:00Z");
+
+    b.td.sigterm(Duration::from_secs(10))?;
+    // Down from the 1st to the 4th: 2nd, 3rd and 4th 09:00 missed.
+    b.td.set_clock("2026-03-04T10:30:00Z")?;
+    b.td.start().await?;
+    let runs = settled_runs(&b.td, &tid, 2).await?;
+    assert_eq!(runs[1]["due"], "2026-03-04T09:00:00Z", "the latest missed time");
+    checks_pass(&b.td, 5).await?;
+    assert_eq!(b.td.runs(&tid).await?.len(), 2, "once, not three times");
+    // And the schedule goes on from there.
+    b.td.set_clock("2026-03-05T09:00:00Z")?;
+    let runs = settled_runs(&b.td, &tid, 3).await?;
+    assert_eq!(runs[2]["due"], "2026-03-05T09:00:00Z");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_file_written_in_ten_pieces_runs_once_and_the_runs_own_file_starts_nothing(
+) -> anyhow::Result<()> {
+    // The real clock: the quiet period is real time.
+    let mut b = boxed("clock_file = \"\"\n", "").await?;
+    b.td.start().await?;
+    let inbox = b.td.workspace.join("Contracts");
+    std::fs::create_dir_all(&inbox)?;
+    std::fs::write(inbox.join("old.txt"), "here before the trigger")?;
+    std::fs::write(inbox.join("AGENTS.md"), "File contracts by year.")?;
+    // The model writes a summary next to the file, in the watched folder.
+    let cue = r#"[sim tool_calls=[{"name":"write_file","arguments":{"path":"Contracts/summary.md","content":"filed"}}] tool_steps=1]"#;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "File contracts", "folder": "/Contracts", "quiet_seconds": 3,
+               "min_gap_seconds": 0, "prompt": format!("File it. {cue}")}),
+    )
+    .await?);
+    let path = inbox.join("lease.txt");
+    for piece in 0..10 {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        writeln!(f, "clause {piece}")?;
+        drop(f);
+        // A slow writer: two seconds between pieces, under the quiet period.
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            b.td.runs(&tid).await?.is_empty(),
+            "ran while the file was still being written (piece {piece})"
+        );
+    }
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "done", "{}", runs[0]);
+    assert_eq!(runs[0]["file"], "lease.txt");
+    assert_eq!(
+        std::fs::read_to_string(inbox.join("summary.md"))?,
+        "filed",
+        "the run worked in the shared workspace"
+    );
+    let chat = runs[0]["chat_id"].as_str().context("chat")?;
+    let first = b.client.snapshot(chat).await?["messages"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(first.contains("Rules from Contracts/AGENTS.md:\nFile contracts by year."), "{first}");
+    assert!(first.contains("A new file arrived: Contracts/lease.txt"), "{first}");
+    // The summary the run wrote is quiet for longer than 3 s: still nothing.
+    let since = std::time::Instant::now();
+    while since.elapsed() < Duration::from_secs(5) {
+        checks_pass(&b.td, 5).await?;
+    }
+    let runs = b.td.runs(&tid).await?;
+    assert_eq!(runs.len(), 1, "the run's own write started another: {runs:?}");
+    // A new file from outside still runs.
+    std::fs::write(inbox.join("second.txt"), "another")?;
+    let runs = settled_runs(&b.td, &tid, 2).await?;
+    assert_eq!(runs[1]["file"], "second.txt");
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:30Z").await?;
+    b.td.start().await?;
+    let mut second = Triggerd::beside(&b.td, &b.chatd, "")?;
+    second.set_clock("2026-06-01T10:00:30Z")?;
+    second.spawn()?;
+    wait_until("the second triggerd to wait for the lock", QUICK, || async {
+        second.log().contains("waiting for its lock").then_some(())
+    })
+    .await?;
+    // Three seconds a run: long enough to kill a triggerd in the middle of one.
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Every minute", "when": "* * * * *",
+               "prompt": "Tick. [sim tokens=30 tps=10]"}),
+    )
+    .await?);
+    for minute in 1..=6u32 {
+        let at = format!("2026-06-01T10:{minute:02}:05Z");
+        b.td.set_clock(&at)?;
+        second.set_clock(&at)?;
+        if minute == 3 {
+            // Killed mid-run: the other takes the lock and goes on.
+            wait_until("minute 3's run to be running", QUICK, || async {
+                let runs = b.td.runs(&tid).await.ok()?;
+                (runs.len() == 3 && runs[0]["status"] == "running" && runs[0]["chat_run_id"].is_string())
+                    .then_some(())
+            })
+            .await?;
+            b.td.kill9();
+            second.wait_healthy(QUICK).await?;
+        }
+        let active = if minute >= 3 { &second } else { &b.td };
+        settled_runs(active, &tid, minute as usize).await?;
+    }
+    checks_pass(&second, 5).await?;
+    let runs = second.runs(&tid).await?;
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    let dues: HashSet<&str> = runs.iter().filter_map(|r| r["due"].as_str()).collect();
+    assert_eq!(dues.len(), 6, "every due key once: {runs:?}");
+    let statuses: HashMap<&str, &str> = runs
+        .iter()
+        .map(|r| (r["due"].as_str().unwrap_or(""), r["status"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(statuses["2026-06-01T10:03:00Z"], "interrupted", "{statuses:?}");
+    for (due, status) in &statuses {
+        if *due != "2026-06-01T10:03:00Z" {
+            assert_eq!(*status, "done", "{due}: {statuses:?}");
+        }
+    }
+    // chatd holds one trigger chat per run, no more.
+    let chats = b.client.get("/conversations?limit=100").await?;
+    let trigger_chats = chats.body["conversations"]
+        .as_array()
+        .map(|l| l.iter().filter(|c| c["origin"] == "trigger").count())
+        .unwrap_or(0);
+    assert_eq!(trigger_chats, 6);
+    Ok(())
+}
+
+#[tokio::test]
+async fn triggerd_killed_mid_run_records_it_interrupted_and_the_inbox_says_so(
+) -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Slow", "when": "daily 23:00", "prompt": "Go slowly. [sim tokens=600 tps=20]"}),
+    )
+    .await?);
+    let (status, run) = b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    assert_eq!(status, 202, "{run}");
+    assert_eq!(run["cause"], "manual");
+    let (status, again) = b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    assert_eq!(status, 409, "one run of a trigger at a time: {again}");
+    assert_eq!(again["error"]["type"], "run_active");
+    let chat = wait_until("the run's chat to be answering", QUICK, || async {
+        let runs = b.td.runs(&tid).await.ok()?;
+        let r = runs.first()?;
+        (r["status"] == "running" && r["chat_run_id"].is_string())
+            .then(|| r["chat_id"].as_str().map(str::to_string))
+            .flatten()
+    })
+    .await?;
+    b.td.kill9();
+    b.td.start().await?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "interrupted");
+    assert_eq!(runs[0]["reason"], "interrupted by a restart");
+    let note = notification_for(&b.client, &tid, "run_failed").await?;
+    assert_eq!(note["body"], "interrupted by a restart");
+    assert_eq!(note["title"], "Slow was interrupted");
+    assert_eq!(note["conversation_id"], chat.as_str());
+    // Its chat's run was stopped, not left going with nobody recording it.
+    let snapshot = b.client.snapshot(&chat).await?;
+    assert_eq!(snapshot["runs"][0]["status"], "stopped", "{}", snapshot["runs"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    std::fs::create_dir_all(b.chatd.dir.path().join("elsewhere"))?;
+    let ok = json!({"name": "n", "when": "daily 08:00", "prompt": "p"});
+    let with = |key: &str, value: Value| {
+        let mut body = ok.clone();
+        body[key] = value;
+        body
+    };
+    for (body, field, says) in [
+        (with("when", json!("fortnightly 08:00")), "when", "unknown schedule word"),
+        (with("when", json!("daily 08:61")), "when", "minute 61 is outside 0..=59"),
+        (with("when", json!("61 * * * *")), "when", "minute 61 is outside 0..=59"),
+        (with("when", json!("once 2026-05-01 08:00")), "when", "is in the past"),
+        (with("tz", json!("Mars/Olympus")), "tz", "unknown time zone"),
+        (json!({"name": "n", "folder": "../elsewhere", "prompt": "p"}), "folder", "outside the workspace"),
+        (json!({"name": "n", "folder": "Missing", "prompt": "p"}), "folder", "does not exist"),
+        (json!({"name": "n", "prompt": "p"}), "when", "needs a schedule"),
+        (with("name", json!("")), "name", "must be 1 to 100 characters"),
+        (with("prompt", json!("")), "prompt", "must be 1 to 16000 characters"),
+        (with("quiet_seconds", json!(0)), "quiet_seconds", "0 is outside 1..=3600"),
+        (with("min_gap_seconds", json!(86_401)), "min_gap_seconds", "outside 0..=86400"),
+        (with("daily_cap", json!(0)), "daily_cap", "outside 1..=1000"),
+        (with("colour", json!("red")), "colour", "unknown field"),
+    ] {
+        let (status, answer) = b.td.api("POST", "", Some(body.clone())).await?;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["type"], "bad_input", "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(&format!("{field}: ")), "{message}");
+        assert!(message.contains(says), "{body}: {message:?} should say {says:?}");
+    }
+    let (_, list) = b.td.api("GET", "", None).await?;
+    assert_eq!(list["triggers"], json!([]), "nothing stored");
+    // A replace with bad input changes nothing either.
+    let tid = id(&create(&b.td, ok.clone()).await?);
+    let (status, _) = b
+        .td
+        .api("PUT", &format!("/{tid}"), Some(with("when", json!("daily 25:00"))))
+        .await?;
+    assert_eq!(status, 400);
+    let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await?;
+    assert_eq!(t["when"], "daily 08:00");
+    let (status, _) = b.td.api("GET", "/t_nope", None).await?;
+    assert_eq!(status, 404);
+    let (status, answer) = b.td.api("GET", &format!("/{tid}/runs?limit=0"), None).await?;
+    assert_eq!((status, answer["error"]["field"].clone()), (400, json!("limit")));
+    Ok(())
+}
+
+#[tokio::test]
+async fn preview_shows_the_next_times_and_what_the_text_means() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-03-27T12:00:00Z").await?;
+    b.td.start().await?;
+    let (status, p) = b
+        .td
+        .api("GET", "/preview?when=daily%2002:30&tz=Europe/Rome&count=3", None)
+        .await?;
+    assert_eq!(status, 200, "{p}");
+    assert_eq!(p["description"], "every day at 02:30");
+    let at: Vec<&str> = p["next"]
+        .as_array()
+        .context("next")?
+        .iter()
+        .filter_map(|n| n["at"].as_str())
+        .collect();
+    // The 29th's 02:30 does not exist in Rome: the first minute after the gap, 03:00 CEST.
+    assert_eq!(
+        at,
+        ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]
+    );
+    assert_eq!(p["next"][1]["local"], "Sun 2026-03-29 03:00 CEST");
+    for (query, field) in [
+        ("when=daily%2024:00", "when"),
+        ("when=daily%2008:00&tz=Nowhere/Else", "tz"),
+        ("when=once%202020-01-01%2008:00", "when"),
+        ("when=", "when"),
+        ("when=daily%2008:00&count=0", "count"),
+    ] {
+        let (status, answer) = b.td.api("GET", &format!("/preview?{query}"), None).await?;
+        assert_eq!(status, 400, "{query}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{query}: {answer}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_file_trigger_whose_folder_goes_is_switched_off_with_an_inbox_entry(
+) -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let folder = b.td.workspace.join("Drop");
+    std::fs::create_dir_all(&folder)?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Drop box", "folder": "Drop", "prompt": "p"}),
+    )
+    .await?);
+    std::fs::remove_dir_all(&folder)?;
+    let t = wait_until("the trigger to be switched off", QUICK, || async {
+        let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await.ok()?;
+        (t["enabled"] == false).then_some(t)
+    })
+    .await?;
+    assert_eq!(t["disabled_reason"], "its folder Drop is gone from the workspace");
+    let note = notification_for(&b.client, &tid, "needs_attention").await?;
+    assert_eq!(note["title"], "Drop box was switched off");
+    // Switching it on again while the folder is gone is refused, naming it.
+    let (status, answer) = b.td.api("POST", &format!("/{tid}/enable"), None).await?;
+    assert_eq!((status, answer["error"]["field"].clone()), (400, json!("folder")));
+    std::fs::create_dir_all(&folder)?;
+    let (status, t) = b.td.api("POST", &format!("/{tid}/enable"), None).await?;
+    assert_eq!((status, t["enabled"].clone()), (200, json!(true)), "{t}");
+    Ok(())
+}
