@@ -521,6 +521,13 @@ impl Client {
         self.open_events(request, after).await
     }
 
+    /// Opens any other event stream of chatd's (`/notifications/events`):
+    /// answers once the head is in, so the device is attached.
+    pub async fn sse(&self, path: &str) -> anyhow::Result<EventStream> {
+        let request = self.http.get(self.api(path));
+        self.open_events(request, 0).await
+    }
+
     async fn open_events(
         &self,
         request: reqwest::RequestBuilder,

@@ -371,7 +371,8 @@ pub async fn figure(
         },
         ..Default::default()
     };
-    let sandboxes = Sandboxes::new(&config, shutdown)?;
+    let folders = chatd::folders::Folders::from_config(&config);
+    let sandboxes = Sandboxes::new(&config, shutdown, folders)?;
     let status = sandboxes.probe().await;
     ensure!(
         status.installed,

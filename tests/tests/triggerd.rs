@@ -73,13 +73,17 @@ async fn checks_pass(td: &Triggerd, n: u64) -> anyhow::Result<()> {
 
 /// Waits until `trigger` has `n` runs, none queued or running; the runs, oldest first.
 async fn settled_runs(td: &Triggerd, trigger: &str, n: usize) -> anyhow::Result<Vec<Value>> {
-    let mut runs = wait_until(&format!("{n} finished runs of {trigger}"), QUICK, || async {
-        let runs = td.runs(trigger).await.ok()?;
-        let done = runs
-            .iter()
-            .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
-        (runs.len() == n && done).then_some(runs)
-    })
+    let mut runs = wait_until(
+        &format!("{n} finished runs of {trigger}"),
+        QUICK,
+        || async {
+            let runs = td.runs(trigger).await.ok()?;
+            let done = runs
+                .iter()
+                .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
+            (runs.len() == n && done).then_some(runs)
+        },
+    )
     .await?;
     runs.reverse();
     Ok(runs)
@@ -95,13 +99,17 @@ async fn notifications(client: &Client) -> anyhow::Result<Vec<Value>> {
 }
 
 async fn notification_for(client: &Client, trigger: &str, kind: &str) -> anyhow::Result<Value> {
-    wait_until(&format!("a {kind} notification of {trigger}"), QUICK, || async {
-        notifications(client)
-            .await
-            .ok()?
-            .into_iter()
-            .find(|n| n["source"]["id"] == trigger && n["kind"] == kind)
-    })
+    wait_until(
+        &format!("a {kind} notification of {trigger}"),
+        QUICK,
+        || async {
+            notifications(client)
+                .await
+                .ok()?
+                .into_iter()
+                .find(|n| n["source"]["id"] == trigger && n["kind"] == kind)
+        },
+    )
     .await
 }
 
@@ -117,7 +125,10 @@ async fn a_schedule_runs_a_chat_of_its_own_and_the_inbox_says_so() -> anyhow::Re
     )
     .await?;
     assert_eq!(t["kind"], "schedule");
-    assert_eq!(t["next_run"], "2026-12-01T08:00:00Z", "09:00 in Rome is 08:00 UTC in December");
+    assert_eq!(
+        t["next_run"], "2026-12-01T08:00:00Z",
+        "09:00 in Rome is 08:00 UTC in December"
+    );
     assert_eq!(t["description"], "every weekday (Mon–Fri) at 09:00");
     let tid = id(&t);
     // Chatd forwards the same routes to triggerd.
@@ -126,7 +137,10 @@ async fn a_schedule_runs_a_chat_of_its_own_and_the_inbox_says_so() -> anyhow::Re
     assert_eq!(via_chatd.body["id"], tid.as_str());
 
     checks_pass(&b.td, 3).await?;
-    assert!(b.td.runs(&tid).await?.is_empty(), "nothing is due before 09:00");
+    assert!(
+        b.td.runs(&tid).await?.is_empty(),
+        "nothing is due before 09:00"
+    );
     b.td.set_clock("2026-12-01T08:00:02Z")?;
     let runs = settled_runs(&b.td, &tid, 1).await?;
     let run = &runs[0];
@@ -138,17 +152,27 @@ async fn a_schedule_runs_a_chat_of_its_own_and_the_inbox_says_so() -> anyhow::Re
 
     let snapshot = b.client.snapshot(chat).await?;
     assert_eq!(snapshot["conversation"]["origin"], "trigger");
-    assert_eq!(snapshot["conversation"]["title"], "Morning notes · 2026-12-01 09:00");
+    assert_eq!(
+        snapshot["conversation"]["title"],
+        "Morning notes · 2026-12-01 09:00"
+    );
     assert_eq!(snapshot["runs"][0]["origin"], "trigger");
     let first = snapshot["messages"][0]["text"].as_str().unwrap_or_default();
-    assert!(first.starts_with("Summarise yesterday's notes.\n\nRules from AGENTS.md:\nAnswer in English."), "{first}");
-    assert!(first.ends_with("one plain sentence that says what changed."), "{first}");
+    assert!(
+        first.starts_with(
+            "Summarise yesterday's notes.\n\nRules from AGENTS.md:\nAnswer in English."
+        ),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("one plain sentence that says what changed."),
+        "{first}"
+    );
 
     let note = notification_for(&b.client, &tid, "run_ended").await?;
     assert_eq!(note["conversation_id"], chat);
     assert_eq!(note["source"]["type"], "trigger");
     assert_eq!(note["title"], "Morning notes ran");
-    assert_eq!(run["notified"], false, "read before delivery, or after: both fine");
 
     // Saturday and Sunday are not weekdays: the next is Monday the 7th.
     let t = b.td.api("GET", &format!("/{tid}"), None).await?.1;
@@ -181,7 +205,10 @@ async fn a_daily_trigger_across_three_days_of_downtime_runs_once() -> anyhow::Re
     b.td.set_clock("2026-03-04T10:30:00Z")?;
     b.td.start().await?;
     let runs = settled_runs(&b.td, &tid, 2).await?;
-    assert_eq!(runs[1]["due"], "2026-03-04T09:00:00Z", "the latest missed time");
+    assert_eq!(
+        runs[1]["due"], "2026-03-04T09:00:00Z",
+        "the latest missed time"
+    );
     checks_pass(&b.td, 5).await?;
     assert_eq!(b.td.runs(&tid).await?.len(), 2, "once, not three times");
     // And the schedule goes on from there.
@@ -238,15 +265,25 @@ async fn a_file_written_in_ten_pieces_runs_once_and_the_runs_own_file_starts_not
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert!(first.contains("Rules from Contracts/AGENTS.md:\nFile contracts by year."), "{first}");
-    assert!(first.contains("A new file arrived: Contracts/lease.txt"), "{first}");
+    assert!(
+        first.contains("Rules from Contracts/AGENTS.md:\nFile contracts by year."),
+        "{first}"
+    );
+    assert!(
+        first.contains("A new file arrived: Contracts/lease.txt"),
+        "{first}"
+    );
     // The summary the run wrote is quiet for longer than 3 s: still nothing.
     let since = std::time::Instant::now();
     while since.elapsed() < Duration::from_secs(5) {
         checks_pass(&b.td, 5).await?;
     }
     let runs = b.td.runs(&tid).await?;
-    assert_eq!(runs.len(), 1, "the run's own write started another: {runs:?}");
+    assert_eq!(
+        runs.len(),
+        1,
+        "the run's own write started another: {runs:?}"
+    );
     // A new file from outside still runs.
     std::fs::write(inbox.join("second.txt"), "another")?;
     let runs = settled_runs(&b.td, &tid, 2).await?;
@@ -261,9 +298,11 @@ async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Re
     let mut second = Triggerd::beside(&b.td, &b.chatd, "")?;
     second.set_clock("2026-06-01T10:00:30Z")?;
     second.spawn()?;
-    wait_until("the second triggerd to wait for the lock", QUICK, || async {
-        second.log().contains("waiting for its lock").then_some(())
-    })
+    wait_until(
+        "the second triggerd to wait for the lock",
+        QUICK,
+        || async { second.log().contains("waiting for its lock").then_some(()) },
+    )
     .await?;
     // Three seconds a run: long enough to kill a triggerd in the middle of one.
     let tid = id(&create(
@@ -280,8 +319,10 @@ async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Re
             // Killed mid-run: the other takes the lock and goes on.
             wait_until("minute 3's run to be running", QUICK, || async {
                 let runs = b.td.runs(&tid).await.ok()?;
-                (runs.len() == 3 && runs[0]["status"] == "running" && runs[0]["chat_run_id"].is_string())
-                    .then_some(())
+                (runs.len() == 3
+                    && runs[0]["status"] == "running"
+                    && runs[0]["chat_run_id"].is_string())
+                .then_some(())
             })
             .await?;
             b.td.kill9();
@@ -297,9 +338,17 @@ async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Re
     assert_eq!(dues.len(), 6, "every due key once: {runs:?}");
     let statuses: HashMap<&str, &str> = runs
         .iter()
-        .map(|r| (r["due"].as_str().unwrap_or(""), r["status"].as_str().unwrap_or("")))
+        .map(|r| {
+            (
+                r["due"].as_str().unwrap_or(""),
+                r["status"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
-    assert_eq!(statuses["2026-06-01T10:03:00Z"], "interrupted", "{statuses:?}");
+    assert_eq!(
+        statuses["2026-06-01T10:03:00Z"], "interrupted",
+        "{statuses:?}"
+    );
     for (due, status) in &statuses {
         if *due != "2026-06-01T10:03:00Z" {
             assert_eq!(*status, "done", "{due}: {statuses:?}");
@@ -316,8 +365,8 @@ async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Re
 }
 
 #[tokio::test]
-async fn triggerd_killed_mid_run_records_it_interrupted_and_the_inbox_says_so(
-) -> anyhow::Result<()> {
+async fn triggerd_killed_mid_run_records_it_interrupted_and_the_inbox_says_so() -> anyhow::Result<()>
+{
     let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
     b.td.start().await?;
     let tid = id(&create(
@@ -350,7 +399,11 @@ async fn triggerd_killed_mid_run_records_it_interrupted_and_the_inbox_says_so(
     assert_eq!(note["conversation_id"], chat.as_str());
     // Its chat's run was stopped, not left going with nobody recording it.
     let snapshot = b.client.snapshot(&chat).await?;
-    assert_eq!(snapshot["runs"][0]["status"], "stopped", "{}", snapshot["runs"]);
+    assert_eq!(
+        snapshot["runs"][0]["status"], "stopped",
+        "{}",
+        snapshot["runs"]
+    );
     Ok(())
 }
 
@@ -366,18 +419,62 @@ async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() -> anyhow
         body
     };
     for (body, field, says) in [
-        (with("when", json!("fortnightly 08:00")), "when", "unknown schedule word"),
-        (with("when", json!("daily 08:61")), "when", "minute 61 is outside 0..=59"),
-        (with("when", json!("61 * * * *")), "when", "minute 61 is outside 0..=59"),
-        (with("when", json!("once 2026-05-01 08:00")), "when", "is in the past"),
+        (
+            with("when", json!("fortnightly 08:00")),
+            "when",
+            "unknown schedule word",
+        ),
+        (
+            with("when", json!("daily 08:61")),
+            "when",
+            "minute 61 is outside 0..=59",
+        ),
+        (
+            with("when", json!("61 * * * *")),
+            "when",
+            "minute 61 is outside 0..=59",
+        ),
+        (
+            with("when", json!("once 2026-05-01 08:00")),
+            "when",
+            "is in the past",
+        ),
         (with("tz", json!("Mars/Olympus")), "tz", "unknown time zone"),
-        (json!({"name": "n", "folder": "../elsewhere", "prompt": "p"}), "folder", "outside the workspace"),
-        (json!({"name": "n", "folder": "Missing", "prompt": "p"}), "folder", "does not exist"),
-        (json!({"name": "n", "prompt": "p"}), "when", "needs a schedule"),
-        (with("name", json!("")), "name", "must be 1 to 100 characters"),
-        (with("prompt", json!("")), "prompt", "must be 1 to 16000 characters"),
-        (with("quiet_seconds", json!(0)), "quiet_seconds", "0 is outside 1..=3600"),
-        (with("min_gap_seconds", json!(86_401)), "min_gap_seconds", "outside 0..=86400"),
+        (
+            json!({"name": "n", "folder": "../elsewhere", "prompt": "p"}),
+            "folder",
+            "outside the workspace",
+        ),
+        (
+            json!({"name": "n", "folder": "Missing", "prompt": "p"}),
+            "folder",
+            "does not exist",
+        ),
+        (
+            json!({"name": "n", "prompt": "p"}),
+            "when",
+            "needs a schedule",
+        ),
+        (
+            with("name", json!("")),
+            "name",
+            "must be 1 to 100 characters",
+        ),
+        (
+            with("prompt", json!("")),
+            "prompt",
+            "must be 1 to 16000 characters",
+        ),
+        (
+            with("quiet_seconds", json!(0)),
+            "quiet_seconds",
+            "0 is outside 1..=3600",
+        ),
+        (
+            with("min_gap_seconds", json!(86_401)),
+            "min_gap_seconds",
+            "outside 0..=86400",
+        ),
         (with("daily_cap", json!(0)), "daily_cap", "outside 1..=1000"),
         (with("colour", json!("red")), "colour", "unknown field"),
     ] {
@@ -387,23 +484,34 @@ async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() -> anyhow
         assert_eq!(answer["error"]["field"], field, "{body}: {answer}");
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.starts_with(&format!("{field}: ")), "{message}");
-        assert!(message.contains(says), "{body}: {message:?} should say {says:?}");
+        assert!(
+            message.contains(says),
+            "{body}: {message:?} should say {says:?}"
+        );
     }
     let (_, list) = b.td.api("GET", "", None).await?;
     assert_eq!(list["triggers"], json!([]), "nothing stored");
     // A replace with bad input changes nothing either.
     let tid = id(&create(&b.td, ok.clone()).await?);
-    let (status, _) = b
-        .td
-        .api("PUT", &format!("/{tid}"), Some(with("when", json!("daily 25:00"))))
+    let (status, _) =
+        b.td.api(
+            "PUT",
+            &format!("/{tid}"),
+            Some(with("when", json!("daily 25:00"))),
+        )
         .await?;
     assert_eq!(status, 400);
     let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await?;
     assert_eq!(t["when"], "daily 08:00");
     let (status, _) = b.td.api("GET", "/t_nope", None).await?;
     assert_eq!(status, 404);
-    let (status, answer) = b.td.api("GET", &format!("/{tid}/runs?limit=0"), None).await?;
-    assert_eq!((status, answer["error"]["field"].clone()), (400, json!("limit")));
+    let (status, answer) =
+        b.td.api("GET", &format!("/{tid}/runs?limit=0"), None)
+            .await?;
+    assert_eq!(
+        (status, answer["error"]["field"].clone()),
+        (400, json!("limit"))
+    );
     Ok(())
 }
 
@@ -411,9 +519,12 @@ async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() -> anyhow
 async fn preview_shows_the_next_times_and_what_the_text_means() -> anyhow::Result<()> {
     let mut b = boxed("", "2026-03-27T12:00:00Z").await?;
     b.td.start().await?;
-    let (status, p) = b
-        .td
-        .api("GET", "/preview?when=daily%2002:30&tz=Europe/Rome&count=3", None)
+    let (status, p) =
+        b.td.api(
+            "GET",
+            "/preview?when=daily%2002:30&tz=Europe/Rome&count=3",
+            None,
+        )
         .await?;
     assert_eq!(status, 200, "{p}");
     assert_eq!(p["description"], "every day at 02:30");
@@ -426,7 +537,11 @@ async fn preview_shows_the_next_times_and_what_the_text_means() -> anyhow::Resul
     // The 29th's 02:30 does not exist in Rome: the first minute after the gap, 03:00 CEST.
     assert_eq!(
         at,
-        ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]
+        [
+            "2026-03-28T01:30:00Z",
+            "2026-03-29T01:00:00Z",
+            "2026-03-30T00:30:00Z"
+        ]
     );
     assert_eq!(p["next"][1]["local"], "Sun 2026-03-29 03:00 CEST");
     for (query, field) in [
@@ -444,8 +559,8 @@ async fn preview_shows_the_next_times_and_what_the_text_means() -> anyhow::Resul
 }
 
 #[tokio::test]
-async fn a_file_trigger_whose_folder_goes_is_switched_off_with_an_inbox_entry(
-) -> anyhow::Result<()> {
+async fn a_file_trigger_whose_folder_goes_is_switched_off_with_an_inbox_entry() -> anyhow::Result<()>
+{
     let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
     b.td.start().await?;
     let folder = b.td.workspace.join("Drop");
@@ -461,14 +576,100 @@ async fn a_file_trigger_whose_folder_goes_is_switched_off_with_an_inbox_entry(
         (t["enabled"] == false).then_some(t)
     })
     .await?;
-    assert_eq!(t["disabled_reason"], "its folder Drop is gone from the workspace");
+    assert_eq!(
+        t["disabled_reason"],
+        "its folder Drop is gone from the workspace"
+    );
     let note = notification_for(&b.client, &tid, "needs_attention").await?;
     assert_eq!(note["title"], "Drop box was switched off");
     // Switching it on again while the folder is gone is refused, naming it.
     let (status, answer) = b.td.api("POST", &format!("/{tid}/enable"), None).await?;
-    assert_eq!((status, answer["error"]["field"].clone()), (400, json!("folder")));
+    assert_eq!(
+        (status, answer["error"]["field"].clone()),
+        (400, json!("folder"))
+    );
     std::fs::create_dir_all(&folder)?;
     let (status, t) = b.td.api("POST", &format!("/{tid}/enable"), None).await?;
     assert_eq!((status, t["enabled"].clone()), (200, json!(true)), "{t}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_past_its_time_is_stopped_and_fails_saying_so() -> anyhow::Result<()> {
+    let mut b = boxed("run_timeout_s = 10\n", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Endless", "when": "daily 23:00", "prompt": "On and on. [sim tokens=2000 tps=20]"}),
+    )
+    .await?);
+    let (status, _) = b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    assert_eq!(status, 202);
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "failed", "{}", runs[0]);
+    assert_eq!(runs[0]["reason"], "stopped after 10 s (run_timeout_s 10)");
+    let chat = runs[0]["chat_id"].as_str().context("chat")?;
+    let chat_run = wait_until("the chat's run to end", QUICK, || async {
+        let s = b.client.snapshot(chat).await.ok()?;
+        let status = s["runs"][0]["status"].as_str()?.to_string();
+        (status != "running" && status != "queued").then_some(status)
+    })
+    .await?;
+    assert_eq!(chat_run, "stopped");
+    let note = notification_for(&b.client, &tid, "run_failed").await?;
+    assert_eq!(note["body"], "stopped after 10 s (run_timeout_s 10)");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_daily_cap_skips_runs_past_it() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:30Z").await?;
+    b.td.start().await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Often", "when": "* * * * *", "daily_cap": 2, "prompt": "Tick."}),
+    )
+    .await?);
+    for minute in 1..=3u32 {
+        b.td.set_clock(&format!("2026-06-01T10:{minute:02}:01Z"))?;
+        settled_runs(&b.td, &tid, minute as usize).await?;
+    }
+    let runs = settled_runs(&b.td, &tid, 3).await?;
+    let statuses: Vec<&str> = runs.iter().filter_map(|r| r["status"].as_str()).collect();
+    assert_eq!(statuses, ["done", "done", "skipped"]);
+    assert_eq!(
+        runs[2]["reason"],
+        "the daily cap of 2 runs in 24 hours was reached"
+    );
+    assert!(runs[2]["chat_id"].is_null(), "a skipped run makes no chat");
+    // A day later the cap has room again.
+    b.td.set_clock("2026-06-02T10:02:30Z")?;
+    let runs = settled_runs(&b.td, &tid, 4).await?;
+    assert_eq!(runs[3]["status"], "done");
+    Ok(())
+}
+
+#[tokio::test]
+async fn chatd_killed_mid_run_ends_the_run_interrupted_and_the_inbox_still_hears(
+) -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Long", "when": "daily 23:00", "prompt": "Slowly. [sim tokens=600 tps=20]"}),
+    )
+    .await?);
+    b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    wait_until("the run to be answering", QUICK, || async {
+        let runs = b.td.runs(&tid).await.ok()?;
+        (runs.first()?["chat_run_id"].is_string()).then_some(())
+    })
+    .await?;
+    b.chatd.restart().await?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "interrupted", "{}", runs[0]);
+    let note = notification_for(&b.client, &tid, "run_failed").await?;
+    assert_eq!(note["title"], "Long was interrupted");
+    assert_eq!(note["conversation_id"], runs[0]["chat_id"]);
     Ok(())
 }

@@ -87,6 +87,11 @@ pub struct ChatdConfig {
     /// Seconds a "Run this command on this machine?" card waits (5 minutes
     /// at most).
     pub host_card_wait_s: u64,
+    /// triggerd's socket: chatd forwards `/v1/chat-app/triggers*` there.
+    pub triggers_socket: PathBuf,
+    /// The box's shared folder: the workspace of every chat made with
+    /// `workspace: "shared"` (a trigger's chats; file triggers watch it).
+    pub shared_workspace: PathBuf,
     /// Each chat's container (`[chatd.sandbox]`).
     pub sandbox: SandboxConfig,
 }
@@ -241,6 +246,8 @@ impl Default for ChatdConfig {
             host_exec: "ask".into(),
             hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             host_card_wait_s: 300,
+            triggers_socket: tandem_shared::daemon::runtime_dir().join("triggers.sock"),
+            shared_workspace: home.join(".tandemllm/workspace"),
             sandbox: SandboxConfig::default(),
         }
     }
@@ -320,6 +327,8 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_HOST_CARD_WAIT_S",
         key: "chatd.host_card_wait_s",
     },
+    EnvKey::new("QSE_TRIGGERS_SOCKET", "chatd.triggers_socket"),
+    EnvKey::new("QSE_SHARED_WORKSPACE", "chatd.shared_workspace"),
     EnvKey::new("QSE_SANDBOX_SOCKET", "chatd.sandbox.socket"),
     EnvKey::new("QSE_SANDBOX_IMAGE", "chatd.sandbox.image"),
     EnvKey::new("QSE_SANDBOX_MEM_GB", "chatd.sandbox.mem_gb"),

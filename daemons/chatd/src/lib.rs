@@ -12,8 +12,10 @@ pub mod context;
 pub mod egress;
 pub mod engine;
 pub mod events;
+pub mod folders;
 pub mod hostexec;
 pub mod housekeeping;
+pub mod inbox;
 pub mod metrics;
 pub mod model;
 pub mod permissions;
@@ -21,6 +23,7 @@ pub mod runs;
 pub mod sandbox;
 pub mod store;
 pub mod tools;
+pub mod triggers;
 pub mod workspace;
 
 use std::path::Path;
@@ -46,10 +49,16 @@ pub struct App {
     pub runs: Runs,
     /// egressd's API: chats' egress presets, rules, audit.
     pub egress: crate::egress::EgressClient,
+    /// triggerd's API: `/v1/chat-app/triggers*` is forwarded there.
+    pub triggers: crate::triggers::TriggersClient,
+    /// The inbox's live stream (notifications as they commit).
+    pub inbox: crate::inbox::Inbox,
     pub engine: Engine,
     pub secrets: Secrets,
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
+    /// Where each chat's workspace is (its own or the shared folder).
+    pub folders: crate::folders::Folders,
     /// Each chat's container; `None` when no runtime answered at start.
     pub sandboxes: Option<crate::sandbox::Sandboxes>,
     /// What the runtime said at start (capabilities read it).
@@ -86,10 +95,13 @@ impl App {
             .unwrap_or_else(|| "default".into())
     }
 
-    /// Removes a chat's container and folders for good.
+    /// Removes a chat's container and folders for good. A shared chat's
+    /// workspace is the box's shared folder: it stays (only the chat's own
+    /// folders under the data folder go).
     pub async fn remove_folders(&self, conversation_id: &str) {
         self.sandboxes_probe.remove(conversation_id).await;
         remove_chat_folders(&self.config.data_dir, conversation_id);
+        self.folders.forget(conversation_id);
     }
 
     async fn probe_engine(&self) {
@@ -148,7 +160,8 @@ fn spawn_watchdog(app: &Arc<App>) {
     });
 }
 
-/// Removes a chat's folders (workspace, home, egress, snapshots) for good.
+/// Removes a chat's folders (workspace, home, egress, snapshots) for good:
+/// only those under the data folder, never the box's shared workspace.
 pub fn remove_chat_folders(data_dir: &Path, conversation_id: &str) {
     // Ids are made by chatd, but a folder name from a request is checked anyway.
     if conversation_id.is_empty()
@@ -189,9 +202,29 @@ pub async fn run(
         metrics.clone(),
     )?;
     let engine = Engine::new(&config.engine_url);
+    // The shared folder trigger chats work in, private like the others.
+    tandem_shared::fsmode::private_dir(&config.shared_workspace).with_context(|| {
+        format!(
+            "making the shared workspace {}",
+            config.shared_workspace.display()
+        )
+    })?;
+    let folders = crate::folders::Folders::from_config(&config);
+    let shared = store
+        .read(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT id FROM conversations WHERE workspace = 'shared'")?;
+            let ids = stmt
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the shared chats: {e:?}"))?;
+    folders.load(shared);
     // A runtime that answers with the image there: bash runs in sandboxes.
     // Otherwise chats go on without, and bash runs as host_exec says.
-    let probe = crate::sandbox::Sandboxes::new(&config, shutdown.clone())?;
+    let probe = crate::sandbox::Sandboxes::new(&config, shutdown.clone(), folders.clone())?;
     let status = probe.probe().await;
     let sandboxes = status.installed.then(|| probe.clone());
     match &status.reason {
@@ -208,20 +241,25 @@ pub async fn run(
         shutdown.clone(),
         secrets.forward_key.clone(),
         sandboxes.clone(),
+        folders.clone(),
     );
     // egressd may start before or after chatd: the listener waits for it.
     let egress = crate::egress::EgressClient::new(&config.egress_socket)?;
     runs.set_egress(egress.clone());
     crate::egress::spawn_card_listener(egress.clone(), runs.clone(), shutdown.clone());
+    let triggers = crate::triggers::TriggersClient::new(&config.triggers_socket)?;
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
         runs: runs.clone(),
         egress,
+        triggers,
+        inbox: crate::inbox::Inbox::default(),
         engine,
         secrets,
         metrics,
         registry: Arc::new(registry),
+        folders,
         sandboxes: sandboxes.clone(),
         sandboxes_probe: probe.clone(),
         started: Instant::now(),

@@ -22,6 +22,12 @@ pub struct ToolLabels {
     pub ok: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// run_ended | run_failed | needs_attention
+    pub kind: String,
+}
+
 pub struct Metrics {
     pub tool_calls: Family<ToolLabels, Counter>,
     pub compactions: Counter,
@@ -32,6 +38,7 @@ pub struct Metrics {
     pub engine_retries: Counter,
     pub runs_queued: Gauge,
     pub engine_garbage_lines: Counter,
+    pub notifications: Family<NotificationLabels, Counter>,
 }
 
 impl Metrics {
@@ -47,6 +54,7 @@ impl Metrics {
             engine_retries: Counter::default(),
             runs_queued: Gauge::default(),
             engine_garbage_lines: Counter::default(),
+            notifications: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("tandem");
         r.register(
@@ -93,6 +101,11 @@ impl Metrics {
             "compactions",
             "Chats compacted because their context filled",
             metrics.compactions.clone(),
+        );
+        r.register(
+            "notifications",
+            "Notifications stored in the inbox, by kind",
+            metrics.notifications.clone(),
         );
         metrics
     }

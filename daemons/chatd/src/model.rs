@@ -15,6 +15,12 @@ pub struct Conversation {
     pub state: String,
     pub permission_mode: String,
     pub settings: Value,
+    /// Who made it: user | trigger | connector | import | fork. A run in a
+    /// trigger's or a connector's chat is theirs (nobody watches it).
+    pub origin: String,
+    /// Where its files are: own (workspaces/<id>/) or shared (the box's
+    /// shared folder).
+    pub workspace: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted: Option<String>,
     #[serde(skip)]
@@ -24,9 +30,18 @@ pub struct Conversation {
 }
 
 pub const CONVERSATION_COLUMNS: &str =
-    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq";
+    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq, origin, workspace";
 
 impl Conversation {
+    /// The origin of the runs started in this chat: a trigger's or a
+    /// connector's chat runs as theirs, every other as a person's.
+    pub fn run_origin(&self) -> &str {
+        match self.origin.as_str() {
+            "trigger" | "connector" => &self.origin,
+            _ => "user",
+        }
+    }
+
     pub fn from_row(row: &Row) -> rusqlite::Result<Conversation> {
         let settings: String = row.get(7)?;
         let deleted_at: Option<i64> = row.get(8)?;
@@ -46,6 +61,8 @@ impl Conversation {
             }),
             head_id: row.get(9)?,
             last_seq: row.get(10)?,
+            origin: row.get(11)?,
+            workspace: row.get(12)?,
         })
     }
 }

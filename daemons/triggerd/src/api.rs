@@ -443,7 +443,8 @@ async fn preview(
             format!(
                 "{:?} is in the past (it is {} in {})",
                 when.trim(),
-                now.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M"),
+                now.to_zoned_datetime(zone.clone())
+                    .strftime("%Y-%m-%d %H:%M"),
                 if tz.is_empty() { "UTC" } else { &tz }
             ),
         ));

@@ -127,8 +127,12 @@ impl ChatClient {
     }
 
     pub async fn snapshot(&self, chat: &str) -> Result<Value, ChatError> {
-        self.call(reqwest::Method::GET, &format!("/conversations/{chat}"), None)
-            .await
+        self.call(
+            reqwest::Method::GET,
+            &format!("/conversations/{chat}"),
+            None,
+        )
+        .await
     }
 
     /// Stops the chat's active run; a chat with none is not an error.
@@ -161,14 +165,24 @@ impl ChatClient {
         let mut tokens: i64 = 0;
         let mut wait = Duration::from_millis(100);
         loop {
-            let outcome = self.follow_once(chat, run_id, &mut after, &mut tokens).await;
+            let outcome = self
+                .follow_once(chat, run_id, &mut after, &mut tokens)
+                .await;
             if let Ok(Some(mut end)) = outcome {
                 end.tokens = tokens;
                 return end;
             }
             // A reset (too far behind) or a cut: the snapshot says whether
             // the run ended meanwhile; after a reset, tail from its seq.
-            if let Ok(snapshot) = self.snapshot(chat).await {
+            let snapshot = self.snapshot(chat).await;
+            if let Err(ChatError::Refused { status: 404, .. }) = snapshot {
+                return RunEnd {
+                    status: "failed".into(),
+                    error: Some("the run's chat was deleted".into()),
+                    tokens,
+                };
+            }
+            if let Ok(snapshot) = snapshot {
                 if let Some(mut end) = ended_in_snapshot(&snapshot, run_id) {
                     end.tokens = if tokens == 0 {
                         end_tokens(&snapshot, run_id)
@@ -353,8 +367,9 @@ mod tests {
 
     #[test]
     fn frames_split_and_parse() {
-        let mut buf = b": keepalive\n\nid: 7\nevent: run.finished\ndata: {\"run_id\":\"r_1\"}\n\nid: 8\nev"
-            .to_vec();
+        let mut buf =
+            b": keepalive\n\nid: 7\nevent: run.finished\ndata: {\"run_id\":\"r_1\"}\n\nid: 8\nev"
+                .to_vec();
         let first = take_frame(&mut buf).unwrap();
         assert!(parse_frame(&first).is_none(), "a comment is no event");
         let second = parse_frame(&take_frame(&mut buf).unwrap()).unwrap();

@@ -149,7 +149,10 @@ impl TriggersConfig {
         if reqwest::Url::parse(&base).is_err() {
             return Err(bad(
                 "chat_url",
-                format!("{:?} is not an address like http://127.0.0.1:8016", self.chat_url),
+                format!(
+                    "{:?} is not an address like http://127.0.0.1:8016",
+                    self.chat_url
+                ),
             ));
         }
         Ok(())
@@ -180,10 +183,7 @@ mod tests {
             |c| c.check_ms = 5,
             "triggers.check_ms: 5 is outside 10..=60000",
         );
-        check(
-            |c| c.max_runs = 0,
-            "triggers.max_runs: 0 is outside 1..=64",
-        );
+        check(|c| c.max_runs = 0, "triggers.max_runs: 0 is outside 1..=64");
         check(
             |c| c.run_timeout_s = 1,
             "triggers.run_timeout_s: 1 is outside 10..=86400",

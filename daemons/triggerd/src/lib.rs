@@ -59,6 +59,8 @@ pub struct Triggerd {
     pub watcher: Mutex<Watches>,
     /// A change that should be looked at before the next check.
     pub wake: tokio::sync::Notify,
+    /// An inbox entry waits: deliver it before the next round.
+    pub deliver: tokio::sync::Notify,
     pub started: Instant,
     pub shutdown: Shutdown,
     /// Checks done since start (`/health` says it: tests wait on it).
@@ -139,6 +141,7 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
         dirty: Mutex::new(HashSet::new()),
         watcher: Mutex::new(Watches::default()),
         wake: tokio::sync::Notify::new(),
+        deliver: tokio::sync::Notify::new(),
         started: Instant::now(),
         shutdown: shutdown.clone(),
         checks: std::sync::atomic::AtomicU64::new(0),
@@ -294,7 +297,7 @@ async fn deliveries(td: Arc<Triggerd>) {
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
-            _ = td.wake.notified() => {}
+            _ = td.deliver.notified() => {}
             _ = td.shutdown.wait() => return,
         }
     }
@@ -307,7 +310,9 @@ pub fn run_notification(run: &store::Run) -> serde_json::Value {
         "done" => (
             "run_ended",
             format!("{name} ran"),
-            run.summary.clone().unwrap_or_else(|| "The run ended.".into()),
+            run.summary
+                .clone()
+                .unwrap_or_else(|| "The run ended.".into()),
         ),
         "interrupted" => (
             "run_failed",
@@ -329,7 +334,9 @@ pub fn run_notification(run: &store::Run) -> serde_json::Value {
         _ => (
             "run_failed",
             format!("{name} failed"),
-            run.reason.clone().unwrap_or_else(|| "the run failed".into()),
+            run.reason
+                .clone()
+                .unwrap_or_else(|| "the run failed".into()),
         ),
     };
     let mut value = json!({
@@ -438,7 +445,7 @@ pub async fn switch_off(td: &Arc<Triggerd>, id: &str, reason: &str) -> anyhow::R
         .await?;
     tracing::warn!(trigger = %id, reason, "trigger switched off");
     sync_watches(td);
-    td.wake.notify_one();
+    td.deliver.notify_one();
     Ok(())
 }
 

@@ -18,12 +18,9 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let common = args.common.clone();
-    tandem_shared::daemon::main(
-        "triggerd",
-        &common,
-        triggerd::config::DEFAULT_TOML,
-        || start(args),
-    )
+    tandem_shared::daemon::main("triggerd", &common, triggerd::config::DEFAULT_TOML, || {
+        start(args)
+    })
 }
 
 fn start(args: Args) -> anyhow::Result<()> {

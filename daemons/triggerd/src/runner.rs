@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::chat::{self, ChatError, ChatClient};
+use crate::chat::{self, ChatClient, ChatError};
 use crate::clock::ts;
 use crate::store::{self, Ending, Run, Trigger};
 use crate::Triggerd;
@@ -86,6 +86,15 @@ pub fn summary(answer: &str) -> String {
     out
 }
 
+/// Seconds as a person says them: "15 minutes", "90 s".
+pub fn span(seconds: u64) -> String {
+    match seconds {
+        60 => "1 minute".into(),
+        s if s % 60 == 0 => format!("{} minutes", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
 /// Drives `run` (already marked running) to its end and records it.
 pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     let limit = Duration::from_secs(td.config.run_timeout_s);
@@ -122,8 +131,8 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
             Ending {
                 status: "failed".into(),
                 reason: Some(format!(
-                    "stopped after {} minutes (run_timeout_s {})",
-                    td.config.run_timeout_s / 60,
+                    "stopped after {} (run_timeout_s {})",
+                    span(td.config.run_timeout_s),
                     td.config.run_timeout_s
                 )),
                 ..Ending::default()
@@ -157,6 +166,7 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     tracing::info!(run = %run.id, trigger = %trigger.id, status = %ending.status,
         tokens = ending.tokens, seconds = started.elapsed().as_secs(), "trigger run ended");
     td.wake.notify_one();
+    td.deliver.notify_one();
 }
 
 /// Calls chatd until it answers or refuses; a refusal is the reason.
@@ -287,7 +297,10 @@ mod tests {
                 "File it.\n\nRules from Contracts/AGENTS.md:\nKeep names.\n\nA new file arrived: Contracts/a.pdf\n\n{CLOSING}"
             )
         );
-        assert_eq!(compose(&trigger(""), None, None), format!("File it.\n\n{CLOSING}"));
+        assert_eq!(
+            compose(&trigger(""), None, None),
+            format!("File it.\n\n{CLOSING}")
+        );
     }
 
     #[test]

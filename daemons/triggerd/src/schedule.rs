@@ -859,7 +859,6 @@ fn join_and(items: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     const ROME: &str = "Europe/Rome";
     const NY: &str = "America/New_York";
@@ -1302,20 +1301,18 @@ mod tests {
     }
 
     #[test]
-    fn last_due_every_minute_over_30_days_is_quick() {
+    fn last_due_every_minute_over_30_days_is_one_time() {
+        // Its speed is figure 10 of the benchmarks; here, that 30 days of
+        // every-minute times give the one latest minute.
         let s = Schedule::parse("* * * * *").unwrap();
         let zone = zone(ROME).unwrap();
         let now = ts("2026-05-15T10:17:42Z");
         let since = ts("2026-04-15T10:17:42Z");
-        let start = Instant::now();
-        for _ in 0..100 {
-            assert_eq!(
-                s.last_due(since, now, &zone),
-                Some(ts("2026-05-15T10:17:00Z"))
-            );
-        }
-        // 100 calls; generous for an unoptimised build on a busy machine.
-        assert!(start.elapsed().as_millis() < 500, "{:?}", start.elapsed());
+        assert_eq!(
+            s.last_due(since, now, &zone),
+            Some(ts("2026-05-15T10:17:00Z"))
+        );
+        assert_eq!(s.last_due(now, now, &zone), None);
     }
 
     #[rustfmt::skip]

@@ -279,7 +279,11 @@ pub fn absorb_writes(
             Some(f) if f.ran_version.as_deref() == Some(version.as_str()) => continue,
             Some(f) => FileState {
                 version: version.clone(),
-                seen_ms: if &f.version == version { f.seen_ms } else { now },
+                seen_ms: if &f.version == version {
+                    f.seen_ms
+                } else {
+                    now
+                },
                 ran_version: Some(version.clone()),
                 ..f.clone()
             },
@@ -394,7 +398,7 @@ async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
 }
 
 enum Next {
-    Start(Trigger),
+    Start(Box<Trigger>),
     Skip(String),
     Wait,
     Full,
@@ -424,7 +428,7 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
                     Some(e) => {
                         let trigger = e.trigger.clone();
                         live.running.insert(run.trigger_id.clone(), run.id.clone());
-                        Next::Start(trigger)
+                        Next::Start(Box::new(trigger))
                     }
                 }
             }
@@ -436,7 +440,7 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
                 skip(td, &run, reason, now).await?;
                 continue;
             }
-            Next::Start(trigger) => trigger,
+            Next::Start(trigger) => *trigger,
         };
         let (rid, tid, cap) = (run.id.clone(), trigger.id.clone(), trigger.daily_cap);
         let started = td
@@ -503,7 +507,13 @@ async fn skip(td: &Arc<Triggerd>, run: &Run, reason: String, now: i64) -> anyhow
 mod tests {
     use super::*;
 
-    fn file(path: &str, version: &str, seen: i64, ran: Option<&str>, ran_ms: Option<i64>) -> FileState {
+    fn file(
+        path: &str,
+        version: &str,
+        seen: i64,
+        ran: Option<&str>,
+        ran_ms: Option<i64>,
+    ) -> FileState {
         FileState {
             path: path.into(),
             version: version.into(),
@@ -534,7 +544,10 @@ mod tests {
         assert_eq!(d.due, [("a.pdf".to_string(), "v1".to_string())]);
         let after: Vec<FileState> = d.changed.clone();
         let again = decide_files(&after, Some(&s), 90_000, 30_000, 60_000, false);
-        assert!(again.due.is_empty() && !again.pending, "one run per version");
+        assert!(
+            again.due.is_empty() && !again.pending,
+            "one run per version"
+        );
     }
 
     #[test]
@@ -549,8 +562,15 @@ mod tests {
                 stored.push(c);
             }
         }
-        assert!(decide_files(&stored, None, 8_000, 5_000, 60_000, false).due.is_empty());
-        assert_eq!(decide_files(&stored, None, 9_000, 5_000, 60_000, false).due.len(), 1);
+        assert!(decide_files(&stored, None, 8_000, 5_000, 60_000, false)
+            .due
+            .is_empty());
+        assert_eq!(
+            decide_files(&stored, None, 9_000, 5_000, 60_000, false)
+                .due
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -580,7 +600,10 @@ mod tests {
         let d = absorb_writes(&stored, &s, 10_000, 20_000);
         let paths: Vec<&str> = d.changed.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["a.pdf", "summary.md"]);
-        assert!(d.changed.iter().all(|f| f.ran_version.as_deref() == Some(f.version.as_str())));
+        assert!(d
+            .changed
+            .iter()
+            .all(|f| f.ran_version.as_deref() == Some(f.version.as_str())));
         let mut after: Vec<FileState> = vec![stored[1].clone()];
         after.extend(d.changed);
         let d = decide_files(&after, Some(&s), 200_000, 1_000, 60_000, false);
@@ -590,7 +613,9 @@ mod tests {
     #[test]
     fn due_schedules_collapse_a_downtime_into_one_run() {
         let day = 86_400_000i64;
-        let saved = jiff::Timestamp::from_second(1_764_576_000).unwrap().as_millisecond(); // 2025-12-01T08:00Z
+        let saved = jiff::Timestamp::from_second(1_764_576_000)
+            .unwrap()
+            .as_millisecond(); // 2025-12-01T08:00Z
         let trigger = Trigger {
             id: "t_1".into(),
             name: "daily".into(),

@@ -443,7 +443,12 @@ pub fn finish(conn: &Connection, id: &str, ending: &Ending, now_ms: i64) -> rusq
 
 /// Finished runs older than `days` go; beyond two days, only the last
 /// `keep` of each trigger stay. Queued and running runs are never removed.
-pub fn purge_runs(conn: &Connection, now_ms: i64, days: u64, keep: usize) -> rusqlite::Result<usize> {
+pub fn purge_runs(
+    conn: &Connection,
+    now_ms: i64,
+    days: u64,
+    keep: usize,
+) -> rusqlite::Result<usize> {
     let day = 86_400_000i64;
     let old = now_ms - days as i64 * day;
     let recent = now_ms - 2 * day;
@@ -551,4 +556,145 @@ pub fn notices(conn: &Connection) -> rusqlite::Result<Vec<Notice>> {
 pub fn drop_notice(conn: &Connection, id: &str) -> rusqlite::Result<()> {
     conn.execute("DELETE FROM notices WHERE id = ?1", [id])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, trigger: &str, key: &str, queued_ms: i64) -> Run {
+        crate::scheduler::new_run(
+            trigger,
+            "name",
+            key.into(),
+            "schedule",
+            queued_ms,
+            None,
+            queued_ms,
+        )
+        .with_id(id)
+    }
+
+    impl Run {
+        fn with_id(mut self, id: &str) -> Run {
+            self.id = id.into();
+            self
+        }
+    }
+
+    fn open() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.sqlite3")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn a_due_key_runs_once() {
+        let (_dir, store) = open();
+        store
+            .call_now(|conn| {
+                assert!(queue_run(conn, &run("r1", "t", "t@9", 1))?.is_some());
+                assert!(
+                    queue_run(conn, &run("r2", "t", "t@9", 2))?.is_none(),
+                    "same key"
+                );
+                assert!(queue_run(conn, &run("r3", "t", "t@10", 3))?.is_some());
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn history_keeps_the_last_runs_two_days_and_never_what_waits() {
+        let (_dir, store) = open();
+        let day = 86_400_000i64;
+        let now = 100 * day;
+        store
+            .call_now(|conn| {
+                // 250 finished runs a minute apart, 10 to 3 days old.
+                for i in 0..250i64 {
+                    let at = now - 10 * day + i * 60_000;
+                    queue_run(
+                        conn,
+                        &run(&format!("old{i:03}"), "a", &format!("a@{i}"), at),
+                    )?;
+                    let ending = Ending {
+                        status: "done".into(),
+                        ..Ending::default()
+                    };
+                    finish(conn, &format!("old{i:03}"), &ending, at)?;
+                }
+                // 300 finished in the last two days: all kept.
+                for i in 0..300i64 {
+                    let at = now - day + i * 60_000;
+                    queue_run(
+                        conn,
+                        &run(&format!("new{i:03}"), "a", &format!("b@{i}"), at),
+                    )?;
+                    let ending = Ending {
+                        status: "failed".into(),
+                        ..Ending::default()
+                    };
+                    finish(conn, &format!("new{i:03}"), &ending, at)?;
+                }
+                // 40 days old: finished goes, queued and running stay.
+                let ancient = now - 40 * day;
+                queue_run(conn, &run("gone", "b", "c@1", ancient))?;
+                finish(
+                    conn,
+                    "gone",
+                    &Ending {
+                        status: "done".into(),
+                        ..Ending::default()
+                    },
+                    ancient,
+                )?;
+                queue_run(conn, &run("waits", "b", "c@2", ancient))?;
+                queue_run(conn, &run("works", "b", "c@3", ancient))?;
+                mark_started(conn, "works", ancient)?;
+                let removed = purge_runs(conn, now, 30, 200)?;
+                // trigger a: 550 finished; the newest 200 are the 2-day ones,
+                // so every older one goes; trigger b: the 40-day-old one.
+                assert_eq!(removed, 250 + 1);
+                assert_eq!(runs_of(conn, "a", 1000)?.len(), 300);
+                let b: Vec<String> = runs_of(conn, "b", 10)?.into_iter().map(|r| r.id).collect();
+                assert_eq!(b.len(), 2);
+                assert!(b.contains(&"waits".to_string()) && b.contains(&"works".to_string()));
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn beyond_two_days_the_last_200_of_a_trigger_stay() {
+        let (_dir, store) = open();
+        let day = 86_400_000i64;
+        let now = 100 * day;
+        store
+            .call_now(|conn| {
+                for i in 0..260i64 {
+                    let at = now - 20 * day + i * 60_000;
+                    queue_run(conn, &run(&format!("r{i:03}"), "a", &format!("a@{i}"), at))?;
+                    finish(
+                        conn,
+                        &format!("r{i:03}"),
+                        &Ending {
+                            status: "done".into(),
+                            ..Ending::default()
+                        },
+                        at,
+                    )?;
+                }
+                assert_eq!(purge_runs(conn, now, 30, 200)?, 60);
+                let kept = runs_of(conn, "a", 1000)?;
+                assert_eq!(kept.len(), 200);
+                assert_eq!(
+                    kept.last().map(|r| r.id.as_str()),
+                    Some("r060"),
+                    "the oldest go first"
+                );
+                Ok(())
+            })
+            .unwrap();
+    }
 }

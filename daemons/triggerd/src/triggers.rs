@@ -81,7 +81,13 @@ fn text_field(field: &str, value: &str, min: usize, max: usize) -> Result<(), Ap
     Ok(())
 }
 
-fn number(field: &str, value: Option<u64>, default: u64, min: u64, max: u64) -> Result<u64, ApiError> {
+fn number(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ApiError> {
     let value = value.unwrap_or(default);
     if !(min..=max).contains(&value) {
         return Err(ApiError::bad_input(

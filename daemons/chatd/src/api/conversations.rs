@@ -32,6 +32,33 @@ pub struct CreateBody {
     settings: Option<Value>,
     agent_id: Option<String>,
     permission_mode: Option<String>,
+    /// Who makes it: user (the default), trigger or connector.
+    origin: Option<String>,
+    /// Where its files are: own (the default) or shared (the box's shared folder).
+    workspace: Option<String>,
+}
+
+/// The origins a chat may be created with (import and fork are chatd's own).
+const ORIGINS: &[&str] = &["user", "trigger", "connector"];
+
+fn check_workspace(workspace: Option<String>) -> Result<String, ApiError> {
+    let workspace = workspace.unwrap_or_else(|| "own".into());
+    if crate::folders::KINDS.contains(&workspace.as_str()) {
+        Ok(workspace)
+    } else {
+        Err(ApiError::bad_input("workspace", "must be own or shared"))
+    }
+}
+
+fn check_origin(origin: &str) -> Result<(), ApiError> {
+    if ORIGINS.contains(&origin) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_input(
+            "origin",
+            "must be user, trigger or connector",
+        ))
+    }
 }
 
 pub fn check_title(title: &str) -> Result<(), ApiError> {
@@ -78,15 +105,19 @@ pub struct NewConversation {
     pub settings: String,
     pub permission_mode: String,
     pub origin: String,
+    /// own | shared
+    pub workspace: String,
 }
 
+/// Stores a new conversation. The caller notes a shared one in
+/// `App::folders` once the write committed.
 pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conversation, ApiError> {
     let id = new_id("c_");
     let now = now_rfc3339();
     ctx.conn().execute(
-        "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin) \
-         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)",
-        params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin],
+        "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace) \
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8)",
+        params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin, new.workspace],
     )?;
     announce_conversation(ctx, &id)
 }
@@ -118,18 +149,24 @@ pub async fn create(
             "saved agents are not part of this build yet",
         ));
     }
+    let origin = body.origin.unwrap_or_else(|| "user".into());
+    check_origin(&origin)?;
+    let workspace = check_workspace(body.workspace)?;
     let new = NewConversation {
         title,
         model,
         settings,
         permission_mode,
-        origin: "user".into(),
+        origin,
+        workspace,
     };
     let conversation = app
         .store
         .write(move |ctx| insert_conversation(ctx, &new))
         .await?;
-    tracing::info!(conversation = %conversation.id, "conversation created");
+    app.folders.made(&conversation.id, &conversation.workspace);
+    tracing::info!(conversation = %conversation.id, origin = %conversation.origin,
+        workspace = %conversation.workspace, "conversation created");
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
 }
 
@@ -391,6 +428,7 @@ pub async fn export(
         "title": conversation.title,
         "model": conversation.model,
         "settings": conversation.settings,
+        "workspace": conversation.workspace,
         "messages": messages,
     }))
     .into_response())
@@ -404,6 +442,9 @@ pub struct ImportBody {
     model: String,
     #[serde(default)]
     settings: Option<Value>,
+    /// own (the default) or shared.
+    #[serde(default)]
+    workspace: Option<String>,
     messages: Vec<ImportMessage>,
 }
 
@@ -434,6 +475,7 @@ pub async fn import(
     check_title(&body.title)?;
     check_model(&body.model)?;
     let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
+    let workspace = check_workspace(body.workspace)?;
     if body.messages.len() > MAX_IMPORT_MESSAGES {
         return Err(ApiError::bad_input(
             "messages",
@@ -498,6 +540,7 @@ pub async fn import(
         settings,
         permission_mode,
         origin: "import".into(),
+        workspace,
     };
     let conversation = app
         .store
@@ -522,6 +565,7 @@ pub async fn import(
             queries::conversation(ctx.conn(), &conversation.id, Trashed::Include)
         })
         .await?;
+    app.folders.made(&conversation.id, &conversation.workspace);
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
 }
 
@@ -559,6 +603,8 @@ pub async fn fork(
                 settings: source.settings.to_string(),
                 permission_mode: source.permission_mode.clone(),
                 origin: "fork".into(),
+                // A fork of a shared chat works on the same shared folder.
+                workspace: source.workspace.clone(),
             };
             let fork = insert_conversation(ctx, &new)?;
             let mut parent: Option<String> = None;
@@ -581,6 +627,7 @@ pub async fn fork(
             queries::conversation(ctx.conn(), &fork.id, Trashed::Include)
         })
         .await?;
+    app.folders.made(&conversation.id, &conversation.workspace);
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
 }
 

@@ -98,7 +98,7 @@ pub async fn send(
                 Some(records) => insert_user_with_files(ctx, &cid, &text, records)?,
                 None => insert_message(ctx, &cid, "user", &text, None, None)?,
             };
-            let run = insert_run(ctx, &conversation, "send", "user", None)?;
+            let run = insert_run(ctx, &conversation, "send", None)?;
             Ok(Sent::Run { message_id: message.id, run_id: run.id })
         })
         .await?;
@@ -236,7 +236,7 @@ where
                 ));
             }
             let message_id = prepare(ctx, &conversation)?;
-            insert_run(ctx, &conversation, mode, "user", message_id.as_deref())
+            insert_run(ctx, &conversation, mode, message_id.as_deref())
         })
         .await?;
     app.runs.spawn(run.id.clone(), id);

@@ -5,9 +5,11 @@ mod conversations;
 mod egress;
 mod events;
 mod messages;
+mod notifications;
 mod rules;
 mod sandbox;
 mod system;
+mod triggers;
 
 use std::sync::Arc;
 
@@ -15,7 +17,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post};
+use axum::routing::{any, get, patch, post};
 use axum::Router;
 use tandem_shared::http::ApiError;
 
@@ -102,6 +104,18 @@ pub fn router(app: Arc<App>) -> Router {
             "/permissions/mode",
             get(system::default_mode).put(system::set_default_mode),
         )
+        .route(
+            "/notifications",
+            post(notifications::create)
+                .get(notifications::list)
+                .delete(notifications::remove),
+        )
+        .route("/notifications/count", get(notifications::count))
+        .route("/notifications/read", post(notifications::mark_read))
+        .route("/notifications/events", get(notifications::events))
+        // triggerd's routes, forwarded as they come.
+        .route("/triggers", any(triggers::forward))
+        .route("/triggers/{*rest}", any(triggers::forward))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), guard));
     Router::new()

@@ -74,6 +74,8 @@ pub async fn capabilities(
             "tools": app.runs.registry().names(),
             "commands": app.runs.registry().get("bash").is_some(), "compaction": true,
             "consent": true,
+            "triggers": app.triggers.installed(),
+            "inbox": true,
         },
     }))
 }

@@ -129,9 +129,12 @@ struct Inner {
     /// Whether the engine counts tokens (`POST /v1/tokenize`): 0 not yet
     /// known, 1 yes, 2 no.
     tokenize: AtomicU8,
+    /// Where each chat's workspace is (its own or the shared folder).
+    folders: crate::folders::Folders,
 }
 
 impl Runs {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         engine: Engine,
@@ -140,6 +143,7 @@ impl Runs {
         shutdown: Shutdown,
         forward_key: tandem_shared::secrets::Secret,
         sandboxes: Option<crate::sandbox::Sandboxes>,
+        folders: crate::folders::Folders,
     ) -> Runs {
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         // `bash` runs in the chat's sandbox when there is a runtime;
@@ -175,6 +179,7 @@ impl Runs {
                 egress: std::sync::OnceLock::new(),
                 forward_key,
                 tokenize: AtomicU8::new(0),
+                folders,
             }),
         }
     }
@@ -1277,11 +1282,12 @@ pub fn insert_row(
 }
 
 /// Records a new run `queued` for the conversation (its task starts it).
+/// Its origin is the chat's: a run in a trigger's or a connector's chat is
+/// theirs (nobody watches it), any other a person's.
 pub fn insert_run(
     ctx: &mut Ctx,
     conversation: &Conversation,
     mode: &str,
-    origin: &str,
     message_id: Option<&str>,
 ) -> Result<Run, ApiError> {
     let run = Run {
@@ -1290,7 +1296,7 @@ pub fn insert_run(
         status: "queued".into(),
         mode: mode.into(),
         model: conversation.model.clone(),
-        origin: origin.into(),
+        origin: conversation.run_origin().into(),
         message_id: message_id.map(str::to_string),
         steps: 0,
         error: None,

@@ -309,13 +309,9 @@ impl Runs {
             .await
     }
 
-    /// The chat's workspace folder.
+    /// The chat's workspace folder: its own, or the box's shared one.
     pub fn workspace_root(&self, conversation_id: &str) -> std::path::PathBuf {
-        self.inner
-            .config
-            .data_dir
-            .join("workspaces")
-            .join(conversation_id)
+        self.inner.folders.workspace(conversation_id)
     }
 
     async fn permissions_of(&self, conversation_id: &str) -> Result<(Mode, Vec<Rule>), ApiError> {

@@ -132,7 +132,7 @@ pub async fn bash(
         }
         break (output, ended, cancelled);
     };
-    let workspace_root = sandboxes.inner.data_dir.join("workspaces").join(chat);
+    let workspace_root = sandboxes.inner.folders.workspace(chat);
     let fitted = match Workspace::open(&workspace_root) {
         Ok(workspace) => tools::fit_output(&workspace, call_id, output, budget.saturating_sub(600)),
         Err(_) => output,

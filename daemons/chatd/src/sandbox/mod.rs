@@ -2,7 +2,8 @@
 //! run through the Docker Engine API (podman's API service or docker), locked
 //! down whatever the runtime: the commands' user, every capability dropped,
 //! no new privileges, a read-only root, no network but the chat's egress
-//! socket, memory, CPU and process limits, no devices. The chat's workspace is
+//! socket, memory, CPU and process limits, no devices. The chat's workspace
+//! (its own, or the box's shared folder for a shared chat) is
 //! `/workspace`, its home `/home/sandbox`, its egress folder
 //! `/run/tandem-egress` (the image's shim relays 127.0.0.1:3128 there).
 //!
@@ -66,6 +67,8 @@ struct Inner {
     docker: Docker,
     settings: crate::config::SandboxConfig,
     data_dir: PathBuf,
+    /// Where each chat's workspace is (its own or the shared folder).
+    folders: crate::folders::Folders,
     engine_url: String,
     http: reqwest::Client,
     /// The commands' uid and gid.
@@ -156,7 +159,11 @@ struct Fit {
 }
 
 impl Sandboxes {
-    pub fn new(config: &ChatdConfig, shutdown: Shutdown) -> anyhow::Result<Sandboxes> {
+    pub fn new(
+        config: &ChatdConfig,
+        shutdown: Shutdown,
+        folders: crate::folders::Folders,
+    ) -> anyhow::Result<Sandboxes> {
         let settings = config.sandbox.clone();
         let user = settings.user_ids().unwrap_or_else(|| {
             let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
@@ -175,6 +182,7 @@ impl Sandboxes {
                 cpus: settings.cpus.min(host_cpus),
                 settings,
                 data_dir: config.data_dir.clone(),
+                folders,
                 engine_url: config.engine_url.trim_end_matches('/').to_string(),
                 http: reqwest::Client::builder()
                     .timeout(Duration::from_secs(5))
@@ -489,6 +497,25 @@ impl Sandboxes {
         })
     }
 
+    /// The chat's folders on this side, where each is inside and its mode:
+    /// the workspace (its own, or the box's shared folder), the home and
+    /// the egress folder.
+    fn folders_of(&self, chat: &str) -> [(PathBuf, &'static str, &'static str); 3] {
+        [
+            (self.inner.folders.workspace(chat), "/workspace", "rw"),
+            (
+                self.inner.data_dir.join("homes").join(chat),
+                "/home/sandbox",
+                "rw",
+            ),
+            (
+                self.inner.data_dir.join("egress").join(chat),
+                "/run/tandem-egress",
+                "ro",
+            ),
+        ]
+    }
+
     /// Makes the chat's folders and answers the bind list. The commands'
     /// user must be able to write them: chatd running as root hands them to
     /// it; otherwise they must be chatd's own user.
@@ -502,12 +529,7 @@ impl Sandboxes {
             )));
         }
         let mut binds = Vec::new();
-        for (folder, inside, mode) in [
-            ("workspaces", "/workspace", "rw"),
-            ("homes", "/home/sandbox", "rw"),
-            ("egress", "/run/tandem-egress", "ro"),
-        ] {
-            let path = self.inner.data_dir.join(folder).join(chat);
+        for (path, inside, mode) in self.folders_of(chat) {
             tandem_shared::fsmode::private_dir(&path).map_err(|e| {
                 SandboxError::Unavailable(format!("could not make {}: {e}", path.display()))
             })?;
@@ -531,9 +553,10 @@ impl Sandboxes {
             return;
         }
         let (uid, gid) = self.inner.user;
-        let folders: Vec<PathBuf> = ["workspaces", "homes", "egress"]
-            .iter()
-            .map(|f| self.inner.data_dir.join(f).join(chat))
+        let folders: Vec<PathBuf> = self
+            .folders_of(chat)
+            .into_iter()
+            .map(|(path, _, _)| path)
             .collect();
         let chat = chat.to_string();
         let _ = tokio::task::spawn_blocking(move || {

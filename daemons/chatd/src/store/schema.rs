@@ -119,4 +119,30 @@ ALTER TABLE messages ADD COLUMN attachments TEXT;
 -- The files sent with a message that waits for the model, carried over on delivery.
 ALTER TABLE pending ADD COLUMN attachments TEXT;
 "#,
+    r#"
+-- The inbox: what triggerd, connectord and chatd tell the box's person.
+-- Newest first is by rowid; created_unix keeps the 90-day bound cheap.
+CREATE TABLE notifications (
+    id TEXT PRIMARY KEY,
+    -- run_ended | run_failed | needs_attention
+    kind TEXT NOT NULL,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL DEFAULT '',
+    -- trigger | connector | chatd
+    source_type TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    source_name TEXT NOT NULL DEFAULT '',
+    conversation_id TEXT,
+    created TEXT NOT NULL,
+    created_unix INTEGER NOT NULL,
+    read INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX notifications_created ON notifications(created_unix);
+CREATE INDEX notifications_unread ON notifications(read);
+"#,
+    r#"
+-- Where a chat's files are: own (workspaces/<chat>/) or shared (the box's
+-- shared folder, [chatd] shared_workspace).
+ALTER TABLE conversations ADD COLUMN workspace TEXT NOT NULL DEFAULT 'own';
+"#,
 ];
