@@ -477,6 +477,12 @@ async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() -> anyhow
         ),
         (with("daily_cap", json!(0)), "daily_cap", "outside 1..=1000"),
         (with("colour", json!("red")), "colour", "unknown field"),
+        (
+            with("quiet_seconds", json!("30")),
+            "quiet_seconds",
+            "invalid type",
+        ),
+        (with("daily_cap", json!(-1)), "daily_cap", "invalid value"),
     ] {
         let (status, answer) = b.td.api("POST", "", Some(body.clone())).await?;
         assert_eq!(status, 400, "{body}: {answer}");
@@ -489,6 +495,16 @@ async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() -> anyhow
             "{body}: {message:?} should say {says:?}"
         );
     }
+    let (status, answer) =
+        b.td.api(
+            "POST",
+            "",
+            Some(with("prompt", json!("\u{1}".repeat(50_000)))),
+        )
+        .await?;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["error"]["type"], "too_large");
+    assert_eq!(answer["error"]["limit"], 262_144);
     let (_, list) = b.td.api("GET", "", None).await?;
     assert_eq!(list["triggers"], json!([]), "nothing stored");
     // A replace with bad input changes nothing either.
@@ -671,5 +687,197 @@ async fn chatd_killed_mid_run_ends_the_run_interrupted_and_the_inbox_still_hears
     let note = notification_for(&b.client, &tid, "run_failed").await?;
     assert_eq!(note["title"], "Long was interrupted");
     assert_eq!(note["conversation_id"], runs[0]["chat_id"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_that_asks_is_an_inbox_entry_and_goes_on_when_answered() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let mode = b
+        .client
+        .call(
+            reqwest::Method::PUT,
+            "/permissions/mode",
+            Some(json!({"default": "ask"})),
+        )
+        .await?;
+    assert_eq!(mode.status, 200, "{mode:?}");
+    let cue = r#"[sim tool_calls=[{"name":"write_file","arguments":{"path":"report.md","content":"weekly"}}] tool_steps=1]"#;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Weekly report", "when": "weekly fri 17:00", "prompt": format!("Write it. {cue}")}),
+    )
+    .await?);
+    b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    let note = notification_for(&b.client, &tid, "needs_attention").await?;
+    assert_eq!(note["title"], "Weekly report is waiting for you");
+    let chat = note["conversation_id"].as_str().context("the chat")?;
+    assert!(
+        note["body"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("15 minutes"),
+        "{note}"
+    );
+    let snapshot = b.client.snapshot(chat).await?;
+    let card = snapshot["consents"][0]["card_id"]
+        .as_str()
+        .context("the card")?
+        .to_string();
+    let answer = b
+        .client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card, "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "done", "{}", runs[0]);
+    assert_eq!(
+        std::fs::read_to_string(b.td.workspace.join("report.md"))?,
+        "weekly"
+    );
+    notification_for(&b.client, &tid, "run_ended").await?;
+    Ok(())
+}
+
+/// A file trigger whose run writes `Out/summary.md`-like files next to the
+/// file and then answers for a few seconds.
+const SLOW_WRITER: &str = r#"[sim tool_calls=[{"name":"write_file","arguments":{"path":"Drop/summary.md","content":"done"}}] tool_steps=1 tokens=120 tps=20]"#;
+
+#[tokio::test]
+async fn a_file_from_outside_during_a_run_still_runs_and_the_runs_own_never_does(
+) -> anyhow::Result<()> {
+    let mut b = boxed("clock_file = \"\"\n", "").await?;
+    b.td.start().await?;
+    let drop = b.td.workspace.join("Drop");
+    std::fs::create_dir_all(&drop)?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Drop box", "folder": "Drop", "quiet_seconds": 1, "min_gap_seconds": 0,
+               "prompt": format!("Sort it. {SLOW_WRITER}")}),
+    )
+    .await?);
+    // A name with a control character still makes a chat (its title is cleaned).
+    std::fs::write(drop.join("first\u{7}.txt"), "one")?;
+    wait_until(
+        "the first run to have written its summary",
+        QUICK,
+        || async {
+            let runs = b.td.runs(&tid).await.ok()?;
+            (runs.len() == 1 && runs[0]["status"] == "running" && drop.join("summary.md").exists())
+                .then_some(())
+        },
+    )
+    .await?;
+    // While it works, a person drops another file.
+    std::fs::write(drop.join("second.txt"), "two")?;
+    let runs = settled_runs(&b.td, &tid, 2).await?;
+    assert_eq!(runs[0]["status"], "done", "{}", runs[0]);
+    assert_eq!(runs[0]["file"], "first\u{7}.txt");
+    assert_eq!(
+        runs[1]["file"], "second.txt",
+        "the file from outside ran after"
+    );
+    // summary.md, written by both runs, never ran.
+    let since = std::time::Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        checks_pass(&b.td, 5).await?;
+    }
+    let files: Vec<String> =
+        b.td.runs(&tid)
+            .await?
+            .iter()
+            .filter_map(|r| r["file"].as_str().map(str::to_string))
+            .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_run_does_not_let_its_own_file_start_it() -> anyhow::Result<()>
+{
+    let mut b = boxed("clock_file = \"\"\n", "").await?;
+    b.td.start().await?;
+    let drop = b.td.workspace.join("Drop");
+    std::fs::create_dir_all(&drop)?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Drop box", "folder": "Drop", "quiet_seconds": 1, "min_gap_seconds": 0,
+               "prompt": format!("Sort it. {SLOW_WRITER}")}),
+    )
+    .await?);
+    std::fs::write(drop.join("in.txt"), "one")?;
+    wait_until("the run to have written its summary", QUICK, || async {
+        let runs = b.td.runs(&tid).await.ok()?;
+        (runs.len() == 1 && runs[0]["status"] == "running" && drop.join("summary.md").exists())
+            .then_some(())
+    })
+    .await?;
+    b.td.kill9();
+    b.td.start().await?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "interrupted");
+    let since = std::time::Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        checks_pass(&b.td, 5).await?;
+    }
+    let runs = b.td.runs(&tid).await?;
+    assert_eq!(
+        runs.len(),
+        1,
+        "the run's own summary.md started it: {runs:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_folder_swapped_for_a_link_out_is_never_followed() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let drop = b.td.workspace.join("Drop");
+    std::fs::create_dir_all(&drop)?;
+    let outside = tempfile::tempdir()?;
+    std::fs::write(outside.path().join("id_rsa"), "secret")?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Drop box", "folder": "Drop", "quiet_seconds": 1, "prompt": "p"}),
+    )
+    .await?);
+    std::fs::remove_dir(&drop)?;
+    std::os::unix::fs::symlink(outside.path(), &drop)?;
+    let t = wait_until("the trigger to be switched off", QUICK, || async {
+        let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await.ok()?;
+        (t["enabled"] == false).then_some(t)
+    })
+    .await?;
+    let reason = t["disabled_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("its folder Drop cannot be used:"),
+        "{reason}"
+    );
+    assert!(reason.contains("outside the workspace"), "{reason}");
+    assert!(b.td.runs(&tid).await?.is_empty(), "nothing outside ran");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_triggerd_waiting_for_the_lock_stops_at_sigterm() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let mut second = Triggerd::beside(&b.td, &b.chatd, "")?;
+    second.set_clock("2026-06-01T10:00:00Z")?;
+    second.spawn()?;
+    wait_until(
+        "the second triggerd to wait for the lock",
+        QUICK,
+        || async { second.log().contains("waiting for its lock").then_some(()) },
+    )
+    .await?;
+    let status = second.sigterm(Duration::from_secs(5))?;
+    assert!(status.success(), "{status}");
+    assert!(b.td.running(), "the first goes on");
     Ok(())
 }

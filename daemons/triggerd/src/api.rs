@@ -27,8 +27,9 @@ use crate::store::{self, Kind, Trigger};
 use crate::triggers::{self, Checked};
 use crate::{lock, Triggerd};
 
-/// The largest body a route takes.
-pub const MAX_BODY: usize = 64 * 1024;
+/// The largest body axum reads (chatd forwards at most 1 MiB); a body over
+/// `triggers::MAX_BODY` is refused by the route with the contract's error.
+pub const READ_LIMIT: usize = 2 << 20;
 
 pub fn router(td: Arc<Triggerd>) -> Router {
     let triggers = Router::new()
@@ -44,7 +45,7 @@ pub fn router(td: Arc<Triggerd>) -> Router {
         .nest("/v1/chat-app/triggers", triggers)
         .merge(tandem_shared::metrics::router(td.registry.clone()))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT))
         .with_state(td)
 }
 
@@ -125,6 +126,7 @@ async fn baseline(td: &Arc<Triggerd>, trigger: &Trigger) -> Result<(), ApiError>
     td.store
         .call(move |conn| {
             let rows: Vec<store::FileState> = scanned
+                .files
                 .into_iter()
                 .map(|(path, version)| store::FileState {
                     path,

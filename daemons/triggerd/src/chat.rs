@@ -32,11 +32,15 @@ pub enum ChatError {
 }
 
 impl ChatError {
+    /// Whether asking again may go through: chatd down, busy or failing
+    /// for a while, a key being rotated, an older chatd being replaced.
+    /// Only a refusal of the request itself (400, 413, 422, …) is final.
     pub fn retryable(&self) -> bool {
         match self {
             ChatError::Unreachable(_) => true,
-            // chatd busy or restarting behind a proxy.
-            ChatError::Refused { status, .. } => *status == 503 || *status == 429,
+            ChatError::Refused { status, .. } => {
+                *status >= 500 || matches!(*status, 401 | 404 | 408 | 429)
+            }
         }
     }
 }
@@ -120,7 +124,7 @@ impl ChatClient {
             .call(
                 reqwest::Method::POST,
                 &format!("/conversations/{chat}/messages"),
-                Some(&json!({ "text": text })),
+                Some(&json!({ "text": text, "origin": "trigger" })),
             )
             .await?;
         id_field(&value, "run_id")
@@ -157,16 +161,22 @@ impl ChatClient {
             .map(|_| ())
     }
 
-    /// Follows the chat's events until `run_id` finishes. A cut stream or a
-    /// chatd restart is ridden out (the stream resumes from the last seq
-    /// seen, waiting up to 2 s between tries); the caller bounds the time.
-    pub async fn follow(&self, chat: &str, run_id: &str) -> RunEnd {
+    /// Follows the chat's events until `run_id` finishes; `on_card` hears
+    /// each consent card the run shows. A cut stream or a chatd restart is
+    /// ridden out (the stream resumes from the last seq seen, waiting up to
+    /// 2 s between tries); the caller bounds the time.
+    pub async fn follow(
+        &self,
+        chat: &str,
+        run_id: &str,
+        on_card: &mut (dyn FnMut(&Value) + Send),
+    ) -> RunEnd {
         let mut after: u64 = 0;
         let mut tokens: i64 = 0;
         let mut wait = Duration::from_millis(100);
         loop {
             let outcome = self
-                .follow_once(chat, run_id, &mut after, &mut tokens)
+                .follow_once(chat, run_id, &mut after, &mut tokens, on_card)
                 .await;
             if let Ok(Some(mut end)) = outcome {
                 end.tokens = tokens;
@@ -207,6 +217,7 @@ impl ChatClient {
         run_id: &str,
         after: &mut u64,
         tokens: &mut i64,
+        on_card: &mut (dyn FnMut(&Value) + Send),
     ) -> Result<Option<RunEnd>, ChatError> {
         let response = self
             .client
@@ -237,6 +248,7 @@ impl ChatClient {
                 let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
                 match event.kind.as_str() {
                     "reset" => return Ok(None),
+                    "tool.consent" if data["run_id"] == run_id => on_card(&data),
                     "usage" if data["run_id"] == run_id => {
                         *tokens += data["used"].as_i64().unwrap_or(0);
                     }

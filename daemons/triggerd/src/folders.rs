@@ -75,19 +75,31 @@ pub fn version(meta: &std::fs::Metadata) -> String {
     )
 }
 
+/// What a scan of a folder found: each file's path (relative, UTF-8) and
+/// version, sorted; `complete` is false when it stopped at MAX_FILES, so
+/// files it did not reach are not taken as gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    pub files: Vec<(String, String)>,
+    pub complete: bool,
+}
+
 /// Every regular file below `root` (no links followed, no hidden names, no
-/// AGENTS.md) with its version, paths relative to `root`, sorted.
-pub fn scan(root: &Path) -> std::io::Result<Vec<(String, String)>> {
+/// AGENTS.md, no name that is not UTF-8: a model could not name it back).
+pub fn scan(root: &Path) -> std::io::Result<Scan> {
     let mut found = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     std::fs::read_dir(root)?;
-    while let Some((dir, depth)) = stack.pop() {
+    let mut complete = true;
+    'walk: while let Some((dir, depth)) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let name = name.to_string_lossy();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
             if name.starts_with('.') {
                 continue;
             }
@@ -107,15 +119,21 @@ pub fn scan(root: &Path) -> std::io::Result<Vec<(String, String)>> {
             let Ok(relative) = entry.path().strip_prefix(root).map(Path::to_path_buf) else {
                 continue;
             };
-            found.push((relative.to_string_lossy().into_owned(), version(&meta)));
+            let Some(relative) = relative.to_str() else {
+                continue;
+            };
             if found.len() >= MAX_FILES {
-                found.sort();
-                return Ok(found);
+                complete = false;
+                break 'walk;
             }
+            found.push((relative.to_string(), version(&meta)));
         }
     }
     found.sort();
-    Ok(found)
+    Ok(Scan {
+        files: found,
+        complete,
+    })
 }
 
 /// The folder's AGENTS.md, cut at MAX_RULES bytes (on a character boundary).
@@ -180,12 +198,23 @@ mod tests {
         std::fs::write(root.join(".hidden"), "h").unwrap();
         std::fs::write(root.join("AGENTS.md"), "rules").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        std::fs::write(
+            root.join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt")),
+            "latin-1",
+        )
+        .unwrap();
         let found = scan(root).unwrap();
-        let names: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert!(found.complete);
+        let names: Vec<&str> = found.files.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(names, ["a.txt", "sub/b.txt"]);
-        let before = found[0].1.clone();
+        let before = found.files[0].1.clone();
         std::fs::write(root.join("a.txt"), "a longer text").unwrap();
-        assert_ne!(scan(root).unwrap()[0].1, before, "a write is a new version");
+        assert_ne!(
+            scan(root).unwrap().files[0].1,
+            before,
+            "a write is a new version"
+        );
         assert_eq!(rules(root).as_deref(), Some("rules"));
     }
 }

@@ -105,14 +105,22 @@ async fn take_lock(
     }
     tracing::info!(lock = %path.display(), "another triggerd runs on this data folder; waiting for its lock");
     tandem_shared::notify::status("waiting for another triggerd's lock");
-    let file = open()?;
-    let waiting = tokio::task::spawn_blocking(move || Flock::lock(file, FlockArg::LockExclusive));
-    tokio::select! {
-        taken = waiting => match taken? {
-            Ok(lock) => Ok(Some(lock)),
+    // Asked again every 250 ms rather than waited for in a blocking call, so
+    // a SIGTERM while waiting ends this triggerd at once.
+    let mut file = open()?;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = shutdown.wait() => return Ok(None),
+        }
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => {
+                tracing::info!(lock = %path.display(), "the lock is ours");
+                return Ok(Some(lock));
+            }
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => file = back,
             Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
-        },
-        _ = shutdown.wait() => Ok(None),
+        }
     }
 }
 
@@ -146,7 +154,6 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
         shutdown: shutdown.clone(),
         checks: std::sync::atomic::AtomicU64::new(0),
     });
-    let interrupted = recover(&td).await?;
     let triggers = td.store.call(|conn| store::all_triggers(conn)).await?;
     {
         let mut live = lock(&td.live);
@@ -161,6 +168,7 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
         }
         td.metrics.enabled.set(live.enabled() as i64);
     }
+    let interrupted = recover(&td).await?;
     start_watching(&td)?;
     sync_watches(&td);
     let listener = bind(&config.socket)?;
@@ -203,8 +211,10 @@ fn bind(socket: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// Runs a previous triggerd left `running` were cut short by its end: each
-/// is recorded `interrupted` (the inbox says so) and its chat run stopped.
+/// Runs a previous triggerd left `running` were cut short by its end. A
+/// chat run that ended meanwhile is recorded as it ended; any other is
+/// stopped and recorded `interrupted` (the inbox says so). What the run
+/// wrote starts nothing either way. At most `max_runs` runs, 5 s each.
 async fn recover(td: &Arc<Triggerd>) -> anyhow::Result<usize> {
     let running = td
         .store
@@ -212,31 +222,64 @@ async fn recover(td: &Arc<Triggerd>) -> anyhow::Result<usize> {
         .await?;
     let now = td.clock.now_ms();
     for run in &running {
+        let mut ending = Ending {
+            status: "interrupted".into(),
+            reason: Some("interrupted by a restart".into()),
+            ..Ending::default()
+        };
+        let mut snapshot = None;
         if let Some(chat) = &run.chat_id {
-            let stop = tokio::time::timeout(Duration::from_secs(5), td.chat.stop(chat)).await;
-            if !matches!(stop, Ok(Ok(()))) {
-                tracing::warn!(run = %run.id, chat, "could not stop an interrupted run's chat");
+            let read = tokio::time::timeout(Duration::from_secs(5), td.chat.snapshot(chat)).await;
+            if let Ok(Ok(s)) = read {
+                let ended = run
+                    .chat_run_id
+                    .as_deref()
+                    .and_then(|r| chat::ended_in_snapshot(&s, r));
+                match ended {
+                    Some(end) => {
+                        ending = Ending {
+                            status: end.status,
+                            reason: end.error,
+                            summary: chat::last_answer(&s)
+                                .map(|a| runner::summary(&a))
+                                .filter(|t| !t.is_empty()),
+                            ..Ending::default()
+                        }
+                    }
+                    None => {
+                        let stop =
+                            tokio::time::timeout(Duration::from_secs(5), td.chat.stop(chat)).await;
+                        if !matches!(stop, Ok(Ok(()))) {
+                            tracing::warn!(run = %run.id, chat, "could not stop an interrupted run's chat");
+                        }
+                    }
+                }
+                snapshot = Some(s);
+            } else {
+                tracing::warn!(run = %run.id, chat, "could not read an interrupted run's chat");
             }
         }
-        let id = run.id.clone();
+        let trigger = lock(&td.live)
+            .entries
+            .get(&run.trigger_id)
+            .map(|e| e.trigger.clone());
+        if let Some(trigger) = trigger {
+            let started = run.started_ms.unwrap_or(run.queued_ms);
+            runner::take_out_own_writes(td, &trigger, &run.id, started, snapshot).await;
+        }
+        let (id, recorded) = (run.id.clone(), ending.clone());
         td.store
-            .call(move |conn| {
-                let ending = Ending {
-                    status: "interrupted".into(),
-                    reason: Some("interrupted by a restart".into()),
-                    ..Ending::default()
-                };
-                store::finish(conn, &id, &ending, now)
-            })
+            .call(move |conn| store::finish(conn, &id, &recorded, now))
             .await?;
         td.metrics
             .runs
             .get_or_create(&metrics::RunLabels {
                 cause: run.cause.clone(),
-                outcome: "interrupted".into(),
+                outcome: ending.status.clone(),
             })
             .inc();
-        tracing::info!(run = %run.id, trigger = %run.trigger_id, "trigger run interrupted by a restart");
+        tracing::info!(run = %run.id, trigger = %run.trigger_id, status = %ending.status,
+            "a run the last triggerd left is recorded");
     }
     Ok(running.len())
 }
@@ -344,6 +387,9 @@ pub fn run_notification(run: &store::Run) -> serde_json::Value {
         "title": cut(&title, 200),
         "body": cut(&body, 2000),
         "source": {"type": "trigger", "id": run.trigger_id, "name": cut(name, 200)},
+        // chatd keeps one entry per key: a delivery retried after a lost
+        // answer is not an entry twice.
+        "key": format!("trigger-run:{}", run.id),
     });
     if let Some(chat) = &run.chat_id {
         value["conversation_id"] = json!(chat);
@@ -386,12 +432,16 @@ async fn deliver(td: &Arc<Triggerd>) -> bool {
             .await;
     }
     for notice in notices {
-        let body = json!({
+        let mut body = json!({
             "kind": "needs_attention",
             "title": cut(&notice.title, 200),
             "body": cut(&notice.body, 2000),
             "source": {"type": "trigger", "id": notice.trigger_id, "name": cut(&notice.trigger_name, 200)},
+            "key": format!("trigger-notice:{}", notice.id),
         });
+        if let Some(chat) = &notice.conversation_id {
+            body["conversation_id"] = json!(chat);
+        }
         match td.chat.notify(&body).await {
             Ok(()) => {
                 td.metrics.notifications.inc();
@@ -433,6 +483,7 @@ pub async fn switch_off(td: &Arc<Triggerd>, id: &str, reason: &str) -> anyhow::R
         trigger_name: name.clone(),
         title: format!("{name} was switched off"),
         body: format!("Switched off because {reason}. Fix it, then switch the trigger on again."),
+        conversation_id: None,
     };
     let (tid, why) = (id.to_string(), reason.to_string());
     td.store

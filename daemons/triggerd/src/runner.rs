@@ -56,6 +56,11 @@ pub fn title(trigger: &Trigger, run: &Run) -> String {
                 .to_string()
         }
     };
+    // A file's name may hold control characters; a title may not.
+    let what: String = what
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
     let mut title = format!("{} · {what}", trigger.name);
     if title.chars().count() > 200 {
         title = title.chars().take(199).collect::<String>() + "…";
@@ -105,43 +110,38 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
         // interrupted, as it does after a crash.
         _ = td.shutdown.wait() => return,
     };
-    let ending = match outcome {
-        Ok(Ok(ending)) => ending,
-        Ok(Err(reason)) => Ending {
-            status: "failed".into(),
-            reason: Some(reason),
-            ..Ending::default()
-        },
+    let (ending, snapshot) = match outcome {
+        Ok(Ok(ended)) => ended,
+        Ok(Err(reason)) => (
+            Ending {
+                status: "failed".into(),
+                reason: Some(reason),
+                ..Ending::default()
+            },
+            None,
+        ),
         Err(_) => {
-            let chat = td
-                .store
-                .call({
-                    let id = run.id.clone();
-                    move |conn| store::run(conn, &id)
-                })
-                .await
-                .ok()
-                .flatten()
-                .and_then(|r| r.chat_id);
-            if let Some(chat) = chat {
+            if let Some((chat, _)) = recorded_chat(&td, &run.id).await {
                 if let Err(err) = td.chat.stop(&chat).await {
                     tracing::warn!(run = %run.id, chat, error = %err, "could not stop a run past its time");
                 }
             }
-            Ending {
-                status: "failed".into(),
-                reason: Some(format!(
-                    "stopped after {} (run_timeout_s {})",
-                    span(td.config.run_timeout_s),
-                    td.config.run_timeout_s
-                )),
-                ..Ending::default()
-            }
+            (
+                Ending {
+                    status: "failed".into(),
+                    reason: Some(format!(
+                        "stopped after {} (run_timeout_s {})",
+                        span(td.config.run_timeout_s),
+                        td.config.run_timeout_s
+                    )),
+                    ..Ending::default()
+                },
+                None,
+            )
         }
     };
-    if !trigger.folder.is_empty() || trigger.kind == store::Kind::File {
-        absorb_own_writes(&td, &trigger, run.started_ms.unwrap_or(run.queued_ms)).await;
-    }
+    let started_ms = run.started_ms.unwrap_or(run.queued_ms);
+    take_out_own_writes(&td, &trigger, &run.id, started_ms, snapshot).await;
     let now = td.clock.now_ms();
     let (id, recorded) = (run.id.clone(), ending.clone());
     if let Err(err) = td
@@ -189,12 +189,20 @@ where
     }
 }
 
-async fn attempt(td: &Arc<Triggerd>, run: &Run, trigger: &Trigger) -> Result<Ending, String> {
-    let folder = td.workspace.join(&trigger.folder);
-    let rules = tokio::task::spawn_blocking(move || crate::folders::rules(&folder))
-        .await
-        .ok()
-        .flatten();
+async fn attempt(
+    td: &Arc<Triggerd>,
+    run: &Run,
+    trigger: &Trigger,
+) -> Result<(Ending, Option<serde_json::Value>), String> {
+    // The folder is checked again: rules never come from outside the workspace.
+    let (workspace, relative) = (td.workspace.clone(), trigger.folder.clone());
+    let rules = tokio::task::spawn_blocking(move || {
+        let (_, folder) = crate::folders::resolve(&workspace, &relative).ok()?;
+        crate::folders::rules(&folder)
+    })
+    .await
+    .ok()
+    .flatten();
     let text = compose(trigger, rules.as_deref(), run.file.as_deref());
     let title = title(trigger, run);
     let client: &ChatClient = &td.chat;
@@ -214,37 +222,119 @@ async fn attempt(td: &Arc<Triggerd>, run: &Run, trigger: &Trigger) -> Result<End
         .await
         .map_err(|e| format!("recording the chat run: {e:#}"))?;
     tracing::info!(run = %run.id, chat = %chat_id, chat_run = %chat_run, "trigger run's chat started");
-    let end = client.follow(&chat_id, &chat_run).await;
-    let answer = match client.snapshot(&chat_id).await {
-        Ok(snapshot) => chat::last_answer(&snapshot),
-        Err(_) => None,
+    // A card the run shows waits for a person: the inbox asks for one.
+    let mut on_card = |card: &serde_json::Value| {
+        let notice = store::Notice {
+            id: tandem_shared::time::new_id("nt_"),
+            trigger_id: trigger.id.clone(),
+            trigger_name: trigger.name.clone(),
+            title: format!("{} is waiting for you", trigger.name),
+            body: format!(
+                "It asks: {}. Answer in the chat within {}, or the run stops.",
+                card["summary"].as_str().unwrap_or("a tool call"),
+                span(td.config.run_timeout_s)
+            ),
+            conversation_id: Some(chat_id.clone()),
+        };
+        let td = td.clone();
+        tokio::spawn(async move {
+            let now = td.clock.now_ms();
+            match td
+                .store
+                .call(move |conn| store::add_notice(conn, &notice, now))
+                .await
+            {
+                Ok(()) => td.deliver.notify_one(),
+                Err(err) => {
+                    tracing::warn!(error = %format!("{err:#}"), "could not keep an inbox entry")
+                }
+            }
+        });
     };
-    Ok(Ending {
-        status: end.status,
-        tokens: end.tokens,
-        reason: end.error,
-        summary: answer.map(|a| summary(&a)).filter(|s| !s.is_empty()),
-    })
+    let end = client.follow(&chat_id, &chat_run, &mut on_card).await;
+    let snapshot = client.snapshot(&chat_id).await.ok();
+    let answer = snapshot.as_ref().and_then(chat::last_answer);
+    Ok((
+        Ending {
+            status: end.status,
+            tokens: end.tokens,
+            reason: end.error,
+            summary: answer.map(|a| summary(&a)).filter(|s| !s.is_empty()),
+        },
+        snapshot,
+    ))
+}
+
+/// The chat and chat run recorded for a run, if it got that far.
+pub async fn recorded_chat(td: &Arc<Triggerd>, run_id: &str) -> Option<(String, Option<String>)> {
+    let id = run_id.to_string();
+    let run = td
+        .store
+        .call(move |conn| store::run(conn, &id))
+        .await
+        .ok()
+        .flatten()?;
+    Some((run.chat_id?, run.chat_run_id))
 }
 
 /// What the run wrote in its folder starts nothing (see
-/// `scheduler::absorb_writes`).
-async fn absorb_own_writes(td: &Arc<Triggerd>, trigger: &Trigger, started_ms: i64) {
+/// `scheduler::absorb_writes`); the chat's tool calls say what it wrote.
+/// `snapshot`: the chat as the run left it, read here when not given.
+pub async fn take_out_own_writes(
+    td: &Arc<Triggerd>,
+    trigger: &Trigger,
+    run_id: &str,
+    started_ms: i64,
+    snapshot: Option<serde_json::Value>,
+) {
     if trigger.kind != store::Kind::File {
         return;
     }
-    let folder = td.workspace.join(&trigger.folder);
-    let Ok(Ok(scanned)) = tokio::task::spawn_blocking(move || crate::folders::scan(&folder)).await
+    // A trigger deleted meanwhile keeps no file rows.
+    if !crate::lock(&td.live).entries.contains_key(&trigger.id) {
+        return;
+    }
+    let own = match recorded_chat(td, run_id).await {
+        Some((chat, Some(chat_run))) => {
+            let snapshot = match snapshot {
+                Some(s) => Some(s),
+                None => tokio::time::timeout(Duration::from_secs(5), td.chat.snapshot(&chat))
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+            };
+            match snapshot {
+                Some(s) => crate::scheduler::own_writes(&s, &chat_run),
+                // The chat cannot be read: whatever changed since the start
+                // is taken as the run's, rather than starting it again.
+                None => crate::scheduler::OwnWrites {
+                    ran_commands: true,
+                    ..Default::default()
+                },
+            }
+        }
+        _ => return,
+    };
+    if own.paths.is_empty() && !own.ran_commands {
+        return;
+    }
+    let (workspace, relative) = (td.workspace.clone(), trigger.folder.clone());
+    let Ok(Ok(scanned)) = tokio::task::spawn_blocking(move || {
+        let (_, folder) = crate::folders::resolve(&workspace, &relative)?;
+        crate::folders::scan(&folder).map_err(|e| e.to_string())
+    })
+    .await
     else {
         return;
     };
     let now = td.clock.now_ms();
-    let id = trigger.id.clone();
+    let (id, folder) = (trigger.id.clone(), trigger.folder.clone());
     let result = td
         .store
         .call(move |conn| {
             let stored = store::files_of(conn, &id)?;
-            let d = crate::scheduler::absorb_writes(&stored, &scanned, started_ms, now);
+            let d =
+                crate::scheduler::absorb_writes(&stored, &scanned, &folder, &own, started_ms, now);
             let tx = conn.transaction()?;
             store::put_files(&tx, &id, &d.changed, &d.removed)?;
             tx.commit()?;
@@ -253,7 +343,7 @@ async fn absorb_own_writes(td: &Arc<Triggerd>, trigger: &Trigger, started_ms: i6
         .await;
     match result {
         Ok(n) if n > 0 => {
-            tracing::info!(trigger = %trigger.id, files = n, "files the run changed start nothing")
+            tracing::info!(trigger = %trigger.id, files = n, "files the run wrote start nothing")
         }
         Ok(_) => {}
         Err(err) => {

@@ -15,6 +15,7 @@ use jiff::tz::TimeZone;
 use tandem_shared::time::new_id;
 
 use crate::clock::{rfc3339, ts};
+use crate::folders::Scan;
 use crate::schedule::{self, Schedule};
 use crate::store::{self, Ending, FileState, Kind, Run, Trigger};
 use crate::Triggerd;
@@ -102,9 +103,11 @@ pub async fn check(td: &Arc<Triggerd>) {
 }
 
 /// The due runs of schedules whose time has come, as (trigger, name, due).
-pub fn due_schedules(live: &mut Live, now: i64) -> Vec<(String, String, i64)> {
+/// Nothing changes here: `advance` moves the checked triggers on once
+/// their runs are stored, so a failed write leaves them due.
+pub fn due_schedules(live: &Live, now: i64) -> Vec<(String, String, i64)> {
     let mut due = Vec::new();
-    for entry in live.entries.values_mut() {
+    for entry in live.entries.values() {
         let Some(next) = entry.next_ms else {
             continue;
         };
@@ -120,12 +123,18 @@ pub fn due_schedules(live: &mut Live, now: i64) -> Vec<(String, String, i64)> {
             .map(|t| t.as_millisecond())
             .unwrap_or(next);
         due.push((entry.trigger.id.clone(), entry.trigger.name.clone(), at));
-        entry.trigger.checked_ms = now;
-        entry.next_ms = schedule
-            .next_after(ts(now), &entry.zone)
-            .map(|t| t.as_millisecond());
     }
     due
+}
+
+/// The triggers in `due` have been looked at up to `now`.
+pub fn advance(live: &mut Live, due: &[(String, String, i64)], now: i64) {
+    for (id, _, _) in due {
+        if let Some(entry) = live.entries.get_mut(id) {
+            entry.trigger.checked_ms = entry.trigger.checked_ms.max(now);
+            entry.plan();
+        }
+    }
 }
 
 /// The due key of a schedule's due time: one run per trigger and time.
@@ -134,16 +143,17 @@ pub fn schedule_key(trigger: &str, due_ms: i64) -> String {
 }
 
 async fn schedules(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
-    let due = due_schedules(&mut crate::lock(&td.live), now);
+    let due = due_schedules(&crate::lock(&td.live), now);
     if due.is_empty() {
         return Ok(());
     }
+    let stored = due.clone();
     let queued = td
         .store
         .call(move |conn| {
             let tx = conn.transaction()?;
             let mut queued = 0usize;
-            for (id, name, at) in &due {
+            for (id, name, at) in &stored {
                 let run = new_run(id, name, schedule_key(id, *at), "schedule", *at, None, now);
                 queued += store::queue_run(&tx, &run)?.is_some() as usize;
                 store::set_checked(&tx, id, now)?;
@@ -152,6 +162,7 @@ async fn schedules(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
             Ok(queued)
         })
         .await?;
+    advance(&mut crate::lock(&td.live), &due, now);
     tracing::debug!(queued, "schedules due");
     Ok(())
 }
@@ -205,45 +216,59 @@ pub struct FileDecision {
 /// end, when the run's own writes are taken out).
 pub fn decide_files(
     stored: &[FileState],
-    scanned: Option<&[(String, String)]>,
+    scanned: Option<&Scan>,
     now: i64,
     quiet_ms: i64,
     gap_ms: i64,
     running: bool,
 ) -> FileDecision {
     let mut decision = FileDecision::default();
-    let mut current: Vec<FileState> = stored.to_vec();
-    if let Some(scanned) = scanned {
-        let on_disk: HashSet<&str> = scanned.iter().map(|(p, _)| p.as_str()).collect();
-        for (path, version) in scanned {
-            match current.iter_mut().find(|f| &f.path == path) {
+    let mut current: HashMap<String, FileState> =
+        stored.iter().map(|f| (f.path.clone(), f.clone())).collect();
+    let mut touched: HashSet<String> = HashSet::new();
+    if let Some(scan) = scanned {
+        let on_disk: HashSet<&str> = scan.files.iter().map(|(p, _)| p.as_str()).collect();
+        for (path, version) in &scan.files {
+            match current.get_mut(path) {
                 Some(f) if &f.version == version => {}
                 Some(f) => {
                     f.version = version.clone();
                     f.seen_ms = now;
-                    decision.changed.push(f.clone());
+                    touched.insert(path.clone());
                 }
                 None => {
-                    let f = FileState {
-                        path: path.clone(),
-                        version: version.clone(),
-                        seen_ms: now,
-                        ran_version: None,
-                        ran_ms: None,
-                    };
-                    decision.changed.push(f.clone());
-                    current.push(f);
+                    current.insert(
+                        path.clone(),
+                        FileState {
+                            path: path.clone(),
+                            version: version.clone(),
+                            seen_ms: now,
+                            ran_version: None,
+                            ran_ms: None,
+                        },
+                    );
+                    touched.insert(path.clone());
                 }
             }
         }
-        for f in &current {
-            if !on_disk.contains(f.path.as_str()) {
-                decision.removed.push(f.path.clone());
+        // A scan cut short says nothing of the files it did not reach.
+        if scan.complete {
+            decision.removed = current
+                .keys()
+                .filter(|p| !on_disk.contains(p.as_str()))
+                .cloned()
+                .collect();
+            decision.removed.sort();
+            for gone in &decision.removed {
+                current.remove(gone);
             }
         }
-        current.retain(|f| on_disk.contains(f.path.as_str()));
     }
-    for f in &mut current {
+    let mut paths: Vec<&String> = current.keys().collect();
+    paths.sort();
+    let mut due_paths = Vec::new();
+    for path in paths {
+        let f = &current[path];
         if f.ran_version.as_deref() == Some(f.version.as_str()) {
             continue;
         }
@@ -251,32 +276,110 @@ pub fn decide_files(
             decision.pending = true;
             continue;
         }
-        f.ran_version = Some(f.version.clone());
-        f.ran_ms = Some(now);
-        decision.due.push((f.path.clone(), f.version.clone()));
-        match decision.changed.iter_mut().find(|c| c.path == f.path) {
-            Some(c) => *c = f.clone(),
-            None => decision.changed.push(f.clone()),
+        due_paths.push(path.clone());
+    }
+    for path in due_paths {
+        if let Some(f) = current.get_mut(&path) {
+            f.ran_version = Some(f.version.clone());
+            f.ran_ms = Some(now);
+            decision.due.push((path.clone(), f.version.clone()));
+            touched.insert(path);
         }
     }
+    let mut touched: Vec<String> = touched.into_iter().collect();
+    touched.sort();
+    decision.changed = touched
+        .into_iter()
+        .filter_map(|p| current.get(&p).cloned())
+        .collect();
     decision
 }
 
-/// After a run: every file that changed since it started is the run's own
-/// write (or arrived while it worked) and starts nothing; a later change
-/// of the run's own file waits for its gap.
+/// What a run wrote, as its chat's tool calls say: the workspace paths of
+/// its file tools, and whether it ran commands (whose writes no call names).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnWrites {
+    pub paths: HashSet<String>,
+    pub ran_commands: bool,
+}
+
+/// A workspace path as the file tools take it, in one spelling.
+fn normal_path(path: &str) -> String {
+    path.split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The writes of `chat_run` in a chat's snapshot.
+pub fn own_writes(snapshot: &serde_json::Value, chat_run: &str) -> OwnWrites {
+    let mut own = OwnWrites::default();
+    let Some(messages) = snapshot["messages"].as_array() else {
+        return own;
+    };
+    for message in messages {
+        if message["role"] != "assistant" || message["run_id"] != chat_run {
+            continue;
+        }
+        let Some(calls) = message["tool_calls"].as_array() else {
+            continue;
+        };
+        for call in calls {
+            let name = call["function"]["name"].as_str().unwrap_or_default();
+            let arguments: serde_json::Value = match &call["function"]["arguments"] {
+                serde_json::Value::String(text) => {
+                    serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
+                }
+                other => other.clone(),
+            };
+            match name {
+                "write_file" | "edit_file" => {
+                    if let Some(path) = arguments["path"].as_str() {
+                        own.paths.insert(normal_path(path));
+                    }
+                }
+                "bash" => own.ran_commands = true,
+                _ => {}
+            }
+        }
+    }
+    own
+}
+
+/// After a run: the files it wrote (named by its file tools, or, when it
+/// ran commands, everything that changed since it started) start nothing;
+/// every other change follows the usual rules, and a later change of the
+/// run's own file waits for its gap. `folder` is the trigger's folder in
+/// the workspace ("" for its root).
 pub fn absorb_writes(
     stored: &[FileState],
-    scanned: &[(String, String)],
+    scan: &Scan,
+    folder: &str,
+    own: &OwnWrites,
     started_ms: i64,
     now: i64,
 ) -> FileDecision {
     let mut decision = FileDecision::default();
-    for (path, version) in scanned {
-        let known = stored.iter().find(|f| &f.path == path);
-        let row = match known {
-            Some(f) if &f.version == version && f.seen_ms < started_ms => continue,
-            Some(f) if f.ran_version.as_deref() == Some(version.as_str()) => continue,
+    let stored: HashMap<&str, &FileState> = stored.iter().map(|f| (f.path.as_str(), f)).collect();
+    for (path, version) in &scan.files {
+        let in_workspace = if folder.is_empty() {
+            path.clone()
+        } else {
+            format!("{folder}/{path}")
+        };
+        let known = stored.get(path.as_str()).copied();
+        let changed_since_start = match known {
+            Some(f) => &f.version != version || f.seen_ms >= started_ms,
+            None => true,
+        };
+        let named = own.paths.contains(&in_workspace);
+        if !(named || (own.ran_commands && changed_since_start)) {
+            continue;
+        }
+        if known.is_some_and(|f| f.ran_version.as_deref() == Some(version.as_str())) {
+            continue;
+        }
+        decision.changed.push(match known {
             Some(f) => FileState {
                 version: version.clone(),
                 seen_ms: if &f.version == version {
@@ -294,15 +397,8 @@ pub fn absorb_writes(
                 ran_version: Some(version.clone()),
                 ran_ms: None,
             },
-        };
-        decision.changed.push(row);
+        });
     }
-    let on_disk: HashSet<&str> = scanned.iter().map(|(p, _)| p.as_str()).collect();
-    decision.removed = stored
-        .iter()
-        .filter(|f| !on_disk.contains(f.path.as_str()))
-        .map(|f| f.path.clone())
-        .collect();
     decision
 }
 
@@ -331,31 +427,39 @@ async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
             })
             .collect()
     };
-    for (trigger, folder, rescan, running) in looks {
-        let scanned = if rescan {
-            match tokio::task::spawn_blocking(move || crate::folders::scan(&folder)).await? {
-                Ok(found) => Some(found),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                    let reason = format!(
-                        "its folder {} is gone from the workspace",
-                        if trigger.folder.is_empty() {
-                            "(the workspace itself)"
-                        } else {
-                            &trigger.folder
-                        }
-                    );
-                    crate::switch_off(td, &trigger.id, &reason).await?;
-                    continue;
-                }
-                Err(err) => {
-                    tracing::warn!(trigger = %trigger.id, error = %err, "scanning a folder failed");
-                    crate::lock(&td.dirty).insert(trigger.id.clone());
-                    continue;
-                }
-            }
+    for (trigger, folder, _dirty, running) in looks {
+        // Every look is a fresh scan: a quiet period never ends on what an
+        // older scan saw. The folder is checked again first: one swapped for
+        // a link out of the workspace is never followed.
+        let (workspace, relative) = (td.workspace.clone(), trigger.folder.clone());
+        let looked = tokio::task::spawn_blocking(move || {
+            crate::folders::resolve(&workspace, &relative).map_err(Unusable::Folder)?;
+            crate::folders::scan(&folder).map_err(Unusable::Io)
+        })
+        .await?;
+        let named = if trigger.folder.is_empty() {
+            "(the workspace itself)".to_string()
         } else {
-            None
+            trigger.folder.clone()
         };
+        let scanned = match looked {
+            Ok(scan) => scan,
+            Err(unusable) => {
+                match unusable.reason(&named) {
+                    Some(reason) => crate::switch_off(td, &trigger.id, &reason).await?,
+                    None => {
+                        tracing::warn!(trigger = %trigger.id, "scanning a folder failed; trying again");
+                        crate::lock(&td.dirty).insert(trigger.id.clone());
+                    }
+                }
+                continue;
+            }
+        };
+        if !scanned.complete {
+            tracing::warn!(trigger = %trigger.id, files = crate::folders::MAX_FILES,
+                "a folder holds more files than a scan reads; the rest wait");
+        }
+        let scanned = Some(scanned);
         let id = trigger.id.clone();
         let decision = td
             .store
@@ -363,7 +467,7 @@ async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
                 let stored = store::files_of(conn, &trigger.id)?;
                 let decision = decide_files(
                     &stored,
-                    scanned.as_deref(),
+                    scanned.as_ref(),
                     now,
                     trigger.quiet_seconds as i64 * 1000,
                     trigger.min_gap_seconds as i64 * 1000,
@@ -395,6 +499,35 @@ async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why a trigger's folder could not be looked at.
+enum Unusable {
+    Folder(String),
+    Io(std::io::Error),
+}
+
+impl Unusable {
+    /// The reason to switch the trigger off, or `None`: try again.
+    fn reason(&self, folder: &str) -> Option<String> {
+        use std::io::ErrorKind;
+        match self {
+            Unusable::Folder(why) if why.contains("does not exist") => {
+                Some(format!("its folder {folder} is gone from the workspace"))
+            }
+            Unusable::Folder(why) => Some(format!("its folder {folder} cannot be used: {why}")),
+            Unusable::Io(e) if e.kind() == ErrorKind::NotFound => {
+                Some(format!("its folder {folder} is gone from the workspace"))
+            }
+            Unusable::Io(e) if e.kind() == ErrorKind::PermissionDenied => Some(format!(
+                "its folder {folder} cannot be read (permission denied)"
+            )),
+            Unusable::Io(e) if e.kind() == ErrorKind::NotADirectory => {
+                Some(format!("its folder {folder} is no longer a folder"))
+            }
+            Unusable::Io(_) => None,
+        }
+    }
 }
 
 enum Next {
@@ -443,6 +576,7 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
             Next::Start(trigger) => *trigger,
         };
         let (rid, tid, cap) = (run.id.clone(), trigger.id.clone(), trigger.daily_cap);
+        let file = run.file.clone();
         let started = td
             .store
             .call(move |conn| {
@@ -450,6 +584,9 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
                     return Ok(false);
                 }
                 store::mark_started(conn, &rid, now)?;
+                if let Some(file) = &file {
+                    store::file_run_started(conn, &tid, file, now)?;
+                }
                 Ok(true)
             })
             .await;
@@ -523,10 +660,14 @@ mod tests {
         }
     }
 
-    fn scanned(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|(p, v)| (p.to_string(), v.to_string()))
-            .collect()
+    fn scanned(list: &[(&str, &str)]) -> Scan {
+        Scan {
+            files: list
+                .iter()
+                .map(|(p, v)| (p.to_string(), v.to_string()))
+                .collect(),
+            complete: true,
+        }
     }
 
     #[test]
@@ -589,17 +730,31 @@ mod tests {
         assert!(d.due.is_empty() && d.pending);
     }
 
+    fn named(paths: &[&str]) -> OwnWrites {
+        OwnWrites {
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            ran_commands: false,
+        }
+    }
+
     #[test]
-    fn a_runs_own_writes_start_nothing() {
-        // a.pdf ran at 10 s; the run wrote summary.md and changed a.pdf.
+    fn a_runs_own_writes_start_nothing_and_others_still_do() {
+        // a.pdf ran at 10 s; the run wrote Contracts/summary.md and changed
+        // a.pdf; meanwhile b.pdf arrived from outside.
         let stored = [
             file("a.pdf", "v1", 0, Some("v1"), Some(10_000)),
             file("old.txt", "o1", 0, Some("o1"), None),
         ];
-        let s = scanned(&[("a.pdf", "v2"), ("old.txt", "o1"), ("summary.md", "s1")]);
-        let d = absorb_writes(&stored, &s, 10_000, 20_000);
+        let s = scanned(&[
+            ("a.pdf", "v2"),
+            ("b.pdf", "b1"),
+            ("old.txt", "o1"),
+            ("summary.md", "s1"),
+        ]);
+        let own = named(&["Contracts/summary.md", "Contracts/a.pdf"]);
+        let d = absorb_writes(&stored, &s, "Contracts", &own, 10_000, 20_000);
         let paths: Vec<&str> = d.changed.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(paths, ["a.pdf", "summary.md"]);
+        assert_eq!(paths, ["a.pdf", "summary.md"], "b.pdf is not the run's");
         assert!(d
             .changed
             .iter()
@@ -607,7 +762,77 @@ mod tests {
         let mut after: Vec<FileState> = vec![stored[1].clone()];
         after.extend(d.changed);
         let d = decide_files(&after, Some(&s), 200_000, 1_000, 60_000, false);
-        assert!(d.due.is_empty() && !d.pending);
+        assert!(d.pending, "b.pdf waits for its quiet period");
+        let d = decide_files(
+            &merge(&after, &d.changed),
+            Some(&s),
+            202_000,
+            1_000,
+            60_000,
+            false,
+        );
+        assert_eq!(d.due, [("b.pdf".to_string(), "b1".to_string())]);
+    }
+
+    fn merge(stored: &[FileState], changed: &[FileState]) -> Vec<FileState> {
+        let mut out: Vec<FileState> = stored
+            .iter()
+            .filter(|f| !changed.iter().any(|c| c.path == f.path))
+            .cloned()
+            .collect();
+        out.extend(changed.iter().cloned());
+        out
+    }
+
+    #[test]
+    fn a_run_that_ran_commands_owns_what_changed_since_it_started() {
+        let stored = [
+            file("a.pdf", "v1", 0, Some("v1"), Some(10_000)),
+            file("old.txt", "o1", 0, Some("o1"), None),
+            file("seen.txt", "n1", 12_000, None, None),
+        ];
+        let s = scanned(&[
+            ("a.pdf", "v1"),
+            ("old.txt", "o1"),
+            ("seen.txt", "n1"),
+            ("made.txt", "m1"),
+        ]);
+        let own = OwnWrites {
+            paths: HashSet::new(),
+            ran_commands: true,
+        };
+        let d = absorb_writes(&stored, &s, "", &own, 10_000, 20_000);
+        let paths: Vec<&str> = d.changed.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["seen.txt", "made.txt"]);
+    }
+
+    #[test]
+    fn own_writes_come_from_the_runs_tool_calls() {
+        let snapshot = serde_json::json!({"messages": [
+            {"role": "user", "text": "go"},
+            {"role": "assistant", "run_id": "r_1", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"/Contracts/./out.md\",\"content\":\"x\"}"}},
+                {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"Contracts/a.pdf\"}"}}
+            ]},
+            {"role": "assistant", "run_id": "r_2", "tool_calls": [
+                {"id": "c3", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}
+            ]}
+        ]});
+        let own = own_writes(&snapshot, "r_1");
+        assert_eq!(own, named(&["Contracts/out.md"]));
+        assert!(own_writes(&snapshot, "r_2").ran_commands);
+    }
+
+    #[test]
+    fn a_scan_cut_short_takes_nothing_as_gone() {
+        let stored = [file("far.txt", "f1", 0, Some("f1"), None)];
+        let mut s = scanned(&[("near.txt", "n1")]);
+        s.complete = false;
+        let d = decide_files(&stored, Some(&s), 1_000, 1_000, 0, false);
+        assert!(d.removed.is_empty());
+        s.complete = true;
+        let d = decide_files(&stored, Some(&s), 1_000, 1_000, 0, false);
+        assert_eq!(d.removed, ["far.txt"]);
     }
 
     #[test]
@@ -641,10 +866,12 @@ mod tests {
             Entry::new(trigger, std::path::Path::new("/ws")),
         );
         let now = saved + 3 * day + 2 * 3_600_000; // three days later, 10:00
-        let due = due_schedules(&mut live, now);
+        let due = due_schedules(&live, now);
         assert_eq!(due.len(), 1, "{due:?}");
         assert_eq!(rfc3339(due[0].2), "2025-12-04T09:00:00Z");
-        assert!(due_schedules(&mut live, now + 1000).is_empty());
+        assert_eq!(due_schedules(&live, now), due, "due until stored");
+        advance(&mut live, &due, now);
+        assert!(due_schedules(&live, now + 1000).is_empty());
         assert_eq!(
             live.entries["t_1"].next_ms.map(rfc3339).as_deref(),
             Some("2025-12-05T09:00:00Z")

@@ -75,6 +75,7 @@ CREATE TABLE notices (
     trigger_name TEXT NOT NULL,
     title TEXT NOT NULL,
     body TEXT NOT NULL,
+    conversation_id TEXT,
     created_ms INTEGER NOT NULL
 );
 "#];
@@ -513,6 +514,20 @@ pub fn put_files(
     Ok(())
 }
 
+/// A run for `path` started: its gap counts from now.
+pub fn file_run_started(
+    conn: &Connection,
+    trigger_id: &str,
+    path: &str,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE files SET ran_ms = ?3 WHERE trigger_id = ?1 AND path = ?2",
+        params![trigger_id, path, now_ms],
+    )?;
+    Ok(())
+}
+
 pub fn clear_files(conn: &Connection, trigger_id: &str) -> rusqlite::Result<()> {
     conn.execute("DELETE FROM files WHERE trigger_id = ?1", [trigger_id])?;
     Ok(())
@@ -526,20 +541,23 @@ pub struct Notice {
     pub trigger_name: String,
     pub title: String,
     pub body: String,
+    /// The chat it is about, when there is one.
+    pub conversation_id: Option<String>,
 }
 
 pub fn add_notice(conn: &Connection, n: &Notice, now_ms: i64) -> rusqlite::Result<()> {
     conn.execute(
-        "INSERT INTO notices (id, trigger_id, trigger_name, title, body, created_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![n.id, n.trigger_id, n.trigger_name, n.title, n.body, now_ms],
+        "INSERT INTO notices (id, trigger_id, trigger_name, title, body, conversation_id, created_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![n.id, n.trigger_id, n.trigger_name, n.title, n.body, n.conversation_id, now_ms],
     )?;
     Ok(())
 }
 
 pub fn notices(conn: &Connection) -> rusqlite::Result<Vec<Notice>> {
     let mut stmt = conn.prepare(
-        "SELECT id, trigger_id, trigger_name, title, body FROM notices ORDER BY created_ms LIMIT 100",
+        "SELECT id, trigger_id, trigger_name, title, body, conversation_id FROM notices \
+         ORDER BY created_ms, rowid LIMIT 100",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(Notice {
@@ -548,6 +566,7 @@ pub fn notices(conn: &Connection) -> rusqlite::Result<Vec<Notice>> {
             trigger_name: r.get(2)?,
             title: r.get(3)?,
             body: r.get(4)?,
+            conversation_id: r.get(5)?,
         })
     })?;
     rows.collect()

@@ -40,16 +40,26 @@ pub struct Body {
     pub agent_id: Option<String>,
 }
 
-/// The body read from bytes: a JSON error names what serde names.
+/// The most bytes a trigger's body may have: a prompt of 16,000
+/// characters, each escaped as JSON may write it, and the rest.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// The body read from bytes: an error names the field serde stopped at.
 pub fn parse_body(bytes: &[u8]) -> Result<Body, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        let text = e.to_string();
-        let field = text
-            .split('`')
-            .nth(1)
-            .filter(|_| text.starts_with("unknown field") || text.contains("invalid type"))
-            .unwrap_or("body")
-            .to_string();
+    if bytes.len() > MAX_BODY {
+        return Err(ApiError::too_large("the trigger's body", MAX_BODY));
+    }
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut reader).map_err(|e| {
+        let path = e.path().to_string();
+        let text = e.inner().to_string();
+        let field = if !path.is_empty() && path != "." {
+            path
+        } else if text.starts_with("unknown field") {
+            text.split('`').nth(1).unwrap_or("body").to_string()
+        } else {
+            "body".to_string()
+        };
         ApiError::bad_input(&field, text)
     })
 }
