@@ -41,7 +41,7 @@ pub const DAEMONS: &[Daemon] = &[
         verb: "triggers",
         binary: "triggerd",
         unit: "tandem-triggers.service",
-        built: false,
+        built: true,
     },
     Daemon {
         verb: "connectors",
@@ -85,6 +85,8 @@ pub struct Health {
     pub engine_reachable: Option<bool>,
     /// The daemon's own pid, which finds a daemon started without tandem.
     pub pid: Option<u32>,
+    /// The whole answer, for what one daemon says beyond these.
+    pub body: Value,
 }
 
 /// Asks `url/health` with a short bound; `None` when it does not answer well.
@@ -120,6 +122,7 @@ pub async fn health(client: &reqwest::Client, url: &str, bound: Duration) -> Opt
         uptime_s: body["uptime_s"].as_u64().unwrap_or(0),
         engine_reachable: body.pointer("/engine/reachable").and_then(Value::as_bool),
         pid: body["pid"].as_u64().map(|p| p as u32),
+        body,
     })
 }
 

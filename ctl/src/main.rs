@@ -27,8 +27,8 @@ struct Cli {
 const LONG_ABOUT: &str = "\
 Operate tandem, the chat services of this box: chatd (chats kept on the
 server), egressd (the only way out for a chat's commands), hostexecd (a
-chat's commands on this machine) and, as they land, triggerd and
-connectord.
+chat's commands on this machine), triggerd (chats that start by themselves)
+and, as it lands, connectord.
 
 Daemons run under `systemctl --user` when their units are installed and a
 user manager answers; otherwise tandem runs them itself, with pid files in
@@ -72,9 +72,12 @@ enum Command {
     /// The chats' sandbox image: make it and load it into podman or docker.
     #[command(subcommand)]
     Sandbox(commands::sandbox::SandboxCommand),
-    /// triggerd's service verbs (arrives with the triggers issue).
+    /// triggerd: start, stop, restart, status, logs; it runs the triggers (`tandem trigger`).
     #[command(subcommand)]
     Triggers(ServiceVerb),
+    /// Chats that start by themselves: list, show, add, rm, on, off, run, runs, preview.
+    #[command(subcommand, long_about = commands::trigger::LONG_ABOUT)]
+    Trigger(commands::trigger::TriggerCommand),
     /// connectord's service verbs (arrives with the connectors issue).
     #[command(subcommand)]
     Connectors(ServiceVerb),
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
             Command::Hostexec(verb) => commands::service::exec(daemon("hostexec")?, verb).await,
             Command::Sandbox(command) => commands::sandbox::exec(command).await,
             Command::Triggers(verb) => commands::service::exec(daemon("triggers")?, verb).await,
+            Command::Trigger(command) => commands::trigger::exec(command).await,
             Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,
             Command::Watchdog => commands::watchdog::exec().await,
             Command::Doctor => commands::doctor::exec().await,

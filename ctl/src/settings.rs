@@ -17,6 +17,8 @@ pub struct Settings {
     pub egress: egressd::config::EgressConfig,
     /// `[hostexec]`, read as hostexecd reads it.
     pub hostexec: hostexecd::config::HostexecConfig,
+    /// `[triggers]`, read as triggerd reads it.
+    pub triggers: triggerd::config::TriggersConfig,
 }
 
 impl Settings {
@@ -45,11 +47,16 @@ impl Settings {
             &sources,
             hostexecd::config::ENV_KEYS,
         )?;
+        let triggers = tandem_shared::config::load::<triggerd::config::FileConfig>(
+            &sources,
+            triggerd::config::ENV_KEYS,
+        )?;
         Ok(Settings {
             root,
             chatd: loaded.config.chatd,
             egress: egress.config.egress,
             hostexec: hostexec.config.hostexec,
+            triggers: triggers.config.triggers,
         })
     }
 
@@ -63,6 +70,7 @@ impl Settings {
             // egressd serves its API on a unix socket.
             "egressd" => format!("unix:{}", self.egress.socket.display()),
             "hostexecd" => format!("unix:{}", self.hostexec.socket.display()),
+            "triggerd" => format!("unix:{}", self.triggers.socket.display()),
             // The other daemons serve on unix sockets; they join as they land.
             other => format!(
                 "unix:{}/{other}.sock",

@@ -8,9 +8,10 @@
 #   2. builds a minimal bookworm root once, cached in /var/cache/tandem-systemd-root
 #   3. copies the release binaries and units/ into it, for a user `box` (uid
 #      1000, lingering) with tandem.target, tandem-chatd.service,
-#      tandem-egress.service and tandem-hostexec.service enabled (as
-#      ops/install.sh does, but for the watchdog timer), and an engine
-#      (engine-sim on 127.0.0.1:8000, a system unit: the engine is not ours)
+#      tandem-egress.service, tandem-hostexec.service and
+#      tandem-triggers.service enabled (as ops/install.sh does, but for the
+#      watchdog timer), and an engine (engine-sim on 127.0.0.1:8000, a system
+#      unit: the engine is not ours)
 #   4. boots it with systemd-nspawn (private mount namespace, private network,
 #      no journal linked to the host) under `timeout -s KILL`
 #   5. checks, each bounded, one PASS/FAIL line each: user manager up, chatd
@@ -23,13 +24,15 @@
 #      hostexecd: active (READY=1), its (less strict) sandbox applied,
 #      `tandem hostexec status`, one command through hostexec.sock that
 #      leaves a background process (gone after `finished`), `tandem
-#      hostexec stop` (quick, result success) and `start`; NOTE lines (not
-#      counted) for known gaps of the units
+#      hostexec stop` (quick, result success) and `start`; triggerd:
+#      active (READY=1), its sandbox applied, `tandem triggers status`, a
+#      `tandem trigger preview` through chatd's front door to triggers.sock;
+#      NOTE lines (not counted) for known gaps of the units
 #   6. ends the container with SIGKILL to its PID 1
 # Last line: "N passed, N failed"; exit 1 when anything failed.
 #
 # Usage: tests/systemd/boot-test.sh [--bin DIR] [--root DIR]
-#   --bin DIR    the release binaries chatd, egressd, hostexecd, tandem, engine-sim (default: target/release)
+#   --bin DIR    the release binaries chatd, egressd, hostexecd, triggerd, tandem, engine-sim (default: target/release)
 #   --root DIR   the cached root (default: /var/cache/tandem-systemd-root)
 # Env: TANDEM_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -42,7 +45,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$(cd "$2" && pwd)"; shift 2 ;;
     --root) root="$2"; shift 2 ;;
-    -h|--help) sed -n '3,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,37p' "$0"; exit 0 ;;
     *) echo "boot-test: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,10 +65,10 @@ case "$root" in
   /?*/?*) root="${root%/}" ;;
   *) abort "--root must be an absolute path two levels deep or more, not '$root'" ;;
 esac
-for b in chatd egressd hostexecd tandem engine-sim; do
+for b in chatd egressd hostexecd triggerd tandem engine-sim; do
   [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace"
 done
-for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem.target; do
+for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem.target; do
   [ -f "$here/units/$u" ] || abort "units/$u is missing"
 done
 
@@ -131,14 +134,14 @@ install -d -o 1000 -g 1000 -m 0700 "$h/.tandemllm"
 install -d -o 1000 -g 1000 "$h/.local" "$h/.local/bin" "$h/.config" "$h/.config/systemd" \
   "$h/.config/systemd/user" "$h/.config/systemd/user/default.target.wants" \
   "$h/.config/systemd/user/tandem.target.wants" "$h/TandemLLM" "$h/TandemLLM/run"
-for b in chatd egressd hostexecd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
+for b in chatd egressd hostexecd triggerd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
 for u in "$here"/units/*; do install -o 1000 -g 1000 -m 0644 "$u" "$h/.config/systemd/user/$(basename "$u")"; done
 # Enabled as ops/install.sh's `systemctl --user enable tandem.target
 # tandem-chatd.service tandem-egress.service tandem-hostexec.service
-# tandem-watchdog.timer` would, but for the timer: left off here, so that it
+# tandem-triggers.service tandem-watchdog.timer` would, but for the timer: left off here, so that it
 # cannot start chatd behind a check's back; the watchdog service is run by hand.
 ln -s /home/box/.config/systemd/user/tandem.target "$h/.config/systemd/user/default.target.wants/tandem.target"
-for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service; do
+for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service; do
   ln -s "/home/box/.config/systemd/user/$u" "$h/.config/systemd/user/tandem.target.wants/$u"
 done
 chown -h 1000:1000 "$h"/.config/systemd/user/*.wants/*
@@ -347,6 +350,13 @@ sleeps_300() {
     | tr '\n' ' ' | sed 's/ $//'
 }
 no_sleep_300() { [ -z "$(sleeps_300)" ]; }
+tunit=tandem-triggers.service
+tr_active() { [ "$(uprop $tunit ActiveState)" = active ] && [ "$(uprop $tunit SubState)" = running ]; }
+tr_pid() { uprop $tunit MainPID; }
+# triggerd's API: a unix socket in box's runtime folder (only box's uid may call).
+tr_health() { as_box curl -fsS --max-time 2 --unix-socket /run/user/1000/tandem/triggers.sock http://triggerd/health; }
+# A number field of triggerd's /health ({"ok":true,"pid":N,"triggers":0,...}).
+tr_field() { tr_health 2>/dev/null | grep -oE "\"$1\":[0-9]+" | cut -d: -f2; } # FIELD
 # How many lines of UNIT's journal (this boot) match the extended regex.
 journal_count() { as_box journalctl --user -b -u "$1" --no-pager -o cat 2>/dev/null | grep -cE "$2" || true; } # UNIT REGEX
 # The file system as PID sees it (its mount namespace; EROFS is the answer).
@@ -439,8 +449,9 @@ fi
 
 out="$(as_box tandem status 2>&1)" && rc=0 || rc=$?
 if [ "$rc" = 0 ] && grep -q '^chatd .*running' <<<"$out" && grep -q '^egressd .*running' <<<"$out" \
-   && grep -q '^hostexecd .*running' <<<"$out" && grep -q '^engine .*reachable' <<<"$out"; then
-  pass "tandem status as box exits 0 (chatd running, egressd running, hostexecd running, engine reachable)"
+   && grep -q '^hostexecd .*running' <<<"$out" && grep -q '^triggerd .*running' <<<"$out" \
+   && grep -q '^engine .*reachable' <<<"$out"; then
+  pass "tandem status as box exits 0 (chatd running, egressd running, hostexecd running, triggerd running, engine reachable)"
 else
   fail "tandem status as box exited $rc"
 fi
@@ -579,6 +590,58 @@ else
   diag $hunit
 fi
 sed 's/^/  | /' <<<"$fin"
+
+# ---- triggerd at boot: installed and enabled as ops/install.sh does, pulled
+# in by tandem.target after chatd, Type=notify, in a sandbox like chatd's
+# (~/.tandemllm writable, the rest of the home read-only).
+load="$(uprop $tunit LoadState)/$(uprop $tunit UnitFileState)"
+frag="$(uprop $tunit FragmentPath)"
+if wait_for 30 tr_active && [ "$(uprop $tunit StatusText)" = serving ] && [ "$load" = loaded/enabled ] \
+   && [ "$frag" = /home/box/.config/systemd/user/$tunit ]; then
+  pass "$tunit installed from units/, enabled, active (running) at boot: Type=notify saw READY=1 (STATUS=serving) (via tandem.target)"
+else
+  fail "$tunit not active within 30 s: $load, $(uprop $tunit ActiveState)/$(uprop $tunit SubState) result $(uprop $tunit Result), status '$(uprop $tunit StatusText)', FragmentPath '$frag'"
+  diag $tunit
+fi
+tpid="$(tr_pid || true)"
+if [ -n "$tpid" ] && [ "$tpid" != 0 ] && wait_for 15 tr_health; then
+  sb="$(sandbox_of "$tpid")"
+  restarts="$(uprop $tunit NRestarts)"
+  skipped="$(as_box journalctl --user -b --no-pager -o cat -u $tunit 2>/dev/null \
+    | grep -iE 'ignoring|not supported|prohibited' | sort -u || true)"
+  fs="/etc $(probe_in "$tpid" /etc), ~/TandemLLM $(probe_in "$tpid" /home/box/TandemLLM)"
+  fs="$fs, ~/.tandemllm $(probe_in "$tpid" /home/box/.tandemllm), \$XDG_RUNTIME_DIR/tandem $(probe_in "$tpid" /run/user/1000/tandem)"
+  if [ "$sb" = "1 2 0000000000000000 yes 1000 1000 1" ] && [ "$(tr_field pid)" = "$tpid" ] && [ "$restarts" = 0 ] \
+     && [ -z "$skipped" ] && [ "$fs" = "/etc ro, ~/TandemLLM ro, ~/.tandemllm rw, \$XDG_RUNTIME_DIR/tandem rw" ]; then
+    pass "hardening: triggerd (pid $tpid) answers /health on triggers.sock in the unit's sandbox (NoNewPrivs 1, seccomp on, empty bounding set, own user and mount namespaces, no directive skipped, no restarts; $fs)"
+  else
+    fail "hardening: triggerd's sandbox is not as the unit says (NoNewPrivs Seccomp CapBnd own-mnt uid_map = '$sb', /health pid '$(tr_field pid)' vs MainPID $tpid, NRestarts=$restarts; $fs)"
+    [ -n "$skipped" ] && sed 's/^/  skipped by systemd --user: /' <<<"$skipped"
+  fi
+else
+  fail "hardening: triggerd is not answering /health on triggers.sock under the unit's sandbox (MainPID '${tpid}')"
+  diag $tunit
+fi
+
+out="$(as_box tandem triggers status 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && grep -q '^triggerd: running$' <<<"$out" && grep -qE 'managed +systemd --user' <<<"$out" \
+   && grep -qE "^ +pid +$(tr_pid)\$" <<<"$out"; then
+  pass "tandem triggers status: exits 0, triggerd running (pid $(tr_pid)), managed by systemd --user"
+else
+  fail "tandem triggers status: exit $rc, not 'triggerd: running' managed by systemd --user with MainPID $(tr_pid)"
+fi
+sed 's/^/  | /' <<<"$out"
+
+# chatd's front door forwards /v1/chat-app/triggers* to triggers.sock (UTC:
+# a minimal root may have no time zone data).
+out="$(as_box tandem trigger preview 'daily 08:00' 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && [ "$(head -1 <<<"$out")" = "every day at 08:00 (UTC)" ] && [ "$(grep -c ' UTC  (' <<<"$out")" = 5 ]; then
+  pass "tandem trigger preview 'daily 08:00' as box: through chatd to triggerd, the meaning and 5 times"
+else
+  fail "tandem trigger preview 'daily 08:00' as box: exit $rc"
+  diag $tunit
+fi
+sed 's/^/  | /' <<<"$out"
 
 # kill -9: Restart=on-failure brings chatd back.
 old="$(chatd_pid || true)"

@@ -140,9 +140,14 @@ impl Drop for Box_ {
                 .ok()
                 .and_then(|t| t.trim().parse().ok())
         };
-        for pid in [self.chatd_pid(), pid_of("egressd"), pid_of("hostexecd")]
-            .into_iter()
-            .flatten()
+        for pid in [
+            self.chatd_pid(),
+            pid_of("egressd"),
+            pid_of("hostexecd"),
+            pid_of("triggerd"),
+        ]
+        .into_iter()
+        .flatten()
         {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -174,11 +179,25 @@ async fn start_status_logs_restart_stop() {
     );
     assert!(b.healthy().await);
     let first_pid = b.chatd_pid().unwrap();
-    // egressd and hostexecd too: `tandem status` wants every daemon of this build.
+    // egressd, hostexecd and triggerd too: `tandem status` wants every
+    // daemon of this build.
     let egress = b.tandem(&["egress", "start"]);
     assert!(egress.status.success(), "{}", text(&egress));
     let hostexec = b.tandem(&["hostexec", "start"]);
     assert!(hostexec.status.success(), "{}", text(&hostexec));
+    let triggers = b.tandem(&["triggers", "start"]);
+    assert!(triggers.status.success(), "{}", text(&triggers));
+    let socket = b.home().join("run/tandem/triggers.sock");
+    assert!(
+        text(&triggers).contains("triggerd started: pid "),
+        "{}",
+        text(&triggers)
+    );
+    assert!(
+        text(&triggers).contains(&format!("unix:{}", socket.display())),
+        "{}",
+        text(&triggers)
+    );
 
     let again = b.tandem(&["chat", "start"]);
     assert!(again.status.success());
@@ -194,6 +213,36 @@ async fn start_status_logs_restart_stop() {
     assert!(out.contains("engine      reachable"), "{out}");
     assert!(out.contains("egressd     running  pid "), "{out}");
     assert!(out.contains("hostexecd   running  pid "), "{out}");
+    assert!(out.contains("triggerd    running  pid "), "{out}");
+    let triggers_status = b.tandem(&["triggers", "status"]);
+    assert!(
+        triggers_status.status.success(),
+        "{}",
+        text(&triggers_status)
+    );
+    let out = text(&triggers_status);
+    for want in [
+        "triggerd: running".to_string(),
+        format!(
+            "data     {}",
+            b.home().join(".tandemllm/triggers").display()
+        ),
+        format!(
+            "shared   {}",
+            b.home().join(".tandemllm/workspace").display()
+        ),
+        format!("chatd    http://127.0.0.1:{}", b.port),
+        "triggers 0 (0 on), 0 running of 2 at once".to_string(),
+        "health   ok".to_string(),
+    ] {
+        assert!(out.contains(&want), "{want:?} missing from {out}");
+    }
+    let logs = b.tandem(&["triggers", "logs", "5"]);
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("triggerd serving"),
+        "{}",
+        text(&logs)
+    );
     let hostexec_status = b.tandem(&["hostexec", "status"]);
     assert!(
         hostexec_status.status.success(),
@@ -261,8 +310,8 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&bad)
     );
-    let unbuilt = b.tandem(&["triggers", "start"]);
-    assert!(text(&unbuilt).contains("triggerd is not part of this build yet"));
+    let unbuilt = b.tandem(&["connectors", "start"]);
+    assert!(text(&unbuilt).contains("connectord is not part of this build yet"));
     // A chat's preset through chatd: set, shown under the box's ceiling.
     let chat_started = b.tandem(&["chat", "start"]);
     assert!(chat_started.status.success(), "{}", text(&chat_started));
@@ -319,6 +368,13 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&stopped)
     );
+    let stopped = b.tandem(&["triggers", "stop"]);
+    assert!(
+        text(&stopped).contains("triggerd stopped in"),
+        "{}",
+        text(&stopped)
+    );
+    assert!(!b.home().join("run/tandem/triggerd.pid").exists());
 }
 
 /// `tandem egress start|status|logs|stop` like chatd's, /health asked on
@@ -534,6 +590,17 @@ fn help_texts_match_their_snapshots() {
         &["sandbox", "build"],
         &["egress"],
         &["egress", "rules"],
+        &["triggers"],
+        &["trigger"],
+        &["trigger", "list"],
+        &["trigger", "show"],
+        &["trigger", "add"],
+        &["trigger", "rm"],
+        &["trigger", "on"],
+        &["trigger", "off"],
+        &["trigger", "run"],
+        &["trigger", "runs"],
+        &["trigger", "preview"],
         &["watchdog"],
         &["doctor"],
         &["completions"],
@@ -576,8 +643,8 @@ fn help_texts_match_their_snapshots() {
     );
 }
 
-/// The units pass `systemd-analyze verify`, and chatd's and egressd's
-/// exposure is 3.0 or lower.
+/// The units pass `systemd-analyze verify`, and chatd's, egressd's and
+/// triggerd's exposure is 3.0 or lower.
 #[test]
 fn units_verify_and_are_hardened() {
     let units = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../units");
@@ -585,7 +652,7 @@ fn units_verify_and_are_hardened() {
     let runtime = home.path().join("run");
     std::fs::create_dir_all(home.path().join(".local/bin")).unwrap();
     std::fs::create_dir_all(&runtime).unwrap();
-    for binary in ["chatd", "egressd", "hostexecd", "tandem"] {
+    for binary in ["chatd", "egressd", "hostexecd", "triggerd", "tandem"] {
         std::fs::copy(
             bin_dir().join(binary),
             home.path().join(".local/bin").join(binary),
@@ -614,6 +681,7 @@ fn units_verify_and_are_hardened() {
     let limits = [
         ("tandem-chatd.service", 3.0),
         ("tandem-egress.service", 3.0),
+        ("tandem-triggers.service", 3.0),
     ];
     for (unit, limit) in limits {
         let out = analyze(

@@ -224,14 +224,16 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-struct Client {
+/// chatd's front door, `/v1/chat-app`, with the forward key: found as the
+/// daemons find it (settings, then the secrets file or chatd's forward.key).
+pub(crate) struct Client {
     base: String,
     key: String,
     http: reqwest::Client,
 }
 
 impl Client {
-    fn new() -> anyhow::Result<Client> {
+    pub(crate) fn new() -> anyhow::Result<Client> {
         let settings = Settings::load()?;
         let secrets =
             tandem_shared::secrets::load(&settings.chatd.secrets, &settings.chatd.data_dir)
@@ -244,16 +246,23 @@ impl Client {
         })
     }
 
-    async fn call(
+    /// One request under `/v1/chat-app` (`path` starts with `/`): the
+    /// status and the JSON body (`Null` when there is none), whatever the
+    /// status; an error only when chatd does not answer.
+    pub(crate) async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
+        query: &[(&str, &str)],
         body: Option<Value>,
-    ) -> anyhow::Result<Value> {
+    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
             .header("x-forward-key", &self.key);
+        if !query.is_empty() {
+            request = request.query(query);
+        }
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -265,6 +274,16 @@ impl Client {
         })?;
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
+        Ok((status, body))
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let (status, body) = self.send(method, path, &[], body).await?;
         if !status.is_success() {
             let message = body
                 .pointer("/error/message")

@@ -9,7 +9,8 @@ use crate::settings::Settings;
 pub const LONG_ABOUT: &str = "\
 Checks what tandem needs on this box, one line each, with the fix for each
 failure: the engine, the secrets file, file modes, the units, lingering, the
-container runtime and the egress rules. Exits 0 when every check passes.
+container runtime, egressd, triggerd (and that chatd forwards to it) and the
+egress rules. Exits 0 when every check passes.
 
 Example:
   tandem doctor";
@@ -111,6 +112,46 @@ pub async fn exec() -> anyhow::Result<ExitCode> {
         up,
         format!("egressd answers at {egressd}"),
         "tandem egress start (and `tandem egress logs` when it will not)",
+    );
+    let triggerd = daemons::by_name("triggerd")
+        .map(|d| settings.daemon_url(d))
+        .unwrap_or_default();
+    let up = daemons::health(&client, &triggerd, Duration::from_secs(1))
+        .await
+        .is_some();
+    check(
+        up,
+        format!("triggerd answers at {triggerd}"),
+        "tandem triggers start (and `tandem triggers logs` when it will not)",
+    );
+    // chatd forwards /v1/chat-app/triggers* to the socket it is told of, and
+    // a trigger's chat works in chatd's shared workspace: both must be triggerd's.
+    let (forwards_to, listens_on) = (&settings.chatd.triggers_socket, &settings.triggers.socket);
+    check(
+        forwards_to == listens_on,
+        format!(
+            "chatd forwards triggers to {}, where triggerd listens",
+            forwards_to.display()
+        ),
+        &format!(
+            "set [chatd] triggers_socket and [triggers] socket to one path (triggerd listens on {})",
+            listens_on.display()
+        ),
+    );
+    let (chat_workspace, trigger_workspace) = (
+        &settings.chatd.shared_workspace,
+        &settings.triggers.workspace,
+    );
+    check(
+        chat_workspace == trigger_workspace,
+        format!(
+            "chatd's shared workspace {} is the one triggerd watches",
+            chat_workspace.display()
+        ),
+        &format!(
+            "set [chatd] shared_workspace and [triggers] workspace to one folder (triggerd watches {})",
+            trigger_workspace.display()
+        ),
     );
     let nft = Command::new("nft")
         .args(["list", "table", "inet", egressd::nft::TABLE])

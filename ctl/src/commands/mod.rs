@@ -4,5 +4,6 @@ pub mod egress;
 pub mod sandbox;
 pub mod service;
 pub mod status;
+pub mod trigger;
 pub mod up;
 pub mod watchdog;

@@ -169,6 +169,24 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
             };
             row("run as", run_as);
         }
+        "triggerd" => {
+            row("data", settings.triggers.data_dir.display().to_string());
+            row("shared", settings.triggers.workspace.display().to_string());
+            row("chatd", settings.triggers.chat_base());
+            if let Some(h) = &health {
+                let n = |k: &str| h.body[k].as_u64().unwrap_or(0);
+                row(
+                    "triggers",
+                    format!(
+                        "{} ({} on), {} running of {} at once",
+                        n("triggers"),
+                        n("enabled"),
+                        n("running"),
+                        n("max_runs")
+                    ),
+                );
+            }
+        }
         _ => {}
     }
     row("url", url.clone());
