@@ -747,9 +747,9 @@ async fn a_run_that_asks_is_an_inbox_entry_and_goes_on_when_answered() -> anyhow
 /// file and then answers for a few seconds.
 const SLOW_WRITER: &str = r#"[sim tool_calls=[{"name":"write_file","arguments":{"path":"Drop/summary.md","content":"done"}}] tool_steps=1 tokens=120 tps=20]"#;
 
-#[tokio::test]
-async fn a_file_from_outside_during_a_run_still_runs_and_the_runs_own_never_does(
-) -> anyhow::Result<()> {
+/// A file trigger on the workspace's Drop/ whose runs write and then answer
+/// slowly; real time.
+async fn slow_drop_box() -> anyhow::Result<(Box3, std::path::PathBuf, String)> {
     let mut b = boxed("clock_file = \"\"\n", "").await?;
     b.td.start().await?;
     let drop = b.td.workspace.join("Drop");
@@ -760,6 +760,23 @@ async fn a_file_from_outside_during_a_run_still_runs_and_the_runs_own_never_does
                "prompt": format!("Sort it. {SLOW_WRITER}")}),
     )
     .await?);
+    Ok((b, drop, tid))
+}
+
+/// Waits until the only run of `tid` works and has written its summary.
+async fn wrote_its_summary(b: &Box3, drop: &std::path::Path, tid: &str) -> anyhow::Result<()> {
+    wait_until("the run to have written its summary", QUICK, || async {
+        let runs = b.td.runs(tid).await.ok()?;
+        (runs.len() == 1 && runs[0]["status"] == "running" && drop.join("summary.md").exists())
+            .then_some(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_file_from_outside_during_a_run_still_runs_and_the_runs_own_never_does(
+) -> anyhow::Result<()> {
+    let (b, drop, tid) = slow_drop_box().await?;
     // A name with a control character still makes a chat (its title is cleaned).
     std::fs::write(drop.join("first\u{7}.txt"), "one")?;
     wait_until(
@@ -799,23 +816,9 @@ async fn a_file_from_outside_during_a_run_still_runs_and_the_runs_own_never_does
 #[tokio::test]
 async fn a_restart_in_the_middle_of_a_run_does_not_let_its_own_file_start_it() -> anyhow::Result<()>
 {
-    let mut b = boxed("clock_file = \"\"\n", "").await?;
-    b.td.start().await?;
-    let drop = b.td.workspace.join("Drop");
-    std::fs::create_dir_all(&drop)?;
-    let tid = id(&create(
-        &b.td,
-        json!({"name": "Drop box", "folder": "Drop", "quiet_seconds": 1, "min_gap_seconds": 0,
-               "prompt": format!("Sort it. {SLOW_WRITER}")}),
-    )
-    .await?);
+    let (mut b, drop, tid) = slow_drop_box().await?;
     std::fs::write(drop.join("in.txt"), "one")?;
-    wait_until("the run to have written its summary", QUICK, || async {
-        let runs = b.td.runs(&tid).await.ok()?;
-        (runs.len() == 1 && runs[0]["status"] == "running" && drop.join("summary.md").exists())
-            .then_some(())
-    })
-    .await?;
+    wrote_its_summary(&b, &drop, &tid).await?;
     b.td.kill9();
     b.td.start().await?;
     let runs = settled_runs(&b.td, &tid, 1).await?;

@@ -401,6 +401,44 @@ fn cut(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
+/// The inbox entry of a notice (a trigger switched off, a run that asks).
+pub fn notice_notification(notice: &Notice) -> serde_json::Value {
+    let mut value = json!({
+        "kind": "needs_attention",
+        "title": cut(&notice.title, 200),
+        "body": cut(&notice.body, 2000),
+        "source": {"type": "trigger", "id": notice.trigger_id, "name": cut(&notice.trigger_name, 200)},
+        "key": format!("trigger-notice:{}", notice.id),
+    });
+    if let Some(chat) = &notice.conversation_id {
+        value["conversation_id"] = json!(chat);
+    }
+    value
+}
+
+/// What became of one delivery.
+enum Delivered {
+    /// chatd took it, or refused it for good (logged): it is done.
+    Done,
+    /// chatd did not answer or failed: ask again later.
+    Again,
+}
+
+async fn post(td: &Arc<Triggerd>, what: &str, notification: &serde_json::Value) -> Delivered {
+    match td.chat.notify(notification).await {
+        Ok(()) => {
+            td.metrics.notifications.inc();
+            Delivered::Done
+        }
+        Err(err) if err.retryable() => Delivered::Again,
+        // A refusal of the entry itself does not change by asking again.
+        Err(err) => {
+            tracing::warn!(entry = what, error = %err, "chatd refused an inbox entry");
+            Delivered::Done
+        }
+    }
+}
+
 /// One round of deliveries; whether something still waits.
 async fn deliver(td: &Arc<Triggerd>) -> bool {
     let (runs, notices) = match td
@@ -415,15 +453,8 @@ async fn deliver(td: &Arc<Triggerd>) -> bool {
         }
     };
     for run in runs {
-        match td.chat.notify(&run_notification(&run)).await {
-            Ok(()) => {
-                td.metrics.notifications.inc();
-            }
-            Err(err) if err.retryable() => return true,
-            // A refusal does not change by asking again: logged, not kept.
-            Err(err) => {
-                tracing::warn!(run = %run.id, error = %err, "chatd refused an inbox entry")
-            }
+        if let Delivered::Again = post(td, &run.id, &run_notification(&run)).await {
+            return true;
         }
         let id = run.id.clone();
         let _ = td
@@ -432,24 +463,8 @@ async fn deliver(td: &Arc<Triggerd>) -> bool {
             .await;
     }
     for notice in notices {
-        let mut body = json!({
-            "kind": "needs_attention",
-            "title": cut(&notice.title, 200),
-            "body": cut(&notice.body, 2000),
-            "source": {"type": "trigger", "id": notice.trigger_id, "name": cut(&notice.trigger_name, 200)},
-            "key": format!("trigger-notice:{}", notice.id),
-        });
-        if let Some(chat) = &notice.conversation_id {
-            body["conversation_id"] = json!(chat);
-        }
-        match td.chat.notify(&body).await {
-            Ok(()) => {
-                td.metrics.notifications.inc();
-            }
-            Err(err) if err.retryable() => return true,
-            Err(err) => {
-                tracing::warn!(trigger = %notice.trigger_id, error = %err, "chatd refused an inbox entry")
-            }
+        if let Delivered::Again = post(td, &notice.id, &notice_notification(&notice)).await {
+            return true;
         }
         let id = notice.id.clone();
         let _ = td
