@@ -350,6 +350,13 @@ impl Chatd {
         }
     }
 
+    /// Sets (or replaces) one variable of its environment from the next
+    /// start on (`restart`).
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+    }
+
     /// Starts it again on the same port and data.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill9();

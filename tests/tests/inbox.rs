@@ -1,7 +1,7 @@
 //! The inbox end to end against the real `chatd`: notifications stored,
 //! listed newest first, counted, read, deleted, streamed live, bounded to
-//! the newest 500, and bad input refused with nothing stored. Every wait is
-//! on a condition with a bound.
+//! the newest 500, stored once per idempotency key, and bad input refused
+//! with nothing stored. Every wait is on a condition with a bound.
 
 use std::time::Duration;
 
@@ -223,6 +223,78 @@ async fn the_stream_carries_changes_made_after_attaching() -> anyhow::Result<()>
     Ok(())
 }
 
+/// A post with a key already stored stores nothing: 201 then 200 with the
+/// same notification, one entry, one `notification.created`, counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_posted_twice_is_stored_once() -> anyhow::Result<()> {
+    let (_sim, chatd, client) = start().await?;
+    let mut stream = client.sse("/notifications/events").await?;
+    let key = "trigger:t_nightly-1:2026-12-01T09:00:00Z";
+    let mut body = notification("Nightly report ran");
+    body["key"] = json!(key);
+    let first = client.post("/notifications", body.clone()).await?;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert_eq!(first.body["key"], key);
+
+    // A retry (the answer was lost, triggerd restarted), even with other text.
+    body["title"] = json!("Nightly report ran (retry)");
+    let again = client.post("/notifications", body.clone()).await?;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body["id"], first.body["id"]);
+    assert_eq!(again.body, first.body, "the stored one, as it was");
+    assert_eq!(counts(&client).await?, (1, 1));
+
+    // Another key, and no key twice, are new entries.
+    let mut other = notification("Backup ran");
+    other["key"] = json!("trigger:t_backup:1");
+    let other = post(&client, other).await?;
+    let plain = post(&client, notification("no key")).await?;
+    let plain_again = post(&client, notification("no key")).await?;
+    assert_ne!(plain["id"], plain_again["id"]);
+    assert_eq!(plain["key"], Value::Null);
+    assert_eq!(counts(&client).await?, (4, 4));
+    let list = client.get("/notifications").await?;
+    assert_eq!(
+        ids(&list.body)
+            .iter()
+            .filter(|id| **id == first.body["id"])
+            .count(),
+        1
+    );
+
+    // The stream: the keyed one once, then the next ones.
+    let events = stream
+        .read_until(QUICK, |e| e.data["id"] == plain_again["id"])
+        .await?;
+    let created: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.kind == "notification.created")
+        .map(|e| &e.data["id"])
+        .collect();
+    assert_eq!(
+        created,
+        [
+            &first.body["id"],
+            &other["id"],
+            &plain["id"],
+            &plain_again["id"]
+        ],
+        "{events:?}"
+    );
+
+    let metrics = reqwest::get(format!("{}/metrics", chatd.url()))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"tandem_notifications_total{kind="run_ended"} 4"#),
+        "counted once per stored notification: {metrics}"
+    );
+    Ok(())
+}
+
 /// The inbox keeps the newest 500: the 501st drops the oldest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_keeps_the_newest_500() -> anyhow::Result<()> {
@@ -310,6 +382,23 @@ async fn bad_input_is_refused_naming_the_field_and_stores_nothing() -> anyhow::R
             with(&|b| b["conversation_id"] = json!("../etc")),
             "conversation_id",
         ),
+        ("empty key", with(&|b| b["key"] = json!("")), "key"),
+        (
+            "key with a space",
+            with(&|b| b["key"] = json!("a b")),
+            "key",
+        ),
+        (
+            "key with a slash",
+            with(&|b| b["key"] = json!("a/b")),
+            "key",
+        ),
+        (
+            "key of 129",
+            with(&|b| b["key"] = json!("k".repeat(129))),
+            "key",
+        ),
+        ("key not text", with(&|b| b["key"] = json!(7)), "key"),
         (
             "no source",
             with(&|b| {
@@ -340,6 +429,21 @@ async fn bad_input_is_refused_naming_the_field_and_stores_nothing() -> anyhow::R
         )
         .await?;
     assert_eq!(title.body["error"]["limit"], 200, "{title:?}");
+    let key = client
+        .post(
+            "/notifications",
+            with(&|b| b["key"] = json!("k".repeat(129))),
+        )
+        .await?;
+    assert_eq!(key.body["error"]["limit"], 128, "{key:?}");
+    let fits = client
+        .post(
+            "/notifications",
+            with(&|b| b["key"] = json!("k".repeat(128))),
+        )
+        .await?;
+    assert_eq!(fits.status, 201, "a key of 128 fits: {fits:?}");
+    delete(&client, json!({"ids": [fits.body["id"].clone()]})).await?;
     assert!(
         title.body["error"]["message"]
             .as_str()

@@ -486,6 +486,119 @@ async fn without_a_runtime_chats_go_on_and_bash_is_not_offered() -> anyhow::Resu
     Ok(())
 }
 
+/// A shared chat's sandbox binds the box's shared folder: stopped and
+/// started again under the same settings, the container is kept; after
+/// `shared_workspace` moved, it is made again on the new folder. As root,
+/// the shared folder itself goes to the commands' user and what was in it
+/// stays whose it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_chat_s_sandbox_is_made_again_when_the_shared_folder_moves() -> anyhow::Result<()>
+{
+    use std::os::unix::fs::MetadataExt;
+    let Some(podman) =
+        Podman::shared("a_shared_chat_s_sandbox_is_made_again_when_the_shared_folder_moves")
+    else {
+        return Ok(());
+    };
+    let folders = tempfile::tempdir()?;
+    let (first, second) = (folders.path().join("a"), folders.path().join("b"));
+    let mut s = start(
+        podman,
+        &[],
+        &[("QSE_SHARED_WORKSPACE", &first.display().to_string())],
+    )
+    .await?;
+    let made = s
+        .client
+        .post(
+            "/conversations",
+            json!({"workspace": "shared", "permission_mode": "auto"}),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    let chat = made.body["id"].as_str().context("id")?.to_string();
+    let name = format!("tandem-chat-{chat}");
+    let container_id = || -> anyhow::Result<String> {
+        Ok(podman
+            .cli(&["inspect", "--format", "{{.Id}}", &name])?
+            .trim()
+            .to_string())
+    };
+
+    let results = run_steps(
+        &s,
+        &chat,
+        json!([bash_call("echo a > where.txt"), {"tokens": 2}]),
+    )
+    .await?;
+    assert!(results[0].contains("[exit code 0"), "{results:?}");
+    assert_eq!(std::fs::read_to_string(first.join("where.txt"))?, "a\n");
+    let made_first = container_id()?;
+
+    // Stopped, then started by the next command: the same container.
+    let stopped = s
+        .client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/conversations/{chat}/sandbox"),
+            None,
+        )
+        .await?;
+    assert_eq!(stopped.status, 204, "{stopped:?}");
+    assert_ne!(container_state(&s.client, &chat).await?, "running");
+    let results = run_steps(
+        &s,
+        &chat,
+        json!([bash_call("cat where.txt"), {"tokens": 2}]),
+    )
+    .await?;
+    assert!(results[1].contains("a\n"), "{results:?}");
+    assert_eq!(
+        container_id()?,
+        made_first,
+        "made under the same settings: kept"
+    );
+
+    // The shared folder moves (a file of the box's already in it).
+    std::fs::create_dir_all(&second)?;
+    std::fs::write(second.join("box.txt"), "the box's\n")?;
+    s.chatd
+        .set_env("QSE_SHARED_WORKSPACE", &second.display().to_string());
+    s.chatd.restart().await?;
+    let results = run_steps(
+        &s,
+        &chat,
+        json!([bash_call("cat box.txt; echo b > where.txt"), {"tokens": 2}]),
+    )
+    .await?;
+    assert!(results[2].contains("the box's\n"), "{results:?}");
+    assert!(results[2].contains("[exit code 0"), "{results:?}");
+    assert_eq!(std::fs::read_to_string(second.join("where.txt"))?, "b\n");
+    assert_eq!(std::fs::read_to_string(first.join("where.txt"))?, "a\n");
+    assert_ne!(container_id()?, made_first, "made again on the new folder");
+    let inspect: Value = serde_json::from_str(&podman.cli(&["inspect", &name])?)?;
+    let workspace = inspect[0]["Mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["Destination"] == "/workspace")
+        .cloned()
+        .context("the /workspace mount")?;
+    assert_eq!(workspace["Source"], json!(second.display().to_string()));
+
+    if nix::unistd::geteuid().is_root() {
+        let owner = |p: &Path| -> anyhow::Result<u32> { Ok(std::fs::metadata(p)?.uid()) };
+        assert_eq!(owner(&second)?, 1000, "the folder itself is the commands'");
+        assert_eq!(
+            owner(&second.join("box.txt"))?,
+            0,
+            "its contents stay the box's"
+        );
+        assert_eq!(owner(&second.join("where.txt"))?, 1000);
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_and_the_trash_stop_sandboxes_and_their_files_stay() -> anyhow::Result<()> {
     let Some(podman) = Podman::shared("bounds_and_the_trash_stop_sandboxes_and_their_files_stay")

@@ -55,10 +55,24 @@ async fn chat_count(client: &Client) -> anyhow::Result<usize> {
 
 // 1 ---------------------------------------------------------------------------
 
-/// A chat made by a trigger says so, and its runs are the trigger's: the run
-/// records it and the run counter counts it apart from a person's.
+/// Sends `text` with `origin` in the body; answers the 202 body.
+async fn send_as(client: &Client, chat: &str, text: &str, origin: &str) -> anyhow::Result<Value> {
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({"text": text, "origin": origin}),
+        )
+        .await?;
+    anyhow::ensure!(sent.status == 202, "send answered {sent:?}");
+    Ok(sent.body)
+}
+
+/// A chat made by a trigger says so; a run's origin is its request's: the
+/// message triggerd posts with `origin: "trigger"` starts a trigger run, a
+/// person's follow-up (or regenerate) in that same chat a person's. The run
+/// records it and the run counter counts them apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trigger_chat_s_runs_are_the_trigger_s() -> anyhow::Result<()> {
+async fn a_run_s_origin_is_its_request_s() -> anyhow::Result<()> {
     let (_sim, chatd, client) = start(&[]).await?;
 
     let mine = client.post("/conversations", json!({})).await?;
@@ -95,7 +109,24 @@ async fn a_trigger_chat_s_runs_are_the_trigger_s() -> anyhow::Result<()> {
     let snapshot = client.snapshot(&trigger_chat).await?;
     assert_eq!(snapshot["conversation"]["origin"], "trigger");
 
-    let trigger_run = run_id(&client.send(&trigger_chat, "nightly report").await?)?;
+    // A bad origin on a message is refused, and nothing is stored.
+    let bad = client
+        .post(
+            &format!("/conversations/{trigger_chat}/messages"),
+            json!({"text": "hi", "origin": "robot"}),
+        )
+        .await?;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.body["error"]["field"], "origin");
+    assert_eq!(
+        bad.body["error"]["message"],
+        "origin: must be user, trigger or connector"
+    );
+    let snapshot = client.snapshot(&trigger_chat).await?;
+    assert_eq!(snapshot["messages"], json!([]), "{snapshot}");
+    assert_eq!(snapshot["runs"], json!([]), "{snapshot}");
+
+    let trigger_run = run_id(&send_as(&client, &trigger_chat, "nightly report", "trigger").await?)?;
     let user_run = run_id(&client.send(&user_chat, "hello").await?)?;
     let run = client
         .wait_run(&trigger_chat, &trigger_run, &["done"], QUICK)
@@ -106,15 +137,39 @@ async fn a_trigger_chat_s_runs_are_the_trigger_s() -> anyhow::Result<()> {
         .await?;
     assert_eq!(run["origin"], "user", "{run}");
 
+    // A person follows up in the trigger's chat: a person's run there.
+    let follow_up = run_id(&client.send(&trigger_chat, "and the day before?").await?)?;
+    let run = client
+        .wait_run(&trigger_chat, &follow_up, &["done"], QUICK)
+        .await?;
+    assert_eq!(run["origin"], "user", "{run}");
+    // Regenerating is a person's action too, in any chat.
+    let again = client
+        .post(
+            &format!("/conversations/{trigger_chat}/regenerate"),
+            json!({}),
+        )
+        .await?;
+    assert_eq!(again.status, 202, "{again:?}");
+    let run = client
+        .wait_run(&trigger_chat, &run_id(&again.body)?, &["done"], QUICK)
+        .await?;
+    assert_eq!(run["origin"], "user", "{run}");
+    let snapshot = client.snapshot(&trigger_chat).await?;
+    assert_eq!(
+        snapshot["conversation"]["origin"], "trigger",
+        "the chat's stays"
+    );
+
     // Counted when the run task ends, just after the run is written done.
-    let text = wait_until("both runs counted", QUICK, || async {
+    let text = wait_until("every run counted", QUICK, || async {
         let text = metrics_text(&chatd).await.ok()?;
         let trigger = metric(
             &text,
             r#"tandem_runs_total{origin="trigger",outcome="done"}"#,
         )?;
         let user = metric(&text, r#"tandem_runs_total{origin="user",outcome="done"}"#)?;
-        (trigger == 1.0 && user == 1.0).then_some(text)
+        (trigger == 1.0 && user == 3.0).then_some(text)
     })
     .await?;
     assert_eq!(

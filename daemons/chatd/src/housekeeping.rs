@@ -1,6 +1,7 @@
 //! Hourly housekeeping: a daily `VACUUM INTO backups/` copy (7 kept), chats
 //! in the trash past their days removed, old `text.delta` events dropped
-//! (messages keep their text).
+//! (messages keep their text), inbox entries past their 90 days dropped
+//! (an insert drops them too, but the inbox may go quiet for months).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,9 +67,14 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
             )?)
         })
         .await?;
+    let notifications_dropped = app
+        .store
+        .write(|ctx| Ok(crate::inbox::prune(ctx.conn(), now_unix())?))
+        .await?;
     tracing::info!(
         purged = purged.len(),
         deltas_dropped = dropped,
+        notifications_dropped,
         "housekeeping done"
     );
     Ok(())

@@ -15,8 +15,8 @@ pub struct Conversation {
     pub state: String,
     pub permission_mode: String,
     pub settings: Value,
-    /// Who made it: user | trigger | connector | import | fork. A run in a
-    /// trigger's or a connector's chat is theirs (nobody watches it).
+    /// Who made it: user | trigger | connector | import | fork (for listing
+    /// and showing; each run has its own origin, from its request).
     pub origin: String,
     /// Where its files are: own (workspaces/<id>/) or shared (the box's
     /// shared folder).
@@ -33,15 +33,6 @@ pub const CONVERSATION_COLUMNS: &str =
     "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq, origin, workspace";
 
 impl Conversation {
-    /// The origin of the runs started in this chat: a trigger's or a
-    /// connector's chat runs as theirs, every other as a person's.
-    pub fn run_origin(&self) -> &str {
-        match self.origin.as_str() {
-            "trigger" | "connector" => &self.origin,
-            _ => "user",
-        }
-    }
-
     pub fn from_row(row: &Row) -> rusqlite::Result<Conversation> {
         let settings: String = row.get(7)?;
         let deleted_at: Option<i64> = row.get(8)?;

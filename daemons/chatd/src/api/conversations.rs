@@ -50,7 +50,7 @@ fn check_workspace(workspace: Option<String>) -> Result<String, ApiError> {
     }
 }
 
-fn check_origin(origin: &str) -> Result<(), ApiError> {
+pub(super) fn check_origin(origin: &str) -> Result<(), ApiError> {
     if ORIGINS.contains(&origin) {
         Ok(())
     } else {

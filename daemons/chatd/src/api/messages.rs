@@ -1,6 +1,11 @@
 //! Sending, waiting messages, stop, send-now, continue, regenerate and edit.
 //! Each decision (start a run or wait) is taken inside one write job, so two
 //! devices sending at once never start two runs in one chat.
+//!
+//! A run's origin is the request's (`origin`: `user` unless it says
+//! `trigger` or `connector`), never the chat's: triggerd sends its first
+//! message with `origin: "trigger"`, and a person who follows up in that chat
+//! (or regenerates, continues, edits, sends now) starts a person's run.
 
 use std::sync::Arc;
 
@@ -28,6 +33,23 @@ pub struct SendBody {
     text: String,
     #[serde(default)]
     attachments: Option<Vec<attachments::Upload>>,
+    /// Who starts the run: user (the default), trigger or connector.
+    #[serde(default)]
+    origin: Option<String>,
+}
+
+/// The body of send-now, continue and regenerate: all optional.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RunBody {
+    origin: Option<String>,
+}
+
+/// The origin of the run a request starts: `user` unless it says otherwise.
+fn run_origin(origin: Option<String>) -> Result<String, ApiError> {
+    let origin = origin.unwrap_or_else(|| "user".into());
+    super::conversations::check_origin(&origin)?;
+    Ok(origin)
 }
 
 fn check_text(text: &str) -> Result<(), ApiError> {
@@ -56,6 +78,7 @@ pub async fn send(
     Json(body): Json<SendBody>,
 ) -> Result<Response, ApiError> {
     check_text(&body.text)?;
+    let origin = run_origin(body.origin)?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
     let mut text = body.text;
     let mut records = None;
@@ -98,7 +121,7 @@ pub async fn send(
                 Some(records) => insert_user_with_files(ctx, &cid, &text, records)?,
                 None => insert_message(ctx, &cid, "user", &text, None, None)?,
             };
-            let run = insert_run(ctx, &conversation, "send", None)?;
+            let run = insert_run(ctx, &conversation, "send", &origin, None)?;
             Ok(Sent::Run { message_id: message.id, run_id: run.id })
         })
         .await?;
@@ -209,11 +232,13 @@ pub async fn stop(
     Ok(axum::Json(json!({"run_id": run.id, "status": "stopped"})))
 }
 
-/// Starts a run in a chat with none working; `prepare` adds what the run answers.
+/// Starts a run of `origin` in a chat with none working; `prepare` adds
+/// what the run answers.
 async fn start_run<F>(
     app: &Arc<App>,
     id: String,
     mode: &'static str,
+    origin: String,
     prepare: F,
 ) -> Result<Response, ApiError>
 where
@@ -236,7 +261,7 @@ where
                 ));
             }
             let message_id = prepare(ctx, &conversation)?;
-            insert_run(ctx, &conversation, mode, message_id.as_deref())
+            insert_run(ctx, &conversation, mode, &origin, message_id.as_deref())
         })
         .await?;
     app.runs.spawn(run.id.clone(), id);
@@ -246,8 +271,10 @@ where
 pub async fn send_now(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
+    Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
-    start_run(&app, id, "send", |ctx, conversation| {
+    let origin = run_origin(body.origin)?;
+    start_run(&app, id, "send", origin, |ctx, conversation| {
         if queries::waiting(ctx.conn(), &conversation.id)?.is_empty() {
             return Err(ApiError::conflict(
                 "nothing_waiting",
@@ -262,8 +289,10 @@ pub async fn send_now(
 pub async fn resume(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
+    Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
-    start_run(&app, id, "continue", |ctx, conversation| {
+    let origin = run_origin(body.origin)?;
+    start_run(&app, id, "continue", origin, |ctx, conversation| {
         let last = queries::last_run(ctx.conn(), &conversation.id)?;
         let Some(last) =
             last.filter(|r| matches!(r.status.as_str(), "interrupted" | "paused" | "stopped"))
@@ -300,8 +329,10 @@ pub async fn resume(
 pub async fn regenerate(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
+    Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
-    start_run(&app, id, "regenerate", |ctx, conversation| {
+    let origin = run_origin(body.origin)?;
+    start_run(&app, id, "regenerate", origin, |ctx, conversation| {
         let transcript = queries::transcript(ctx.conn(), conversation)?;
         let Some(user) = transcript.iter().rev().find(|m| m.role == "user") else {
             return Err(ApiError::conflict(
@@ -319,14 +350,23 @@ pub async fn regenerate(
     .await
 }
 
+/// An edit's body: the new text, and who starts the run.
+#[derive(Deserialize)]
+pub struct EditBody {
+    text: String,
+    #[serde(default)]
+    origin: Option<String>,
+}
+
 pub async fn edit(
     State(app): State<Arc<App>>,
     Path((id, mid)): Path<(String, String)>,
-    Json(body): Json<TextBody>,
+    Json(body): Json<EditBody>,
 ) -> Result<Response, ApiError> {
     check_text(&body.text)?;
+    let origin = run_origin(body.origin)?;
     let text = body.text;
-    start_run(&app, id, "edit", move |ctx, conversation| {
+    start_run(&app, id, "edit", origin, move |ctx, conversation| {
         let original = queries::message(ctx.conn(), &conversation.id, &mid)?;
         if original.role != "user" {
             return Err(ApiError::bad_input(

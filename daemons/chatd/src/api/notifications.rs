@@ -1,5 +1,6 @@
-//! The inbox's routes: `POST /notifications` (triggerd, connectord), the
-//! list and its counts, marking read, deleting, and the live stream
+//! The inbox's routes: `POST /notifications` (triggerd, connectord; 201, or
+//! 200 with the stored one when its `key` was posted before), the list and
+//! its counts, marking read, deleting, and the live stream
 //! `GET /notifications/events`. Every change is published to the stream only
 //! after the writer committed it.
 
@@ -39,6 +40,9 @@ pub struct CreateBody {
     source: SourceBody,
     #[serde(default)]
     conversation_id: Option<String>,
+    /// An idempotency key: the same key again stores nothing.
+    #[serde(default)]
+    key: Option<String>,
 }
 
 fn check_chars(field: &str, text: &str, low: usize, high: usize) -> Result<(), ApiError> {
@@ -97,6 +101,18 @@ fn check(body: CreateBody) -> Result<NewNotification, ApiError> {
             .with("limit", 64));
         }
     }
+    if let Some(key) = &body.key {
+        if !inbox::is_key(key) {
+            return Err(ApiError::bad_input(
+                "key",
+                format!(
+                    "must be 1 to {} characters of A-Z, a-z, 0-9, _, :, . and -",
+                    inbox::MAX_KEY
+                ),
+            )
+            .with("limit", inbox::MAX_KEY));
+        }
+    }
     Ok(NewNotification {
         kind: body.kind,
         title: body.title,
@@ -107,6 +123,7 @@ fn check(body: CreateBody) -> Result<NewNotification, ApiError> {
             name: body.source.name,
         },
         conversation_id: body.conversation_id,
+        key: body.key,
     })
 }
 
@@ -115,7 +132,7 @@ pub async fn create(
     Json(body): Json<CreateBody>,
 ) -> Result<Response, ApiError> {
     let new = check(body)?;
-    let (notification, pruned) = app
+    let stored = app
         .store
         .write(move |ctx| {
             Ok(inbox::insert(
@@ -125,6 +142,14 @@ pub async fn create(
             )?)
         })
         .await?;
+    let notification = stored.notification;
+    if !stored.created {
+        // A retry of a post that was stored: nothing new, nothing to tell.
+        tracing::info!(notification = %notification.id, source = %notification.source.kind,
+            source_id = %notification.source.id, "notification posted again with its key; nothing stored");
+        return Ok((StatusCode::OK, axum::Json(notification)).into_response());
+    }
+    let pruned = stored.pruned;
     app.metrics
         .notifications
         .get_or_create(&NotificationLabels {
@@ -172,9 +197,15 @@ pub async fn list(
             ))
         }
     };
+    let now = tandem_shared::time::now_unix();
     let (notifications, (unread, _)) = app
         .store
-        .read(move |conn| Ok((inbox::list(conn, unread_only, limit)?, inbox::counts(conn)?)))
+        .read(move |conn| {
+            Ok((
+                inbox::list(conn, unread_only, limit, now)?,
+                inbox::counts(conn, now)?,
+            ))
+        })
         .await?;
     Ok(axum::Json(
         json!({"notifications": notifications, "unread": unread}),
@@ -182,7 +213,11 @@ pub async fn list(
 }
 
 pub async fn count(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
-    let (unread, total) = app.store.read(|conn| Ok(inbox::counts(conn)?)).await?;
+    let now = tandem_shared::time::now_unix();
+    let (unread, total) = app
+        .store
+        .read(move |conn| Ok(inbox::counts(conn, now)?))
+        .await?;
     Ok(axum::Json(json!({"unread": unread, "total": total})))
 }
 
@@ -238,7 +273,13 @@ pub async fn mark_read(
     let selection = which.clone();
     let (updated, changed) = app
         .store
-        .write(move |ctx| Ok(inbox::mark_read(ctx.conn(), &selection)?))
+        .write(move |ctx| {
+            Ok(inbox::mark_read(
+                ctx.conn(),
+                &selection,
+                tandem_shared::time::now_unix(),
+            )?)
+        })
         .await?;
     if updated > 0 {
         app.inbox
@@ -257,7 +298,14 @@ pub async fn remove(
     let selection = which.clone();
     let (deleted, gone) = app
         .store
-        .write(move |ctx| Ok(inbox::delete(ctx.conn(), &selection, read_only)?))
+        .write(move |ctx| {
+            Ok(inbox::delete(
+                ctx.conn(),
+                &selection,
+                read_only,
+                tandem_shared::time::now_unix(),
+            )?)
+        })
         .await?;
     if deleted > 0 {
         let mut data = selection_data(&which, gone);

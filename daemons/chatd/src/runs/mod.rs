@@ -1282,12 +1282,13 @@ pub fn insert_row(
 }
 
 /// Records a new run `queued` for the conversation (its task starts it).
-/// Its origin is the chat's: a run in a trigger's or a connector's chat is
-/// theirs (nobody watches it), any other a person's.
+/// Its origin is the request's (`user`, `trigger`, `connector`), not the
+/// chat's: a person's follow-up in a trigger's chat is a person's run.
 pub fn insert_run(
     ctx: &mut Ctx,
     conversation: &Conversation,
     mode: &str,
+    origin: &str,
     message_id: Option<&str>,
 ) -> Result<Run, ApiError> {
     let run = Run {
@@ -1296,7 +1297,7 @@ pub fn insert_run(
         status: "queued".into(),
         mode: mode.into(),
         model: conversation.model.clone(),
-        origin: conversation.run_origin().into(),
+        origin: origin.into(),
         message_id: message_id.map(str::to_string),
         steps: 0,
         error: None,

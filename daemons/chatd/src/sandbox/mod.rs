@@ -158,6 +158,58 @@ struct Fit {
     image_id: String,
 }
 
+/// One folder bound into a sandbox: this side's path, where it is inside,
+/// and whether the sandbox may write it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Bind {
+    source: PathBuf,
+    inside: &'static str,
+    writable: bool,
+}
+
+impl Bind {
+    /// As the create body's `Binds` says it.
+    fn spec(&self) -> String {
+        let mode = if self.writable { "rw" } else { "ro" };
+        format!("{}:{}:{mode}", self.source.display(), self.inside)
+    }
+}
+
+/// Whether a container's bind mounts are exactly `binds`: read from its
+/// `Mounts` (source, destination, RW), since runtimes add their own options
+/// to `HostConfig.Binds` (podman: `…:rw,rprivate,rbind`). A container made
+/// with another workspace folder (`shared_workspace` changed) or another
+/// data folder does not match.
+fn binds_match(found: &Value, binds: &[Bind]) -> bool {
+    let Some(mounts) = found["Mounts"].as_array() else {
+        return false;
+    };
+    let mut have: Vec<(String, String, bool)> = mounts
+        .iter()
+        .filter(|m| m["Type"].as_str() == Some("bind"))
+        .map(|m| {
+            (
+                m["Source"].as_str().unwrap_or("").to_string(),
+                m["Destination"].as_str().unwrap_or("").to_string(),
+                m["RW"].as_bool().unwrap_or(true),
+            )
+        })
+        .collect();
+    let mut want: Vec<(String, String, bool)> = binds
+        .iter()
+        .map(|b| {
+            (
+                b.source.to_string_lossy().into_owned(),
+                b.inside.to_string(),
+                b.writable,
+            )
+        })
+        .collect();
+    have.sort();
+    want.sort();
+    have == want
+}
+
 impl Sandboxes {
     pub fn new(
         config: &ChatdConfig,
@@ -326,7 +378,7 @@ impl Sandboxes {
         let binds = self.prepare_folders(chat)?;
         let spec = self.spec(chat, limit, &binds);
         let fresh = match self.inner.docker.container(&name).await? {
-            Some(found) if self.fits(&found, &fit) => false,
+            Some(found) if self.fits(&found, &fit, &binds) => false,
             Some(_) => {
                 // Made under other settings: it takes the current ones now
                 // (its files are in the chat's folders, not in it).
@@ -444,9 +496,9 @@ impl Sandboxes {
         })
     }
 
-    /// Whether an existing container was made under the current settings
-    /// and from the current image.
-    fn fits(&self, found: &Value, fit: &Fit) -> bool {
+    /// Whether an existing container was made under the current settings,
+    /// from the current image and with the chat's folders bound as now.
+    fn fits(&self, found: &Value, fit: &Fit, binds: &[Bind]) -> bool {
         let host = &found["HostConfig"];
         let id = |v: &Value| {
             v.as_str()
@@ -463,10 +515,12 @@ impl Sandboxes {
                 == Some(self.inner.data_dir.to_string_lossy().as_ref())
             && !fit.image_id.is_empty()
             && id(&found["Image"]) == id(&json!(fit.image_id))
+            && binds_match(found, binds)
     }
 
     /// The create body: everything locked down, whatever the runtime's defaults.
-    fn spec(&self, chat: &str, limit: u64, binds: &[String]) -> Value {
+    fn spec(&self, chat: &str, limit: u64, binds: &[Bind]) -> Value {
+        let binds: Vec<String> = binds.iter().map(Bind::spec).collect();
         json!({
             "Image": self.inner.settings.image,
             "User": self.user(),
@@ -497,29 +551,51 @@ impl Sandboxes {
         })
     }
 
-    /// The chat's folders on this side, where each is inside and its mode:
-    /// the workspace (its own, or the box's shared folder), the home and
-    /// the egress folder.
-    fn folders_of(&self, chat: &str) -> [(PathBuf, &'static str, &'static str); 3] {
+    /// The chat's folders bound into its sandbox: the workspace (its own,
+    /// or the box's shared folder), the home and the egress folder.
+    fn binds_of(&self, chat: &str) -> [Bind; 3] {
         [
-            (self.inner.folders.workspace(chat), "/workspace", "rw"),
-            (
-                self.inner.data_dir.join("homes").join(chat),
-                "/home/sandbox",
-                "rw",
-            ),
-            (
-                self.inner.data_dir.join("egress").join(chat),
-                "/run/tandem-egress",
-                "ro",
-            ),
+            Bind {
+                source: self.inner.folders.workspace(chat),
+                inside: "/workspace",
+                writable: true,
+            },
+            Bind {
+                source: self.inner.data_dir.join("homes").join(chat),
+                inside: "/home/sandbox",
+                writable: true,
+            },
+            Bind {
+                source: self.inner.data_dir.join("egress").join(chat),
+                inside: "/run/tandem-egress",
+                writable: false,
+            },
         ]
+    }
+
+    /// The chat's own folders (under the data folder) among its binds: all
+    /// three, but the workspace of a shared chat, which is the box's.
+    fn own_folders_of(&self, chat: &str) -> Vec<PathBuf> {
+        let shared = self.inner.folders.is_shared(chat);
+        self.binds_of(chat)
+            .into_iter()
+            .filter(|b| !(shared && b.inside == "/workspace"))
+            .map(|b| b.source)
+            .collect()
     }
 
     /// Makes the chat's folders and answers the bind list. The commands'
     /// user must be able to write them: chatd running as root hands them to
     /// it; otherwise they must be chatd's own user.
-    fn prepare_folders(&self, chat: &str) -> Result<Vec<String>, SandboxError> {
+    ///
+    /// As root, the chat's own folders are handed over with everything in
+    /// them; the shared workspace only as the folder itself, so the
+    /// commands can make files in it. Its contents are left alone: they are
+    /// the box's (other chats', file triggers', the person's), a recursive
+    /// chown would take them from their owners and walk the whole tree at
+    /// every start. Files chatd's tools write there as root stay root's
+    /// (chatd runs as root in tests only).
+    fn prepare_folders(&self, chat: &str) -> Result<Vec<Bind>, SandboxError> {
         let (uid, gid) = self.inner.user;
         let me = nix::unistd::geteuid();
         if !me.is_root() && me.as_raw() != uid {
@@ -528,36 +604,41 @@ impl Sandboxes {
                  folders belong to chatd's uid {me}: leave `user` empty to use chatd's own"
             )));
         }
-        let mut binds = Vec::new();
-        for (path, inside, mode) in self.folders_of(chat) {
-            tandem_shared::fsmode::private_dir(&path).map_err(|e| {
+        let binds = self.binds_of(chat);
+        let own = self.own_folders_of(chat);
+        for bind in &binds {
+            let path = &bind.source;
+            tandem_shared::fsmode::private_dir(path).map_err(|e| {
                 SandboxError::Unavailable(format!("could not make {}: {e}", path.display()))
             })?;
             if me.is_root() {
-                hand_over(&path, uid, gid).map_err(|e| {
+                let handed = if own.contains(path) {
+                    hand_over(path, uid, gid)
+                } else {
+                    hand_over_folder(path, uid, gid).map(drop)
+                };
+                handed.map_err(|e| {
                     SandboxError::Unavailable(format!(
                         "could not hand {} to uid {uid}: {e}",
                         path.display()
                     ))
                 })?;
             }
-            binds.push(format!("{}:{inside}:{mode}", path.display()));
         }
-        Ok(binds)
+        Ok(binds.to_vec())
     }
 
     /// Before a command, when chatd runs as root: what chatd's tools wrote
-    /// in the chat's folders since goes to the commands' user.
+    /// in the chat's own folders since goes to the commands' user. Never the
+    /// shared workspace: handed over as a folder at the start (see
+    /// `prepare_folders`), its contents are not chatd's to give away, and
+    /// walking it at every command would cost as much as the tree is big.
     pub async fn hand_over_folders(&self, chat: &str) {
         if !nix::unistd::geteuid().is_root() {
             return;
         }
         let (uid, gid) = self.inner.user;
-        let folders: Vec<PathBuf> = self
-            .folders_of(chat)
-            .into_iter()
-            .map(|(path, _, _)| path)
-            .collect();
+        let folders = self.own_folders_of(chat);
         let chat = chat.to_string();
         let _ = tokio::task::spawn_blocking(move || {
             for path in folders {
@@ -817,7 +898,7 @@ impl Sandboxes {
                 .ok()
                 .flatten();
             let fits = match (&found, &fit) {
-                (Some(found), Some(fit)) => self.fits(found, fit),
+                (Some(found), Some(fit)) => self.fits(found, fit, &self.binds_of(chat)),
                 _ => false,
             };
             if !fits {
@@ -1074,6 +1155,26 @@ fn read_oom_count(file: &Path) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
+/// Gives the folder itself (not what is in it) to `uid:gid`; answers it open.
+fn hand_over_folder(dir: &Path, uid: u32, gid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{openat, OFlag, AT_FDCWD};
+    use nix::sys::stat::{fstat, Mode};
+
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // The folder itself is chatd's own path (the data folder's, or the
+    // configured shared one), made by chatd.
+    let folder = openat(AT_FDCWD, dir, flags, Mode::empty())?;
+    let st = fstat(&folder)?;
+    if st.st_uid != uid || st.st_gid != gid {
+        nix::unistd::fchown(
+            &folder,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )?;
+    }
+    Ok(folder)
+}
+
 /// Gives `dir` and everything under it to `uid:gid` (chatd as root only).
 /// A running command may change the tree meanwhile, so every step is made
 /// from an open folder, never by path: entries are stat'ed and chowned
@@ -1082,19 +1183,14 @@ fn read_oom_count(file: &Path) -> Option<u64> {
 /// never walked. Bounded: 200,000 entries.
 fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     use nix::dir::Dir;
-    use nix::fcntl::{openat, AtFlags, OFlag, AT_FDCWD};
-    use nix::sys::stat::{fstat, fstatat, Mode};
+    use nix::fcntl::{openat, AtFlags, OFlag};
+    use nix::sys::stat::{fstatat, Mode};
     use std::os::fd::OwnedFd;
 
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let owner = Some(nix::unistd::Uid::from_raw(uid));
     let group = Some(nix::unistd::Gid::from_raw(gid));
-    // The chat's folder itself is chatd's own path, made by chatd.
-    let root: OwnedFd = openat(AT_FDCWD, dir, flags, Mode::empty())?;
-    let st = fstat(&root)?;
-    if st.st_uid != uid || st.st_gid != gid {
-        nix::unistd::fchown(&root, owner, group)?;
-    }
+    let root = hand_over_folder(dir, uid, gid)?;
     let mut pending: Vec<OwnedFd> = vec![root];
     let mut seen = 0usize;
     while let Some(folder) = pending.pop() {
@@ -1147,6 +1243,175 @@ fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sandboxes for a chatd with `data` and the shared folder `shared`,
+    /// `c_shared` a shared chat (no runtime is asked).
+    fn sandboxes(data: &Path, shared: &Path) -> Sandboxes {
+        let config = ChatdConfig {
+            data_dir: data.to_path_buf(),
+            shared_workspace: shared.to_path_buf(),
+            ..ChatdConfig::default()
+        };
+        let folders = crate::folders::Folders::from_config(&config);
+        folders.made("c_shared", "shared");
+        folders.made("c_own", "own");
+        Sandboxes::new(&config, Shutdown::new().1, folders).unwrap()
+    }
+
+    /// What a runtime's inspect says of a container made from `spec`, as
+    /// podman's compat API answers: `Binds` with options added, `Mounts`
+    /// one entry a bind, tmpfs not among them.
+    fn inspected(spec: &Value, image_id: &str) -> Value {
+        let binds = spec["HostConfig"]["Binds"].as_array().unwrap();
+        let mounts: Vec<Value> = binds
+            .iter()
+            .map(|b| {
+                let parts: Vec<&str> = b.as_str().unwrap().split(':').collect();
+                json!({"Type": "bind", "Source": parts[0], "Destination": parts[1],
+                       "Mode": "", "RW": parts[2] == "rw", "Propagation": "rprivate"})
+            })
+            .collect();
+        let mut host = spec["HostConfig"].clone();
+        host["Binds"] = binds
+            .iter()
+            .map(|b| json!(format!("{},rprivate,rbind", b.as_str().unwrap())))
+            .collect();
+        json!({
+            "Image": format!("sha256:{image_id}"),
+            "Config": {"User": spec["User"], "Labels": spec["Labels"]},
+            "HostConfig": host,
+            "Mounts": mounts,
+        })
+    }
+
+    /// A container is used as it is only when its folders are bound as now:
+    /// a shared chat's container made under another `shared_workspace` (or
+    /// one with a folder more, fewer or of another mode) is made again.
+    #[test]
+    fn a_container_made_under_other_binds_does_not_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chat");
+        let here = sandboxes(&data, &dir.path().join("workspace"));
+        let fit = Fit {
+            limit: here.limit(),
+            image_id: "ab12".into(),
+        };
+        for chat in ["c_shared", "c_own"] {
+            let binds = here.binds_of(chat);
+            let found = inspected(&here.spec(chat, fit.limit, &binds), "ab12");
+            assert!(here.fits(&found, &fit, &binds), "{chat}: {found}");
+        }
+        let binds = here.binds_of("c_shared");
+        assert_eq!(binds[0].source, dir.path().join("workspace"));
+        let made_here = inspected(&here.spec("c_shared", fit.limit, &binds), "ab12");
+
+        // shared_workspace changed: the shared chat's container does not fit;
+        // an own chat's is unchanged.
+        let moved = sandboxes(&data, &dir.path().join("elsewhere"));
+        let now = moved.binds_of("c_shared");
+        assert_eq!(now[0].source, dir.path().join("elsewhere"));
+        assert!(!moved.fits(&made_here, &fit, &now));
+        let own = moved.binds_of("c_own");
+        let own_found = inspected(
+            &here.spec("c_own", fit.limit, &here.binds_of("c_own")),
+            "ab12",
+        );
+        assert!(moved.fits(&own_found, &fit, &own));
+
+        // A bind of another mode, one more, one fewer, no Mounts at all.
+        let mut ro = made_here.clone();
+        ro["Mounts"][0]["RW"] = json!(false);
+        assert!(!here.fits(&ro, &fit, &binds));
+        let mut more = made_here.clone();
+        more["Mounts"].as_array_mut().unwrap().push(
+            json!({"Type": "bind", "Source": "/etc", "Destination": "/host-etc", "RW": false}),
+        );
+        assert!(!here.fits(&more, &fit, &binds));
+        let mut fewer = made_here.clone();
+        fewer["Mounts"].as_array_mut().unwrap().pop();
+        assert!(!here.fits(&fewer, &fit, &binds));
+        let mut none = made_here.clone();
+        none.as_object_mut().unwrap().remove("Mounts");
+        assert!(!here.fits(&none, &fit, &binds));
+        // Mounts that are not binds (a runtime's tmpfs, a volume) do not count.
+        let mut tmpfs = made_here.clone();
+        tmpfs["Mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"Type": "tmpfs", "Source": "", "Destination": "/tmp", "RW": true}));
+        assert!(here.fits(&tmpfs, &fit, &binds));
+        // The other settings still count as before.
+        let mut image = made_here.clone();
+        image["Image"] = json!("sha256:cd34");
+        assert!(!here.fits(&image, &fit, &binds));
+    }
+
+    /// As root: a sandbox start hands the shared workspace itself to the
+    /// commands' user and leaves what is in it alone; a command hands over
+    /// the chat's own folders with their contents, never the shared one.
+    #[tokio::test]
+    async fn as_root_the_shared_workspace_is_handed_over_as_a_folder_only() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chat");
+        let shared = dir.path().join("workspace");
+        std::fs::create_dir_all(shared.join("notes")).unwrap();
+        std::fs::write(shared.join("notes/box.txt"), "the box's").unwrap();
+        let here = sandboxes(&data, &shared);
+        let (uid, gid) = here.inner.user;
+        assert_ne!(uid, 0);
+        let owner = |p: &Path| {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            (m.uid(), m.gid())
+        };
+
+        let binds = here.prepare_folders("c_shared").unwrap();
+        assert_eq!(binds[0].source, shared);
+        assert_eq!(owner(&shared), (uid, gid), "the folder itself");
+        assert_eq!(owner(&shared.join("notes")), (0, 0), "its contents stay");
+        assert_eq!(owner(&shared.join("notes/box.txt")), (0, 0));
+        let home = data.join("homes/c_shared");
+        assert_eq!(owner(&home), (uid, gid));
+
+        // chatd's tools wrote (as root) in the home and the shared folder.
+        std::fs::write(home.join("by-chatd.txt"), "x").unwrap();
+        std::fs::write(shared.join("by-chatd.txt"), "x").unwrap();
+        here.hand_over_folders("c_shared").await;
+        assert_eq!(owner(&home.join("by-chatd.txt")), (uid, gid));
+        assert_eq!(owner(&shared.join("by-chatd.txt")), (0, 0));
+        assert_eq!(owner(&shared.join("notes/box.txt")), (0, 0));
+
+        // An own chat's workspace is its own: handed over whole.
+        here.prepare_folders("c_own").unwrap();
+        let own = data.join("workspaces/c_own");
+        std::fs::write(own.join("by-chatd.txt"), "x").unwrap();
+        here.hand_over_folders("c_own").await;
+        assert_eq!(owner(&own.join("by-chatd.txt")), (uid, gid));
+    }
+
+    /// A shared chat's own folders are its home and egress folder: the
+    /// shared workspace is never walked and handed over as the chat's.
+    #[test]
+    fn a_shared_chat_s_own_folders_leave_out_the_shared_workspace() {
+        let data = Path::new("/data");
+        let here = sandboxes(data, Path::new("/box/workspace"));
+        assert_eq!(
+            here.own_folders_of("c_shared"),
+            [data.join("homes/c_shared"), data.join("egress/c_shared")]
+        );
+        assert_eq!(
+            here.own_folders_of("c_own"),
+            [
+                data.join("workspaces/c_own"),
+                data.join("homes/c_own"),
+                data.join("egress/c_own")
+            ]
+        );
+    }
 
     #[test]
     fn the_cgroup_files_are_found_for_either_cgroup_version() {

@@ -145,4 +145,10 @@ CREATE INDEX notifications_unread ON notifications(read);
 -- shared folder, [chatd] shared_workspace).
 ALTER TABLE conversations ADD COLUMN workspace TEXT NOT NULL DEFAULT 'own';
 "#,
+    r#"
+-- A notification's idempotency key: a second post with the same key stores
+-- nothing. NULL (no key) is never unique-constrained.
+ALTER TABLE notifications ADD COLUMN key TEXT;
+CREATE UNIQUE INDEX notifications_key ON notifications(key);
+"#,
 ];
