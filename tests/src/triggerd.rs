@@ -238,7 +238,10 @@ pub async fn call_socket(
     let response = request.send().await?;
     let status = response.status().as_u16();
     let bytes = response.bytes().await?;
-    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
 }
 
 impl Drop for Triggerd {

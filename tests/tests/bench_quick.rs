@@ -1,7 +1,8 @@
 //! `bench --quick` end to end against the real binaries: a smoke test of the
 //! benchmark itself (a debug build's figures mean nothing; the run must
 //! finish within a minute and write its table). Needs `cargo build --workspace`
-//! (figure 7 runs the built egressd, and tinyproxy when it is installed).
+//! (figure 7 runs the built egressd, and tinyproxy when it is installed;
+//! figure 10 the built triggerd).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,6 +57,12 @@ fn quick_bench_finishes_and_writes_its_table() {
         "7. upload 64 MiB via egressd chat socket",
         "7. new CONNECTs/s via egressd chat socket",
         "7. egressd RSS idle",
+        "10. next due times of",
+        "10. triggerd start → /health",
+        "10. triggerd idle CPU",
+        "10. triggerd idle RSS",
+        "10. lateness started − due",
+        "10. run throughput of a due minute",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

@@ -59,6 +59,11 @@ async fn health(State(td): State<Arc<Triggerd>>) -> Json<Value> {
         let live = lock(&td.live);
         (live.entries.len(), live.enabled(), live.running.len())
     };
+    let queued = td
+        .store
+        .call(|conn| store::count_with_status(conn, "queued"))
+        .await
+        .ok();
     Json(json!({
         "ok": true,
         "version": env!("CARGO_PKG_VERSION"),
@@ -67,6 +72,7 @@ async fn health(State(td): State<Arc<Triggerd>>) -> Json<Value> {
         "triggers": total,
         "enabled": enabled,
         "running": running,
+        "queued": queued,
         "max_runs": td.config.max_runs,
         "now": rfc3339(td.clock.now_ms()),
         "checks": td.checks.load(std::sync::atomic::Ordering::Relaxed),
@@ -79,26 +85,38 @@ fn view_of(td: &Triggerd, id: &str) -> Option<Value> {
     let e = live.entries.get(id)?;
     Some(triggers::view(
         &e.trigger,
+        e.schedule.as_ref(),
         e.next_ms,
         live.running.contains_key(id),
     ))
 }
 
 async fn list(State(td): State<Arc<Triggerd>>) -> Json<Value> {
-    let live = lock(&td.live);
-    let mut entries: Vec<&Entry> = live.entries.values().collect();
-    entries.sort_by(|a, b| {
-        (a.trigger.created_ms, &a.trigger.id).cmp(&(b.trigger.created_ms, &b.trigger.id))
-    });
+    // Copied under the lock, shown outside it: the checks never wait on a
+    // list of 10,000 being written out.
+    let mut entries: Vec<(
+        Trigger,
+        Option<crate::schedule::Schedule>,
+        Option<i64>,
+        bool,
+    )> = {
+        let live = lock(&td.live);
+        live.entries
+            .values()
+            .map(|e| {
+                (
+                    e.trigger.clone(),
+                    e.schedule.clone(),
+                    e.next_ms,
+                    live.running.contains_key(&e.trigger.id),
+                )
+            })
+            .collect()
+    };
+    entries.sort_by(|a, b| (a.0.created_ms, &a.0.id).cmp(&(b.0.created_ms, &b.0.id)));
     let list: Vec<Value> = entries
         .iter()
-        .map(|e| {
-            triggers::view(
-                &e.trigger,
-                e.next_ms,
-                live.running.contains_key(&e.trigger.id),
-            )
-        })
+        .map(|(t, schedule, next, running)| triggers::view(t, schedule.as_ref(), *next, *running))
         .collect();
     Json(json!({ "triggers": list }))
 }
@@ -177,7 +195,8 @@ async fn save(td: &Arc<Triggerd>, trigger: Trigger, rebaseline: bool) -> Result<
         td.metrics.enabled.set(live.enabled() as i64);
     }
     crate::sync_watches(td);
-    td.wake.notify_one();
+    // No check is woken: a schedule saved now is due after now, and a
+    // folder's files are its baseline.
     view_of(td, &id).ok_or_else(|| ApiError::internal("the trigger vanished"))
 }
 

@@ -541,10 +541,9 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
     if crate::lock(&td.live).running.len() >= td.config.max_runs {
         return Ok(());
     }
-    let queued = td
-        .store
-        .call(|conn| store::runs_with_status(conn, "queued"))
-        .await?;
+    // The oldest few hundred: enough to fill max_runs past triggers that
+    // already run, without reading a long queue at every check.
+    let queued = td.store.call(|conn| store::queued_runs(conn, 256)).await?;
     for run in queued {
         let next = {
             let mut live = crate::lock(&td.live);

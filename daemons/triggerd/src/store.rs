@@ -373,9 +373,26 @@ pub fn runs_of(conn: &Connection, trigger_id: &str, limit: usize) -> rusqlite::R
 
 pub fn runs_with_status(conn: &Connection, status: &str) -> rusqlite::Result<Vec<Run>> {
     let mut stmt =
-        conn.prepare("SELECT * FROM runs WHERE status = ?1 ORDER BY queued_ms, rowid")?;
+        conn.prepare_cached("SELECT * FROM runs WHERE status = ?1 ORDER BY queued_ms, rowid")?;
     let rows = stmt.query_map([status], run_of)?;
     rows.collect()
+}
+
+/// The oldest queued runs, at most `limit`: a check starts a few at most.
+pub fn queued_runs(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<Run>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT * FROM runs WHERE status = 'queued' ORDER BY queued_ms, rowid LIMIT ?1",
+    )?;
+    let rows = stmt.query_map([limit as i64], run_of)?;
+    rows.collect()
+}
+
+pub fn count_with_status(conn: &Connection, status: &str) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM runs WHERE status = ?1",
+        [status],
+        |r| r.get(0),
+    )
 }
 
 /// Finished runs whose notification has not reached chatd yet.

@@ -199,8 +199,14 @@ pub fn check(body: Body, workspace: &Path, now_ms: i64) -> Result<Checked, ApiEr
     })
 }
 
-/// A trigger as the API shows it; `next_ms` is its next due time when known.
-pub fn view(t: &Trigger, next_ms: Option<i64>, running: bool) -> Value {
+/// A trigger as the API shows it; `next_ms` is its next due time when
+/// known, `schedule` its parsed schedule (parsed again when not given).
+pub fn view(
+    t: &Trigger,
+    schedule: Option<&Schedule>,
+    next_ms: Option<i64>,
+    running: bool,
+) -> Value {
     let description = if t.kind == Kind::File {
         format!(
             "when a file in {} has not changed for {} s",
@@ -212,9 +218,12 @@ pub fn view(t: &Trigger, next_ms: Option<i64>, running: bool) -> Value {
             t.quiet_seconds
         )
     } else {
-        Schedule::parse(&t.when)
-            .map(|s| s.describe())
-            .unwrap_or_default()
+        match schedule {
+            Some(s) => s.describe(),
+            None => Schedule::parse(&t.when)
+                .map(|s| s.describe())
+                .unwrap_or_default(),
+        }
     };
     json!({
         "id": t.id,

@@ -31,6 +31,13 @@
 //!    call to its first byte and end against `bash -c` from Rust, and a call
 //!    of `true` against hostexecd's (`tests/src/sandboxbench.rs`). Needs
 //!    root and podman; skipped with a line otherwise.
+//! 10. triggers: triggerd with 10,000 enabled triggers: the time to find
+//!     every next due time in-process (triggerd's `schedule`) against as many
+//!     `daily 09:00` in UTC, its start with them stored against an empty
+//!     start, the lateness of 200 runs due in the same minute (the real
+//!     triggerd, chatd and engine-sim, triggerd's clock file driven by the
+//!     bench) against the check interval, and its idle CPU and RSS against a
+//!     triggerd with none (`tests/src/triggerbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -61,7 +68,8 @@ struct Args {
     quick: bool,
     /// Run one figure only (`rss` runs the relay figure, which measures it;
     /// `egress` needs egressd built next to bench; `sandbox` needs root,
-    /// podman, and tandem and tandem-shim built next to bench).
+    /// podman, and tandem and tandem-shim built next to bench; `triggers`
+    /// needs triggerd built next to bench).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -92,6 +100,7 @@ enum Figure {
     Egress,
     Hostexec,
     Sandbox,
+    Triggers,
 }
 
 /// How big each figure's workload is.
@@ -269,6 +278,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         sandbox(args.quick, &mut rows)
             .await
             .context("figure 9 (sandbox)")?;
+    }
+    if wants(Figure::Triggers) {
+        triggers(args.quick, &mut rows)
+            .await
+            .context("figure 10 (triggers)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1653,12 +1667,14 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             status.map(|s| s.success()).unwrap_or(false),
         )
     };
-    // The whole suite up: egressd and hostexecd too (tandem status says so
-    // when one is not).
+    // The whole suite up: egressd, hostexecd and triggerd too (tandem
+    // status says so when one is not).
     let (_, egress_up) = time(&["egress", "start"]);
     anyhow::ensure!(egress_up, "tandem egress start failed");
     let (_, hostexec_up) = time(&["hostexec", "start"]);
     anyhow::ensure!(hostexec_up, "tandem hostexec start failed");
+    let (_, triggers_up) = time(&["triggers", "start"]);
+    anyhow::ensure!(triggers_up, "tandem triggers start failed");
     let runs = sizes.repeats * 3;
     let mut status_times = Vec::new();
     let mut version_times = Vec::new();
@@ -1673,6 +1689,7 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     }
     let _ = time(&["egress", "stop"]);
     let _ = time(&["hostexec", "stop"]);
+    let _ = time(&["triggers", "stop"]);
     let worst = status_times.iter().max().copied().unwrap_or_default();
     let status_median = median(status_times);
     let version_median = median(version_times);
@@ -1846,6 +1863,27 @@ async fn sandbox(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     ));
     let sizes = sandboxbench::Sizes::new(quick);
     for l in sandboxbench::figure(&sizes, podman, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Figure 10: triggerd with 10,000 triggers
+// ---------------------------------------------------------------------------
+
+/// Figure 10: the measuring is in `tandem_tests::triggerbench`.
+async fn triggers(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 10. triggerd: next times, start, lateness of a due minute, idle CPU and RSS");
+    let sizes = tandem_tests::triggerbench::Sizes::new(quick);
+    for l in tandem_tests::triggerbench::figure(&sizes, &|line| say(line)).await? {
         let mut r = row(l.figure, l.measured);
         if let Some((aim, met)) = l.aim {
             r = r.aim(aim, met);
