@@ -884,3 +884,79 @@ async fn a_triggerd_waiting_for_the_lock_stops_at_sigterm() -> anyhow::Result<()
     assert!(b.td.running(), "the first goes on");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_trigger_bound_to_an_agent_runs_as_it_and_is_switched_off_when_it_goes(
+) -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let agent = b
+        .client
+        .post(
+            "/agents",
+            json!({"name": "Clerk", "instructions": "You are the filing clerk of this box."}),
+        )
+        .await?;
+    assert_eq!(agent.status, 201, "{agent:?}");
+    let agent_id = id(&agent.body);
+    let (status, refused) =
+        b.td.api(
+            "POST",
+            "",
+            Some(json!({"name": "n", "when": "daily 08:00", "prompt": "p", "agent_id": "a_nope"})),
+        )
+        .await?;
+    assert_eq!(
+        (status, refused["error"]["field"].clone()),
+        (400, json!("agent_id")),
+        "{refused}"
+    );
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Filing", "when": "daily 23:00", "prompt": "File today's papers.", "agent_id": agent_id}),
+    )
+    .await?);
+    b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    assert_eq!(runs[0]["status"], "done", "{}", runs[0]);
+    let requests = b._sim.requests().await?;
+    let system = requests
+        .iter()
+        .rev()
+        .find_map(|r| {
+            r["body"]["messages"][0]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    assert!(
+        system.contains("You are the filing clerk of this box."),
+        "{system}"
+    );
+
+    // The agent is deleted: the next run cannot be made as it.
+    let gone = b
+        .client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/agents/{agent_id}"),
+            None,
+        )
+        .await?;
+    assert_eq!(gone.status, 204, "{gone:?}");
+    b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    let runs = settled_runs(&b.td, &tid, 2).await?;
+    assert_eq!(runs[1]["status"], "failed");
+    let reason = format!("its agent {agent_id} is gone from chatd");
+    assert_eq!(runs[1]["reason"], reason.as_str());
+    let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await?;
+    assert_eq!(
+        (t["enabled"].clone(), t["disabled_reason"].clone()),
+        (json!(false), json!(reason))
+    );
+    let note = notification_for(&b.client, &tid, "needs_attention").await?;
+    assert_eq!(note["title"], "Filing was switched off");
+    let (status, _) = b.td.api("POST", &format!("/{tid}/enable"), None).await?;
+    assert_eq!(status, 400, "not on again while the agent is gone");
+    Ok(())
+}

@@ -107,8 +107,9 @@ const ADD_ABOUT: &str = "\
 Add a trigger. It starts on: a schedule (--when, in --tz) or a folder of the
 shared workspace (--folder, relative to it; a run when a file there has not
 changed for --quiet seconds, 30 by default). Every run is a new chat with
---prompt as its first message, on --model (default: chatd's), at most
---daily-cap runs a day (24 by default). It is on at once; prints the new
+--prompt as its first message, on --model (default: chatd's) or as a
+saved agent of chatd's (--agent: its instructions, model and tools), at
+most --daily-cap runs a day (24 by default). It is on at once; prints the new
 trigger's line and what its schedule means.
 
 Examples:
@@ -141,6 +142,9 @@ pub struct AddArgs {
     /// The model (default: chatd's).
     #[arg(long)]
     model: Option<String>,
+    /// A saved agent of chatd's (its id) the runs' chats are made with.
+    #[arg(long, value_name = "ID")]
+    agent: Option<String>,
     /// Runs a day at most (1 to 1000).
     #[arg(long, value_name = "N")]
     daily_cap: Option<u64>,
@@ -240,6 +244,7 @@ impl AddArgs {
             ("tz", self.tz),
             ("folder", self.folder),
             ("model", self.model),
+            ("agent_id", self.agent),
         ] {
             if let Some(value) = value {
                 body.insert(key.into(), json!(value));
@@ -386,6 +391,9 @@ fn show(t: &Value) {
             model => model.to_string(),
         },
     );
+    if let Some(agent) = t["agent_id"].as_str() {
+        row("agent", agent.to_string());
+    }
     row("daily cap", format!("{} runs", t["daily_cap"]));
     row("created", local(text(&t["created"])));
     row("updated", local(text(&t["updated"])));
@@ -482,6 +490,7 @@ mod tests {
             quiet: Some(5),
             prompt: "p".into(),
             model: None,
+            agent: None,
             daily_cap: None,
         };
         assert_eq!(

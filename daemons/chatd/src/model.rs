@@ -21,6 +21,9 @@ pub struct Conversation {
     /// Where its files are: own (workspaces/<id>/) or shared (the box's
     /// shared folder).
     pub workspace: String,
+    /// The saved agent it was made with, if any (it may since be gone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted: Option<String>,
     #[serde(skip)]
@@ -30,7 +33,7 @@ pub struct Conversation {
 }
 
 pub const CONVERSATION_COLUMNS: &str =
-    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq, origin, workspace";
+    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq, origin, workspace, agent_id";
 
 impl Conversation {
     pub fn from_row(row: &Row) -> rusqlite::Result<Conversation> {
@@ -54,6 +57,7 @@ impl Conversation {
             last_seq: row.get(10)?,
             origin: row.get(11)?,
             workspace: row.get(12)?,
+            agent_id: row.get(13)?,
         })
     }
 }

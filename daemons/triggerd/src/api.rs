@@ -182,8 +182,28 @@ fn fill(t: &mut Trigger, c: Checked) {
     t.min_gap_seconds = c.min_gap_seconds;
     t.prompt = c.prompt;
     t.model = c.model;
+    t.agent_id = c.agent_id;
     t.daily_cap = c.daily_cap;
     t.enabled = c.enabled;
+}
+
+/// A trigger naming a saved agent names one chatd has.
+async fn check_agent(td: &Arc<Triggerd>, agent: &str) -> Result<(), ApiError> {
+    if agent.is_empty() {
+        return Ok(());
+    }
+    match td.chat.agent_exists(agent).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(ApiError::bad_input(
+            "agent_id",
+            format!("chatd has no saved agent {agent:?}"),
+        )),
+        Err(err) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "chatd_unavailable",
+            format!("the agent cannot be checked: {err}"),
+        )),
+    }
 }
 
 /// Stores `trigger` (and its baseline) and puts it in the checks.
@@ -235,6 +255,7 @@ async fn create(State(td): State<Arc<Triggerd>>, body: Bytes) -> Result<Response
         min_gap_seconds: 0,
         prompt: String::new(),
         model: String::new(),
+        agent_id: String::new(),
         daily_cap: 0,
         enabled: true,
         enabled_ms: now,
@@ -244,6 +265,7 @@ async fn create(State(td): State<Arc<Triggerd>>, body: Bytes) -> Result<Response
         updated_ms: now,
     };
     fill(&mut trigger, checked);
+    check_agent(&td, &trigger.agent_id).await?;
     let view = save(&td, trigger, true).await?;
     tracing::info!(trigger = %view["id"].as_str().unwrap_or(""), kind = %view["kind"].as_str().unwrap_or(""), "trigger created");
     Ok((StatusCode::CREATED, Json(view)).into_response())
@@ -268,6 +290,7 @@ async fn replace(
     let checked = triggers::check(body, &td.workspace, now)?;
     let was = trigger.clone();
     fill(&mut trigger, checked);
+    check_agent(&td, &trigger.agent_id).await?;
     trigger.updated_ms = now;
     let switched_on = trigger.enabled && !was.enabled;
     let moved = trigger.when != was.when || trigger.tz != was.tz || trigger.folder != was.folder;
@@ -318,6 +341,7 @@ async fn enable(
         crate::folders::resolve(&td.workspace, &trigger.folder)
             .map_err(|e| ApiError::bad_input("folder", e))?;
     }
+    check_agent(&td, &trigger.agent_id).await?;
     let now = td.clock.now_ms();
     trigger.enabled = true;
     trigger.enabled_ms = now;

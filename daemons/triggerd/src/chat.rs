@@ -28,6 +28,8 @@ pub enum ChatError {
         status: u16,
         kind: String,
         message: String,
+        /// The field a 400 or 404 names.
+        field: Option<String>,
     },
 }
 
@@ -38,8 +40,11 @@ impl ChatError {
     pub fn retryable(&self) -> bool {
         match self {
             ChatError::Unreachable(_) => true,
-            ChatError::Refused { status, .. } => {
-                *status >= 500 || matches!(*status, 401 | 404 | 408 | 429)
+            // A 404 naming a field (a deleted agent) is about the request.
+            ChatError::Refused { status, field, .. } => {
+                *status >= 500
+                    || matches!(*status, 401 | 408 | 429)
+                    || (*status == 404 && field.is_none())
             }
         }
     }
@@ -103,14 +108,24 @@ impl ChatClient {
                 .as_str()
                 .unwrap_or("no message")
                 .to_string(),
+            field: value["error"]["field"].as_str().map(str::to_string),
         })
     }
 
-    /// A new chat of origin `trigger` in the shared workspace; its id.
-    pub async fn create_chat(&self, title: &str, model: &str) -> Result<String, ChatError> {
+    /// A new chat of origin `trigger` in the shared workspace, with
+    /// `agent` when not empty; its id.
+    pub async fn create_chat(
+        &self,
+        title: &str,
+        model: &str,
+        agent: &str,
+    ) -> Result<String, ChatError> {
         let mut body = json!({"title": title, "origin": "trigger", "workspace": "shared"});
         if !model.is_empty() {
             body["model"] = json!(model);
+        }
+        if !agent.is_empty() {
+            body["agent_id"] = json!(agent);
         }
         let value = self
             .call(reqwest::Method::POST, "/conversations", Some(&body))
@@ -128,6 +143,18 @@ impl ChatClient {
             )
             .await?;
         id_field(&value, "run_id")
+    }
+
+    /// Whether chatd has the saved agent `id`.
+    pub async fn agent_exists(&self, id: &str) -> Result<bool, ChatError> {
+        match self
+            .call(reqwest::Method::GET, &format!("/agents/{id}"), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ChatError::Refused { status: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn snapshot(&self, chat: &str) -> Result<Value, ChatError> {
@@ -231,6 +258,7 @@ impl ChatClient {
                 status: response.status().as_u16(),
                 kind: "events".into(),
                 message: "the event stream was refused".into(),
+                field: None,
             });
         }
         let mut stream = response.bytes_stream();
@@ -294,6 +322,7 @@ fn id_field(value: &Value, field: &str) -> Result<String, ChatError> {
             status: 200,
             kind: "bad_answer".into(),
             message: format!("chatd's answer has no {field}"),
+            field: None,
         })
 }
 

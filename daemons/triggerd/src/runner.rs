@@ -169,8 +169,9 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     td.deliver.notify_one();
 }
 
-/// Calls chatd until it answers or refuses; a refusal is the reason.
-async fn retry<T, F, Fut>(what: &str, mut call: F) -> Result<T, String>
+/// Calls chatd until it answers or refuses; the refusal itself, or `None`
+/// (never: the caller's time bound ends the wait).
+async fn retry_chat<T, F, Fut>(what: &str, mut call: F) -> Result<T, Option<ChatError>>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, ChatError>>,
@@ -184,9 +185,21 @@ where
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(30));
             }
-            Err(err) => return Err(format!("{what}: {err}")),
+            Err(err) => return Err(Some(err)),
         }
     }
+}
+
+/// `retry_chat` with the refusal as the reason.
+async fn retry<T, F, Fut>(what: &str, call: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ChatError>>,
+{
+    retry_chat(what, call).await.map_err(|err| match err {
+        Some(err) => format!("{what}: {err}"),
+        None => format!("{what}: chatd did not answer"),
+    })
 }
 
 async fn attempt(
@@ -206,10 +219,25 @@ async fn attempt(
     let text = compose(trigger, rules.as_deref(), run.file.as_deref());
     let title = title(trigger, run);
     let client: &ChatClient = &td.chat;
-    let chat_id = retry("making the run's chat", || {
-        client.create_chat(&title, &trigger.model)
+    let made = retry_chat("making the run's chat", || {
+        client.create_chat(&title, &trigger.model, &trigger.agent_id)
     })
-    .await?;
+    .await;
+    let chat_id = match made {
+        Ok(id) => id,
+        // Its agent is gone: the trigger cannot run again until it is fixed.
+        Err(Some(ChatError::Refused {
+            field: Some(field), ..
+        })) if field == "agent_id" => {
+            let reason = format!("its agent {} is gone from chatd", trigger.agent_id);
+            if let Err(err) = crate::switch_off(td, &trigger.id, &reason).await {
+                tracing::warn!(trigger = %trigger.id, error = %format!("{err:#}"), "could not switch a trigger off");
+            }
+            return Err(reason);
+        }
+        Err(Some(err)) => return Err(format!("making the run's chat: {err}")),
+        Err(None) => return Err("making the run's chat: chatd did not answer".into()),
+    };
     let (rid, cid) = (run.id.clone(), chat_id.clone());
     td.store
         .call(move |conn| store::set_chat(conn, &rid, &cid, None))
@@ -368,6 +396,7 @@ mod tests {
             min_gap_seconds: 60,
             prompt: "File it.".into(),
             model: String::new(),
+            agent_id: String::new(),
             daily_cap: 24,
             enabled: true,
             enabled_ms: 0,

@@ -851,6 +851,7 @@ mod tests {
             min_gap_seconds: 60,
             prompt: "p".into(),
             model: String::new(),
+            agent_id: String::new(),
             daily_cap: 24,
             enabled: true,
             enabled_ms: saved,

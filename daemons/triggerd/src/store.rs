@@ -22,6 +22,8 @@ CREATE TABLE triggers (
     min_gap_seconds INTEGER NOT NULL,
     prompt TEXT NOT NULL,
     model TEXT NOT NULL,
+    -- a saved agent of chatd's ('' for none)
+    agent_id TEXT NOT NULL DEFAULT '',
     daily_cap INTEGER NOT NULL,
     enabled INTEGER NOT NULL,
     -- unix ms: nothing due before this runs
@@ -111,6 +113,8 @@ pub struct Trigger {
     pub min_gap_seconds: u64,
     pub prompt: String,
     pub model: String,
+    /// chatd's saved agent the run's chat is made with; "" for none.
+    pub agent_id: String,
     pub daily_cap: u32,
     pub enabled: bool,
     pub enabled_ms: i64,
@@ -179,6 +183,7 @@ fn trigger_of(row: &Row) -> rusqlite::Result<Trigger> {
         min_gap_seconds: row.get::<_, i64>("min_gap_seconds")?.max(0) as u64,
         prompt: row.get("prompt")?,
         model: row.get("model")?,
+        agent_id: row.get("agent_id")?,
         daily_cap: row.get::<_, i64>("daily_cap")?.clamp(0, u32::MAX as i64) as u32,
         enabled: row.get::<_, i64>("enabled")? != 0,
         enabled_ms: row.get("enabled_ms")?,
@@ -276,8 +281,8 @@ pub fn put_trigger(conn: &Connection, t: &Trigger) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT OR REPLACE INTO triggers (id, name, kind, when_text, tz, folder, quiet_seconds, \
          min_gap_seconds, prompt, model, daily_cap, enabled, enabled_ms, checked_ms, \
-         disabled_reason, created_ms, updated_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         disabled_reason, created_ms, updated_ms, agent_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         params![
             t.id,
             t.name,
@@ -296,6 +301,7 @@ pub fn put_trigger(conn: &Connection, t: &Trigger) -> rusqlite::Result<()> {
             t.disabled_reason,
             t.created_ms,
             t.updated_ms,
+            t.agent_id,
         ],
     )?;
     Ok(())

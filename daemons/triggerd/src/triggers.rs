@@ -75,6 +75,7 @@ pub struct Checked {
     pub min_gap_seconds: u64,
     pub prompt: String,
     pub model: String,
+    pub agent_id: String,
     pub daily_cap: u32,
     pub enabled: bool,
     pub schedule: Option<Schedule>,
@@ -124,10 +125,11 @@ pub fn check(body: Body, workspace: &Path, now_ms: i64) -> Result<Checked, ApiEr
             format!("must be at most {MAX_MODEL} bytes of printable text"),
         ));
     }
-    if body.agent_id.is_some() {
+    let agent_id = body.agent_id.unwrap_or_default();
+    if !agent_id.is_empty() && !tandem_shared::http::is_chat_id(&agent_id) {
         return Err(ApiError::bad_input(
             "agent_id",
-            "saved agents are not part of this build yet",
+            "must be an agent's id: letters, digits and _, 64 at most",
         ));
     }
     let tz = body.tz.unwrap_or_default();
@@ -193,6 +195,7 @@ pub fn check(body: Body, workspace: &Path, now_ms: i64) -> Result<Checked, ApiEr
         min_gap_seconds,
         prompt,
         model,
+        agent_id,
         daily_cap,
         enabled: body.enabled.unwrap_or(true),
         schedule,
@@ -236,6 +239,7 @@ pub fn view(
         "min_gap_seconds": t.min_gap_seconds,
         "prompt": t.prompt,
         "model": t.model,
+        "agent_id": if t.agent_id.is_empty() { Value::Null } else { json!(t.agent_id) },
         "daily_cap": t.daily_cap,
         "enabled": t.enabled,
         "disabled_reason": t.disabled_reason,

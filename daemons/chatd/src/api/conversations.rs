@@ -107,6 +107,8 @@ pub struct NewConversation {
     pub origin: String,
     /// own | shared
     pub workspace: String,
+    /// The saved agent it is made with.
+    pub agent_id: Option<String>,
 }
 
 /// Stores a new conversation. The caller notes a shared one in
@@ -115,9 +117,9 @@ pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conve
     let id = new_id("c_");
     let now = now_rfc3339();
     ctx.conn().execute(
-        "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace) \
-         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8)",
-        params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin, new.workspace],
+        "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace, agent_id) \
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin, new.workspace, new.agent_id],
     )?;
     announce_conversation(ctx, &id)
 }
@@ -128,12 +130,35 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let title = body.title.unwrap_or_default();
     check_title(&title)?;
+    let agent = match &body.agent_id {
+        Some(id) => {
+            let id = id.clone();
+            let found = app
+                .store
+                .read(move |conn| crate::agents::find(conn, &id))
+                .await?;
+            match found {
+                Some(agent) => Some(agent),
+                None => {
+                    return Err(ApiError::not_found(
+                        "agent",
+                        body.agent_id.as_deref().unwrap_or_default(),
+                    )
+                    .with("field", "agent_id"))
+                }
+            }
+        }
+        None => None,
+    };
     let model = match body.model {
         Some(model) => {
             check_model(&model)?;
             model
         }
-        None => app.default_model(),
+        None => match &agent {
+            Some(agent) if !agent.model.is_empty() => agent.model.clone(),
+            _ => app.default_model(),
+        },
     };
     let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
     let permission_mode = match body.permission_mode {
@@ -143,12 +168,6 @@ pub async fn create(
         }
         None => super::system::default_mode_value(&app).await?,
     };
-    if body.agent_id.is_some() {
-        return Err(ApiError::bad_input(
-            "agent_id",
-            "saved agents are not part of this build yet",
-        ));
-    }
     let origin = body.origin.unwrap_or_else(|| "user".into());
     check_origin(&origin)?;
     let workspace = check_workspace(body.workspace)?;
@@ -159,11 +178,23 @@ pub async fn create(
         permission_mode,
         origin,
         workspace,
+        agent_id: agent.map(|a| a.id),
     };
+    let agent_id = new.agent_id.clone();
     let conversation = app
         .store
-        .write(move |ctx| insert_conversation(ctx, &new))
-        .await?;
+        .write(move |ctx| {
+            // Deleted since it was read: refused, not made with a dangling id.
+            if let Some(id) = &new.agent_id {
+                crate::agents::get(ctx.conn(), id)?;
+            }
+            insert_conversation(ctx, &new)
+        })
+        .await
+        .map_err(|e| match &agent_id {
+            Some(_) if e.kind == "not_found" => e.with("field", "agent_id"),
+            _ => e,
+        })?;
     app.folders.made(&conversation.id, &conversation.workspace);
     tracing::info!(conversation = %conversation.id, origin = %conversation.origin,
         workspace = %conversation.workspace, "conversation created");
@@ -541,6 +572,7 @@ pub async fn import(
         permission_mode,
         origin: "import".into(),
         workspace,
+        agent_id: None,
     };
     let conversation = app
         .store
@@ -605,6 +637,8 @@ pub async fn fork(
                 origin: "fork".into(),
                 // A fork of a shared chat works on the same shared folder.
                 workspace: source.workspace.clone(),
+                // A fork keeps its source's agent.
+                agent_id: source.agent_id.clone(),
             };
             let fork = insert_conversation(ctx, &new)?;
             let mut parent: Option<String> = None;

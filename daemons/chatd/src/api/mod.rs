@@ -1,5 +1,6 @@
 //! chatd's HTTP API: `/health`, `/metrics` and the CONTRACT's `/v1/chat-app/*`.
 
+mod agents;
 mod body;
 mod conversations;
 mod egress;
@@ -29,6 +30,13 @@ pub use conversations::delete_forever;
 pub fn router(app: Arc<App>) -> Router {
     let chat_app = Router::new()
         .route("/capabilities", get(system::capabilities))
+        .route("/agents", get(agents::list).post(agents::create))
+        .route(
+            "/agents/{id}",
+            get(agents::show)
+                .put(agents::replace)
+                .delete(agents::remove),
+        )
         .route(
             "/conversations",
             post(conversations::create).get(conversations::list),

@@ -50,6 +50,14 @@ pub async fn capabilities(
     let mode = default_mode_value(&app)
         .await
         .unwrap_or_else(|_| "auto".into());
+    let agents: Vec<Value> = app
+        .store
+        .read(crate::agents::list)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| json!({"id": a.id, "name": a.name}))
+        .collect();
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "signed_in": true,
@@ -67,7 +75,7 @@ pub async fn capabilities(
             crate::config::HostExec::Ask => "ask",
             crate::config::HostExec::On => "on",
         },
-        "defaults": {"permission_mode": mode, "agents": []},
+        "defaults": {"permission_mode": mode, "agents": agents},
         "features": {
             "branches": true, "fork": true, "trash": true, "export": ["json", "md"],
             "import": true, "pending": true, "continue": true,

@@ -279,6 +279,49 @@ impl Runs {
         tools::capabilities_prompt(&self.inner.registry)
     }
 
+    /// The system block of a chat made with `agent`: its instructions, then
+    /// chatd's block.
+    fn system_prompt_for(&self, agent: Option<&crate::agents::Agent>) -> String {
+        let base = self.system_prompt();
+        match agent {
+            Some(agent) if !agent.instructions.trim().is_empty() => {
+                format!("{}\n\n{base}", agent.instructions)
+            }
+            _ => base,
+        }
+    }
+
+    /// The tools a chat made with `agent` is offered: those it grants.
+    fn offered_tools(&self, agent: Option<&crate::agents::Agent>) -> Value {
+        let all = self.inner.registry.openai_tools();
+        let Some(agent) = agent else { return all };
+        match all {
+            Value::Array(tools) => Value::Array(
+                tools
+                    .into_iter()
+                    .filter(|t| {
+                        t["function"]["name"]
+                            .as_str()
+                            .is_some_and(|n| agent.grants(n))
+                    })
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    /// The agent of a chat, when it was made with one that still exists.
+    pub(crate) async fn agent_of(
+        &self,
+        conversation_id: &str,
+    ) -> Result<Option<crate::agents::Agent>, ApiError> {
+        let cid = conversation_id.to_string();
+        self.inner
+            .store
+            .read(move |conn| crate::agents::of_conversation(conn, &cid))
+            .await
+    }
+
     /// The request for the answer `message` (its text so far as prefill),
     /// sized by the engine's count when it has one, else by the estimate.
     pub(crate) async fn request(
@@ -291,23 +334,24 @@ impl Runs {
         let cid = conversation_id.to_string();
         let mid = message.id.clone();
         // Its parent now: a compaction may have moved it under its summary.
-        let history = self
+        let (history, agent) = self
             .inner
             .store
             .read(move |conn| {
                 let parent = queries::message(conn, &cid, &mid)?.parent_id;
-                queries::path_to(conn, &cid, parent.as_deref())
+                let history = queries::path_to(conn, &cid, parent.as_deref())?;
+                Ok((history, crate::agents::of_conversation(conn, &cid)?))
             })
             .await?;
         let transcript = context::transcript(&history);
         let images = self.images_of(&transcript, model, conversation_id).await;
         let messages = context::request_messages(
-            &self.system_prompt(),
+            &self.system_prompt_for(agent.as_ref()),
             &transcript,
             &|id, name, args| self.stub(id, name, args),
             &|m: &Message| images.get(&m.id).cloned().unwrap_or_default(),
         );
-        let tools = self.inner.registry.openai_tools();
+        let tools = self.offered_tools(agent.as_ref());
         let body = request_body(model, messages, &tools, prefill);
         let (tokens, exact) = self.count(model, &body).await;
         Ok(Request {

@@ -128,9 +128,21 @@ impl Runs {
         let budget = sizes.result_chars(used, calls.len());
         let workspace_root = self.workspace_root(&run.conversation_id);
 
+        let agent = self.agent_of(&run.conversation_id).await?;
         for call in calls {
             if *stop.borrow() == EndRequest::Stop {
                 return Ok(StepEnd::End(Outcome::Stopped, None));
+            }
+            if let Some(agent) = agent.as_ref().filter(|a| !a.grants(&call.name)) {
+                let text = format!(
+                    "the agent {:?} may not use `{}` here; its tools are: {}",
+                    agent.name,
+                    call.name.chars().take(60).collect::<String>(),
+                    agent.tools.as_deref().unwrap_or_default().join(", ")
+                );
+                self.record_result(run, &call, false, &text, "not granted", text.len() as u64)
+                    .await?;
+                continue;
             }
             let (mode, rules) = self.permissions_of(&run.conversation_id).await?;
             let summary = tools::summarize_call(&call.name, &call.arguments);

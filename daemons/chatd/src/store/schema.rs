@@ -151,4 +151,19 @@ ALTER TABLE conversations ADD COLUMN workspace TEXT NOT NULL DEFAULT 'own';
 ALTER TABLE notifications ADD COLUMN key TEXT;
 CREATE UNIQUE INDEX notifications_key ON notifications(key);
 "#,
+    r#"
+-- Saved agents: instructions, a model (empty: chatd's default) and the tools
+-- they may use (a JSON array of names; NULL: every tool).
+CREATE TABLE agents (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    instructions TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '',
+    tools TEXT,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL
+);
+-- The agent a chat was made with; looked up at each run (gone: none).
+ALTER TABLE conversations ADD COLUMN agent_id TEXT;
+"#,
 ];

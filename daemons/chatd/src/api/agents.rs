@@ -1,0 +1,196 @@
+//! Saved agents: `/agents` CRUD. A body is checked whole before anything is
+//! stored; `tools` names only tools this chatd offers.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rusqlite::params;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::time::{new_id, now_rfc3339};
+
+use super::Json;
+use crate::agents::{self, Agent};
+use crate::App;
+
+pub const MAX_NAME: usize = 100;
+pub const MAX_INSTRUCTIONS: usize = 16_000;
+pub const MAX_MODEL: usize = 200;
+pub const MAX_AGENTS: i64 = 100;
+
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentBody {
+    name: Option<String>,
+    instructions: Option<String>,
+    model: Option<String>,
+    tools: Option<Vec<String>>,
+}
+
+/// A checked body: name, instructions, model, tools (JSON text or NULL).
+struct Checked {
+    name: String,
+    instructions: String,
+    model: String,
+    tools: Option<Vec<String>>,
+}
+
+fn check(app: &App, body: AgentBody) -> Result<Checked, ApiError> {
+    let name = body.name.unwrap_or_default();
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_NAME {
+        return Err(ApiError::bad_input(
+            "name",
+            format!("must be 1 to {MAX_NAME} characters"),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::bad_input("name", "holds control characters"));
+    }
+    let instructions = body.instructions.unwrap_or_default();
+    if instructions.chars().count() > MAX_INSTRUCTIONS {
+        return Err(ApiError::bad_input(
+            "instructions",
+            format!("is longer than {MAX_INSTRUCTIONS} characters"),
+        ));
+    }
+    let model = body.model.unwrap_or_default();
+    if model.len() > MAX_MODEL {
+        return Err(ApiError::bad_input(
+            "model",
+            format!("is longer than {MAX_MODEL} bytes (empty: chatd's default)"),
+        ));
+    }
+    if model.chars().any(char::is_control) {
+        return Err(ApiError::bad_input("model", "holds control characters"));
+    }
+    let tools = match body.tools {
+        None => None,
+        Some(names) => {
+            let registry = app.runs.registry();
+            let mut kept: Vec<String> = Vec::new();
+            for tool in names {
+                if registry.get(&tool).is_none() {
+                    return Err(ApiError::bad_input(
+                        "tools",
+                        format!(
+                            "{:?} is not a tool here: use some of {}",
+                            tool.chars().take(64).collect::<String>(),
+                            registry.names().join(", ")
+                        ),
+                    ));
+                }
+                if !kept.contains(&tool) {
+                    kept.push(tool);
+                }
+            }
+            Some(kept)
+        }
+    };
+    Ok(Checked {
+        name,
+        instructions,
+        model,
+        tools,
+    })
+}
+
+fn tools_text(tools: &Option<Vec<String>>) -> Option<String> {
+    tools.as_ref().map(|t| json!(t).to_string())
+}
+
+pub async fn list(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
+    let agents = app.store.read(agents::list).await?;
+    Ok(axum::Json(json!({ "agents": agents })))
+}
+
+pub async fn show(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Agent>, ApiError> {
+    let agent = app.store.read(move |conn| agents::get(conn, &id)).await?;
+    Ok(axum::Json(agent))
+}
+
+pub async fn create(
+    State(app): State<Arc<App>>,
+    Json(body): Json<AgentBody>,
+) -> Result<Response, ApiError> {
+    let new = check(&app, body)?;
+    let agent = app
+        .store
+        .write(move |ctx| {
+            let count: i64 = ctx
+                .conn()
+                .query_row("SELECT COUNT(*) FROM agents", [], |r| r.get(0))?;
+            if count >= MAX_AGENTS {
+                return Err(ApiError::conflict(
+                    "too_many_agents",
+                    format!(
+                        "there are {MAX_AGENTS} agents already, the most kept: delete one first"
+                    ),
+                )
+                .with("limit", MAX_AGENTS));
+            }
+            let id = new_id("a_");
+            let now = now_rfc3339();
+            ctx.conn().execute(
+                "INSERT INTO agents (id, name, instructions, model, tools, created, updated) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+                params![
+                    id,
+                    new.name,
+                    new.instructions,
+                    new.model,
+                    tools_text(&new.tools),
+                    now
+                ],
+            )?;
+            agents::get(ctx.conn(), &id)
+        })
+        .await?;
+    tracing::info!(agent = %agent.id, "agent created");
+    Ok((StatusCode::CREATED, axum::Json(agent)).into_response())
+}
+
+pub async fn replace(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<AgentBody>,
+) -> Result<axum::Json<Agent>, ApiError> {
+    let new = check(&app, body)?;
+    let agent = app
+        .store
+        .write(move |ctx| {
+            agents::get(ctx.conn(), &id)?;
+            ctx.conn().execute(
+                "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6 \
+                 WHERE id = ?1",
+                params![id, new.name, new.instructions, new.model, tools_text(&new.tools), now_rfc3339()],
+            )?;
+            agents::get(ctx.conn(), &id)
+        })
+        .await?;
+    tracing::info!(agent = %agent.id, "agent replaced");
+    Ok(axum::Json(agent))
+}
+
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let gone = id.clone();
+    app.store
+        .write(move |ctx| {
+            agents::get(ctx.conn(), &id)?;
+            ctx.conn()
+                .execute("DELETE FROM agents WHERE id = ?1", [&id])?;
+            Ok(())
+        })
+        .await?;
+    tracing::info!(agent = %gone, "agent deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
