@@ -246,7 +246,7 @@ async fn a_file_written_in_ten_pieces_runs_once_and_the_runs_own_file_starts_not
         writeln!(f, "clause {piece}")?;
         drop(f);
         // A slow writer: two seconds between pieces, under the quiet period.
-        std::thread::sleep(Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(
             b.td.runs(&tid).await?.is_empty(),
             "ran while the file was still being written (piece {piece})"
@@ -291,12 +291,13 @@ async fn a_file_written_in_ten_pieces_runs_once_and_the_runs_own_file_starts_not
     Ok(())
 }
 
-#[tokio::test]
-async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Result<()> {
-    let mut b = boxed("", "2026-06-01T10:00:30Z").await?;
+/// A started triggerd and a second one on its data folder, waiting for
+/// the lock; both clocks at `clock`.
+async fn a_second_waiting(clock: &str) -> anyhow::Result<(Box3, Triggerd)> {
+    let mut b = boxed("", clock).await?;
     b.td.start().await?;
     let mut second = Triggerd::beside(&b.td, &b.chatd, "")?;
-    second.set_clock("2026-06-01T10:00:30Z")?;
+    second.set_clock(clock)?;
     second.spawn()?;
     wait_until(
         "the second triggerd to wait for the lock",
@@ -304,6 +305,12 @@ async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Re
         || async { second.log().contains("waiting for its lock").then_some(()) },
     )
     .await?;
+    Ok((b, second))
+}
+
+#[tokio::test]
+async fn two_triggerds_on_one_data_folder_run_every_due_key_once() -> anyhow::Result<()> {
+    let (mut b, mut second) = a_second_waiting("2026-06-01T10:00:30Z").await?;
     // Three seconds a run: long enough to kill a triggerd in the middle of one.
     let tid = id(&create(
         &b.td,
@@ -868,17 +875,7 @@ async fn a_folder_swapped_for_a_link_out_is_never_followed() -> anyhow::Result<(
 
 #[tokio::test]
 async fn a_triggerd_waiting_for_the_lock_stops_at_sigterm() -> anyhow::Result<()> {
-    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
-    b.td.start().await?;
-    let mut second = Triggerd::beside(&b.td, &b.chatd, "")?;
-    second.set_clock("2026-06-01T10:00:00Z")?;
-    second.spawn()?;
-    wait_until(
-        "the second triggerd to wait for the lock",
-        QUICK,
-        || async { second.log().contains("waiting for its lock").then_some(()) },
-    )
-    .await?;
+    let (mut b, mut second) = a_second_waiting("2026-06-01T10:00:00Z").await?;
     let status = second.sigterm(Duration::from_secs(5))?;
     assert!(status.success(), "{status}");
     assert!(b.td.running(), "the first goes on");
