@@ -478,12 +478,14 @@ async fn a_device_whose_missed_events_were_dropped_gets_reset_not_a_gap() -> any
     let (_sim, mut chatd, client) = start(&[]).await?;
     let chat = client.create_chat().await?;
     let n = 20;
+    // Attached before the send, so the answer's message.created is among
+    // what it sees however fast the run starts.
+    let mut device = Device::attach(&client, &chat, "old phone").await?;
     let run = run_id(
         &client
             .send(&chat, &cued("last week", &format!("tokens={n}"), "dropped"))
             .await?,
     )?;
-    let mut device = Device::attach(&client, &chat, "old phone").await?;
     device.read_until(ANSWER, finished(&run)).await?;
     // The phone went offline just before the answer's message was created:
     // the next event is kept, the deltas after it will not be.
