@@ -21,14 +21,14 @@ bin="$HOME/.local/bin"
 units="$HOME/.config/systemd/user"
 man="$HOME/.local/share/man/man1"
 completions="$HOME/.local/share/bash-completion/completions"
-binaries="tandem chatd egressd hostexecd triggerd engine-sim tandem-shim"
+binaries="tandem chatd egressd hostexecd triggerd connectord engine-sim tandem-shim"
 cron_line='* * * * * $HOME/.local/bin/tandem watchdog >/dev/null 2>&1'
 
 user_manager() { systemctl --user show-environment >/dev/null 2>&1; }
 
 if [ "$mode" = uninstall ]; then
   if user_manager; then
-    systemctl --user disable --now tandem.target tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-watchdog.timer >/dev/null 2>&1 || true
+    systemctl --user disable --now tandem.target tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-connectors.service tandem-watchdog.timer >/dev/null 2>&1 || true
   fi
   for b in $binaries; do rm -f "$bin/$b"; done
   for u in "$here"/units/*; do rm -f "$units/$(basename "$u")"; done
@@ -53,7 +53,7 @@ mkdir -p "$HOME/.tandemllm" && chmod 700 "$HOME/.tandemllm"
 
 if user_manager; then
   systemctl --user daemon-reload
-  systemctl --user enable tandem.target tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-watchdog.timer >/dev/null
+  systemctl --user enable tandem.target tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-connectors.service tandem-watchdog.timer >/dev/null
   echo "install: units installed and enabled (systemctl --user start tandem.target)"
   if command -v loginctl >/dev/null; then
     loginctl enable-linger "$(id -un)" 2>/dev/null || echo "install: could not turn lingering on: loginctl enable-linger $(id -un)"
@@ -70,4 +70,4 @@ else
   fi
 fi
 echo "install: the sandbox user's network rules need root: sudo sandbox/install.sh"
-echo "install: done. Next: tandem doctor; tandem chat start; tandem egress start; tandem hostexec start; tandem triggers start; tandem status"
+echo "install: done. Next: tandem doctor; tandem chat start; tandem egress start; tandem hostexec start; tandem triggers start; tandem connectors start; tandem status"

@@ -47,7 +47,7 @@ pub const DAEMONS: &[Daemon] = &[
         verb: "connectors",
         binary: "connectord",
         unit: "tandem-connectors.service",
-        built: false,
+        built: true,
     },
 ];
 

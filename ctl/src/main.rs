@@ -9,6 +9,7 @@ mod daemons;
 mod manager;
 mod paths;
 mod settings;
+mod tty;
 
 use std::process::ExitCode;
 
@@ -28,7 +29,7 @@ const LONG_ABOUT: &str = "\
 Operate tandem, the chat services of this box: chatd (chats kept on the
 server), egressd (the only way out for a chat's commands), hostexecd (a
 chat's commands on this machine), triggerd (chats that start by themselves)
-and, as it lands, connectord.
+and connectord (Telegram and Slack bots bound to saved agents).
 
 Daemons run under `systemctl --user` when their units are installed and a
 user manager answers; otherwise tandem runs them itself, with pid files in
@@ -78,9 +79,12 @@ enum Command {
     /// Chats that start by themselves: list, show, add, rm, on, off, run, runs, preview.
     #[command(subcommand, long_about = commands::trigger::LONG_ABOUT)]
     Trigger(commands::trigger::TriggerCommand),
-    /// connectord's service verbs (arrives with the connectors issue).
+    /// connectord: start, stop, restart, status, logs; it runs the bots (`tandem connector`).
     #[command(subcommand)]
     Connectors(ServiceVerb),
+    /// Telegram and Slack bots bound to saved agents: list, show, add, rm, test, senders, allow, on, off, set.
+    #[command(subcommand, long_about = commands::connector::LONG_ABOUT)]
+    Connector(commands::connector::ConnectorCommand),
     /// For cron: start chatd when the engine answers and chatd does not (3 an hour at most).
     #[command(long_about = commands::watchdog::LONG_ABOUT)]
     Watchdog,
@@ -136,6 +140,7 @@ fn main() -> ExitCode {
             Command::Triggers(verb) => commands::service::exec(daemon("triggers")?, verb).await,
             Command::Trigger(command) => commands::trigger::exec(command).await,
             Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,
+            Command::Connector(command) => commands::connector::exec(command).await,
             Command::Watchdog => commands::watchdog::exec().await,
             Command::Doctor => commands::doctor::exec().await,
             Command::Completions { shell } => {

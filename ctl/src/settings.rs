@@ -19,6 +19,8 @@ pub struct Settings {
     pub hostexec: hostexecd::config::HostexecConfig,
     /// `[triggers]`, read as triggerd reads it.
     pub triggers: triggerd::config::TriggersConfig,
+    /// `[connectors]`, read as connectord reads it.
+    pub connectors: connectord::config::ConnectorsConfig,
 }
 
 impl Settings {
@@ -51,12 +53,17 @@ impl Settings {
             &sources,
             triggerd::config::ENV_KEYS,
         )?;
+        let connectors = tandem_shared::config::load::<connectord::config::FileConfig>(
+            &sources,
+            connectord::config::ENV_KEYS,
+        )?;
         Ok(Settings {
             root,
             chatd: loaded.config.chatd,
             egress: egress.config.egress,
             hostexec: hostexec.config.hostexec,
             triggers: triggers.config.triggers,
+            connectors: connectors.config.connectors,
         })
     }
 
@@ -71,7 +78,8 @@ impl Settings {
             "egressd" => format!("unix:{}", self.egress.socket.display()),
             "hostexecd" => format!("unix:{}", self.hostexec.socket.display()),
             "triggerd" => format!("unix:{}", self.triggers.socket.display()),
-            // The other daemons serve on unix sockets; they join as they land.
+            "connectord" => format!("unix:{}", self.connectors.socket.display()),
+            // A daemon added to the table later serves on a socket named for it.
             other => format!(
                 "unix:{}/{other}.sock",
                 crate::daemons::runtime_dir().display()

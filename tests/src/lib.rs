@@ -1,10 +1,15 @@
 //! tandem's cross-daemon tests: the engine simulator (`sim`, binary
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
-//! `sandboxbench` and `triggerbench`).
+//! `sandboxbench` and `triggerbench`; 11 in `connectorbench`).
 
 pub mod chunked;
+pub mod connectorbench;
+pub mod connectord;
+pub mod daemon;
 pub mod egressbench;
+pub mod fakebot;
+pub mod fakeslack;
 pub mod harness;
 pub mod sandboxbench;
 pub mod sim;

@@ -914,7 +914,7 @@ fn load_in_process(
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps.max(1) + 1 {
         let started = Instant::now();
-        let store = triggerd::store::Store::open(&copy)?;
+        let store = triggerd::store::open(&copy)?;
         let opened = started.elapsed();
         let started = Instant::now();
         let triggers = store.call_now(|conn| triggerd::store::all_triggers(conn))?;

@@ -8,9 +8,9 @@
 #   2. builds a minimal bookworm root once, cached in /var/cache/tandem-systemd-root
 #   3. copies the release binaries and units/ into it, for a user `box` (uid
 #      1000, lingering) with tandem.target, tandem-chatd.service,
-#      tandem-egress.service, tandem-hostexec.service and
-#      tandem-triggers.service enabled (as ops/install.sh does, but for the
-#      watchdog timer), and an engine (engine-sim on 127.0.0.1:8000, a system
+#      tandem-egress.service, tandem-hostexec.service, tandem-triggers.service
+#      and tandem-connectors.service enabled (as ops/install.sh does, but for
+#      the watchdog timer), and an engine (engine-sim on 127.0.0.1:8000, a system
 #      unit: the engine is not ours)
 #   4. boots it with systemd-nspawn (private mount namespace, private network,
 #      no journal linked to the host) under `timeout -s KILL`
@@ -27,12 +27,16 @@
 #      hostexec stop` (quick, result success) and `start`; triggerd:
 #      active (READY=1), its sandbox applied, `tandem triggers status`, a
 #      `tandem trigger preview` through chatd's front door to triggers.sock;
+#      connectord: active (READY=1), its sandbox applied (with the network:
+#      no IPAddressDeny=), `tandem connectors status`, `tandem connector
+#      list` through chatd's front door to connectors.sock, its watchdog
+#      (pings in time with WatchdogSec=3; SIGSTOPped, killed and restarted);
 #      NOTE lines (not counted) for known gaps of the units
 #   6. ends the container with SIGKILL to its PID 1
 # Last line: "N passed, N failed"; exit 1 when anything failed.
 #
 # Usage: tests/systemd/boot-test.sh [--bin DIR] [--root DIR]
-#   --bin DIR    the release binaries chatd, egressd, hostexecd, triggerd, tandem, engine-sim (default: target/release)
+#   --bin DIR    the release binaries chatd, egressd, hostexecd, triggerd, connectord, tandem, engine-sim (default: target/release)
 #   --root DIR   the cached root (default: /var/cache/tandem-systemd-root)
 # Env: TANDEM_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -45,7 +49,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$(cd "$2" && pwd)"; shift 2 ;;
     --root) root="$2"; shift 2 ;;
-    -h|--help) sed -n '3,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,41p' "$0"; exit 0 ;;
     *) echo "boot-test: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,10 +69,10 @@ case "$root" in
   /?*/?*) root="${root%/}" ;;
   *) abort "--root must be an absolute path two levels deep or more, not '$root'" ;;
 esac
-for b in chatd egressd hostexecd triggerd tandem engine-sim; do
+for b in chatd egressd hostexecd triggerd connectord tandem engine-sim; do
   [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace"
 done
-for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem.target; do
+for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-connectors.service tandem.target; do
   [ -f "$here/units/$u" ] || abort "units/$u is missing"
 done
 
@@ -134,14 +138,14 @@ install -d -o 1000 -g 1000 -m 0700 "$h/.tandemllm"
 install -d -o 1000 -g 1000 "$h/.local" "$h/.local/bin" "$h/.config" "$h/.config/systemd" \
   "$h/.config/systemd/user" "$h/.config/systemd/user/default.target.wants" \
   "$h/.config/systemd/user/tandem.target.wants" "$h/TandemLLM" "$h/TandemLLM/run"
-for b in chatd egressd hostexecd triggerd tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
+for b in chatd egressd hostexecd triggerd connectord tandem engine-sim; do install -o 1000 -g 1000 -m 0755 "$bin/$b" "$h/.local/bin/$b"; done
 for u in "$here"/units/*; do install -o 1000 -g 1000 -m 0644 "$u" "$h/.config/systemd/user/$(basename "$u")"; done
 # Enabled as ops/install.sh's `systemctl --user enable tandem.target
 # tandem-chatd.service tandem-egress.service tandem-hostexec.service
-# tandem-triggers.service tandem-watchdog.timer` would, but for the timer: left off here, so that it
+# tandem-triggers.service tandem-connectors.service tandem-watchdog.timer` would, but for the timer: left off here, so that it
 # cannot start chatd behind a check's back; the watchdog service is run by hand.
 ln -s /home/box/.config/systemd/user/tandem.target "$h/.config/systemd/user/default.target.wants/tandem.target"
-for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service; do
+for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-connectors.service; do
   ln -s "/home/box/.config/systemd/user/$u" "$h/.config/systemd/user/tandem.target.wants/$u"
 done
 chown -h 1000:1000 "$h"/.config/systemd/user/*.wants/*
@@ -357,6 +361,13 @@ tr_pid() { uprop $tunit MainPID; }
 tr_health() { as_box curl -fsS --max-time 2 --unix-socket /run/user/1000/tandem/triggers.sock http://triggerd/health; }
 # A number field of triggerd's /health ({"ok":true,"pid":N,"triggers":0,...}).
 tr_field() { tr_health 2>/dev/null | grep -oE "\"$1\":[0-9]+" | cut -d: -f2; } # FIELD
+cunit=tandem-connectors.service
+cn_active() { [ "$(uprop $cunit ActiveState)" = active ] && [ "$(uprop $cunit SubState)" = running ]; }
+cn_pid() { uprop $cunit MainPID; }
+# connectord's API: a unix socket in box's runtime folder.
+cn_health() { as_box curl -fsS --max-time 2 --unix-socket /run/user/1000/tandem/connectors.sock http://connectord/health; }
+# A number field of connectord's /health ({"ok":true,"bindings":0,"connected":0,...}).
+cn_field() { cn_health 2>/dev/null | grep -oE "\"$1\":[0-9]+" | cut -d: -f2; } # FIELD
 # How many lines of UNIT's journal (this boot) match the extended regex.
 journal_count() { as_box journalctl --user -b -u "$1" --no-pager -o cat 2>/dev/null | grep -cE "$2" || true; } # UNIT REGEX
 # The file system as PID sees it (its mount namespace; EROFS is the answer).
@@ -450,8 +461,8 @@ fi
 out="$(as_box tandem status 2>&1)" && rc=0 || rc=$?
 if [ "$rc" = 0 ] && grep -q '^chatd .*running' <<<"$out" && grep -q '^egressd .*running' <<<"$out" \
    && grep -q '^hostexecd .*running' <<<"$out" && grep -q '^triggerd .*running' <<<"$out" \
-   && grep -q '^engine .*reachable' <<<"$out"; then
-  pass "tandem status as box exits 0 (chatd running, egressd running, hostexecd running, triggerd running, engine reachable)"
+   && grep -q '^connectord .*running' <<<"$out" && grep -q '^engine .*reachable' <<<"$out"; then
+  pass "tandem status as box exits 0 (chatd running, egressd running, hostexecd running, triggerd running, connectord running, engine reachable)"
 else
   fail "tandem status as box exited $rc"
 fi
@@ -642,6 +653,98 @@ else
   diag $tunit
 fi
 sed 's/^/  | /' <<<"$out"
+
+# ---- connectord at boot: installed and enabled as ops/install.sh does, pulled
+# in by tandem.target after chatd, Type=notify, in a sandbox like triggerd's
+# but with the network (the platforms are on the internet: no IPAddressDeny=).
+load="$(uprop $cunit LoadState)/$(uprop $cunit UnitFileState)"
+frag="$(uprop $cunit FragmentPath)"
+if wait_for 30 cn_active && [ "$load" = loaded/enabled ] && [ "$frag" = /home/box/.config/systemd/user/$cunit ]; then
+  pass "$cunit installed from units/, enabled, active (running) at boot: Type=notify saw READY=1 (STATUS=$(uprop $cunit StatusText)) (via tandem.target)"
+else
+  fail "$cunit not active within 30 s: $load, $(uprop $cunit ActiveState)/$(uprop $cunit SubState) result $(uprop $cunit Result), status '$(uprop $cunit StatusText)', FragmentPath '$frag'"
+  diag $cunit
+fi
+cpid="$(cn_pid || true)"
+if [ -n "$cpid" ] && [ "$cpid" != 0 ] && wait_for 15 cn_health; then
+  sb="$(sandbox_of "$cpid")"
+  restarts="$(uprop $cunit NRestarts)"
+  deny="$(uprop $cunit IPAddressDeny)"
+  skipped="$(as_box journalctl --user -b --no-pager -o cat -u $cunit 2>/dev/null \
+    | grep -iE 'ignoring|not supported|prohibited' | sort -u || true)"
+  fs="/etc $(probe_in "$cpid" /etc), ~/TandemLLM $(probe_in "$cpid" /home/box/TandemLLM)"
+  fs="$fs, ~/.tandemllm $(probe_in "$cpid" /home/box/.tandemllm), \$XDG_RUNTIME_DIR/tandem $(probe_in "$cpid" /run/user/1000/tandem)"
+  if [ "$sb" = "1 2 0000000000000000 yes 1000 1000 1" ] && [ "$restarts" = 0 ] && [ -z "$skipped" ] \
+     && [ -z "$deny" ] && [ "$(cn_field bindings)" = 0 ] \
+     && [ "$fs" = "/etc ro, ~/TandemLLM ro, ~/.tandemllm rw, \$XDG_RUNTIME_DIR/tandem rw" ]; then
+    pass "hardening: connectord (pid $cpid) answers /health on connectors.sock (0 bindings) in the unit's sandbox (NoNewPrivs 1, seccomp on, empty bounding set, own user and mount namespaces, no directive skipped, no restarts, no IP deny list: it reaches the platforms; $fs)"
+  else
+    fail "hardening: connectord's sandbox is not as the unit says (NoNewPrivs Seccomp CapBnd own-mnt uid_map = '$sb', NRestarts=$restarts, IPAddressDeny='$deny', bindings '$(cn_field bindings)'; $fs)"
+    [ -n "$skipped" ] && sed 's/^/  skipped by systemd --user: /' <<<"$skipped"
+  fi
+  key="$(in_ct stat -c '%a %U' /home/box/.tandemllm/connectors/connectors.key 2>/dev/null || true)"
+  if [ "$key" = "600 box" ]; then
+    pass "connectord's key: ~/.tandemllm/connectors/connectors.key is 600, box's"
+  else
+    fail "connectord's key: ~/.tandemllm/connectors/connectors.key is '$key' (want '600 box')"
+  fi
+else
+  fail "hardening: connectord is not answering /health on connectors.sock under the unit's sandbox (MainPID '${cpid}')"
+  diag $cunit
+fi
+
+out="$(as_box tandem connectors status 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && grep -q '^connectord: running$' <<<"$out" && grep -qE 'managed +systemd --user' <<<"$out" \
+   && grep -qE "^ +pid +$(cn_pid)\$" <<<"$out" && grep -qE '^ +bindings +0 \(0 connected\)$' <<<"$out"; then
+  pass "tandem connectors status: exits 0, connectord running (pid $(cn_pid)), 0 bindings, managed by systemd --user"
+else
+  fail "tandem connectors status: exit $rc, not 'connectord: running' managed by systemd --user with MainPID $(cn_pid)"
+fi
+sed 's/^/  | /' <<<"$out"
+
+# chatd's front door forwards /v1/chat-app/connectors* to connectors.sock.
+out="$(as_box tandem connector list 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && [ "$out" = "no connectors (add one: tandem connector add --help)" ]; then
+  pass "tandem connector list as box: through chatd to connectord, no connectors yet"
+else
+  fail "tandem connector list as box: exit $rc"
+  diag $cunit
+fi
+sed 's/^/  | /' <<<"$out"
+
+# connectord's watchdog: WATCHDOG=1 in time with WatchdogSec=3 (a drop-in
+# inside the container), then a SIGSTOPped connectord killed and restarted.
+cdropin="$h/.config/systemd/user/$cunit.d"
+install -d -o 1000 -g 1000 "$cdropin"
+printf '[Service]\nWatchdogSec=3\n' >"$cdropin/test.conf"
+chown 1000:1000 "$cdropin/test.conf"
+{ uctl daemon-reload && T=40 uctl restart $cunit; } || true
+wd="$(uprop $cunit WatchdogUSec)"
+restarts="$(uprop $cunit NRestarts)"
+old="$(cn_pid || true)"
+if [ "$wd" = 3s ] && cn_active && [ -n "$old" ] && [ "$old" != 0 ]; then
+  sleep 5 # past the watchdog interval: a pinging connectord is not killed
+  if [ "$(cn_pid)" = "$old" ] && cn_active; then
+    pass "watchdog: with WatchdogSec=3 a running connectord pings in time (still pid $old after 5 s)"
+  else
+    fail "watchdog: with WatchdogSec=3 connectord was restarted although it runs (pid $old -> $(cn_pid))"
+    diag $cunit
+  fi
+  ct_kill STOP "$old" || true
+  new_active() { local p; p="$(cn_pid)"; [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ] && cn_active; }
+  if wait_for 40 new_active && [ "$(uprop $cunit NRestarts)" -gt "$restarts" ] \
+     && as_box journalctl --user -u $cunit --no-pager -o cat | grep -qi 'watchdog timeout'; then
+    pass "watchdog: SIGSTOPped connectord (pid $old) was killed on 'Watchdog timeout' and restarted (pid $(cn_pid))"
+  else
+    fail "watchdog: SIGSTOPped connectord (pid $old) not restarted within 40 s (MainPID $(cn_pid))"
+    diag $cunit
+  fi
+else
+  fail "watchdog: could not restart connectord with the WatchdogSec=3 drop-in (WatchdogUSec=$wd)"
+  diag $cunit
+fi
+rm -rf "$cdropin"
+{ uctl daemon-reload && T=40 uctl restart $cunit; } >/dev/null 2>&1 || true
 
 # kill -9: Restart=on-failure brings chatd back.
 old="$(chatd_pid || true)"

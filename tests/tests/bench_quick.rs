@@ -2,7 +2,7 @@
 //! benchmark itself (a debug build's figures mean nothing; the run must
 //! finish within a minute and write its table). Needs `cargo build --workspace`
 //! (figure 7 runs the built egressd, and tinyproxy when it is installed;
-//! figure 10 the built triggerd).
+//! figure 10 the built triggerd, figure 11 connectord).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,6 +63,11 @@ fn quick_bench_finishes_and_writes_its_table() {
         "10. triggerd idle RSS",
         "10. lateness started − due",
         "10. run throughput of a due minute",
+        "11. messages/s fake Bot API → connectord",
+        "11. the same, reply_mode progress, edit_ms 400",
+        "11. the same, reply_mode progress, edit_ms 50",
+        "11. connectord idle CPU",
+        "11. connectord idle RSS",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

@@ -1664,3 +1664,255 @@ async fn metrics_count_runs_events_devices_retries_and_queue() -> anyhow::Result
     .await?;
     Ok(())
 }
+
+/// A send with an idempotency key, sent again (a client that lost the
+/// answer, connectord after a crash): the same answer, nothing stored twice.
+#[tokio::test]
+async fn a_send_with_a_key_sent_twice_stores_one_message() -> anyhow::Result<()> {
+    let (_sim, _chatd, client) =
+        start_with(&["--tokens-per-second", "20", "--tokens", "40"], &[]).await?;
+    let chat = client.create_chat().await?;
+    let path = format!("/conversations/{chat}/messages");
+    let first = client
+        .post(&path, json!({"text": "hello", "key": "cn_1-7"}))
+        .await?;
+    let again = client
+        .post(&path, json!({"text": "hello", "key": "cn_1-7"}))
+        .await?;
+    assert_eq!((first.status, again.status), (202, 202));
+    assert_eq!(first.body, again.body, "the same answer");
+    // While the run works, a keyed message waits, once.
+    let waiting = client
+        .post(&path, json!({"text": "more", "key": "cn_1-8"}))
+        .await?;
+    let waiting_again = client
+        .post(&path, json!({"text": "more", "key": "cn_1-8"}))
+        .await?;
+    assert!(waiting.body["pending_id"].is_string(), "{}", waiting.body);
+    assert_eq!(waiting.body, waiting_again.body);
+    let snap = client.snapshot(&chat).await?;
+    let users = snap["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "user").count());
+    assert_eq!(users, Some(1), "{snap}");
+    assert_eq!(snap["pending"].as_array().map(Vec::len), Some(1), "{snap}");
+    assert_eq!(snap["runs"].as_array().map(Vec::len), Some(1), "{snap}");
+    let bad = client
+        .post(&path, json!({"text": "x", "key": "has space"}))
+        .await?;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["error"]["field"], "key");
+    Ok(())
+}
+
+/// `GET /conversations/{id}/files?path=`: raw bytes, status and headers.
+async fn fetch_file(
+    client: &Client,
+    chat: &str,
+    path: Option<&str>,
+) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Vec<u8>)> {
+    let mut request = client
+        .http
+        .get(client.api(&format!("/conversations/{chat}/files")))
+        .header("x-forward-key", FORWARD_KEY);
+    if let Some(path) = path {
+        request = request.query(&[("path", path)]);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    Ok((status, headers, response.bytes().await?.to_vec()))
+}
+
+fn header_of(headers: &reqwest::header::HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The error body of a refused fetch.
+fn file_error(bytes: &[u8]) -> Value {
+    serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null)["error"].clone()
+}
+
+/// Runs one scripted `write_file` in `chat` (the agent writing a file) and
+/// waits for the run to be done.
+async fn agent_writes(
+    sim: &Sim,
+    client: &Client,
+    chat: &str,
+    path: &str,
+    content: &str,
+) -> anyhow::Result<()> {
+    sim.faults(json!([
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": content}}]},
+        {"tokens": 3},
+    ]))
+    .await?;
+    let run = run_id(&client.send(chat, "write it").await?)?;
+    let run = client
+        .wait_run(chat, &run, &["done", "failed"], ANSWER)
+        .await?;
+    anyhow::ensure!(run["status"] == "done", "{run}");
+    Ok(())
+}
+
+/// A file an agent wrote comes back as bytes with its type, length and
+/// name, from the chat's own workspace or the shared one; a path that
+/// leaves the workspace (`..`, absolute, a symlink out) or names a folder is
+/// 400 naming `path`, a missing file or chat 404, a file over 50 MiB 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_hands_out_the_files_in_its_workspace() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[]).await?;
+    let chat = client.create_chat_in("auto").await?;
+    agent_writes(
+        &sim,
+        &client,
+        &chat,
+        "out/report.md",
+        "# Report\nall good\n",
+    )
+    .await?;
+
+    let (status, headers, bytes) = fetch_file(&client, &chat, Some("out/report.md")).await?;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(bytes, b"# Report\nall good\n");
+    assert_eq!(
+        header_of(&headers, "content-type"),
+        "text/markdown; charset=utf-8"
+    );
+    assert_eq!(
+        header_of(&headers, "content-length"),
+        bytes.len().to_string()
+    );
+    assert_eq!(
+        header_of(&headers, "content-disposition"),
+        "attachment; filename=\"report.md\""
+    );
+
+    // Binary bytes and an awkward name, put where the tools write.
+    let workspace = chatd.data_dir().join("workspaces").join(&chat);
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    std::fs::write(workspace.join("out/chart.PNG"), &binary)?;
+    let (status, headers, bytes) = fetch_file(&client, &chat, Some("./out/chart.PNG")).await?;
+    assert_eq!(status, 200);
+    assert_eq!(bytes, binary);
+    assert_eq!(header_of(&headers, "content-type"), "image/png");
+    assert_eq!(header_of(&headers, "content-length"), "70000");
+    std::fs::write(workspace.join("say \"hi\".bin"), b"x")?;
+    let (status, headers, _) = fetch_file(&client, &chat, Some("say \"hi\".bin")).await?;
+    assert_eq!(status, 200);
+    assert_eq!(
+        header_of(&headers, "content-type"),
+        "application/octet-stream"
+    );
+    assert_eq!(
+        header_of(&headers, "content-disposition"),
+        "attachment; filename=\"say _hi_.bin\"; filename*=UTF-8''say%20%22hi%22.bin"
+    );
+
+    // Ways out of the workspace, and a folder.
+    let outside = chatd.dir.path().join("outside");
+    std::fs::create_dir_all(&outside)?;
+    std::fs::write(outside.join("secret.txt"), "CANARY")?;
+    std::os::unix::fs::symlink(outside.join("secret.txt"), workspace.join("link.txt"))?;
+    std::os::unix::fs::symlink(&outside, workspace.join("away"))?;
+    let inside_absolute = workspace.join("out/report.md").display().to_string();
+    for path in [
+        "",
+        "../x",
+        "out/../../x",
+        "/etc/passwd",
+        inside_absolute.as_str(),
+        "link.txt",
+        "away/secret.txt",
+        "out",
+        ".",
+    ] {
+        let (status, _, bytes) = fetch_file(&client, &chat, Some(path)).await?;
+        let error = file_error(&bytes);
+        assert_eq!(status, 400, "{path:?}: {error}");
+        assert_eq!(error["type"], "bad_input", "{path:?}: {error}");
+        assert_eq!(error["field"], "path", "{path:?}: {error}");
+        let message = error["message"].as_str().unwrap_or("");
+        assert!(message.starts_with("path: "), "{path:?}: {message}");
+        assert!(!message.contains("CANARY"), "{message}");
+    }
+    let (status, _, bytes) = fetch_file(&client, &chat, None).await?;
+    assert_eq!(status, 400);
+    assert_eq!(file_error(&bytes)["field"], "path");
+    let (_, _, bytes) = fetch_file(&client, &chat, Some("link.txt")).await?;
+    assert_eq!(
+        file_error(&bytes)["message"],
+        "path: `link.txt` is a symlink; the workspace does not follow links"
+    );
+    let (_, _, bytes) = fetch_file(&client, &chat, Some("out")).await?;
+    assert_eq!(
+        file_error(&bytes)["message"],
+        "path: `out` is a folder, not a regular file"
+    );
+
+    // Missing files, chats.
+    for path in ["nope.txt", "nope/deeper.txt"] {
+        let (status, _, bytes) = fetch_file(&client, &chat, Some(path)).await?;
+        assert_eq!(status, 404, "{path}");
+        assert_eq!(file_error(&bytes)["type"], "not_found");
+    }
+    let (status, _, bytes) = fetch_file(&client, "c_nosuchchat", Some("out/report.md")).await?;
+    assert_eq!(status, 404);
+    assert_eq!(file_error(&bytes)["type"], "not_found");
+
+    // Over 50 MiB (sparse: no real bytes written).
+    let big = std::fs::File::create(workspace.join("big.zip"))?;
+    big.set_len(50 * 1024 * 1024 + 1)?;
+    let (status, _, bytes) = fetch_file(&client, &chat, Some("big.zip")).await?;
+    let error = file_error(&bytes);
+    assert_eq!(status, 413, "{error}");
+    assert_eq!(error["type"], "too_large");
+    assert_eq!(error["limit"], 50 * 1024 * 1024);
+
+    // The forward key is needed, as on every route.
+    let keyless = client
+        .http
+        .get(client.api(&format!("/conversations/{chat}/files")))
+        .query(&[("path", "out/report.md")])
+        .send()
+        .await?;
+    assert_eq!(keyless.status().as_u16(), 401);
+
+    // A shared chat's files are in the shared workspace, like its tools'.
+    let made = client
+        .post(
+            "/conversations",
+            json!({"workspace": "shared", "permission_mode": "auto"}),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    let shared = made.body["id"].as_str().context("id")?.to_string();
+    agent_writes(&sim, &client, &shared, "reports/today.csv", "a,b\n1,2\n").await?;
+    let (status, headers, bytes) = fetch_file(&client, &shared, Some("reports/today.csv")).await?;
+    assert_eq!(status, 200);
+    assert_eq!(bytes, b"a,b\n1,2\n");
+    assert_eq!(
+        header_of(&headers, "content-type"),
+        "text/csv; charset=utf-8"
+    );
+    let (status, _, _) = fetch_file(&client, &chat, Some("reports/today.csv")).await?;
+    assert_eq!(status, 404, "not in the own chat's workspace");
+
+    // A trashed chat hands out nothing.
+    let trashed = client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/conversations/{chat}"),
+            None,
+        )
+        .await?;
+    assert_eq!(trashed.status, 204, "{trashed:?}");
+    let (status, _, bytes) = fetch_file(&client, &chat, Some("out/report.md")).await?;
+    assert_eq!(status, 404);
+    assert_eq!(file_error(&bytes)["type"], "not_found");
+    Ok(())
+}

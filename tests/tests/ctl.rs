@@ -145,6 +145,7 @@ impl Drop for Box_ {
             pid_of("egressd"),
             pid_of("hostexecd"),
             pid_of("triggerd"),
+            pid_of("connectord"),
         ]
         .into_iter()
         .flatten()
@@ -179,8 +180,8 @@ async fn start_status_logs_restart_stop() {
     );
     assert!(b.healthy().await);
     let first_pid = b.chatd_pid().unwrap();
-    // egressd, hostexecd and triggerd too: `tandem status` wants every
-    // daemon of this build.
+    // egressd, hostexecd, triggerd and connectord too: `tandem status`
+    // wants every daemon of this build.
     let egress = b.tandem(&["egress", "start"]);
     assert!(egress.status.success(), "{}", text(&egress));
     let hostexec = b.tandem(&["hostexec", "start"]);
@@ -199,6 +200,16 @@ async fn start_status_logs_restart_stop() {
         text(&triggers)
     );
 
+    let connectors = b.tandem(&["connectors", "start"]);
+    assert!(connectors.status.success(), "{}", text(&connectors));
+    let socket = b.home().join("run/tandem/connectors.sock");
+    assert!(
+        text(&connectors).contains("connectord started: pid ")
+            && text(&connectors).contains(&format!("unix:{}", socket.display())),
+        "{}",
+        text(&connectors)
+    );
+
     let again = b.tandem(&["chat", "start"]);
     assert!(again.status.success());
     assert!(text(&again).contains("already running"), "{}", text(&again));
@@ -214,6 +225,7 @@ async fn start_status_logs_restart_stop() {
     assert!(out.contains("egressd     running  pid "), "{out}");
     assert!(out.contains("hostexecd   running  pid "), "{out}");
     assert!(out.contains("triggerd    running  pid "), "{out}");
+    assert!(out.contains("connectord  running  pid "), "{out}");
     let triggers_status = b.tandem(&["triggers", "status"]);
     assert!(
         triggers_status.status.success(),
@@ -240,6 +252,31 @@ async fn start_status_logs_restart_stop() {
     let logs = b.tandem(&["triggers", "logs", "5"]);
     assert!(
         String::from_utf8_lossy(&logs.stdout).contains("triggerd serving"),
+        "{}",
+        text(&logs)
+    );
+    let connectors_status = b.tandem(&["connectors", "status"]);
+    assert!(
+        connectors_status.status.success(),
+        "{}",
+        text(&connectors_status)
+    );
+    let out = text(&connectors_status);
+    for want in [
+        "connectord: running".to_string(),
+        format!(
+            "data     {}",
+            b.home().join(".tandemllm/connectors").display()
+        ),
+        format!("chatd    http://127.0.0.1:{}", b.port),
+        "bindings 0 (0 connected)".to_string(),
+        "health   ok".to_string(),
+    ] {
+        assert!(out.contains(&want), "{want:?} missing from {out}");
+    }
+    let logs = b.tandem(&["connectors", "logs", "5"]);
+    assert!(
+        logs.status.success() && !logs.stdout.is_empty(),
         "{}",
         text(&logs)
     );
@@ -310,8 +347,14 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&bad)
     );
-    let unbuilt = b.tandem(&["connectors", "start"]);
-    assert!(text(&unbuilt).contains("connectord is not part of this build yet"));
+    // connectord is part of this build: `tandem connectors start` found it
+    // running above, and says so again.
+    let again = b.tandem(&["connectors", "start"]);
+    assert!(
+        again.status.success() && text(&again).contains("connectord is already running"),
+        "{}",
+        text(&again)
+    );
     // A chat's preset through chatd: set, shown under the box's ceiling.
     let chat_started = b.tandem(&["chat", "start"]);
     assert!(chat_started.status.success(), "{}", text(&chat_started));
@@ -375,6 +418,13 @@ async fn start_status_logs_restart_stop() {
         text(&stopped)
     );
     assert!(!b.home().join("run/tandem/triggerd.pid").exists());
+    let stopped = b.tandem(&["connectors", "stop"]);
+    assert!(
+        text(&stopped).contains("connectord stopped in"),
+        "{}",
+        text(&stopped)
+    );
+    assert!(!b.home().join("run/tandem/connectord.pid").exists());
 }
 
 /// `tandem egress start|status|logs|stop` like chatd's, /health asked on
@@ -601,6 +651,18 @@ fn help_texts_match_their_snapshots() {
         &["trigger", "run"],
         &["trigger", "runs"],
         &["trigger", "preview"],
+        &["connectors"],
+        &["connector"],
+        &["connector", "list"],
+        &["connector", "show"],
+        &["connector", "add"],
+        &["connector", "rm"],
+        &["connector", "test"],
+        &["connector", "senders"],
+        &["connector", "allow"],
+        &["connector", "on"],
+        &["connector", "off"],
+        &["connector", "set"],
         &["watchdog"],
         &["doctor"],
         &["completions"],
@@ -643,8 +705,8 @@ fn help_texts_match_their_snapshots() {
     );
 }
 
-/// The units pass `systemd-analyze verify`, and chatd's, egressd's and
-/// triggerd's exposure is 3.0 or lower.
+/// The units pass `systemd-analyze verify`, and chatd's, egressd's,
+/// triggerd's and connectord's exposure is 3.0 or lower.
 #[test]
 fn units_verify_and_are_hardened() {
     let units = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../units");
@@ -652,7 +714,14 @@ fn units_verify_and_are_hardened() {
     let runtime = home.path().join("run");
     std::fs::create_dir_all(home.path().join(".local/bin")).unwrap();
     std::fs::create_dir_all(&runtime).unwrap();
-    for binary in ["chatd", "egressd", "hostexecd", "triggerd", "tandem"] {
+    for binary in [
+        "chatd",
+        "egressd",
+        "hostexecd",
+        "triggerd",
+        "connectord",
+        "tandem",
+    ] {
         std::fs::copy(
             bin_dir().join(binary),
             home.path().join(".local/bin").join(binary),
@@ -682,6 +751,7 @@ fn units_verify_and_are_hardened() {
         ("tandem-chatd.service", 3.0),
         ("tandem-egress.service", 3.0),
         ("tandem-triggers.service", 3.0),
+        ("tandem-connectors.service", 3.0),
     ];
     for (unit, limit) in limits {
         let out = analyze(

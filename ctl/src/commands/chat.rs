@@ -330,24 +330,18 @@ async fn follow(
             eprintln!("\ntandem: reconnected after event {after}");
         }
         let mut body = response.bytes_stream();
-        let mut buffer = String::new();
+        // Bytes, not text: a character may be cut between two chunks.
+        let mut buffer: Vec<u8> = Vec::new();
         while let Some(chunk) = body.next().await {
             let Ok(chunk) = chunk else { break };
-            buffer.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                let (mut seq, mut kind, mut data) = (None, "", String::new());
-                for line in frame.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        seq = v.parse::<i64>().ok();
-                    } else if let Some(v) = line.strip_prefix("event: ") {
-                        kind = v;
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        data.push_str(v);
-                    }
-                }
-                let Some(seq) = seq else { continue };
-                after = seq;
+            buffer.extend_from_slice(&chunk);
+            while let Some(frame) = tandem_shared::sse::take_frame(&mut buffer) {
+                let Some(frame) = tandem_shared::sse::parse_frame(&frame) else {
+                    continue;
+                };
+                let Some(seq) = frame.id else { continue };
+                after = seq as i64;
+                let (kind, data) = (frame.kind.as_str(), frame.data);
                 let data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
                 match kind {
                     "text.delta" => {

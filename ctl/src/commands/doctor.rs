@@ -9,8 +9,9 @@ use crate::settings::Settings;
 pub const LONG_ABOUT: &str = "\
 Checks what tandem needs on this box, one line each, with the fix for each
 failure: the engine, the secrets file, file modes, the units, lingering, the
-container runtime, egressd, triggerd (and that chatd forwards to it) and the
-egress rules. Exits 0 when every check passes.
+container runtime, egressd, triggerd and connectord (and that chatd
+forwards to each), the connectors' key file and the egress rules. Exits 0
+when every check passes.
 
 Example:
   tandem doctor";
@@ -153,6 +154,43 @@ pub async fn exec() -> anyhow::Result<ExitCode> {
             trigger_workspace.display()
         ),
     );
+    let connectord = daemons::by_name("connectord")
+        .map(|d| settings.daemon_url(d))
+        .unwrap_or_default();
+    let up = daemons::health(&client, &connectord, Duration::from_secs(1))
+        .await
+        .is_some();
+    check(
+        up,
+        format!("connectord answers at {connectord}"),
+        "tandem connectors start (and `tandem connectors logs` when it will not)",
+    );
+    // chatd forwards /v1/chat-app/connectors* to the socket it is told of.
+    let (forwards_to, listens_on) = (
+        &settings.chatd.connectors_socket,
+        &settings.connectors.socket,
+    );
+    check(
+        forwards_to == listens_on,
+        format!(
+            "chatd forwards connectors to {}, where connectord listens",
+            forwards_to.display()
+        ),
+        &format!(
+            "set [chatd] connectors_socket and [connectors] socket to one path (connectord listens on {})",
+            listens_on.display()
+        ),
+    );
+    // The key that seals the bot tokens: connectord refuses one others can read.
+    let key = settings.connectors.data_dir.join("connectors.key");
+    if key.exists() {
+        let mode = tandem_shared::fsmode::mode_of(&key).unwrap_or(0o777);
+        check(
+            mode & 0o077 == 0,
+            format!("connectors key {} mode {mode:o} (want 600)", key.display()),
+            &format!("chmod 600 {}", key.display()),
+        );
+    }
     let nft = Command::new("nft")
         .args(["list", "table", "inet", egressd::nft::TABLE])
         .stdout(Stdio::null())

@@ -1,4 +1,5 @@
 pub mod chat;
+pub mod connector;
 pub mod doctor;
 pub mod egress;
 pub mod sandbox;

@@ -187,6 +187,19 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
                 );
             }
         }
+        "connectord" => {
+            row("data", settings.connectors.data_dir.display().to_string());
+            row("chatd", settings.connectors.chat_base());
+            row("telegram", settings.connectors.telegram_api.clone());
+            row("slack", settings.connectors.slack_api.clone());
+            if let Some(h) = &health {
+                let n = |k: &str| h.body[k].as_u64().unwrap_or(0);
+                row(
+                    "bindings",
+                    format!("{} ({} connected)", n("bindings"), n("connected")),
+                );
+            }
+        }
         _ => {}
     }
     row("url", url.clone());

@@ -278,7 +278,7 @@ async fn call(
 }
 
 /// `{"error": {"type", "message", "field"?}}` as one line.
-fn refusal(status: u16, answer: &Value) -> String {
+pub(crate) fn refusal(status: u16, answer: &Value) -> String {
     let error = &answer["error"];
     let kind = error["type"].as_str().unwrap_or("error");
     let mut message = error["message"]
@@ -303,7 +303,7 @@ fn name_of(t: &Value) -> &str {
 
 /// An RFC 3339 time in this machine's time zone, as the preview prints
 /// times; the text as it came when it is not one.
-fn local(at: &str) -> String {
+pub(crate) fn local(at: &str) -> String {
     match at.parse::<jiff::Timestamp>() {
         Ok(ts) => ts
             .to_zoned_datetime(jiff::tz::TimeZone::system())

@@ -89,6 +89,8 @@ pub struct ChatdConfig {
     pub host_card_wait_s: u64,
     /// triggerd's socket: chatd forwards `/v1/chat-app/triggers*` there.
     pub triggers_socket: PathBuf,
+    /// connectord's socket: chatd forwards `/v1/chat-app/connectors*` there.
+    pub connectors_socket: PathBuf,
     /// The box's shared folder: the workspace of every chat made with
     /// `workspace: "shared"` (a trigger's chats; file triggers watch it).
     pub shared_workspace: PathBuf,
@@ -247,6 +249,7 @@ impl Default for ChatdConfig {
             hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             host_card_wait_s: 300,
             triggers_socket: tandem_shared::daemon::runtime_dir().join("triggers.sock"),
+            connectors_socket: tandem_shared::daemon::runtime_dir().join("connectors.sock"),
             shared_workspace: home.join(".tandemllm/workspace"),
             sandbox: SandboxConfig::default(),
         }
@@ -328,6 +331,7 @@ pub const ENV_KEYS: &[EnvKey] = &[
         key: "chatd.host_card_wait_s",
     },
     EnvKey::new("QSE_TRIGGERS_SOCKET", "chatd.triggers_socket"),
+    EnvKey::new("QSE_CONNECTORS_SOCKET", "chatd.connectors_socket"),
     EnvKey::new("QSE_SHARED_WORKSPACE", "chatd.shared_workspace"),
     EnvKey::new("QSE_SANDBOX_SOCKET", "chatd.sandbox.socket"),
     EnvKey::new("QSE_SANDBOX_IMAGE", "chatd.sandbox.image"),

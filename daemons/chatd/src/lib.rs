@@ -14,6 +14,7 @@ pub mod egress;
 pub mod engine;
 pub mod events;
 pub mod folders;
+pub mod forward;
 pub mod hostexec;
 pub mod housekeeping;
 pub mod inbox;
@@ -24,7 +25,6 @@ pub mod runs;
 pub mod sandbox;
 pub mod store;
 pub mod tools;
-pub mod triggers;
 pub mod workspace;
 
 use std::path::Path;
@@ -51,7 +51,9 @@ pub struct App {
     /// egressd's API: chats' egress presets, rules, audit.
     pub egress: crate::egress::EgressClient,
     /// triggerd's API: `/v1/chat-app/triggers*` is forwarded there.
-    pub triggers: crate::triggers::TriggersClient,
+    pub triggers: crate::forward::Forward,
+    /// connectord's API: `/v1/chat-app/connectors*` is forwarded there.
+    pub connectors: crate::forward::Forward,
     /// The inbox's live stream (notifications as they commit).
     pub inbox: crate::inbox::Inbox,
     pub engine: Engine,
@@ -248,13 +250,15 @@ pub async fn run(
     let egress = crate::egress::EgressClient::new(&config.egress_socket)?;
     runs.set_egress(egress.clone());
     crate::egress::spawn_card_listener(egress.clone(), runs.clone(), shutdown.clone());
-    let triggers = crate::triggers::TriggersClient::new(&config.triggers_socket)?;
+    let triggers = crate::forward::Forward::triggers(&config.triggers_socket)?;
+    let connectors = crate::forward::Forward::connectors(&config.connectors_socket)?;
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
         runs: runs.clone(),
         egress,
         triggers,
+        connectors,
         inbox: crate::inbox::Inbox::default(),
         engine,
         secrets,

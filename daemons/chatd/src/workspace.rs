@@ -30,21 +30,41 @@ pub const TANDEM_DIR: &str = ".tandem";
 
 /// A refusal or failure, one line naming the path, for a model and a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolError(String);
+pub struct ToolError {
+    message: String,
+    /// The path (or a folder on it) does not exist; anything else is a refusal.
+    missing: bool,
+}
 
 impl ToolError {
     pub fn new(message: impl Into<String>) -> ToolError {
-        ToolError(message.into())
+        ToolError {
+            message: message.into(),
+            missing: false,
+        }
+    }
+
+    fn missing(message: impl Into<String>) -> ToolError {
+        ToolError {
+            message: message.into(),
+            missing: true,
+        }
     }
 
     pub fn message(&self) -> &str {
-        &self.0
+        &self.message
+    }
+
+    /// True when the path was checked and simply is not there (an HTTP 404,
+    /// where a refused path is a 400).
+    pub fn is_missing(&self) -> bool {
+        self.missing
     }
 }
 
 impl fmt::Display for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -173,6 +193,24 @@ impl Workspace {
         Ok(Workspace { root, canonical })
     }
 
+    /// The workspace at `root` as it is, neither made nor changed: a read
+    /// from outside the tools (the files route). `NotFound` when it is not there.
+    pub fn existing(root: &Path) -> io::Result<Workspace> {
+        let root = if root.is_absolute() {
+            root.to_path_buf()
+        } else {
+            std::env::current_dir()?.join(root)
+        };
+        let canonical = std::fs::canonicalize(&root)?;
+        if !canonical.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the workspace is not a folder",
+            ));
+        }
+        Ok(Workspace { root, canonical })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -297,9 +335,7 @@ impl Workspace {
                     None => format!("`{rel}` is not a folder"),
                 }))
             }
-            Err(Errno::ENOENT) => Err(ToolError::new(format!(
-                "`{rel}` does not exist; list_files shows what does"
-            ))),
+            Err(Errno::ENOENT) => Err(not_found(rel)),
             Err(e) => Err(ToolError::new(format!(
                 "cannot open `{rel}`: {}",
                 describe(e)
@@ -574,7 +610,7 @@ fn folder_error(parent: &OwnedFd, rel: &RelPath, i: usize, errno: Errno) -> Tool
                 "`{rel}`: `{through}` changed while it was being opened; try again"
             )),
         },
-        Errno::ENOENT => ToolError::new(format!(
+        Errno::ENOENT => ToolError::missing(format!(
             "`{rel}` does not exist (there is no folder `{through}`); list_files shows what does"
         )),
         e => ToolError::new(format!(
@@ -621,7 +657,7 @@ fn link_refused(rel: &RelPath) -> ToolError {
 }
 
 fn not_found(rel: &RelPath) -> ToolError {
-    ToolError::new(format!(
+    ToolError::missing(format!(
         "`{rel}` does not exist; list_files shows what does"
     ))
 }

@@ -712,3 +712,64 @@ pub fn read_env_file(path: &Path) -> Result<Option<Vec<EnvEntry>>, ConfigError> 
             message,
         })
 }
+
+/// Checks of settings that types alone cannot make; each error names
+/// `section.key` and the limit, as a daemon prints it at start.
+pub mod checks {
+    use std::path::Path;
+
+    /// `value` within `min..=max`.
+    pub fn range(section: &str, key: &str, value: u64, min: u64, max: u64) -> anyhow::Result<()> {
+        if (min..=max).contains(&value) {
+            return Ok(());
+        }
+        Err(anyhow::anyhow!(
+            "{section}.{key}: {value} is outside {min}..={max}"
+        ))
+    }
+
+    /// An absolute path.
+    pub fn absolute(section: &str, key: &str, path: &Path) -> anyhow::Result<()> {
+        if path.is_absolute() {
+            return Ok(());
+        }
+        Err(anyhow::anyhow!(
+            "{section}.{key}: {} is not an absolute path",
+            path.display()
+        ))
+    }
+
+    /// An absolute path short enough for a unix socket (107 bytes).
+    pub fn socket(section: &str, key: &str, path: &Path) -> anyhow::Result<()> {
+        absolute(section, key, path)?;
+        let len = path.as_os_str().len();
+        if len > 107 {
+            return Err(anyhow::anyhow!(
+                "{section}.{key}: {} is {len} bytes long, over the 107 a socket path may have",
+                path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// An HTTP address (`127.0.0.1:8016` or a URL) with its scheme and
+    /// without a trailing slash.
+    pub fn http_base(url: &str) -> String {
+        let url = url.trim_end_matches('/');
+        if url.starts_with("http://") || url.starts_with("https://") {
+            url.to_string()
+        } else {
+            format!("http://{url}")
+        }
+    }
+
+    /// An address `http_base` makes a URL of.
+    pub fn http_url(section: &str, key: &str, url: &str, example: &str) -> anyhow::Result<()> {
+        if reqwest::Url::parse(&http_base(url)).is_ok() {
+            return Ok(());
+        }
+        Err(anyhow::anyhow!(
+            "{section}.{key}: {url:?} is not an address like {example}"
+        ))
+    }
+}

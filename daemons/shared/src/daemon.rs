@@ -2,6 +2,9 @@
 //! config loaded from file, env files and environment, the failure line.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
 use std::process::ExitCode;
 
 use serde::de::DeserializeOwned;
@@ -86,4 +89,67 @@ pub fn runtime_dir() -> PathBuf {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("tandem"),
         _ => PathBuf::from(format!("/tmp/tandem-{}", nix::unistd::getuid())),
     }
+}
+
+/// Holds `<name>.lock` in `data_dir`, waiting while another process of the
+/// same daemon has it (or until shutdown: `None`): one daemon per data folder.
+pub async fn take_lock(
+    data_dir: &std::path::Path,
+    name: &str,
+    shutdown: &crate::shutdown::Shutdown,
+) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join(format!("{name}.lock"));
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))
+    };
+    match Flock::lock(open()?, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => return Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {}
+        Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
+    }
+    tracing::info!(lock = %path.display(), daemon = name, "another process of this daemon runs on this data folder; waiting for its lock");
+    crate::notify::status(&format!("waiting for another {name}'s lock"));
+    // Asked again every 250 ms rather than waited for in a blocking call, so
+    // a SIGTERM while waiting ends this triggerd at once.
+    let mut file = open()?;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = shutdown.wait() => return Ok(None),
+        }
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => {
+                tracing::info!(lock = %path.display(), "the lock is ours");
+                return Ok(Some(lock));
+            }
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => file = back,
+            Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
+        }
+    }
+}
+
+/// Listens on the unix socket `socket` (0600, its folder made private),
+/// replacing a socket a previous run left.
+pub fn bind_unix(socket: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    // Made private even when it is there already: a folder another user
+    // made first (say in /tmp) would let them stand in for this socket.
+    if let Some(dir) = socket.parent() {
+        crate::fsmode::private_dir(dir)
+            .with_context(|| format!("making {} private (0700)", dir.display()))?;
+    }
+    if socket.exists() {
+        std::fs::remove_file(socket)?;
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("listening on {}", socket.display()))?;
+    crate::fsmode::private_file(socket)?;
+    Ok(listener)
 }

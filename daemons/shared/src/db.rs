@@ -104,3 +104,46 @@ mod tests {
         assert!(format!("{err:#}").contains("newer than this build"));
     }
 }
+
+/// A daemon's one writing connection behind a mutex, used from blocking
+/// tasks so a slow disk never stalls the async threads.
+#[derive(Clone)]
+pub struct Writer {
+    conn: std::sync::Arc<std::sync::Mutex<Connection>>,
+}
+
+impl Writer {
+    /// Opens the file at `path` with `open_writer`.
+    pub fn open(path: &Path, migrations: &[&str]) -> anyhow::Result<Writer> {
+        let conn = open_writer(path, migrations)?;
+        Ok(Writer {
+            conn: std::sync::Arc::new(std::sync::Mutex::new(conn)),
+        })
+    }
+
+    /// Runs `f` on the connection on a blocking thread.
+    pub async fn call<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            // A panic while the lock was held left no half-done write: each
+            // write is one statement or one transaction.
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut conn)
+        })
+        .await?;
+        Ok(joined?)
+    }
+
+    /// The same, on the caller's thread (start-up, tests, benchmarks).
+    pub fn call_now<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut conn)
+    }
+}

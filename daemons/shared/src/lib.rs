@@ -2,6 +2,7 @@
 //! logging, sd-notify, SQLite opening, private folders, shutdown, metrics and
 //! HTTP serving. A daemon's `main` is these calls in order, then its own work.
 
+pub mod chatd;
 pub mod config;
 pub mod daemon;
 pub mod db;
@@ -12,6 +13,8 @@ pub mod logging;
 pub mod metrics;
 pub mod netpolicy;
 pub mod notify;
+pub mod seal;
 pub mod secrets;
 pub mod shutdown;
+pub mod sse;
 pub mod time;

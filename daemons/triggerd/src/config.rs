@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use tandem_shared::config::EnvKey;
+use tandem_shared::config::{checks, EnvKey};
 
 /// The whole tandem.toml as triggerd reads it: its own section checked key
 /// by key, the other daemons' sections left to them.
@@ -92,17 +92,12 @@ pub const DEFAULT_TOML: &str = include_str!("../../../config/tandem.toml");
 impl TriggersConfig {
     /// chatd's address with a scheme, without a trailing slash.
     pub fn chat_base(&self) -> String {
-        let url = self.chat_url.trim_end_matches('/');
-        if url.starts_with("http://") || url.starts_with("https://") {
-            url.to_string()
-        } else {
-            format!("http://{url}")
-        }
+        checks::http_base(&self.chat_url)
     }
 
     /// Checks what types alone cannot; each error names the key and the limit.
     pub fn check(&self) -> anyhow::Result<()> {
-        let bad = |key: &str, why: String| anyhow::anyhow!("triggers.{key}: {why}");
+        const S: &str = "triggers";
         for (key, value, min, max) in [
             ("check_ms", self.check_ms, 10, 60_000),
             ("max_runs", self.max_runs as u64, 1, 64),
@@ -111,51 +106,20 @@ impl TriggersConfig {
             ("history_days", self.history_days, 2, 3650),
             ("keep_runs", self.keep_runs as u64, 1, 100_000),
         ] {
-            if !(min..=max).contains(&value) {
-                return Err(bad(key, format!("{value} is outside {min}..={max}")));
-            }
+            checks::range(S, key, value, min, max)?;
         }
         for (key, path) in [
             ("data_dir", &self.data_dir),
             ("chat_data", &self.chat_data),
-            ("socket", &self.socket),
             ("workspace", &self.workspace),
         ] {
-            if !path.is_absolute() {
-                return Err(bad(
-                    key,
-                    format!("{} is not an absolute path", path.display()),
-                ));
-            }
+            checks::absolute(S, key, path)?;
         }
-        if !self.clock_file.as_os_str().is_empty() && !self.clock_file.is_absolute() {
-            return Err(bad(
-                "clock_file",
-                format!("{} is not an absolute path", self.clock_file.display()),
-            ));
+        if !self.clock_file.as_os_str().is_empty() {
+            checks::absolute(S, "clock_file", &self.clock_file)?;
         }
-        // A unix socket's path has room for 107 bytes.
-        if self.socket.as_os_str().len() > 107 {
-            return Err(bad(
-                "socket",
-                format!(
-                    "{} is {} bytes long, over the 107 a socket path may have",
-                    self.socket.display(),
-                    self.socket.as_os_str().len()
-                ),
-            ));
-        }
-        let base = self.chat_base();
-        if reqwest::Url::parse(&base).is_err() {
-            return Err(bad(
-                "chat_url",
-                format!(
-                    "{:?} is not an address like http://127.0.0.1:8016",
-                    self.chat_url
-                ),
-            ));
-        }
-        Ok(())
+        checks::socket(S, "socket", &self.socket)?;
+        checks::http_url(S, "chat_url", &self.chat_url, "http://127.0.0.1:8016")
     }
 }
 

@@ -15,7 +15,6 @@
 //! second one waits for the lock before it opens anything.
 
 pub mod api;
-pub mod chat;
 pub mod clock;
 pub mod config;
 pub mod folders;
@@ -37,11 +36,11 @@ use serde_json::json;
 use tandem_shared::shutdown::Shutdown;
 use tandem_shared::time::new_id;
 
-use crate::chat::ChatClient;
 use crate::clock::Clock;
 use crate::config::TriggersConfig;
 use crate::scheduler::{Entry, Live};
 use crate::store::{Ending, Kind, Notice, Store};
+use tandem_shared::chatd::{self as chat, ChatClient};
 
 /// The daemon's state.
 pub struct Triggerd {
@@ -80,61 +79,19 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Holds `triggerd.lock` in `data_dir`, waiting while another triggerd has
-/// it (or until shutdown: `None`).
-async fn take_lock(
-    data_dir: &std::path::Path,
-    shutdown: &Shutdown,
-) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
-    use nix::fcntl::{Flock, FlockArg};
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = data_dir.join("triggerd.lock");
-    let open = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))
-    };
-    match Flock::lock(open()?, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => return Ok(Some(lock)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {}
-        Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
-    }
-    tracing::info!(lock = %path.display(), "another triggerd runs on this data folder; waiting for its lock");
-    tandem_shared::notify::status("waiting for another triggerd's lock");
-    // Asked again every 250 ms rather than waited for in a blocking call, so
-    // a SIGTERM while waiting ends this triggerd at once.
-    let mut file = open()?;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-            _ = shutdown.wait() => return Ok(None),
-        }
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
-                tracing::info!(lock = %path.display(), "the lock is ours");
-                return Ok(Some(lock));
-            }
-            Err((back, nix::errno::Errno::EWOULDBLOCK)) => file = back,
-            Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
-        }
-    }
-}
-
 /// Runs triggerd until `shutdown` begins.
 pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
-    let Some(_lock) = take_lock(&config.data_dir, &shutdown).await? else {
+    let Some(_lock) =
+        tandem_shared::daemon::take_lock(&config.data_dir, "triggerd", &shutdown).await?
+    else {
         return Ok(());
     };
     tandem_shared::fsmode::private_dir(&config.workspace)
         .with_context(|| format!("making the workspace {}", config.workspace.display()))?;
     let secrets = tandem_shared::secrets::load(&config.secrets, &config.chat_data)?;
-    let store = Store::open(&config.data_dir.join("triggers.sqlite3"))?;
+    let store = store::open(&config.data_dir.join("triggers.sqlite3"))?;
     let mut registry = tandem_shared::metrics::Registry::default();
     let metrics = metrics::Metrics::new(&mut registry);
     let td = Arc::new(Triggerd {
@@ -171,7 +128,7 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
     let interrupted = recover(&td).await?;
     start_watching(&td)?;
     sync_watches(&td);
-    let listener = bind(&config.socket)?;
+    let listener = tandem_shared::daemon::bind_unix(&config.socket)?;
     let (total, enabled) = {
         let live = lock(&td.live);
         (live.entries.len(), live.enabled())
@@ -194,21 +151,6 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
         .context("serving the API")?;
     tandem_shared::notify::stopping();
     Ok(())
-}
-
-fn bind(socket: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
-    if let Some(dir) = socket.parent() {
-        if !dir.exists() {
-            tandem_shared::fsmode::private_dir(dir)?;
-        }
-    }
-    if socket.exists() {
-        std::fs::remove_file(socket)?;
-    }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .with_context(|| format!("listening on {}", socket.display()))?;
-    tandem_shared::fsmode::private_file(socket)?;
-    Ok(listener)
 }
 
 /// Runs a previous triggerd left `running` were cut short by its end. A

@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::chat::{self, ChatClient, ChatError};
 use crate::clock::ts;
 use crate::store::{self, Ending, Run, Trigger};
 use crate::Triggerd;
+use tandem_shared::chatd::{self as chat, ChatClient, ChatError, Sent};
 
 /// The line every run's message ends with: the inbox shows its answer.
 pub const CLOSING: &str =
@@ -219,10 +219,16 @@ async fn attempt(
     let text = compose(trigger, rules.as_deref(), run.file.as_deref());
     let title = title(trigger, run);
     let client: &ChatClient = &td.chat;
-    let made = retry_chat("making the run's chat", || {
-        client.create_chat(&title, &trigger.model, &trigger.agent_id)
-    })
-    .await;
+    // A chat of origin `trigger` in the shared workspace, as its agent when
+    // it names one.
+    let mut body = serde_json::json!({"title": title, "origin": "trigger", "workspace": "shared"});
+    if !trigger.model.is_empty() {
+        body["model"] = serde_json::json!(trigger.model);
+    }
+    if !trigger.agent_id.is_empty() {
+        body["agent_id"] = serde_json::json!(trigger.agent_id);
+    }
+    let made = retry_chat("making the run's chat", || client.create_chat(&body)).await;
     let chat_id = match made {
         Ok(id) => id,
         // Its agent is gone: the trigger cannot run again until it is fixed.
@@ -243,7 +249,16 @@ async fn attempt(
         .call(move |conn| store::set_chat(conn, &rid, &cid, None))
         .await
         .map_err(|e| format!("recording the chat: {e:#}"))?;
-    let chat_run = retry("sending the first message", || client.send(&chat_id, &text)).await?;
+    let first = serde_json::json!({"text": text, "origin": "trigger"});
+    let chat_run = match retry("sending the first message", || {
+        client.send(&chat_id, &first)
+    })
+    .await?
+    {
+        Sent::Run(run) => run,
+        // The chat was made for this run: nothing else can be working in it.
+        Sent::Pending(_) => return Err("the run's new chat already had a run working".into()),
+    };
     let (rid, cid, crid) = (run.id.clone(), chat_id.clone(), chat_run.clone());
     td.store
         .call(move |conn| store::set_chat(conn, &rid, &cid, Some(&crid)))
@@ -251,7 +266,10 @@ async fn attempt(
         .map_err(|e| format!("recording the chat run: {e:#}"))?;
     tracing::info!(run = %run.id, chat = %chat_id, chat_run = %chat_run, "trigger run's chat started");
     // A card the run shows waits for a person: the inbox asks for one.
-    let mut on_card = |card: &serde_json::Value| {
+    let mut on_event = |kind: &str, card: &serde_json::Value| {
+        if kind != "tool.consent" {
+            return;
+        }
         let notice = store::Notice {
             id: tandem_shared::time::new_id("nt_"),
             trigger_id: trigger.id.clone(),
@@ -279,7 +297,7 @@ async fn attempt(
             }
         });
     };
-    let end = client.follow(&chat_id, &chat_run, &mut on_card).await;
+    let end = client.follow(&chat_id, &chat_run, &mut on_event).await;
     let snapshot = client.snapshot(&chat_id).await.ok();
     let answer = snapshot.as_ref().and_then(chat::last_answer);
     Ok((

@@ -5,7 +5,6 @@
 //! it; one connection behind a mutex, used from blocking tasks.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
@@ -161,9 +160,12 @@ pub struct FileState {
 
 pub const FINISHED: &str = "status NOT IN ('queued', 'running')";
 
-#[derive(Clone)]
-pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+/// triggers.sqlite3's one connection.
+pub type Store = tandem_shared::db::Writer;
+
+/// Opens triggers.sqlite3 at `path`.
+pub fn open(path: &Path) -> anyhow::Result<Store> {
+    Store::open(path, MIGRATIONS)
 }
 
 fn trigger_of(row: &Row) -> rusqlite::Result<Trigger> {
@@ -223,41 +225,6 @@ pub struct Ending {
     pub tokens: i64,
     pub reason: Option<String>,
     pub summary: Option<String>,
-}
-
-impl Store {
-    pub fn open(path: &Path) -> anyhow::Result<Store> {
-        let conn = tandem_shared::db::open_writer(path, MIGRATIONS)?;
-        Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-        })
-    }
-
-    /// Runs `f` on the connection on a blocking thread.
-    pub async fn call<T, F>(&self, f: F) -> anyhow::Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let conn = self.conn.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            // A panic while the lock was held left no half-done write: each
-            // write is one statement or one transaction.
-            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut conn)
-        })
-        .await?;
-        Ok(joined?)
-    }
-
-    /// The same, on the caller's thread (start-up, tests, the benchmark).
-    pub fn call_now<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<T> {
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut conn)
-    }
 }
 
 pub fn all_triggers(conn: &Connection) -> rusqlite::Result<Vec<Trigger>> {
@@ -626,7 +593,7 @@ mod tests {
 
     fn open() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.sqlite3")).unwrap();
+        let store = super::open(&dir.path().join("t.sqlite3")).unwrap();
         (dir, store)
     }
 

@@ -38,6 +38,12 @@
 //!     triggerd, chatd and engine-sim, triggerd's clock file driven by the
 //!     bench) against the check interval, and its idle CPU and RSS against a
 //!     triggerd with none (`tests/src/triggerbench.rs`).
+//! 11. connectors: connectord (the real binary) between a fake Telegram
+//!     Bot API and chatd + engine-sim: messages a second and per-message
+//!     latency of 200 messages from 20 senders pushed at once (reply modes
+//!     off and progress, and edit_ms 50), against the bench sending the same
+//!     straight to chatd; its idle CPU and RSS long polling 10 bindings
+//!     against none (`tests/src/connectorbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -69,7 +75,7 @@ struct Args {
     /// Run one figure only (`rss` runs the relay figure, which measures it;
     /// `egress` needs egressd built next to bench; `sandbox` needs root,
     /// podman, and tandem and tandem-shim built next to bench; `triggers`
-    /// needs triggerd built next to bench).
+    /// needs triggerd built next to bench; `connectors` connectord).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -101,6 +107,7 @@ enum Figure {
     Hostexec,
     Sandbox,
     Triggers,
+    Connectors,
 }
 
 /// How big each figure's workload is.
@@ -283,6 +290,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         triggers(args.quick, &mut rows)
             .await
             .context("figure 10 (triggers)")?;
+    }
+    if wants(Figure::Connectors) {
+        connectors(args.quick, &mut rows)
+            .await
+            .context("figure 11 (connectors)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1667,7 +1679,7 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             status.map(|s| s.success()).unwrap_or(false),
         )
     };
-    // The whole suite up: egressd, hostexecd and triggerd too (tandem
+    // The whole suite up: egressd, hostexecd, triggerd and connectord too (tandem
     // status says so when one is not).
     let (_, egress_up) = time(&["egress", "start"]);
     anyhow::ensure!(egress_up, "tandem egress start failed");
@@ -1675,6 +1687,8 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     anyhow::ensure!(hostexec_up, "tandem hostexec start failed");
     let (_, triggers_up) = time(&["triggers", "start"]);
     anyhow::ensure!(triggers_up, "tandem triggers start failed");
+    let (_, connectors_up) = time(&["connectors", "start"]);
+    anyhow::ensure!(connectors_up, "tandem connectors start failed");
     let runs = sizes.repeats * 3;
     let mut status_times = Vec::new();
     let mut version_times = Vec::new();
@@ -1690,6 +1704,7 @@ async fn status(sizes: &Sizes, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let _ = time(&["egress", "stop"]);
     let _ = time(&["hostexec", "stop"]);
     let _ = time(&["triggers", "stop"]);
+    let _ = time(&["connectors", "stop"]);
     let worst = status_times.iter().max().copied().unwrap_or_default();
     let status_median = median(status_times);
     let version_median = median(version_times);
@@ -1884,6 +1899,27 @@ async fn triggers(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 10. triggerd: next times, start, lateness of a due minute, idle CPU and RSS");
     let sizes = tandem_tests::triggerbench::Sizes::new(quick);
     for l in tandem_tests::triggerbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Figure 11: connectord between a fake Bot API and chatd
+// ---------------------------------------------------------------------------
+
+/// Figure 11: the measuring is in `tandem_tests::connectorbench`.
+async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 11. connectord: messages/s through a fake Bot API, idle CPU and RSS of 10 bindings");
+    let sizes = tandem_tests::connectorbench::Sizes::new(quick);
+    for l in tandem_tests::connectorbench::figure(&sizes, &|line| say(line)).await? {
         let mut r = row(l.figure, l.measured);
         if let Some((aim, met)) = l.aim {
             r = r.aim(aim, met);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
@@ -36,6 +36,11 @@ pub struct SendBody {
     /// Who starts the run: user (the default), trigger or connector.
     #[serde(default)]
     origin: Option<String>,
+    /// An idempotency key: a second send with the same key in this chat
+    /// answers what the first did and stores nothing (a sender that lost
+    /// the answer may ask again).
+    #[serde(default)]
+    key: Option<String>,
 }
 
 /// The body of send-now, continue and regenerate: all optional.
@@ -68,8 +73,25 @@ fn check_text(text: &str) -> Result<(), ApiError> {
 }
 
 enum Sent {
-    Run { message_id: String, run_id: String },
-    Pending { pending_id: String },
+    Run {
+        message_id: String,
+        run_id: String,
+    },
+    Pending {
+        pending_id: String,
+    },
+    /// The key's first send answered this.
+    Again(Value),
+}
+
+impl Sent {
+    fn answer(&self) -> Value {
+        match self {
+            Sent::Run { message_id, run_id } => json!({"message_id": message_id, "run_id": run_id}),
+            Sent::Pending { pending_id } => json!({"pending_id": pending_id}),
+            Sent::Again(answer) => answer.clone(),
+        }
+    }
 }
 
 pub async fn send(
@@ -79,6 +101,18 @@ pub async fn send(
 ) -> Result<Response, ApiError> {
     check_text(&body.text)?;
     let origin = run_origin(body.origin)?;
+    if let Some(key) = &body.key {
+        if !crate::inbox::is_key(key) {
+            return Err(ApiError::bad_input(
+                "key",
+                format!(
+                    "must be 1 to {} of A-Z a-z 0-9 _ : . -",
+                    crate::inbox::MAX_KEY
+                ),
+            ));
+        }
+    }
+    let key = body.key;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
     let mut text = body.text;
     let mut records = None;
@@ -107,22 +141,29 @@ pub async fn send(
         .store
         .write(move |ctx| {
             let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
-            if queries::active_run(ctx.conn(), &cid)?.is_some() {
-                let pending_id = new_id("p_");
-                ctx.conn().execute(
-                    "INSERT INTO pending (id, conversation_id, text, created, attachments) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![pending_id, cid, text, now_rfc3339(), records.as_ref().map(Value::to_string)],
-                )?;
-                let pending = queries::pending(ctx.conn(), &cid, &pending_id)?;
-                ctx.emit(&cid, "pending.added", json!({"pending": pending}))?;
-                return Ok(Sent::Pending { pending_id });
+            if let Some(key) = &key {
+                let before: Option<String> = ctx
+                    .conn()
+                    .query_row(
+                        "SELECT answer FROM send_keys WHERE conversation_id = ?1 AND key = ?2",
+                        params![cid, key],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if let Some(before) = before {
+                    return Ok(Sent::Again(
+                        serde_json::from_str(&before).unwrap_or(Value::Null),
+                    ));
+                }
             }
-            let message = match records {
-                Some(records) => insert_user_with_files(ctx, &cid, &text, records)?,
-                None => insert_message(ctx, &cid, "user", &text, None, None)?,
-            };
-            let run = insert_run(ctx, &conversation, "send", &origin, None)?;
-            Ok(Sent::Run { message_id: message.id, run_id: run.id })
+            let sent = send_in(ctx, &conversation, &cid, &text, records, &origin)?;
+            if let Some(key) = &key {
+                ctx.conn().execute(
+                    "INSERT INTO send_keys (conversation_id, key, answer, created) VALUES (?1, ?2, ?3, ?4)",
+                    params![cid, key, sent.answer().to_string(), now_rfc3339()],
+                )?;
+            }
+            Ok(sent)
         })
         .await?;
     Ok(match sent {
@@ -130,7 +171,38 @@ pub async fn send(
             app.runs.spawn(run_id.clone(), id);
             accepted(json!({"message_id": message_id, "run_id": run_id}))
         }
-        Sent::Pending { pending_id } => accepted(json!({"pending_id": pending_id})),
+        other => accepted(other.answer()),
+    })
+}
+
+/// The send itself, in the write job: a waiting message while a run works,
+/// else the message and its run.
+fn send_in(
+    ctx: &mut crate::store::Ctx,
+    conversation: &crate::model::Conversation,
+    cid: &str,
+    text: &str,
+    records: Option<Value>,
+    origin: &str,
+) -> Result<Sent, ApiError> {
+    if queries::active_run(ctx.conn(), cid)?.is_some() {
+        let pending_id = new_id("p_");
+        ctx.conn().execute(
+            "INSERT INTO pending (id, conversation_id, text, created, attachments) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![pending_id, cid, text, now_rfc3339(), records.as_ref().map(Value::to_string)],
+        )?;
+        let pending = queries::pending(ctx.conn(), cid, &pending_id)?;
+        ctx.emit(cid, "pending.added", json!({"pending": pending}))?;
+        return Ok(Sent::Pending { pending_id });
+    }
+    let message = match records {
+        Some(records) => insert_user_with_files(ctx, cid, text, records)?,
+        None => insert_message(ctx, cid, "user", text, None, None)?,
+    };
+    let run = insert_run(ctx, conversation, "send", origin, None)?;
+    Ok(Sent::Run {
+        message_id: message.id,
+        run_id: run.id,
     })
 }
 

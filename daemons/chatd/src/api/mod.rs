@@ -5,12 +5,13 @@ mod body;
 mod conversations;
 mod egress;
 mod events;
+mod files;
+mod forward;
 mod messages;
 mod notifications;
 mod rules;
 mod sandbox;
 mod system;
-mod triggers;
 
 use std::sync::Arc;
 
@@ -51,6 +52,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/conversations/{id}/restore", post(conversations::restore))
         .route("/conversations/{id}/export", get(conversations::export))
         .route("/conversations/{id}/fork", post(conversations::fork))
+        .route("/conversations/{id}/files", get(files::download))
         .route("/conversations/{id}/clear", post(conversations::clear))
         .route("/conversations/{id}/compact", post(conversations::compact))
         .route(
@@ -121,9 +123,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/notifications/count", get(notifications::count))
         .route("/notifications/read", post(notifications::mark_read))
         .route("/notifications/events", get(notifications::events))
-        // triggerd's routes, forwarded as they come.
-        .route("/triggers", any(triggers::forward))
-        .route("/triggers/{*rest}", any(triggers::forward))
+        // triggerd's and connectord's routes, forwarded as they come.
+        .route("/triggers", any(forward::triggers))
+        .route("/triggers/{*rest}", any(forward::triggers))
+        .route("/connectors", any(forward::connectors))
+        .route("/connectors/{*rest}", any(forward::connectors))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), guard));
     Router::new()

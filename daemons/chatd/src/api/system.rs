@@ -83,6 +83,7 @@ pub async fn capabilities(
             "commands": app.runs.registry().get("bash").is_some(), "compaction": true,
             "consent": true,
             "triggers": app.triggers.installed(),
+            "connectors": app.connectors.installed(),
             "inbox": true,
         },
     }))

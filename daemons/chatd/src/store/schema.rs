@@ -166,4 +166,15 @@ CREATE TABLE agents (
 -- The agent a chat was made with; looked up at each run (gone: none).
 ALTER TABLE conversations ADD COLUMN agent_id TEXT;
 "#,
+    r#"
+-- A send's idempotency key (connectord's message id): the same key again in
+-- the same chat answers what the first send did and stores nothing.
+CREATE TABLE send_keys (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    created TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, key)
+);
+"#,
 ];

@@ -1,13 +1,14 @@
-//! chatd's API as triggerd uses it: make a chat, send its first message,
-//! follow its events to the run's end (riding out a chatd restart with the
-//! last seq), read the snapshot, stop a run, post to the inbox. Every call
-//! carries the forward key; the key is never logged.
+//! chatd's API as the other daemons use it (triggerd, connectord): make a
+//! chat, send a message, follow its events to a run's end (riding out a
+//! chatd restart with the last seq), read the snapshot, stop a run, post to
+//! the inbox. Every call carries the forward key; the key is never logged.
 
 use std::time::Duration;
 
+use crate::secrets::Secret;
+use crate::sse;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tandem_shared::secrets::Secret;
 
 #[derive(Clone)]
 pub struct ChatClient {
@@ -48,6 +49,16 @@ impl ChatError {
             }
         }
     }
+}
+
+/// What a message sent became.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sent {
+    /// It started (or queued) this run.
+    Run(String),
+    /// A run works in the chat: the message waits (this pending id) and
+    /// reaches the model at that run's next request.
+    Pending(String),
 }
 
 /// How a chat run ended, as its events and snapshot say.
@@ -112,49 +123,46 @@ impl ChatClient {
         })
     }
 
-    /// A new chat of origin `trigger` in the shared workspace, with
-    /// `agent` when not empty; its id.
-    pub async fn create_chat(
-        &self,
-        title: &str,
-        model: &str,
-        agent: &str,
-    ) -> Result<String, ChatError> {
-        let mut body = json!({"title": title, "origin": "trigger", "workspace": "shared"});
-        if !model.is_empty() {
-            body["model"] = json!(model);
-        }
-        if !agent.is_empty() {
-            body["agent_id"] = json!(agent);
-        }
+    /// A new chat made with `body` (`POST /conversations`); its id.
+    pub async fn create_chat(&self, body: &Value) -> Result<String, ChatError> {
         let value = self
-            .call(reqwest::Method::POST, "/conversations", Some(&body))
+            .call(reqwest::Method::POST, "/conversations", Some(body))
             .await?;
         id_field(&value, "id")
     }
 
-    /// Sends the first message; the chat run's id.
-    pub async fn send(&self, chat: &str, text: &str) -> Result<String, ChatError> {
+    /// Sends a message (`POST /conversations/{chat}/messages` with `body`:
+    /// `text`, `origin`, and an idempotency `key` when the sender may ask
+    /// twice): the run it started, or the waiting message it became.
+    pub async fn send(&self, chat: &str, body: &Value) -> Result<Sent, ChatError> {
         let value = self
             .call(
                 reqwest::Method::POST,
                 &format!("/conversations/{chat}/messages"),
-                Some(&json!({ "text": text, "origin": "trigger" })),
+                Some(body),
             )
             .await?;
-        id_field(&value, "run_id")
+        if value["pending_id"].is_string() {
+            return Ok(Sent::Pending(id_field(&value, "pending_id")?));
+        }
+        Ok(Sent::Run(id_field(&value, "run_id")?))
     }
 
-    /// Whether chatd has the saved agent `id`.
-    pub async fn agent_exists(&self, id: &str) -> Result<bool, ChatError> {
+    /// A saved agent, as chatd has it; `None` when it has none by that id.
+    pub async fn agent(&self, id: &str) -> Result<Option<Value>, ChatError> {
         match self
             .call(reqwest::Method::GET, &format!("/agents/{id}"), None)
             .await
         {
-            Ok(_) => Ok(true),
-            Err(ChatError::Refused { status: 404, .. }) => Ok(false),
+            Ok(agent) => Ok(Some(agent)),
+            Err(ChatError::Refused { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether chatd has the saved agent `id`.
+    pub async fn agent_exists(&self, id: &str) -> Result<bool, ChatError> {
+        Ok(self.agent(id).await?.is_some())
     }
 
     pub async fn snapshot(&self, chat: &str) -> Result<Value, ChatError> {
@@ -164,6 +172,52 @@ impl ChatClient {
             None,
         )
         .await
+    }
+
+    /// A file of the chat's workspace (`GET /conversations/{chat}/files`).
+    pub async fn file(&self, chat: &str, path: &str) -> Result<Vec<u8>, ChatError> {
+        let response = self
+            .client
+            .get(self.url(&format!("/conversations/{chat}/files")))
+            .query(&[("path", path)])
+            .header("x-forward-key", self.key.expose())
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(|e| ChatError::Unreachable(without_url(&e)))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ChatError::Unreachable(without_url(&e)))?;
+        if status.is_success() {
+            return Ok(bytes.to_vec());
+        }
+        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Err(ChatError::Refused {
+            status: status.as_u16(),
+            kind: value["error"]["type"]
+                .as_str()
+                .unwrap_or("unknown")
+                .to_string(),
+            message: value["error"]["message"]
+                .as_str()
+                .unwrap_or("no message")
+                .to_string(),
+            field: value["error"]["field"].as_str().map(str::to_string),
+        })
+    }
+
+    /// Starts a run from the chat's waiting messages (`send-now`).
+    pub async fn send_now(&self, chat: &str, origin: &str) -> Result<String, ChatError> {
+        let value = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/conversations/{chat}/send-now"),
+                Some(&json!({ "origin": origin })),
+            )
+            .await?;
+        id_field(&value, "run_id")
     }
 
     /// Stops the chat's active run; a chat with none is not an error.
@@ -188,22 +242,23 @@ impl ChatClient {
             .map(|_| ())
     }
 
-    /// Follows the chat's events until `run_id` finishes; `on_card` hears
-    /// each consent card the run shows. A cut stream or a chatd restart is
+    /// Follows the chat's events until `run_id` finishes; `on_event` hears
+    /// each event of the run (its type and data) as it comes (consent
+    /// cards, text deltas, tool steps) and the chat's `pending.*` events. A cut stream or a chatd restart is
     /// ridden out (the stream resumes from the last seq seen, waiting up to
     /// 2 s between tries); the caller bounds the time.
     pub async fn follow(
         &self,
         chat: &str,
         run_id: &str,
-        on_card: &mut (dyn FnMut(&Value) + Send),
+        on_event: &mut (dyn FnMut(&str, &Value) + Send),
     ) -> RunEnd {
         let mut after: u64 = 0;
         let mut tokens: i64 = 0;
         let mut wait = Duration::from_millis(100);
         loop {
             let outcome = self
-                .follow_once(chat, run_id, &mut after, &mut tokens, on_card)
+                .follow_once(chat, run_id, &mut after, &mut tokens, on_event)
                 .await;
             if let Ok(Some(mut end)) = outcome {
                 end.tokens = tokens;
@@ -244,7 +299,7 @@ impl ChatClient {
         run_id: &str,
         after: &mut u64,
         tokens: &mut i64,
-        on_card: &mut (dyn FnMut(&Value) + Send),
+        on_event: &mut (dyn FnMut(&str, &Value) + Send),
     ) -> Result<Option<RunEnd>, ChatError> {
         let response = self
             .client
@@ -266,17 +321,23 @@ impl ChatClient {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| ChatError::Unreachable(without_url(&e)))?;
             buffer.extend_from_slice(&chunk);
-            while let Some(frame) = take_frame(&mut buffer) {
-                let Some(event) = parse_frame(&frame) else {
+            while let Some(frame) = sse::take_frame(&mut buffer) {
+                let Some(event) = sse::parse_frame(&frame) else {
                     continue;
                 };
                 if let Some(id) = event.id {
                     *after = id;
                 }
                 let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+                // The run's own events, and the chat's waiting messages
+                // (delivered into the run at its next request).
+                if event.kind != "reset"
+                    && (data["run_id"] == run_id || event.kind.starts_with("pending."))
+                {
+                    on_event(&event.kind, &data);
+                }
                 match event.kind.as_str() {
                     "reset" => return Ok(None),
-                    "tool.consent" if data["run_id"] == run_id => on_card(&data),
                     "usage" if data["run_id"] == run_id => {
                         *tokens += data["used"].as_i64().unwrap_or(0);
                     }
@@ -316,7 +377,7 @@ fn without_url(e: &reqwest::Error) -> String {
 fn id_field(value: &Value, field: &str) -> Result<String, ChatError> {
     value[field]
         .as_str()
-        .filter(|id| tandem_shared::http::is_chat_id(id))
+        .filter(|id| crate::http::is_chat_id(id))
         .map(str::to_string)
         .ok_or_else(|| ChatError::Refused {
             status: 200,
@@ -362,64 +423,9 @@ pub fn last_answer(snapshot: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-struct Frame {
-    id: Option<u64>,
-    kind: String,
-    data: String,
-}
-
-/// Takes one SSE frame (up to a blank line) off the front of `buffer`.
-fn take_frame(buffer: &mut Vec<u8>) -> Option<String> {
-    let end = buffer.windows(2).position(|w| w == b"\n\n")?;
-    let frame: Vec<u8> = buffer.drain(..end + 2).collect();
-    Some(String::from_utf8_lossy(&frame[..end]).into_owned())
-}
-
-fn parse_frame(frame: &str) -> Option<Frame> {
-    let mut id = None;
-    let mut kind = String::from("message");
-    let mut data = String::new();
-    let mut any = false;
-    for line in frame.lines() {
-        if line.starts_with(':') {
-            continue;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        any = true;
-        match field {
-            "id" => id = value.parse().ok(),
-            "event" => kind = value.to_string(),
-            "data" => {
-                if !data.is_empty() {
-                    data.push('\n');
-                }
-                data.push_str(value);
-            }
-            _ => {}
-        }
-    }
-    any.then_some(Frame { id, kind, data })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn frames_split_and_parse() {
-        let mut buf =
-            b": keepalive\n\nid: 7\nevent: run.finished\ndata: {\"run_id\":\"r_1\"}\n\nid: 8\nev"
-                .to_vec();
-        let first = take_frame(&mut buf).unwrap();
-        assert!(parse_frame(&first).is_none(), "a comment is no event");
-        let second = parse_frame(&take_frame(&mut buf).unwrap()).unwrap();
-        assert_eq!(second.id, Some(7));
-        assert_eq!(second.kind, "run.finished");
-        assert_eq!(second.data, "{\"run_id\":\"r_1\"}");
-        assert!(take_frame(&mut buf).is_none(), "half a frame waits");
-        assert_eq!(buf, b"id: 8\nev");
-    }
 
     #[test]
     fn snapshot_readers() {

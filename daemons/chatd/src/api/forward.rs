@@ -1,7 +1,8 @@
-//! `/v1/chat-app/triggers` and everything under it, any method: after the
-//! guard (forward key, cross-site writes refused), the request goes to
-//! triggerd as it came (`crate::triggers`); triggerd serves these paths
-//! itself and its answer is passed back unchanged.
+//! `/v1/chat-app/triggers` and `/v1/chat-app/connectors` and everything
+//! under them, any method: after the guard (forward key, cross-site writes
+//! refused), the request goes to triggerd or connectord as it came
+//! (`crate::forward`); they serve these paths themselves and their answer
+//! is passed back unchanged.
 
 use std::sync::Arc;
 
@@ -10,12 +11,23 @@ use axum::http::header;
 use axum::response::Response;
 use tandem_shared::http::ApiError;
 
-use crate::triggers::MAX_BODY;
+use crate::forward::{Forward, MAX_BODY};
 use crate::App;
 
-pub async fn forward(State(app): State<Arc<App>>, request: Request) -> Result<Response, ApiError> {
+pub async fn triggers(State(app): State<Arc<App>>, request: Request) -> Result<Response, ApiError> {
+    pass(&app.triggers, request).await
+}
+
+pub async fn connectors(
+    State(app): State<Arc<App>>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    pass(&app.connectors, request).await
+}
+
+async fn pass(to: &Forward, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    // Nested under /v1/chat-app, the router sees `/triggers…`: triggerd is
+    // Nested under /v1/chat-app, the router sees `/triggers…`: the owner is
     // given the whole path back, query included.
     let rest = parts
         .uri
@@ -35,7 +47,5 @@ pub async fn forward(State(app): State<Arc<App>>, request: Request) -> Result<Re
         .await
         .map_err(|_| ApiError::too_large("the request body", MAX_BODY))?;
     let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
-    app.triggers
-        .forward(parts.method, &path, content_type, bytes)
-        .await
+    to.forward(parts.method, &path, content_type, bytes).await
 }
