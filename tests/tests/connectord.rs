@@ -584,3 +584,32 @@ async fn with_send_files_the_files_the_turn_wrote_go_to_the_sender() -> anyhow::
     assert_eq!(docs, 1, "the script stays on the box");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_answer_whose_connection_is_cut_arrives_once() -> anyhow::Result<()> {
+    let b = boxed(&["--tokens-per-second", "0"], "").await?;
+    bind(&b, json!({"reply_mode": "off"})).await?;
+    b.bot.fail_next("sendMessage", Fault::CutConnection);
+    b.bot.push_private(42, "ann", "hello?");
+    let answer = stored_answer(&b.client).await?;
+    b.bot
+        .wait_sent("the answer after the cut", QUICK, |s| {
+            s.iter().any(|m| m.visible == answer)
+        })
+        .await?;
+    let cut = b
+        .bot
+        .calls()
+        .iter()
+        .filter(|c| c.method == "sendMessage")
+        .count();
+    assert!(cut >= 2, "the cut call and the one after it: {cut}");
+    let answers = b
+        .bot
+        .messages()
+        .into_iter()
+        .filter(|m| m.visible == answer)
+        .count();
+    assert_eq!(answers, 1);
+    Ok(())
+}

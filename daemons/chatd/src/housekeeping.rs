@@ -67,6 +67,18 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
             )?)
         })
         .await?;
+    // A send's key guards against a sender asking twice after a crash,
+    // which comes within minutes: a week is plenty.
+    let key_cutoff = now_unix() - 7 * 86_400;
+    let keys_dropped = app
+        .store
+        .write(move |ctx| {
+            Ok(ctx.conn().execute(
+                "DELETE FROM send_keys WHERE created_unix < ?1",
+                params![key_cutoff],
+            )?)
+        })
+        .await?;
     let notifications_dropped = app
         .store
         .write(|ctx| Ok(crate::inbox::prune(ctx.conn(), now_unix())?))
@@ -75,6 +87,7 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         purged = purged.len(),
         deltas_dropped = dropped,
         notifications_dropped,
+        keys_dropped,
         "housekeeping done"
     );
     Ok(())

@@ -414,11 +414,13 @@ pub async fn restart_link(cd: &Arc<Connectord>, id: &str) -> anyhow::Result<()> 
 fn start_link(cd: &Arc<Connectord>, b: Stored) {
     let (stop, stopped) = Shutdown::new();
     {
-        // Stops with the daemon too.
-        let (stop, all) = (stop.clone(), cd.shutdown.clone());
+        // Stops with the daemon too; ends with the reader's own stop.
+        let (stop, all, own) = (stop.clone(), cd.shutdown.clone(), stopped.clone());
         tokio::spawn(async move {
-            all.wait().await;
-            stop.begin();
+            tokio::select! {
+                _ = all.wait() => stop.begin(),
+                _ = own.wait() => {}
+            }
         });
     }
     let Some((token, app)) = cd.tokens(&b) else {
@@ -506,6 +508,10 @@ async fn dispatch(cd: Arc<Connectord>) {
             purged = Instant::now();
             let before = tandem_shared::time::now_unix() - 7 * 86_400;
             let _ = cd.store.call(move |conn| store::purge(conn, before)).await;
+            // Senders quiet for a minute need no count and no notice time.
+            let minute = Duration::from_secs(60);
+            lock(&cd.rates).retain(|_, t| t.back().is_some_and(|t| t.elapsed() < minute));
+            lock(&cd.noticed).retain(|_, t| t.elapsed() < minute);
         }
         tokio::select! {
             _ = cd.work.notified() => {}

@@ -117,3 +117,26 @@ pub trait Sink: Send + Sync + 'static {
     /// messages there without a mention), per the binding's follow mode.
     fn follows(&self, binding: &str, channel: &str, thread: &str) -> BoxFuture<'_, bool>;
 }
+
+/// Calls `send` again after a cut connection or a 5xx (waiting 1, 2 and
+/// 4 s). Used per part of an answer: a retry can repeat at most the one
+/// part whose answer was lost on the way back, and a cut never loses the
+/// rest of the answer.
+pub async fn again<T, F, Fut>(mut send: F) -> Result<T, SendError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, SendError>>,
+{
+    let mut wait = Duration::from_secs(1);
+    for _ in 0..3 {
+        match send().await {
+            Err(SendError::Unreachable(why)) => {
+                tracing::debug!(reason = %why, "a part did not go through; sending it again");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            other => return other,
+        }
+    }
+    send().await
+}

@@ -52,8 +52,10 @@ pub async fn deliver_queued(cd: &Arc<Connectord>) -> anyhow::Result<()> {
                 let id = message.id;
                 cd.store
                     .call(move |conn| {
+                        // Its text goes: only the notice is sent.
                         conn.execute(
-                            "UPDATE inbound SET state = 'refused', note = ?2 WHERE id = ?1",
+                            "UPDATE inbound SET state = 'refused', note = ?2,
+                               message = json_set(message, '$.text', '') WHERE id = ?1",
                             rusqlite::params![id, note],
                         )
                         .map(|_| ())
@@ -710,8 +712,8 @@ async fn post_answer(
     loop {
         tries += 1;
         match outbox.answer(target, progress, text).await {
-            // Only a 429 surely delivered nothing: after a cut or a timeout
-            // some parts may have arrived, and sending again would repeat them.
+            // A 429 delivered nothing; a cut is retried part by part inside
+            // `answer` (sending it all again would repeat the parts that arrived).
             Err(SendError::RetryAfter(_)) if tries < 5 => {
                 tokio::time::sleep(Duration::from_secs(1 << tries)).await;
             }

@@ -159,8 +159,8 @@ pub async fn send(
             let sent = send_in(ctx, &conversation, &cid, &text, records, &origin)?;
             if let Some(key) = &key {
                 ctx.conn().execute(
-                    "INSERT INTO send_keys (conversation_id, key, answer, created) VALUES (?1, ?2, ?3, ?4)",
-                    params![cid, key, sent.answer().to_string(), now_rfc3339()],
+                    "INSERT INTO send_keys (conversation_id, key, answer, created_unix) VALUES (?1, ?2, ?3, ?4)",
+                    params![cid, key, sent.answer().to_string(), tandem_shared::time::now_unix()],
                 )?;
             }
             Ok(sent)

@@ -173,7 +173,8 @@ CREATE TABLE send_keys (
     conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     key TEXT NOT NULL,
     answer TEXT NOT NULL,
-    created TEXT NOT NULL,
+    -- unix seconds: housekeeping drops keys older than 7 days
+    created_unix INTEGER NOT NULL,
     PRIMARY KEY (conversation_id, key)
 );
 "#,

@@ -480,7 +480,7 @@ impl Outbox {
         let mut posted = Vec::with_capacity(parts.len());
         for (i, part) in parts.iter().enumerate() {
             if let (0, Some(old)) = (i, replace) {
-                match self.api.update(target, old, part).await {
+                match crate::platform::again(|| self.api.update(target, old, part)).await {
                     Ok(()) => {
                         posted.push(old.clone());
                         continue;
@@ -493,7 +493,7 @@ impl Outbox {
                     Err(e) => return Err(e),
                 }
             }
-            posted.push(self.api.post_message(target, part).await?);
+            posted.push(crate::platform::again(|| self.api.post_message(target, part)).await?);
         }
         Ok(posted)
     }

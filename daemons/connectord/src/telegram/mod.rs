@@ -352,8 +352,8 @@ impl Outbox {
         let mut posted = Vec::new();
         let mut replace = replace.cloned();
         for part in markdown::parts(markdown, markdown::LIMIT) {
-            match self
-                .put(target, replace.as_ref(), &part.v2, Some("MarkdownV2"))
+            let over = replace.as_ref();
+            match crate::platform::again(|| self.put(target, over, &part.v2, Some("MarkdownV2")))
                 .await
             {
                 Ok(p) => posted.push(p),
@@ -364,7 +364,9 @@ impl Outbox {
                         .enumerate()
                     {
                         let over = if n == 0 { replace.as_ref() } else { None };
-                        posted.push(self.put(target, over, &piece, None).await?);
+                        posted.push(
+                            crate::platform::again(|| self.put(target, over, &piece, None)).await?,
+                        );
                     }
                 }
                 Err(e) => return Err(e),
