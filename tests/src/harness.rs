@@ -1155,13 +1155,23 @@ impl Podman {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let out = Command::new(bin_dir().join("tandem"))
-            .args([
-                "sandbox", "build", "--base", "busybox", "--tag", TEST_IMAGE, "--socket",
-            ])
-            .arg(&socket)
-            .output()
-            .context("running tandem sandbox build")?;
+        // The socket is there before the service answers on it (seen on a
+        // loaded machine): a build refused for that is asked again, bounded.
+        let out = loop {
+            let out = Command::new(bin_dir().join("tandem"))
+                .args([
+                    "sandbox", "build", "--base", "busybox", "--tag", TEST_IMAGE, "--socket",
+                ])
+                .arg(&socket)
+                .output()
+                .context("running tandem sandbox build")?;
+            let not_yet =
+                String::from_utf8_lossy(&out.stderr).contains("no container runtime answers");
+            if out.status.success() || !not_yet || Instant::now() >= deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
         anyhow::ensure!(
             out.status.success(),
             "tandem sandbox build --base busybox failed: {}{}",
