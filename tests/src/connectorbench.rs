@@ -524,24 +524,6 @@ fn child_pid(name: &str) -> Option<u32> {
     None
 }
 
-/// CPU nanoseconds of a process: the sum of its threads' schedstat.
-fn sched_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| {
-            std::fs::read_to_string(t.path().join("schedstat"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 struct Idle {
     cpu: f64,
     cpu_ns: u64,
@@ -550,17 +532,20 @@ struct Idle {
 }
 
 async fn idle(pid: u32, span: Duration) -> anyhow::Result<Idle> {
-    let (cpu0, ns0) = (cpu_secs(pid), sched_ns(pid));
+    let cpu0 = cpu_secs(pid);
+    let mut precise = crate::procstat::ThreadCpu::start(pid);
     let started = Instant::now();
     let mut peak = 0;
     while started.elapsed() < span {
         peak = peak.max(rss_kib(pid).unwrap_or(0));
+        precise.sample();
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    precise.sample();
     let rss = rss_kib(pid).context("connectord's VmRSS")?;
     Ok(Idle {
         cpu: cpu_secs(pid) - cpu0,
-        cpu_ns: sched_ns(pid).saturating_sub(ns0),
+        cpu_ns: precise.total_ns,
         rss,
         peak: peak.max(rss),
     })

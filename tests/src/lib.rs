@@ -11,6 +11,7 @@ pub mod egressbench;
 pub mod fakebot;
 pub mod fakeslack;
 pub mod harness;
+pub mod procstat;
 pub mod sandboxbench;
 pub mod sim;
 pub mod triggerbench;

@@ -720,52 +720,6 @@ fn mean(v: &[Duration]) -> Duration {
     v.iter().sum::<Duration>() / v.len() as u32
 }
 
-/// CPU time of a process to the nanosecond: the sum over its threads of
-/// `/proc/<pid>/task/<tid>/schedstat`'s first field, followed thread by
-/// thread (a thread that ends between two samples loses at most what it ran
-/// since the last one; one made after the first sample counts whole).
-struct ThreadCpu {
-    pid: u32,
-    seen: HashMap<u32, u64>,
-    total_ns: u64,
-}
-
-impl ThreadCpu {
-    fn start(pid: u32) -> ThreadCpu {
-        let mut t = ThreadCpu {
-            pid,
-            seen: HashMap::new(),
-            total_ns: 0,
-        };
-        t.sample();
-        t.total_ns = 0;
-        t
-    }
-
-    fn sample(&mut self) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
-            return;
-        };
-        for task in tasks.flatten() {
-            let Some(tid) = task
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Some(ns) = std::fs::read_to_string(task.path().join("schedstat"))
-                .ok()
-                .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            let before = self.seen.insert(tid, ns).unwrap_or(0);
-            self.total_ns += ns.saturating_sub(before);
-        }
-    }
-}
-
 /// CPU (stat ticks and schedstat), RSS (last and peak) and checks of a
 /// triggerd over `span`.
 struct Idle {
@@ -781,7 +735,7 @@ async fn idle(pid: u32, client: &reqwest::Client, span: Duration) -> anyhow::Res
     let checks0 = health(client).await?["checks"].as_u64().unwrap_or(0);
     let (sum0, count0) = check_seconds(client).await?;
     let cpu0 = cpu_secs(pid);
-    let mut precise = ThreadCpu::start(pid);
+    let mut precise = crate::procstat::ThreadCpu::start(pid);
     let started = Instant::now();
     let mut peak = 0;
     while started.elapsed() < span {

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod bindings;
 pub mod config;
+pub mod markup;
 pub mod metrics;
 pub mod pacer;
 pub mod platform;

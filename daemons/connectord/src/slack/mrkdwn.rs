@@ -5,6 +5,8 @@
 //! link or mention anywhere). Emphasis is converted only where it has a
 //! closing partner on the same line, so a lone `*` stays literal.
 
+use crate::markup::{code_close, is_rule, run_len};
+
 /// Converts the agent's Markdown to Slack mrkdwn.
 pub fn to_mrkdwn(markdown: &str) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -64,14 +66,6 @@ fn block_line(line: &str) -> String {
     format!("{indent}{}", inline(trimmed))
 }
 
-fn is_rule(line: &str) -> bool {
-    let compact: String = line.chars().filter(|c| !c.is_whitespace()).collect();
-    compact.len() >= 3
-        && ['-', '*', '_']
-            .iter()
-            .any(|&m| compact.chars().all(|c| c == m))
-}
-
 fn opening_fence(line: &str) -> Option<(char, usize)> {
     let trimmed = line.trim_start();
     if line.len() - trimmed.len() > 3 {
@@ -126,8 +120,8 @@ fn inline_into(s: &[char], out: &mut String) {
                 i += 2;
             }
             '`' => {
-                let n = run(s, i, '`');
-                if let Some(end) = find_code_close(s, i + n, n) {
+                let n = run_len(s, i, '`');
+                if let Some(end) = code_close(s, i + n, n) {
                     let code: String = s[i + n..end].iter().collect();
                     out.push('`');
                     out.push_str(&escape(code.trim()));
@@ -170,7 +164,7 @@ fn inline_into(s: &[char], out: &mut String) {
                 }
             }
             '*' | '_' | '~' => {
-                let n = run(s, i, c);
+                let n = run_len(s, i, c);
                 match emphasis_close(s, i, n, c) {
                     Some(end) => {
                         let mut inner = String::new();
@@ -211,28 +205,6 @@ fn push_escaped(out: &mut String, c: char) {
     }
 }
 
-/// The length of the run of `c` starting at `i`.
-fn run(s: &[char], i: usize, c: char) -> usize {
-    s[i..].iter().take_while(|&&x| x == c).count()
-}
-
-/// The start of a run of exactly `n` backticks at or after `from`.
-fn find_code_close(s: &[char], from: usize, n: usize) -> Option<usize> {
-    let mut j = from;
-    while j < s.len() {
-        if s[j] == '`' {
-            let m = run(s, j, '`');
-            if m == n {
-                return Some(j);
-            }
-            j += m;
-        } else {
-            j += 1;
-        }
-    }
-    None
-}
-
 /// Where the emphasis opened by the run of `n` × `c` at `i` closes (the
 /// start of the closing run), if it is emphasis at all: the opening run is
 /// followed by a non-space, the closing one (the same length) preceded by
@@ -257,12 +229,12 @@ fn emphasis_close(s: &[char], i: usize, n: usize, c: char) -> Option<usize> {
         let x = s[j];
         if x == '`' {
             // Emphasis does not close inside a code span.
-            let m = run(s, j, '`');
-            j = find_code_close(s, j + m, m).map_or(j + m, |e| e + m);
+            let m = run_len(s, j, '`');
+            j = code_close(s, j + m, m).map_or(j + m, |e| e + m);
             continue;
         }
         if x == c {
-            let m = run(s, j, c);
+            let m = run_len(s, j, c);
             let before_ok = !s[j - 1].is_whitespace();
             let after_ok = c == '*' || !matches!(s.get(j + m), Some(a) if a.is_alphanumeric());
             if m == n && before_ok && after_ok && j > i + n {

@@ -11,6 +11,8 @@
 //! block cut at a part boundary is closed there and reopened with its
 //! language in the next part.
 
+use crate::markup::{code_close, is_rule, run_len};
+
 /// Telegram's limit on a message's text.
 pub const LIMIT: usize = 4096;
 
@@ -298,14 +300,6 @@ fn heading(line: &str) -> Option<&str> {
     // A closing run of #s is not part of the heading.
     let text = text.trim_end_matches('#').trim_end();
     Some(text)
-}
-
-fn is_rule(line: &str) -> bool {
-    let compact: String = line.chars().filter(|c| !c.is_whitespace()).collect();
-    compact.chars().count() >= 3
-        && ["-", "*", "_"]
-            .iter()
-            .any(|m| compact.chars().all(|c| c.to_string() == *m))
 }
 
 fn bullet(line: &str) -> Option<&str> {
@@ -601,28 +595,6 @@ fn inline(text: &str, style: &Style) -> Vec<Run> {
     let mut runs = Vec::new();
     parse_inline(&chars, style, &mut runs);
     runs
-}
-
-fn run_len(c: &[char], i: usize, ch: char) -> usize {
-    c[i..].iter().take_while(|x| **x == ch).count()
-}
-
-/// The start of the backtick run of exactly `n` that closes a code span
-/// opened before `from`.
-fn code_close(c: &[char], from: usize, n: usize) -> Option<usize> {
-    let mut j = from;
-    while j < c.len() {
-        if c[j] == '`' {
-            let m = run_len(c, j, '`');
-            if m == n {
-                return Some(j);
-            }
-            j += m;
-        } else {
-            j += 1;
-        }
-    }
-    None
 }
 
 /// From `j` (a backtick): past the code span starting there, or past its
