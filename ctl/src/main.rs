@@ -6,6 +6,7 @@
 
 mod commands;
 mod daemons;
+mod front;
 mod manager;
 mod paths;
 mod settings;
@@ -125,7 +126,7 @@ fn main() -> ExitCode {
             Command::Up(args) => commands::up::exec(args).await,
             Command::Status => commands::status::exec().await,
             Command::Start { daemons } => {
-                commands::service::suite(ServiceVerb::Start, &daemons).await
+                commands::service::suite(ServiceVerb::Start { front: None }, &daemons).await
             }
             Command::Stop { daemons } => {
                 commands::service::suite(ServiceVerb::Stop, &daemons).await

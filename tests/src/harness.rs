@@ -209,6 +209,8 @@ pub struct Chatd {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// The front's port (`QSE_CHAT_FRONT`), kept across restarts.
+    pub front_port: Option<u16>,
     engine_url: String,
     env: Vec<(String, String)>,
 }
@@ -216,24 +218,67 @@ pub struct Chatd {
 impl Chatd {
     /// Starts chatd against `engine_url` with extra environment and waits for `/health`.
     pub async fn start(engine_url: &str, env: &[(&str, &str)]) -> anyhow::Result<Chatd> {
+        Chatd::start_inner(engine_url, env, None, false).await
+    }
+
+    /// The same with a front (`QSE_CHAT_FRONT` on a free port: the web page,
+    /// the API behind the browser's sign-in, the engine's other routes) and,
+    /// when given, `QSE_ADMIN_TOKEN` in the secrets file beside the forward
+    /// key; waits for the front to answer too.
+    pub async fn start_with_front(
+        engine_url: &str,
+        env: &[(&str, &str)],
+        admin_token: Option<&str>,
+    ) -> anyhow::Result<Chatd> {
+        Chatd::start_inner(engine_url, env, admin_token, true).await
+    }
+
+    async fn start_inner(
+        engine_url: &str,
+        env: &[(&str, &str)],
+        admin_token: Option<&str>,
+        front: bool,
+    ) -> anyhow::Result<Chatd> {
         let dir = tempfile::tempdir()?;
-        std::fs::write(
-            dir.path().join("secrets.env"),
-            format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"),
-        )?;
+        let mut secrets = format!("QSE_FORWARD_KEY={FORWARD_KEY}\n");
+        if let Some(token) = admin_token {
+            secrets.push_str(&format!("QSE_ADMIN_TOKEN={token}\n"));
+        }
+        std::fs::write(dir.path().join("secrets.env"), secrets)?;
+        let port = free_port();
+        let front_port = front.then(|| loop {
+            let p = free_port();
+            if p != port {
+                break p;
+            }
+        });
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Some(p) = front_port {
+            env.retain(|(k, _)| k != "QSE_CHAT_FRONT");
+            env.push(("QSE_CHAT_FRONT".into(), format!("127.0.0.1:{p}")));
+        }
         let mut chatd = Chatd {
             child: None,
             dir,
-            port: free_port(),
+            port,
+            front_port,
             engine_url: engine_url.to_string(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            env,
         };
         chatd.spawn()?;
         chatd.wait_healthy().await?;
         Ok(chatd)
+    }
+
+    /// `http://127.0.0.1:<front port>`; panics for a chatd without a front.
+    pub fn front_url(&self) -> String {
+        let port = self
+            .front_port
+            .expect("this chatd was started without a front (Chatd::start_with_front)");
+        format!("http://127.0.0.1:{port}")
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -308,15 +353,31 @@ impl Chatd {
                 .send()
                 .await
             {
-                if r.status().is_success() {
+                if r.status().is_success() && self.front_answers(&client).await {
                     return Ok(());
                 }
             }
             if Instant::now() > deadline {
-                bail!("chatd did not answer /health within 20 s:\n{}", self.log());
+                bail!(
+                    "chatd did not answer /health (and its front, if any) within 20 s:\n{}",
+                    self.log()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Whether the front answers `GET /v1/chat-app/session` (true without a front).
+    async fn front_answers(&self, client: &reqwest::Client) -> bool {
+        let Some(port) = self.front_port else {
+            return true;
+        };
+        client
+            .get(format!("http://127.0.0.1:{port}/v1/chat-app/session"))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
     }
 
     /// SIGKILL, as a crash.

@@ -1,8 +1,10 @@
 //! tandem's cross-daemon tests: the engine simulator (`sim`, binary
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
-//! `sandboxbench` and `triggerbench`; 11 in `connectorbench`).
+//! `sandboxbench` and `triggerbench`; 11 in `connectorbench`; 12 in
+//! `webbench`), and headless Chromium for the web page's tests (`browser`).
 
+pub mod browser;
 pub mod chunked;
 pub mod connectorbench;
 pub mod connectord;
@@ -16,3 +18,4 @@ pub mod sandboxbench;
 pub mod sim;
 pub mod triggerbench;
 pub mod triggerd;
+pub mod webbench;

@@ -66,6 +66,12 @@ CUES
   plain_ids=1       tool call ids are `call_0`, `call_1`, … in every answer, as
                     engines that number calls per answer send them
   stamp=1           tokens are `w{i}:{unix micros at send} `
+  text=STRING       answer exactly this text instead of `w{i} ` tokens (any
+                    string: best queued as JSON, {\"next\":[{\"text\":\"..\"}]};
+                    in a cue, \"quoted\" as a JSON string). Streamed in pieces of
+                    4 characters; tokens, tps, cut_after and max_tokens count
+                    pieces, stamp does not apply. A prefill that is the start of
+                    the text continues at the first piece it does not hold whole
   garbage=1         junk SSE lines between the real chunks
   cut_after=K       drop the connection after K content tokens of this request,
                     only while the answer continues from an index < K (a resumed
@@ -186,6 +192,8 @@ pub struct Fault {
     pub tool_steps: Option<u64>,
     pub plain_ids: Option<bool>,
     pub stamp: Option<bool>,
+    /// A literal answer (in pieces of [`TEXT_PIECE_CHARS`]) instead of `w{i} ` tokens.
+    pub text: Option<String>,
     pub garbage: Option<bool>,
     pub cut_after: Option<usize>,
     pub status: Option<u16>,
@@ -203,7 +211,7 @@ pub struct ToolCallSpec {
 }
 
 const KNOWN_KEYS: &str = "tokens tps first_token_ms reasoning tool_call args tool_calls \
-                          tool_steps plain_ids stamp garbage cut_after status retry_after message \
+                          tool_steps plain_ids stamp text garbage cut_after status retry_after message \
                           refuse_s fail_times id";
 
 /// Parses `tool_calls`: a JSON array of `{"name", "arguments"?}` (or OpenAI's
@@ -299,6 +307,7 @@ impl Fault {
             "tool_steps" => self.tool_steps = Some(upto(key, value, 1_000_000)?),
             "plain_ids" => self.plain_ids = Some(flag(key, value)?),
             "stamp" => self.stamp = Some(flag(key, value)?),
+            "text" => self.text = Some(value.to_string()),
             "garbage" => self.garbage = Some(flag(key, value)?),
             "cut_after" => self.cut_after = Some(num(key, value)?),
             "status" => {
@@ -371,6 +380,7 @@ impl Fault {
             tool_steps,
             plain_ids,
             stamp,
+            text,
             garbage,
             cut_after,
             status,
@@ -397,6 +407,7 @@ impl Fault {
             tool_steps,
             plain_ids,
             stamp,
+            text,
             garbage,
             cut_after,
             status,
@@ -579,6 +590,42 @@ pub fn count_prompt_tokens(messages: &[Value], tools: Option<&Value>) -> u64 {
         .filter(|t| !t.is_null())
         .map_or(0, |t| t.to_string().chars().count());
     (chars / 4 + 4 * messages.len() + tools_chars / 4 + 1) as u64
+}
+
+/// Characters per streamed piece of a literal `text` answer.
+pub const TEXT_PIECE_CHARS: usize = 4;
+
+/// A literal answer cut into the pieces it is streamed in.
+pub fn text_pieces(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(TEXT_PIECE_CHARS)
+        .map(|c| c.iter().collect())
+        .collect()
+}
+
+/// The first piece of a literal answer missing from a prefill: the pieces
+/// the prefill holds whole when it is the start of the text, else 0.
+pub fn text_continuation_start(pieces: &[String], prefill: &str) -> usize {
+    let mut have = 0;
+    let mut rest = prefill;
+    for piece in pieces {
+        match rest.strip_prefix(piece.as_str()) {
+            Some(r) => {
+                rest = r;
+                have += 1;
+            }
+            None => break,
+        }
+    }
+    if rest.is_empty() || pieces.len() == have {
+        have
+    } else if pieces[have].starts_with(rest) {
+        // The prefill ends inside a piece: that piece comes again whole.
+        have
+    } else {
+        0
+    }
 }
 
 /// The first answer index missing from a prefilled answer (`w<k> ` or
@@ -1118,6 +1165,8 @@ struct Plan {
     cut_after: Option<usize>,
     garbage: bool,
     stamp: bool,
+    /// A literal answer's pieces: token `i` is piece `i`.
+    pieces: Option<Vec<String>>,
     include_usage: bool,
     prompt_tokens: u64,
 }
@@ -1128,7 +1177,9 @@ impl Plan {
     }
 
     fn token(&self, i: usize) -> String {
-        if self.stamp {
+        if let Some(pieces) = &self.pieces {
+            pieces.get(i).cloned().unwrap_or_default()
+        } else if self.stamp {
             format!("w{i}:{} ", unix_micros())
         } else {
             format!("w{i} ")
@@ -1378,7 +1429,6 @@ async fn chat_answer(
     let prefill = (last.get("role").and_then(Value::as_str) == Some("assistant"))
         .then(|| content_text(last))
         .filter(|t| !t.is_empty());
-    let start = prefill.as_deref().map_or(0, continuation_start);
 
     // Cues in the last user message (not the last message: tool calls and
     // their results may follow it), then the queued fault.
@@ -1394,7 +1444,7 @@ async fn chat_answer(
         Ok(c) => c,
         Err(e) => return bad_request(&sim, &format!("engine-sim: bad cue: {e}")),
     };
-    let (failure, fault) = {
+    let (failure, fault, pieces, start) = {
         let mut inner = sim.lock();
         let queued = inner.queue.pop_front();
         let mut fault = Fault::default();
@@ -1404,6 +1454,15 @@ async fn chat_answer(
         }
         if let Some(q) = &queued {
             fault.merge(q);
+        }
+        // A literal answer is counted in its pieces, `w{i} ` ones in tokens.
+        let pieces = fault.text.as_deref().map(text_pieces);
+        let start = match (&pieces, prefill.as_deref()) {
+            (_, None) => 0,
+            (Some(pieces), Some(p)) => text_continuation_start(pieces, p),
+            (None, Some(p)) => continuation_start(p),
+        };
+        if let Some(q) = &queued {
             failure = failure_of(q, start);
         }
         if failure.is_none() {
@@ -1420,7 +1479,7 @@ async fn chat_answer(
                 }
             }
         }
-        (failure, fault)
+        (failure, fault, pieces, start)
     };
 
     match failure {
@@ -1485,7 +1544,10 @@ async fn chat_answer(
     } else {
         0
     };
-    let total = fault.tokens.unwrap_or(default_tokens);
+    let total = match &pieces {
+        Some(p) => fault.tokens.map_or(p.len(), |t| t.min(p.len())),
+        None => fault.tokens.unwrap_or(default_tokens),
+    };
     let mut reasoning = if start == 0 {
         fault.reasoning.unwrap_or(0)
     } else {
@@ -1541,6 +1603,7 @@ async fn chat_answer(
         cut_after,
         garbage: fault.garbage.unwrap_or(false),
         stamp: fault.stamp.unwrap_or(false),
+        pieces,
         include_usage,
         prompt_tokens,
     };

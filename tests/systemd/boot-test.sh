@@ -16,7 +16,7 @@
 #      no journal linked to the host) under `timeout -s KILL`
 #   5. checks, each bounded, one PASS/FAIL line each: user manager up, chatd
 #      active (READY=1), `tandem status`, restart after kill -9, watchdog
-#      restart of a stopped chatd, `tandem chat stop|start|logs`, the sandbox
+#      restart of a stopped chatd, `tandem chat stop|start|logs`, `tandem chat start --front` (the page served by the unit), the sandbox
 #      applied, tandem-watchdog.service bringing a stopped chatd back; egressd:
 #      active (READY=1), its sandbox applied, `tandem egress status`, reload
 #      (SIGHUP) keeping its pid, `tandem egress stop` while chatd follows its
@@ -775,6 +775,25 @@ if [ "$rc" = 0 ] && chatd_active && grep -q 'managed by systemd --user' <<<"$out
   pass "tandem chat start: exits 0, the unit is active again ($out)"
 else
   fail "tandem chat start: exit $rc, unit $(uprop tandem-chatd.service ActiveState): $out"
+  diag
+fi
+# The front: `tandem chat start --front` keeps it in run/local.env, which the
+# unit's EnvironmentFile= reads; the restarted unit serves the page there.
+out="$(T=40 as_box tandem chat start --front 127.0.0.1:4180 2>&1)" && rc=0 || rc=$?
+page_csp() { in_ct curl -fsS -o /dev/null -D - --max-time 2 http://127.0.0.1:4180/ | grep -qi "^content-security-policy: default-src 'self'"; }
+if [ "$rc" = 0 ] && grep -q 'chatd restarts to take the new front' <<<"$out" \
+   && grep -q 'the chat page: http://127.0.0.1:4180/' <<<"$out" && chatd_active && wait_for 15 page_csp; then
+  pass "tandem chat start --front 127.0.0.1:4180: the unit restarted with QSE_CHAT_FRONT from run/local.env and serves the page"
+else
+  fail "tandem chat start --front 127.0.0.1:4180: exit $rc, unit $(uprop tandem-chatd.service ActiveState), page not served: $out"
+  diag
+fi
+sed 's/^/  | /' <<<"$out"
+out="$(T=40 as_box tandem chat start --front off 2>&1)" && rc=0 || rc=$?
+if [ "$rc" = 0 ] && chatd_active && wait_for 15 chatd_health >/dev/null && ! page_csp 2>/dev/null; then
+  pass "tandem chat start --front off: chatd restarted without a front"
+else
+  fail "tandem chat start --front off: exit $rc: $out"
   diag
 fi
 out="$(as_box tandem chat logs 5 2>&1)" && rc=0 || rc=$?

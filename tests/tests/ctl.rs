@@ -952,3 +952,128 @@ async fn chat_consent_answers_a_card_from_the_terminal() {
     let bad = b.tandem(&["chat", "consent", &chat, &card, "maybe"]);
     assert!(!bad.status.success());
 }
+
+/// `tandem chat start --front ADDR`: chatd serves the page there, the address
+/// is kept in run/local.env for later starts, `--front off` takes it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_start_front_serves_the_page_and_keeps_the_address() {
+    let sim = Sim::start(&[]).unwrap();
+    let b = Box_::new(&sim.url());
+    let secrets = b.home().join("TandemLLM/state/secrets.env");
+    std::fs::create_dir_all(secrets.parent().unwrap()).unwrap();
+    std::fs::write(
+        &secrets,
+        "QSE_FORWARD_KEY=0123456789abcdef0123456789abcdef\nQSE_ADMIN_TOKEN=front-admin-token\n",
+    )
+    .unwrap();
+    let local_env = b.home().join("run/local.env");
+    std::fs::write(&local_env, "QSE_CHAT_MAX_RUNS=2\n").unwrap();
+    let front_port = free_port();
+    let front = format!("127.0.0.1:{front_port}");
+    let client = reqwest::Client::new();
+
+    let started = b.tandem(&["chat", "start", "--front", &front]);
+    assert!(started.status.success(), "{}", text(&started));
+    assert!(
+        text(&started).contains(&format!(
+            "the chat page: http://{front}/ (sign in with the admin token)"
+        )),
+        "{}",
+        text(&started)
+    );
+    let env = std::fs::read_to_string(&local_env).unwrap();
+    assert_eq!(
+        env,
+        format!("QSE_CHAT_MAX_RUNS=2\nQSE_CHAT_FRONT={front}\n")
+    );
+    let page = client.get(format!("http://{front}/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("script-src 'self'"));
+    let api = client
+        .get(format!("http://{front}/v1/chat-app/conversations"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 401);
+    assert_eq!(
+        api.json::<serde_json::Value>().await.unwrap()["error"]["type"],
+        "signed_out"
+    );
+    let status = b.tandem(&["chat", "status"]);
+    assert!(
+        text(&status).contains(&format!("front    http://{front}/")),
+        "{}",
+        text(&status)
+    );
+
+    // A bad address changes nothing.
+    let bad = b.tandem(&["chat", "start", "--front", "somewhere"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("--front: \"somewhere\" is not an address"),
+        "{}",
+        text(&bad)
+    );
+    assert_eq!(std::fs::read_to_string(&local_env).unwrap(), env);
+    let not_chatd = b.tandem(&["triggers", "start", "--front", &front]);
+    assert!(!not_chatd.status.success());
+    assert!(
+        text(&not_chatd).contains("--front is chatd's"),
+        "{}",
+        text(&not_chatd)
+    );
+
+    // Off: chatd restarts without a front; the line goes, the rest stays.
+    let off = b.tandem(&["chat", "start", "--front", "off"]);
+    assert!(off.status.success(), "{}", text(&off));
+    assert!(
+        text(&off).contains("chatd restarts to take the new front"),
+        "{}",
+        text(&off)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&local_env).unwrap(),
+        "QSE_CHAT_MAX_RUNS=2\n"
+    );
+    assert!(b.healthy().await);
+    assert!(client
+        .get(format!("http://{front}/"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .is_err());
+
+    // A front from tandem.toml: `off` has to be said in local.env to win.
+    let toml = b.home().join("tandem.toml");
+    let mut config = std::fs::read_to_string(&toml).unwrap();
+    config.push_str(&format!("\n[chatd]\nfront = \"{front}\"\n"));
+    std::fs::write(&toml, config).unwrap();
+    let restarted = b.tandem(&["chat", "restart"]);
+    assert!(restarted.status.success(), "{}", text(&restarted));
+    assert_eq!(
+        client
+            .get(format!("http://{front}/"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let off = b.tandem(&["chat", "start", "--front", "off"]);
+    assert!(off.status.success(), "{}", text(&off));
+    assert_eq!(
+        std::fs::read_to_string(&local_env).unwrap(),
+        "QSE_CHAT_MAX_RUNS=2\nQSE_CHAT_FRONT=off\n"
+    );
+    assert!(client
+        .get(format!("http://{front}/"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .is_err());
+    let stopped = b.tandem(&["chat", "stop"]);
+    assert!(stopped.status.success(), "{}", text(&stopped));
+}

@@ -1205,3 +1205,75 @@ async fn memory_limit_refuses_big_prompts() {
         .unwrap();
     assert_eq!(v["count"], 51);
 }
+
+#[tokio::test]
+async fn a_literal_text_answer_streams_in_pieces() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    // Markup, quotes, a fence and non-ASCII characters come back exactly.
+    let text = "Look <img src=x onerror=\"x()\"> and `a`\n```\n<b>x</b>\n```\n€漢😀!";
+    let r = c
+        .post(sim.url("/sim/faults"))
+        .json(&json!({"next": [{"text": text}, {"text": text, "tokens": 3}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let s = read_stream(post_chat(&c, &sim, &chat_body(user("anything"))).await).await;
+    assert!(s.done);
+    assert_eq!(s.content(), text);
+    assert_eq!(s.content_chunks(), sim::text_pieces(text).len());
+    assert_eq!(
+        s.content_chunks(),
+        text.chars().count().div_ceil(sim::TEXT_PIECE_CHARS)
+    );
+    assert_eq!(s.finish_reason(), Some("stop"));
+    let completion = &s.usage_chunk().unwrap()["usage"]["completion_tokens"];
+    assert_eq!(completion, s.content_chunks());
+
+    // tokens=N keeps the first N pieces.
+    let s = read_stream(post_chat(&c, &sim, &chat_body(user("anything"))).await).await;
+    let first: String = sim::text_pieces(text)[..3].concat();
+    assert_eq!(s.content(), first);
+
+    // A cue takes a quoted JSON string; a prefill of whole pieces continues.
+    let prefill = sim::text_pieces("hello, world")[..2].concat();
+    let messages = json!([
+        {"role": "user", "content": "go [sim text=\"hello, world\"]"},
+        {"role": "assistant", "content": prefill},
+    ]);
+    let s = read_stream(post_chat(&c, &sim, &chat_body(messages)).await).await;
+    assert!(s.done);
+    assert_eq!(format!("{prefill}{}", s.content()), "hello, world");
+
+    // Not streamed: the whole text in message.content.
+    let r = c
+        .post(sim.url("/v1/chat/completions"))
+        .json(&json!({"model": "sim-small", "messages": user("x [sim text=\"a<b>c\"]")}))
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "a<b>c");
+}
+
+#[test]
+fn literal_text_pieces_and_continuation() {
+    assert_eq!(sim::text_pieces(""), Vec::<String>::new());
+    assert_eq!(sim::text_pieces("abcdefghij"), ["abcd", "efgh", "ij"]);
+    assert_eq!(sim::text_pieces("€€€€€"), ["€€€€", "€"]);
+    let pieces = sim::text_pieces("abcdefghij");
+    assert_eq!(sim::text_continuation_start(&pieces, ""), 0);
+    assert_eq!(sim::text_continuation_start(&pieces, "abcd"), 1);
+    assert_eq!(sim::text_continuation_start(&pieces, "abcdefghij"), 3);
+    // Mid-piece: that piece again, whole.
+    assert_eq!(sim::text_continuation_start(&pieces, "abcdef"), 1);
+    // Not the start of the text: from the start.
+    assert_eq!(sim::text_continuation_start(&pieces, "zz"), 0);
+    let f = Fault::from_json(&json!({"text": "<script>x</script> [sim tokens=1]"})).unwrap();
+    assert_eq!(f.text.as_deref(), Some("<script>x</script> [sim tokens=1]"));
+    let (_, f) = parse_cues(r#"go [sim text="two words" tps=0]"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.text.as_deref(), Some("two words"));
+}

@@ -9,8 +9,9 @@ use crate::settings::Settings;
 pub const LONG_ABOUT: &str = "\
 Checks what tandem needs on this box, one line each, with the fix for each
 failure: the engine, the secrets file, file modes, the units, lingering, the
-container runtime, egressd, triggerd and connectord (and that chatd
-forwards to each), the connectors' key file and the egress rules. Exits 0
+container runtime, chatd's front when one is set (and that a front on the
+network asks for the admin token), egressd, triggerd and connectord (and
+that chatd forwards to each), the connectors' key file and the egress rules. Exits 0
 when every check passes.
 
 Example:
@@ -63,6 +64,37 @@ pub async fn exec() -> anyhow::Result<ExitCode> {
             mode & 0o077 == 0,
             format!("secrets file mode {mode:o} (want 600)"),
             &format!("chmod 600 {}", secrets.display()),
+        );
+    }
+    if let Ok(Some(front)) = settings.chatd.front_addr() {
+        let local = if front.ip().is_unspecified() {
+            std::net::SocketAddr::from(([127, 0, 0, 1], front.port()))
+        } else {
+            front
+        };
+        // The front itself says whether it asks for the admin token.
+        let auth = match client
+            .get(format!("http://{local}/v1/chat-app/session"))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+        {
+            Ok(answer) => answer.json::<serde_json::Value>().await.ok(),
+            Err(_) => None,
+        };
+        check(
+            auth.is_some() || !up,
+            format!("chatd's front answers at {front}"),
+            "tandem chat restart (the front is QSE_CHAT_FRONT in run/local.env); `tandem chat logs` says why it did not bind",
+        );
+        let asks = match &auth {
+            Some(state) => state["auth"] == "token",
+            None => crate::front::admin_token_set(&settings),
+        };
+        check(
+            asks || front.ip().is_loopback(),
+            format!("the front on {front} asks for the admin token"),
+            "ops/make-secrets.sh adds QSE_ADMIN_TOKEN, then tandem chat restart: without it anyone who reaches the front uses these chats",
         );
     }
     let data = &settings.chatd.data_dir;

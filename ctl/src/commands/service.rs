@@ -24,8 +24,18 @@ pub enum ServiceVerb {
     /// answers; otherwise tandem starts it in a session of its own with a pid
     /// file in $XDG_RUNTIME_DIR/tandem and its log in ~/.tandemllm/logs.
     ///
-    /// Example: tandem chat start
-    Start,
+    /// `tandem chat start --front ADDR` also has chatd serve the web page
+    /// at ADDR (e.g. 0.0.0.0:4180) for an engine without a /v1/chat-app
+    /// forward; the address is kept as QSE_CHAT_FRONT in run/local.env, so
+    /// later starts keep it, and `--front off` removes it. A running chatd
+    /// is restarted to take a changed front.
+    ///
+    /// Example: tandem chat start --front 0.0.0.0:4180
+    Start {
+        /// chatd only: serve the web page and the API at ADDR (`off`: no front).
+        #[arg(long, value_name = "ADDR")]
+        front: Option<String>,
+    },
     /// Stop the daemon (SIGTERM; SIGKILL after 10 s).
     ///
     /// chatd ends open runs `interrupted` with their text kept; Continue
@@ -60,10 +70,22 @@ pub async fn exec(daemon: Daemon, verb: ServiceVerb) -> anyhow::Result<ExitCode>
     if !daemon.built {
         bail!("{} is not part of this build yet", daemon.binary);
     }
-    let settings = Settings::load()?;
+    let mut settings = Settings::load()?;
     let manager = Manager::detect(daemon);
     match verb {
-        ServiceVerb::Start => start(&settings, manager, daemon).await,
+        ServiceVerb::Start { front: Some(front) } => {
+            if daemon.binary != "chatd" {
+                bail!("--front is chatd's: tandem chat start --front ADDR");
+            }
+            let changed = crate::front::save(&settings, &front)?;
+            settings = Settings::load()?;
+            if changed && running(&settings, daemon).await {
+                println!("chatd restarts to take the new front");
+                stop(&settings, manager, daemon).await?;
+            }
+            start(&settings, manager, daemon).await
+        }
+        ServiceVerb::Start { front: None } => start(&settings, manager, daemon).await,
         ServiceVerb::Stop => stop(&settings, manager, daemon).await,
         ServiceVerb::Restart => {
             stop(&settings, manager, daemon).await?;
@@ -77,14 +99,22 @@ pub async fn exec(daemon: Daemon, verb: ServiceVerb) -> anyhow::Result<ExitCode>
     }
 }
 
+async fn running(settings: &Settings, daemon: Daemon) -> bool {
+    let client = reqwest::Client::new();
+    daemons::health(
+        &client,
+        &settings.daemon_url(daemon),
+        Duration::from_millis(500),
+    )
+    .await
+    .is_some()
+}
+
 async fn start(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow::Result<ExitCode> {
     let url = settings.daemon_url(daemon);
-    let client = reqwest::Client::new();
-    if daemons::health(&client, &url, Duration::from_millis(500))
-        .await
-        .is_some()
-    {
+    if running(settings, daemon).await {
         println!("{} is already running at {url}", daemon.binary);
+        crate::front::print(settings, daemon);
         return Ok(ExitCode::SUCCESS);
     }
     let pid = manager::start(manager, daemon, settings, START_BOUND).await?;
@@ -93,6 +123,7 @@ async fn start(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow:
         daemon.binary,
         manager.name()
     );
+    crate::front::print(settings, daemon);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -154,7 +185,12 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
     }
     row("binary", manager::binary_path(daemon).display().to_string());
     match daemon.binary {
-        "chatd" => row("data", settings.chatd.data_dir.display().to_string()),
+        "chatd" => {
+            row("data", settings.chatd.data_dir.display().to_string());
+            if let Some(front) = crate::front::describe(settings) {
+                row("front", front);
+            }
+        }
         "egressd" => {
             row("data", settings.egress.data_dir.display().to_string());
             row("ceiling", settings.egress.ceiling.clone());

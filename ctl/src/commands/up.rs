@@ -18,8 +18,11 @@ engine simulator is started there first, and tandem says so: chats then get
 deterministic simulated answers. A real engine (llama-server, vLLM, ...) is
 used as soon as it is the one answering.
 
+With --front ADDR chatd also serves the web page there (for this run only;
+`tandem chat start --front ADDR` keeps it): open http://ADDR/ in a browser.
+
 Example:
-  tandem up
+  tandem up --front 127.0.0.1:4180  # then open http://127.0.0.1:4180/
   tandem chat send 'hello'          # in another terminal";
 
 #[derive(clap::Args)]
@@ -27,10 +30,20 @@ pub struct Args {
     /// Never start the simulator: fail when no engine answers.
     #[arg(long)]
     no_sim: bool,
+    /// Also serve the web page and the API at ADDR (e.g. 127.0.0.1:4180).
+    #[arg(long, value_name = "ADDR")]
+    front: Option<String>,
 }
 
 pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
-    let settings = Settings::load()?;
+    let mut settings = Settings::load()?;
+    if let Some(front) = &args.front {
+        settings.chatd.front = front.clone();
+        settings
+            .chatd
+            .front_addr()
+            .map_err(|e| anyhow::anyhow!("--front: {e}"))?;
+    }
     let engine = settings.engine_url().to_string();
     let mut sim: Option<Child> = None;
     if engine_answers(&engine).await {
@@ -56,7 +69,11 @@ pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
             .await
             .context("the engine simulator did not answer within 10 s")?;
     }
-    let mut chatd = Command::new(paths::sibling_binary("chatd"))
+    let mut chatd = Command::new(paths::sibling_binary("chatd"));
+    if let Some(front) = &args.front {
+        chatd.args(["--front", front]);
+    }
+    let mut chatd = chatd
         .current_dir(&settings.root)
         .env(
             "QSE_LOG_TO",
@@ -71,6 +88,9 @@ pub async fn exec(args: Args) -> anyhow::Result<ExitCode> {
         settings.daemon_url(chatd_daemon),
         settings.chatd.data_dir.display()
     );
+    if let Some(front) = crate::front::describe(&settings) {
+        eprintln!("tandem: the chat page: {front}");
+    }
     let status = tokio::select! {
         status = chatd.wait() => status?,
         _ = tokio::signal::ctrl_c() => {

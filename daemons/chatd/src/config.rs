@@ -29,6 +29,14 @@ pub struct FileConfig {
 pub struct ChatdConfig {
     /// Address chatd listens on, loopback only unless you put a front before it.
     pub listen: String,
+    /// The front: an address where chatd itself serves the web page, the
+    /// `/v1/chat-app` API with the admin token's session, and the engine's
+    /// other routes (for an engine without a `/v1/chat-app` forward). Empty: none.
+    pub front: String,
+    /// Names besides an IP address, localhost and this box's own name by
+    /// which browsers reach a front that has no admin token (e.g.
+    /// "gpubox.lan"); any other name is refused (DNS rebinding).
+    pub front_hosts: Vec<String>,
     /// The data folder: chat.sqlite3, blobs/, workspaces/, backups/, forward.key.
     pub data_dir: PathBuf,
     /// The box's OpenAI-compatible engine.
@@ -221,6 +229,8 @@ impl Default for ChatdConfig {
         let home = tandem_shared::secrets::home();
         ChatdConfig {
             listen: "127.0.0.1:8016".into(),
+            front: String::new(),
+            front_hosts: Vec::new(),
             data_dir: home.join(".tandemllm/chat"),
             engine_url: "http://127.0.0.1:8000".into(),
             secrets: tandem_shared::secrets::default_secrets_path(),
@@ -261,6 +271,10 @@ pub const ENV_KEYS: &[EnvKey] = &[
     EnvKey {
         env: "QSE_CHAT_URL",
         key: "chatd.listen",
+    },
+    EnvKey {
+        env: "QSE_CHAT_FRONT",
+        key: "chatd.front",
     },
     EnvKey {
         env: "QSE_CHAT_DATA",
@@ -369,6 +383,22 @@ impl ChatdConfig {
     pub fn check(&self) -> anyhow::Result<()> {
         let bad = |key: &str, why: String| anyhow::anyhow!("chatd.{key}: {why}");
         self.listen_addr().map_err(|e| bad("listen", e))?;
+        self.front_addr().map_err(|e| bad("front", e))?;
+        for (i, host) in self.front_hosts.iter().enumerate() {
+            let name_like = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            if !name_like {
+                return Err(bad(
+                    &format!("front_hosts[{i}]"),
+                    format!(
+                        "{host:?} is not a host name (letters, digits, '-' and '.', 253 at most)"
+                    ),
+                ));
+            }
+        }
         if !(1..=300).contains(&self.host_card_wait_s) {
             return Err(bad(
                 "host_card_wait_s",
@@ -490,6 +520,34 @@ impl ChatdConfig {
         text.parse()
             .map_err(|_| format!("{:?} is not an address like 127.0.0.1:8016", self.listen))
     }
+
+    /// The front's address, `None` when there is no front.
+    pub fn front_addr(&self) -> Result<Option<std::net::SocketAddr>, String> {
+        // `off` lets an env file switch off a front the config file sets.
+        if self.front.is_empty() || self.front == "off" {
+            return Ok(None);
+        }
+        let text = self
+            .front
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
+        let address: std::net::SocketAddr = text
+            .parse()
+            .map_err(|_| format!("{:?} is not an address like 0.0.0.0:4180", self.front))?;
+        let same_port = |listen: std::net::SocketAddr| {
+            listen.port() == address.port()
+                && (listen.ip() == address.ip()
+                    || listen.ip().is_unspecified()
+                    || address.ip().is_unspecified())
+        };
+        if self.listen_addr().ok().is_some_and(same_port) {
+            return Err(format!(
+                "{:?} is chatd's own listen address: give the front a port of its own",
+                self.front
+            ));
+        }
+        Ok(Some(address))
+    }
 }
 
 /// The commented default configuration, as `--print-default-config` prints it.
@@ -498,6 +556,48 @@ pub const DEFAULT_TOML: &str = include_str!("../../../config/tandem.toml");
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_front_needs_a_port_of_its_own_and_off_means_none() {
+        let check = |front: &str, hosts: &[&str], expect: Result<Option<&str>, &str>| {
+            let config = ChatdConfig {
+                front: front.into(),
+                front_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+                ..ChatdConfig::default()
+            };
+            let got = config
+                .check()
+                .map(|_| config.front_addr().unwrap().map(|a| a.to_string()));
+            match expect {
+                Ok(address) => assert_eq!(got.unwrap().as_deref(), address, "{front}"),
+                Err(text) => {
+                    let err = got.expect_err(front).to_string();
+                    assert!(err.contains(text), "{front}: {err}");
+                }
+            }
+        };
+        check("", &[], Ok(None));
+        check("off", &[], Ok(None));
+        check("0.0.0.0:4180", &[], Ok(Some("0.0.0.0:4180")));
+        check("http://127.0.0.1:4180/", &[], Ok(Some("127.0.0.1:4180")));
+        check(
+            "0.0.0.0:8016",
+            &[],
+            Err("chatd.front: \"0.0.0.0:8016\" is chatd's own listen address"),
+        );
+        check("127.0.0.1:8016", &[], Err("own listen address"));
+        check(
+            "4180",
+            &[],
+            Err("chatd.front: \"4180\" is not an address like 0.0.0.0:4180"),
+        );
+        check("0.0.0.0:4180", &["gpubox.lan"], Ok(Some("0.0.0.0:4180")));
+        check(
+            "0.0.0.0:4180",
+            &["gpu box"],
+            Err("chatd.front_hosts[0]: \"gpu box\" is not a host name"),
+        );
+    }
 
     /// config/tandem.toml is what `--print-default-config` prints: its values
     /// must be the built-in defaults, so the commented file never lies.

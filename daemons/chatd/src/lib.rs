@@ -15,6 +15,7 @@ pub mod engine;
 pub mod events;
 pub mod folders;
 pub mod forward;
+pub mod front;
 pub mod hostexec;
 pub mod housekeeping;
 pub mod inbox;
@@ -328,6 +329,26 @@ pub async fn run(
     tracing::info!(%address, data = %config.data_dir.display(), engine = %config.engine_url,
         forward_key_from = %app.secrets.forward_key_source.display(), max_runs = config.max_runs, "chatd serving");
     let router = api::router(app.clone());
+    // The front binds before READY: a front that cannot listen is a failed start.
+    let front = match config
+        .front_addr()
+        .map_err(|e| anyhow::anyhow!("chatd.front: {e}"))?
+    {
+        Some(front_address) => {
+            let front_listener = tokio::net::TcpListener::bind(front_address)
+                .await
+                .with_context(|| format!("listening on the front {front_address} (chatd.front)"))?;
+            let front_router = front::router(app.clone(), router.clone())?;
+            tracing::info!(address = %front_address, admin_token = app.secrets.admin_token.is_some(),
+                "front serving the page");
+            Some(tokio::spawn(tandem_shared::http::serve(
+                front_listener,
+                front_router,
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let server = tokio::spawn(tandem_shared::http::serve(
         listener,
         router,
@@ -348,6 +369,9 @@ pub async fn run(
         );
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+    if let Some(front) = front {
+        let _ = tokio::time::timeout(Duration::from_secs(1), front).await;
+    }
     store.close().await;
     tracing::info!("chatd stopped");
     Ok(())

@@ -12,6 +12,11 @@ use clap::Parser;
 struct Args {
     #[command(flatten)]
     common: tandem_shared::daemon::CommonArgs,
+    /// Also serve the web page, the API with the admin token's sign-in and the
+    /// engine's other routes at ADDR (e.g. 0.0.0.0:4180), for an engine without
+    /// a /v1/chat-app forward. Overrides `[chatd] front` and QSE_CHAT_FRONT.
+    #[arg(long, value_name = "ADDR")]
+    front: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -26,7 +31,10 @@ fn start(args: Args) -> anyhow::Result<()> {
     let loaded = args
         .common
         .load::<chatd::config::FileConfig>(chatd::config::ENV_KEYS)?;
-    let config = loaded.config.chatd;
+    let mut config = loaded.config.chatd;
+    if let Some(front) = args.front {
+        config.front = front;
+    }
     config.check()?;
     tandem_shared::daemon::start_logging("chatd", &loaded.origins)?;
     let address = config

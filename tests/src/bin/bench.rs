@@ -44,6 +44,10 @@
 //!     off and progress, and edit_ms 50), against the bench sending the same
 //!     straight to chatd; its idle CPU and RSS long polling 10 bindings
 //!     against none (`tests/src/connectorbench.rs`).
+//! 12. web: the time from a chunk leaving engine-sim to its text in the web
+//!     page's DOM (headless Chromium, measured in the page), p50/p99, with 50
+//!     other pages attached to the chat, against 0 other pages and an SSE
+//!     client in the bench timing the same stamps (`tests/src/webbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -75,7 +79,8 @@ struct Args {
     /// Run one figure only (`rss` runs the relay figure, which measures it;
     /// `egress` needs egressd built next to bench; `sandbox` needs root,
     /// podman, and tandem and tandem-shim built next to bench; `triggers`
-    /// needs triggerd built next to bench; `connectors` connectord).
+    /// needs triggerd built next to bench; `connectors` connectord; `web`
+    /// Debian's chromium and chromium-driver).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -108,6 +113,7 @@ enum Figure {
     Sandbox,
     Triggers,
     Connectors,
+    Web,
 }
 
 /// How big each figure's workload is.
@@ -295,6 +301,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         connectors(args.quick, &mut rows)
             .await
             .context("figure 11 (connectors)")?;
+    }
+    if wants(Figure::Web) {
+        web(args.quick, &mut rows)
+            .await
+            .context("figure 12 (web page)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1916,6 +1927,22 @@ async fn triggers(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------
 
 /// Figure 11: the measuring is in `tandem_tests::connectorbench`.
+async fn web(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 12. web page: chunk → DOM in headless Chromium, with other pages attached");
+    let sizes = tandem_tests::webbench::Sizes::new(quick);
+    for l in tandem_tests::webbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
 async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 11. connectord: messages/s through a fake Bot API, idle CPU and RSS of 10 bindings");
     let sizes = tandem_tests::connectorbench::Sizes::new(quick);
