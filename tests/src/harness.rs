@@ -428,6 +428,21 @@ impl Chatd {
     pub fn client(&self) -> Client {
         Client::new(&self.url(), FORWARD_KEY)
     }
+
+    /// How many event streams devices hold open (`tandem_sse_devices` on
+    /// `/metrics`); None while chatd does not answer.
+    pub async fn sse_devices(&self) -> Option<u64> {
+        let text = reqwest::get(format!("{}/metrics", self.url()))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find(|l| l.starts_with("tandem_sse_devices"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map(|v| v as u64)
+    }
 }
 
 impl Drop for Chatd {

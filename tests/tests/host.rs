@@ -119,6 +119,12 @@ async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Resu
     );
     assert_eq!(card["labels"]["always"], "Always on this instance");
     assert_eq!(card["labels"]["deny"], "Don't run");
+    // A device that attaches now (the phone, a reloaded page) gets the same
+    // buttons: "always" here holds for the whole box, not just this chat.
+    let snapshot = s.client.snapshot(&chat_a).await?;
+    let open = &snapshot["consents"][0];
+    assert_eq!(open["card_id"], card["card_id"], "{snapshot}");
+    assert_eq!(open["labels"], card["labels"], "{snapshot}");
     let answer = s
         .client
         .post(

@@ -1090,3 +1090,72 @@ async fn context_meter_colours() -> anyhow::Result<()> {
     b.screenshot("meter-red").await?;
     Ok(())
 }
+
+// 10 --------------------------------------------------------------------------
+
+/// Waits until chatd counts `n` attached event streams.
+async fn wait_devices(web: &Web, n: u64) -> anyhow::Result<()> {
+    wait_until(&format!("{n} attached streams"), LONG, || async {
+        (web.chatd.sse_devices().await? == n).then_some(())
+    })
+    .await
+}
+
+/// Seven chats in seven tabs of one browser. A browser gives one host six
+/// connections and each open chat's stream holds one, so the tabs out of
+/// sight let theirs go: the seventh opens and answers. A hidden tab shown
+/// again takes its chat up from where it was, with what it missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seven_tabs_one_browser() -> anyhow::Result<()> {
+    let web = Web::start(&[], &[], Some(TOKEN)).await?;
+    let mut chats = Vec::new();
+    for _ in 0..7 {
+        chats.push(web.client.create_chat().await?);
+    }
+    let b = web.signed_in(DESKTOP, &format!("#/c/{}", chats[0])).await?;
+    let first = b.client().window().await?;
+    ensure!(
+        open_chat(&b).await? == chats[0],
+        "the first tab opens its chat"
+    );
+    for chat in &chats[1..] {
+        let tab = b.client().new_window(true).await?;
+        b.client().switch_to_window(tab.handle).await?;
+        // Bounded: with six streams held the seventh tab's page never loads.
+        tokio::time::timeout(LONG, b.goto(&format!("{}/#/c/{chat}", web.front())))
+            .await
+            .with_context(|| format!("tab of {chat}: the page did not load within {LONG:?}"))??;
+        b.wait_state_within("live", LONG).await?;
+    }
+    send(&b, "Hello from the seventh tab [sim tokens=12]").await?;
+    wait_answered(&b, 0, LONG).await?;
+    let shown = last_body(&b, "assistant").await?.unwrap_or_default();
+    assert_eq!(shown, web.stored_last(&chats[6], "assistant").await?);
+    // Only the tab in sight keeps a stream.
+    wait_devices(&web, 1).await?;
+    b.screenshot("seventh-tab").await?;
+
+    // The first chat gets an answer while its tab is out of sight.
+    let sent = web
+        .client
+        .send(&chats[0], "While you were away [sim tokens=16]")
+        .await?;
+    let run = sent["run_id"].as_str().context("a run id")?.to_string();
+    web.client
+        .wait_run(&chats[0], &run, &["done"], LONG)
+        .await?;
+    b.client().switch_to_window(first).await?;
+    wait_answered(&b, 0, LONG).await?;
+    let shown = last_body(&b, "assistant").await?.unwrap_or_default();
+    assert_eq!(shown, web.stored_last(&chats[0], "assistant").await?);
+    assert_eq!(shown, sim_answer(16).trim());
+    assert_eq!(
+        bodies(&b, "user").await?.len(),
+        1,
+        "the message is shown once"
+    );
+    b.screenshot("first-tab-again").await?;
+    // The first tab's stream is back; the seventh, now hidden, lets go.
+    wait_devices(&web, 1).await?;
+    Ok(())
+}

@@ -249,13 +249,18 @@ pub struct Consent {
     /// Why it asks: the mode, or the rule that makes it ask.
     pub reason: String,
     pub choices: Vec<String>,
+    /// The buttons' words when they are not the usual ones, as the
+    /// `tool.consent` event gave them: a device that attaches later must
+    /// show the same card.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
     pub created: String,
 }
 
 pub const CONSENT_COLUMNS: &str =
-    "id, conversation_id, run_id, call_id, tool, summary, reason, choices, decision, created";
+    "id, conversation_id, run_id, call_id, tool, summary, reason, choices, decision, created, labels";
 
 impl Consent {
     pub fn from_row(row: &Row) -> rusqlite::Result<Consent> {
@@ -271,6 +276,9 @@ impl Consent {
             choices: serde_json::from_str(&choices).unwrap_or_default(),
             decision: row.get(8)?,
             created: row.get(9)?,
+            labels: row
+                .get::<_, Option<String>>(10)?
+                .and_then(|text| serde_json::from_str(&text).ok()),
         })
     }
 }

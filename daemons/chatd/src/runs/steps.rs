@@ -405,9 +405,10 @@ impl Runs {
                 if queries::consent_for_call(ctx.conn(), &cid, &rid, &call_id)?.is_none() {
                     let card_id = new_id("card_");
                     ctx.conn().execute(
-                        "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                        params![card_id, cid, rid, call_id, name, summary, reason, json!(CHOICES).to_string(), now_rfc3339()],
+                        "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created, labels) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                        params![card_id, cid, rid, call_id, name, summary, reason, json!(CHOICES).to_string(), now_rfc3339(),
+                            labels.as_ref().map(|l| l.to_string())],
                     )?;
                     let mut event = json!({"run_id": rid, "card_id": card_id, "call_id": call_id,
                         "name": name, "summary": summary, "reason": reason, "choices": CHOICES});

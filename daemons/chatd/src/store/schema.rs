@@ -178,4 +178,9 @@ CREATE TABLE send_keys (
     PRIMARY KEY (conversation_id, key)
 );
 "#,
+    r#"
+-- A card's button words when they are not the usual ones (a host command's
+-- "always" holds for the whole box): a JSON object, NULL for the usual.
+ALTER TABLE consents ADD COLUMN labels TEXT;
+"#,
 ];

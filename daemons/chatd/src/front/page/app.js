@@ -25,7 +25,8 @@
  *             only its last blocks again (md.renderLive).
  *   stream    tail(): fetch + a ReadableStream SSE parser (not EventSource:
  *             reconnects and the banner are ours), resumed with ?after=<seq>;
- *             every reconnect (a reset too) waits 0.5 s growing to 5 s.
+ *             every reconnect (a reset too) waits 0.5 s growing to 5 s. A tab
+ *             hidden for 5 s lets its stream go and resumes it when shown.
  *   events    EVENTS: one handler per event type, applied in seq order; an
  *             event with seq <= the last applied one is skipped.
  *   markdown  md.render(text) → DOM nodes. The model's text is never HTML:
@@ -84,6 +85,10 @@ const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 5000;
 const SILENCE_MS = 45000; // keepalives come every 15 s: three missed means a dead link
 const LIST_EVERY_MS = 15000;
+// A tab out of sight this long lets its stream go, and takes it up again from its seq when seen:
+// a browser opens at most 6 connections to one host and each stream holds one, so six tabs
+// left open would leave a seventh waiting with nothing on screen.
+const HIDDEN_DROP_MS = 5000;
 const UNDO_MS = 8000;
 const RESULT_CHARS = 2000;
 const LONG_TAIL = 20000; // characters an answer's paint renders again, above which…
@@ -1308,6 +1313,21 @@ function startStream(c) {
   stopStream();
   streamControl = new AbortController();
   tail(c, streamControl.signal);
+  if (document.visibilityState === 'hidden') dropWhenHidden(); // opened in a background tab
+}
+
+let hiddenTimer = null;
+
+function dropWhenHidden() {
+  clearTimeout(hiddenTimer);
+  hiddenTimer = setTimeout(() => { if (document.visibilityState === 'hidden') stopStream(); }, HIDDEN_DROP_MS);
+}
+
+/** Out of sight: the stream goes after a while. In sight again: it resumes from the last applied seq. */
+function onVisibility() {
+  if (document.visibilityState === 'hidden') return dropWhenHidden();
+  clearTimeout(hiddenTimer);
+  if (page.state === 'live' && chat && !streamControl) startStream(chat);
 }
 
 /** A `reset` event: this device is too far behind and reloads the snapshot. */
@@ -1995,6 +2015,7 @@ function init() {
   on('#scroller', 'scroll', onScroll, { passive: true });
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape') closeDrawer(); });
   window.addEventListener('hashchange', route);
+  document.addEventListener('visibilitychange', onVisibility);
   if (window.visualViewport) {
     window.visualViewport.addEventListener('resize', fitViewport);
     window.visualViewport.addEventListener('scroll', fitViewport);
