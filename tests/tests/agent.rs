@@ -451,6 +451,59 @@ async fn an_engine_400_over_the_window_compacts_and_resends_once() -> anyhow::Re
     Ok(())
 }
 
+/// A long first message (a pasted document) past the compaction line whose
+/// request still fits the window less the answer's room reaches the model
+/// word for word: no summary of the question in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_first_message_past_the_line_goes_as_it_is() -> anyhow::Result<()> {
+    // A 32,768-token window and 1,024 for the answer: the line is at
+    // 26,214 (80 %), the largest request 31,744.
+    let (sim, chatd, client) = start(
+        &["--context-window", "32768"],
+        &[("QSE_CHAT_ANSWER_TOKENS", "1024")],
+    )
+    .await?;
+    let (probe, _) = chat(&client, &chatd, "auto").await?;
+    let run = run_id(&client.send(&probe, "hi [sim tokens=2]").await?)?;
+    assert_eq!(
+        finished_run(&client, &probe, &run, QUICK).await?["status"],
+        "done"
+    );
+    let base = sim.requests().await?.last().context("a request")?["prompt_tokens"]
+        .as_u64()
+        .context("counted")?;
+    // The engine counts a message's characters / 4: a request near 29,000.
+    let words = 29_000u64.saturating_sub(base) * 4 / 12;
+    let text = format!("{}[sim tokens=3]", "lorem ipsum ".repeat(words as usize));
+
+    let (chat, _) = chat(&client, &chatd, "auto").await?;
+    let run = run_id(&client.send(&chat, &text).await?)?;
+    let record = finished_run(&client, &chat, &run, QUICK).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let snapshot = client.snapshot(&chat).await?;
+    assert!(
+        !messages(&snapshot).iter().any(|m| m["role"] == "compacted"),
+        "nothing compacted"
+    );
+    let requests = sim.requests().await?;
+    let sent = requests.last().context("the run's request")?;
+    let tokens = sent["prompt_tokens"].as_u64().context("counted")?;
+    assert!(
+        (26_214..=31_744).contains(&tokens),
+        "the request ({tokens} tokens) is between the line and the largest request"
+    );
+    let question = sent["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .context("a user message in the request")?;
+    assert_eq!(
+        question, text,
+        "the question reached the model word for word"
+    );
+    Ok(())
+}
+
 // 6 ---------------------------------------------------------------------------
 
 /// A model that reads a 9 KB file at every step, 100 steps, in an 8,192-token

@@ -26,6 +26,10 @@ pub struct Window {
     pub answer: u64,
     /// The compaction line: a request this big compacts first.
     pub line: u64,
+    /// The largest request that may go without compacting, however little
+    /// compaction could keep: the window less the answer's room, or the line
+    /// once the engine refused a size for memory.
+    pub ceiling: u64,
 }
 
 impl Window {
@@ -38,10 +42,16 @@ impl Window {
         if let Some(refused) = refused {
             line = line.min(refused * 80 / 100);
         }
+        let max_request = window.saturating_sub(answer);
         Window {
             window,
             answer,
             line: line.max(1),
+            ceiling: if refused.is_some() {
+                line.max(1)
+            } else {
+                max_request
+            },
         }
     }
 
@@ -409,6 +419,9 @@ mod tests {
         let w = Window::new(32_768, 4_096, 80, Some(10_000));
         assert_eq!(w.line, 8_000);
         assert_eq!(w.target(), 4_000);
+        // ...and nothing past it goes without compacting.
+        assert_eq!(w.ceiling, 8_000);
+        assert_eq!(Window::new(32_768, 4_096, 80, None).ceiling, 28_672);
     }
 
     #[test]

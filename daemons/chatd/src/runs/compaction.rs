@@ -19,6 +19,9 @@ assistant itself: the person's goals and requests in their words, decisions take
 or changed (with paths), facts found, what is done and what is still open. Keep names, numbers \
 and paths exact. No preamble.";
 
+/// The reason of a compaction a run makes when its request reaches the line.
+pub(crate) const LINE: &str = "line";
+
 /// What a compaction did, in prompt tokens.
 #[derive(Debug, Clone, Copy)]
 pub struct Compacted {
@@ -96,7 +99,14 @@ impl Runs {
                 None,
             ));
         let cut = context::cut_point(&transcript.messages, keep);
-        if cut == 0 {
+        // At the line, a cut that keeps nothing word for word (the newest
+        // turn alone is more than the kept turns may take: a long pasted
+        // message) would hand the model a summary of the very question it is
+        // to answer. While the request is under the ceiling (the window less
+        // the answer's room; the line itself after a memory refusal) it goes
+        // as it is; past that, summarising is the only way on.
+        let whole = cut == transcript.messages.len() && reason == LINE;
+        if cut == 0 || (whole && before <= sizes.ceiling) {
             return Ok(Compacted {
                 before,
                 after: before,

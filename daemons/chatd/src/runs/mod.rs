@@ -892,7 +892,7 @@ impl Runs {
             if request.tokens >= sizes.line && !line_checked {
                 line_checked = true;
                 if self
-                    .compact_during(run, message, "line", stop)
+                    .compact_during(run, message, compaction::LINE, stop)
                     .await?
                     .is_some_and(|c| c.cut)
                 {
