@@ -867,6 +867,17 @@ async fn composer_during_run_and_pending_edit() -> anyhow::Result<()> {
 
 // 8 ---------------------------------------------------------------------------
 
+/// The shown one-line result of the first tool call folded under an answer.
+async fn result_line(b: &Browser) -> anyhow::Result<Value> {
+    b.wait_js(
+        "the call's result line",
+        "const s = document.querySelector('#messages details.tools .tool-call .result-summary');
+         return s && !s.hidden && s.textContent ? s.textContent : null;",
+        WAIT,
+    )
+    .await
+}
+
 /// A write in mode `ask` shows a card with three buttons; "Allow once"
 /// answers it, the call shows folded under the answer, the run ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -957,6 +968,25 @@ async fn consent_card_buttons() -> anyhow::Result<()> {
     );
     assert_eq!(web.last_run(&chat).await?["status"], "done");
     b.screenshot("consent-answered").await?;
+
+    // A reload (or another device) shows the call as this page did: its
+    // result's one line comes with the snapshot, not only with the event.
+    let live = result_line(&b).await?;
+    let stored = web.client.snapshot(&chat).await?;
+    let tools: Vec<&Value> = stored["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tools.len(), 1, "{stored}");
+    assert_eq!(
+        tools[0]["summary"], live,
+        "the stored line is the one shown"
+    );
+    b.eval("location.reload()").await?;
+    b.wait_state("live").await?;
+    assert_eq!(result_line(&b).await?, live, "the same line after a reload");
     Ok(())
 }
 

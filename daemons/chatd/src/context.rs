@@ -390,6 +390,7 @@ mod tests {
             created: String::new(),
             keep_from: None,
             attachments: None,
+            summary: None,
         }
     }
 

@@ -87,10 +87,13 @@ pub struct Message {
     /// On a user message: the files sent with it, saved under `uploads/`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Value>,
+    /// On a tool result: its one line, as `tool.finished` gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 pub const MESSAGE_COLUMNS: &str =
-    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments";
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary";
 
 /// One tool call of an answer: its id, the tool's name, the arguments' JSON text.
 pub struct CallRef<'a> {
@@ -115,6 +118,7 @@ impl Message {
             created: tandem_shared::time::now_rfc3339(),
             keep_from: None,
             attachments: None,
+            summary: None,
         }
     }
 
@@ -157,6 +161,7 @@ impl Message {
             attachments: row
                 .get::<_, Option<String>>(11)?
                 .and_then(|a| serde_json::from_str(&a).ok()),
+            summary: row.get(12)?,
         })
     }
 }

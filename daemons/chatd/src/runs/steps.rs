@@ -785,7 +785,7 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                insert_tool_message(ctx, &cid, &rid, &call_id, &text, ok)?;
+                insert_tool_message(ctx, &cid, &rid, &call_id, &text, &summary, ok)?;
                 ctx.emit(
                     &cid,
                     "tool.finished",
@@ -834,10 +834,12 @@ fn insert_tool_message(
     run_id: &str,
     call_id: &str,
     text: &str,
+    summary: &str,
     ok: bool,
 ) -> Result<Message, ApiError> {
     let mut message = Message::draft("tool", text);
     message.tool_call_id = Some(call_id.to_string());
+    message.summary = (!summary.is_empty()).then(|| summary.to_string());
     message.run_id = Some(run_id.to_string());
     // The request builder shortens only calls that succeeded.
     message.status = Some(if ok { "done" } else { "failed" }.to_string());

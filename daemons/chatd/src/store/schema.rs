@@ -183,4 +183,9 @@ CREATE TABLE send_keys (
 -- "always" holds for the whole box): a JSON object, NULL for the usual.
 ALTER TABLE consents ADD COLUMN labels TEXT;
 "#,
+    r#"
+-- A tool result's one line (what `tool.finished` said), for devices that
+-- attach later; NULL on other messages and on results stored before it.
+ALTER TABLE messages ADD COLUMN summary TEXT;
+"#,
 ];
