@@ -438,10 +438,7 @@ impl Chatd {
             .text()
             .await
             .ok()?;
-        text.lines()
-            .find(|l| l.starts_with("tandem_sse_devices"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .map(|v| v as u64)
+        metric(&text, "tandem_sse_devices").map(|v| v as u64)
     }
 }
 
@@ -457,6 +454,14 @@ impl Drop for Chatd {
             );
         }
     }
+}
+
+/// The value of one sample line (`name{labels} value`) of the metrics text.
+pub fn metric(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(sample) && l[sample.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
 
 /// A client of chatd's API with the forward key.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 use tandem_tests::harness::{
-    sim_answer, wait_until, Chatd, Client, EventStream, Sim, SseEvent, FORWARD_KEY,
+    metric, sim_answer, wait_until, Chatd, Client, EventStream, Sim, SseEvent, FORWARD_KEY,
 };
 
 /// A generous bound for anything that should take well under a second.
@@ -307,14 +307,6 @@ async fn metrics_text(chatd: &Chatd) -> anyhow::Result<String> {
         response.status()
     );
     Ok(response.text().await?)
-}
-
-/// The value of one sample line (`name{labels} value`) of the metrics text.
-fn metric(text: &str, sample: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(sample) && l[sample.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 // 1 ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ use anyhow::Context;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
-use tandem_tests::harness::{wait_until, Chatd, Client, Sim, FORWARD_KEY};
+use tandem_tests::harness::{metric, wait_until, Chatd, Client, Sim, FORWARD_KEY};
 
 const QUICK: Duration = Duration::from_secs(20);
 
@@ -34,14 +34,6 @@ async fn metrics_text(chatd: &Chatd) -> anyhow::Result<String> {
         .await?
         .text()
         .await?)
-}
-
-/// The value of one sample line (`name{labels} value`) of the metrics text.
-fn metric(text: &str, sample: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(sample) && l[sample.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 async fn chat_count(client: &Client) -> anyhow::Result<usize> {

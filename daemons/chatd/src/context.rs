@@ -42,15 +42,15 @@ impl Window {
         if let Some(refused) = refused {
             line = line.min(refused * 80 / 100);
         }
-        let max_request = window.saturating_sub(answer);
+        let line = line.max(1);
         Window {
             window,
             answer,
-            line: line.max(1),
+            line,
             ceiling: if refused.is_some() {
-                line.max(1)
+                line
             } else {
-                max_request
+                window - answer
             },
         }
     }

@@ -712,7 +712,7 @@ function registerMessage(c, message) {
     const call = callOf(c, message.tool_call_id);
     call.result = message.text;
     call.status = message.status === 'failed' ? 'failed' : 'ok';
-    if (typeof message.summary === 'string' && message.summary) call.resultSummary = oneLine(message.summary);
+    if (message.summary) call.resultSummary = oneLine(message.summary);
   }
 }
 
