@@ -58,6 +58,8 @@ CUES
                     chunk carries id, type and function.name (arguments \"\"),
                     then 2+ chunks of argument pieces. Not streamed:
                     message.tool_calls. Use tool_call or tool_calls, not both
+                    A request that offers no `tools` gets text instead, as from a
+                    real engine (the tool cues are ignored for it).
   tool_steps=N      with tool_call/tool_calls: call the tool(s) only while the
                     `tool` messages after the last user message are fewer than
                     N x (calls per answer), then answer with text (tokens=N or
@@ -1533,6 +1535,14 @@ async fn chat_answer(
     }
 
     let mut calls = fault.calls();
+    // Like a real engine: a request that offers no tools gets text.
+    if req
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        calls.clear();
+    }
     if let Some(steps) = fault.tool_steps {
         let per_step = calls.len().max(1) as u64;
         if tool_results as u64 >= steps.saturating_mul(per_step) {

@@ -240,7 +240,7 @@ async fn a_folder_swapped_for_a_symlink_never_lets_a_call_out() -> anyhow::Resul
             swaps
         })
     };
-    // The model reads and writes through box/ at every step, 150 steps.
+    // The model reads and writes through box/ at every step but the last.
     let cue = r#"[sim tool_calls=[{"name":"read_file","arguments":{"path":"box/canary.txt"}},{"name":"write_file","arguments":{"path":"box/out.txt","content":"written"}}]]"#;
     let run = run_id(&client.send(&chat, &format!("loop {cue}")).await?)?;
     let record = finished_run(&client, &chat, &run, LONG).await?;
@@ -252,7 +252,11 @@ async fn a_folder_swapped_for_a_symlink_never_lets_a_call_out() -> anyhow::Resul
 
     let snapshot = client.snapshot(&chat).await?;
     let results = tool_results(&snapshot);
-    assert_eq!(results.len(), 300, "two calls a step for 150 steps");
+    assert_eq!(
+        results.len(),
+        298,
+        "two calls a step for 149 steps (the 150th, the last, offers no tools)"
+    );
     for text in &results {
         assert!(
             !text.contains("CANARY-SECRET"),
@@ -280,7 +284,7 @@ async fn a_folder_swapped_for_a_symlink_never_lets_a_call_out() -> anyhow::Resul
         .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_, _>>()?;
     assert_eq!(names, ["canary.txt"], "no temp file left outside either");
-    eprintln!("{swaps} swaps, {refused} refusals of 300 calls");
+    eprintln!("{swaps} swaps, {refused} refusals of 298 calls");
     Ok(())
 }
 
@@ -782,11 +786,12 @@ async fn deny_always_and_bad_answers_do_what_they_say() -> anyhow::Result<()> {
 // 8 ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_step_limit_pauses_and_continue_goes_on() -> anyhow::Result<()> {
-    let (_sim, chatd, client) = start(&[], &[("QSE_CHAT_MAX_STEPS", "3")]).await?;
+async fn the_step_limit_pauses_with_words_and_continue_goes_on() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start(&[], &[("QSE_CHAT_MAX_STEPS", "3")]).await?;
     let (chat, workspace) = chat(&client, &chatd, "auto").await?;
     std::fs::write(workspace.join("a.txt"), "alpha\n")?;
     let cue = r#"[sim tool_call=read_file args={"path":"a.txt"} tool_steps=5 tokens=4]"#;
+    let mut device = client.events(&chat, 0).await?;
     let run = run_id(&client.send(&chat, &format!("read {cue}")).await?)?;
     let record = finished_run(&client, &chat, &run, QUICK).await?;
     assert_eq!(record["status"], "paused", "{record}");
@@ -794,14 +799,43 @@ async fn the_step_limit_pauses_and_continue_goes_on() -> anyhow::Result<()> {
     assert!(record["error"]
         .as_str()
         .is_some_and(|e| e.contains("Continue")));
-
-    let resumed = client
-        .post(&format!("/conversations/{chat}/continue"), json!({}))
+    let events = device
+        .read_until(QUICK, |e| e.kind == "run.finished")
         .await?;
-    assert_eq!(resumed.status, 202, "{resumed:?}");
-    let second = run_id(&resumed.body)?;
-    let record = finished_run(&client, &chat, &second, QUICK).await?;
-    assert_eq!(record["status"], "done", "{record}");
+    let paused = events_of(&events, "paused");
+    assert_eq!(paused.len(), 1, "one paused event");
+    assert_eq!(paused[0].data["steps"], 3);
+    // The third call was offered no tools and told why: the run ends with
+    // the model's words, not in the middle of a step.
+    let requests = sim.requests().await?;
+    let last_request = &requests.last().context("a request")?["body"];
+    assert!(last_request.get("tools").is_none(), "{last_request}");
+    let system = last_request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        system.contains("This is the last model call of this run"),
+        "{system}"
+    );
+    let snapshot = client.snapshot(&chat).await?;
+    assert_eq!(tool_results(&snapshot).len(), 2);
+    let words = messages(&snapshot).last().cloned().context("last")?;
+    assert_eq!(words["role"], "assistant");
+    assert_eq!(words["text"], "w0 w1 w2 w3 ");
+    assert!(words.get("tool_calls").is_none(), "{words}");
+
+    // Continue goes on with tools again (a new step, not more of the same
+    // words): two more calls, the last words again; then the fifth call and
+    // the answer.
+    for expect in ["paused", "done"] {
+        let resumed = client
+            .post(&format!("/conversations/{chat}/continue"), json!({}))
+            .await?;
+        assert_eq!(resumed.status, 202, "{resumed:?}");
+        let next = run_id(&resumed.body)?;
+        let record = finished_run(&client, &chat, &next, QUICK).await?;
+        assert_eq!(record["status"], expect, "{record}");
+    }
     let snapshot = client.snapshot(&chat).await?;
     assert_eq!(tool_results(&snapshot).len(), 5);
     let last = messages(&snapshot).last().cloned().context("last")?;

@@ -373,11 +373,19 @@ async fn start_status_logs_restart_stop() {
         .await
         .unwrap();
     let chat = made["id"].as_str().unwrap().to_string();
-    let set = b.tandem(&["chat", "egress", &chat, "all"]);
+    // Above the box's ceiling: refused, never capped in silence.
+    let above = b.tandem(&["chat", "egress", &chat, "all"]);
+    assert_eq!(above.status.code(), Some(1), "{}", text(&above));
+    assert!(
+        text(&above).contains("all is above this box's ceiling (off)"),
+        "{}",
+        text(&above)
+    );
+    let set = b.tandem(&["chat", "egress", &chat, "off"]);
     assert!(set.status.success(), "{}", text(&set));
     assert!(
         text(&set).contains(&format!(
-            "{chat}: preset all (in force: off, the box's ceiling is off)"
+            "{chat}: preset off (in force: off, the box's ceiling is off)"
         )),
         "{}",
         text(&set)
@@ -387,7 +395,7 @@ async fn start_status_logs_restart_stop() {
         .join(format!(".tandemllm/chat/egress/{chat}/proxy.sock"))
         .exists());
     let shown = b.tandem(&["chat", "egress", &chat]);
-    assert!(text(&shown).contains("preset all"), "{}", text(&shown));
+    assert!(text(&shown).contains("preset off"), "{}", text(&shown));
     let bad = b.tandem(&["chat", "egress", &chat, "most"]);
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
     let missing = b.tandem(&["chat", "egress", "c_nothere"]);
@@ -818,6 +826,12 @@ async fn chat_send_streams_and_rides_out_a_chatd_restart() {
     assert_eq!(
         String::from_utf8_lossy(&sent.stdout).trim_end(),
         tandem_tests::harness::sim_answer(5).trim_end()
+    );
+    // The chat it made is named after the message, not left untitled.
+    let listed = chatd.client().get("/conversations").await.unwrap();
+    assert_eq!(
+        listed.body["conversations"][0]["title"], "hi [sim tokens=5 tps=0 id=cli-1]",
+        "{listed:?}"
     );
 
     // A long one, with chatd killed and started again in the middle.

@@ -179,6 +179,14 @@ fn chat_body(messages: Value) -> Value {
     })
 }
 
+/// A body that offers a tool: the sim, like a real engine, calls tools only
+/// when some are offered.
+fn with_tools(mut body: Value) -> Value {
+    body["tools"] = json!([{"type": "function", "function": {
+        "name": "any", "description": "a tool", "parameters": {"type": "object"}}}]);
+    body
+}
+
 fn user(text: &str) -> Value {
     json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": text}])
 }
@@ -542,7 +550,7 @@ async fn tool_call_streaming() {
     let sim = SimProc::start(&[]);
     let c = client();
     let cue = r#"weather? [sim tool_call=get_weather args={"city":"Paris","days":[1,2]}]"#;
-    let s = read_stream(post_chat(&c, &sim, &chat_body(user(cue))).await).await;
+    let s = read_stream(post_chat(&c, &sim, &with_tools(chat_body(user(cue)))).await).await;
     assert!(s.done);
     assert_eq!(s.finish_reason(), Some("tool_calls"));
     let calls: Vec<&Value> = s
@@ -575,7 +583,7 @@ async fn tool_call_streaming() {
     assert_eq!(s.content(), "");
 
     // Default arguments {} and some text before the call; not streaming.
-    let body = json!({"messages": user("[sim tool_call=ls tokens=2]")});
+    let body = with_tools(json!({"messages": user("[sim tool_call=ls tokens=2]")}));
     let v: Value = post_chat(&c, &sim, &body).await.json().await.unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(v["choices"][0]["message"]["content"], words(0..2));
@@ -931,7 +939,16 @@ fn append_tool_step(messages: &mut Vec<Value>, calls: &[Call]) {
 }
 
 async fn ask(c: &reqwest::Client, sim: &SimProc, messages: &[Value]) -> Streamed {
-    let resp = post_chat(c, sim, &chat_body(json!(messages))).await;
+    ask_body(c, sim, chat_body(json!(messages))).await
+}
+
+/// `ask` with a tool offered.
+async fn ask_tools(c: &reqwest::Client, sim: &SimProc, messages: &[Value]) -> Streamed {
+    ask_body(c, sim, with_tools(chat_body(json!(messages)))).await
+}
+
+async fn ask_body(c: &reqwest::Client, sim: &SimProc, body: Value) -> Streamed {
+    let resp = post_chat(c, sim, &body).await;
     assert_eq!(resp.status(), 200);
     let s = read_stream(resp).await;
     assert!(s.done, "{s:?}");
@@ -943,7 +960,7 @@ async fn two_tool_calls_in_one_answer() {
     let sim = SimProc::start(&[]);
     let c = client();
     let cue = r#"look [sim tool_calls=[{"name":"read_file","arguments":{"path":"a.txt"}},{"name":"list_dir","arguments":"{\"dir\":\".\"}"}]]"#;
-    let s = ask(&c, &sim, user(cue).as_array().unwrap()).await;
+    let s = ask_tools(&c, &sim, user(cue).as_array().unwrap()).await;
     assert_eq!(s.finish_reason(), Some("tool_calls"));
     assert_eq!(s.content(), "");
     let calls = streamed_calls(&s);
@@ -968,7 +985,7 @@ async fn two_tool_calls_in_one_answer() {
     assert!(pieces(0) >= 2 && pieces(1) >= 2);
 
     // Not streamed: message.tool_calls.
-    let body = json!({"messages": user(cue)});
+    let body = with_tools(json!({"messages": user(cue)}));
     let v: Value = post_chat(&c, &sim, &body).await.json().await.unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     let message = &v["choices"][0]["message"];
@@ -982,7 +999,7 @@ async fn two_tool_calls_in_one_answer() {
     assert_ne!(calls[0]["id"], calls[1]["id"]);
 
     // max_tokens too small for the calls: "length", no calls.
-    let mut body = chat_body(user(cue));
+    let mut body = with_tools(chat_body(user(cue)));
     body["max_tokens"] = json!(1);
     let s = read_stream(post_chat(&c, &sim, &body).await).await;
     assert_eq!(s.finish_reason(), Some("length"));
@@ -997,7 +1014,7 @@ async fn tool_steps_then_text() {
     let cue = r#"go [sim tool_call=read_file args={"path":"a.txt"} tool_steps=2]"#;
     let mut messages = user(cue).as_array().unwrap().clone();
     for step in 0..2 {
-        let s = ask(&c, &sim, &messages).await;
+        let s = ask_tools(&c, &sim, &messages).await;
         assert_eq!(s.finish_reason(), Some("tool_calls"), "step {step}");
         let calls = streamed_calls(&s);
         assert_eq!(calls.len(), 1);
@@ -1005,7 +1022,7 @@ async fn tool_steps_then_text() {
         assert_eq!(calls[0].arguments, r#"{"path":"a.txt"}"#);
         append_tool_step(&mut messages, &calls);
     }
-    let s = ask(&c, &sim, &messages).await;
+    let s = ask_tools(&c, &sim, &messages).await;
     assert_eq!(s.finish_reason(), Some("stop"));
     assert!(streamed_calls(&s).is_empty());
     assert_eq!(s.content(), words(0..24));
@@ -1013,25 +1030,25 @@ async fn tool_steps_then_text() {
     // Two calls per step, one step: the step needs both results.
     let cue = r#"[sim tool_calls=[{"name":"a"},{"name":"b"}] tool_steps=1 tokens=3]"#;
     let mut messages = user(cue).as_array().unwrap().clone();
-    let calls = streamed_calls(&ask(&c, &sim, &messages).await);
+    let calls = streamed_calls(&ask_tools(&c, &sim, &messages).await);
     assert_eq!(calls.len(), 2);
     append_tool_step(&mut messages, &calls[..1]);
-    let s = ask(&c, &sim, &messages).await;
+    let s = ask_tools(&c, &sim, &messages).await;
     assert_eq!(s.finish_reason(), Some("tool_calls"), "one result of two");
     append_tool_step(&mut messages, &streamed_calls(&s)[1..]);
-    let s = ask(&c, &sim, &messages).await;
+    let s = ask_tools(&c, &sim, &messages).await;
     assert_eq!(s.finish_reason(), Some("stop"));
     assert_eq!(s.content(), words(0..3));
     // A new user message starts counting again.
     messages.push(json!({"role": "assistant", "content": s.content()}));
     messages.push(json!({"role": "user", "content": cue}));
-    let s = ask(&c, &sim, &messages).await;
+    let s = ask_tools(&c, &sim, &messages).await;
     assert_eq!(s.finish_reason(), Some("tool_calls"));
 
     // Without tool_steps the model never stops calling.
     let mut messages = user("[sim tool_call=ls]").as_array().unwrap().clone();
     for _ in 0..5 {
-        let s = ask(&c, &sim, &messages).await;
+        let s = ask_tools(&c, &sim, &messages).await;
         assert_eq!(s.finish_reason(), Some("tool_calls"));
         append_tool_step(&mut messages, &streamed_calls(&s));
     }
@@ -1051,14 +1068,14 @@ async fn tool_steps_then_text() {
     let mut messages = user("plain question").as_array().unwrap().clone();
     let mut names = Vec::new();
     for _ in 0..2 {
-        let s = ask(&c, &sim, &messages).await;
+        let s = ask_tools(&c, &sim, &messages).await;
         assert_eq!(s.finish_reason(), Some("tool_calls"));
         let calls = streamed_calls(&s);
         names.push(calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
         append_tool_step(&mut messages, &calls);
     }
     assert_eq!(names, [vec!["read_file"], vec!["grep", "ls"]]);
-    let s = ask(&c, &sim, &messages).await;
+    let s = ask_tools(&c, &sim, &messages).await;
     assert_eq!(s.finish_reason(), Some("stop"));
     assert_eq!(s.content(), words(0..2));
 }
@@ -1164,7 +1181,7 @@ async fn no_tokenize_is_404() {
             .unwrap();
         assert_eq!(r.status(), 404, "{path}");
     }
-    let s = ask(&c, &sim, user("hi [sim tokens=2]").as_array().unwrap()).await;
+    let s = ask_tools(&c, &sim, user("hi [sim tokens=2]").as_array().unwrap()).await;
     assert_eq!(s.content(), words(0..2));
 }
 
@@ -1276,4 +1293,20 @@ fn literal_text_pieces_and_continuation() {
         .unwrap()
         .unwrap();
     assert_eq!(f.text.as_deref(), Some("two words"));
+}
+
+#[tokio::test]
+async fn a_request_that_offers_no_tools_gets_text() {
+    let sim = SimProc::start(&[]);
+    let c = client();
+    let cue = r#"weather? [sim tool_call=get_weather args={"city":"Paris"} tokens=3]"#;
+    let s = read_stream(post_chat(&c, &sim, &chat_body(user(cue))).await).await;
+    assert!(s.done);
+    assert_eq!(s.finish_reason(), Some("stop"));
+    assert!(streamed_calls(&s).is_empty());
+    assert_eq!(s.content(), words(0..3));
+    let mut empty = chat_body(user(cue));
+    empty["tools"] = json!([]);
+    let s = read_stream(post_chat(&c, &sim, &empty).await).await;
+    assert_eq!(s.finish_reason(), Some("stop"));
 }

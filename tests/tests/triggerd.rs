@@ -957,3 +957,52 @@ async fn a_trigger_bound_to_an_agent_runs_as_it_and_is_switched_off_when_it_goes
     assert_eq!(status, 400, "not on again while the agent is gone");
     Ok(())
 }
+
+#[tokio::test]
+async fn deleting_a_trigger_stops_its_running_run_and_keeps_its_chat() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Long one", "when": "daily 23:00", "prompt": "On and on. [sim tokens=2000 tps=20]"}),
+    )
+    .await?);
+    let (status, _) = b.td.api("POST", &format!("/{tid}/run"), None).await?;
+    assert_eq!(status, 202);
+    let chat = wait_until("the run's chat to answer", QUICK, || async {
+        let runs = b.td.runs(&tid).await.ok()?;
+        let chat = runs.iter().find(|r| r["status"] == "running")?["chat_id"]
+            .as_str()?
+            .to_string();
+        let s = b.client.snapshot(&chat).await.ok()?;
+        (s["runs"][0]["status"] == "running").then_some(chat)
+    })
+    .await?;
+    // The trigger's own naming, not chatd's.
+    let title = b.client.snapshot(&chat).await?["conversation"]["title"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(title.starts_with("Long one"), "{title}");
+    let (status, _) = b.td.api("DELETE", &format!("/{tid}"), None).await?;
+    assert_eq!(status, 204);
+    let chat_run = wait_until("the chat's run to end", QUICK, || async {
+        let s = b.client.snapshot(&chat).await.ok()?;
+        let status = s["runs"][0]["status"].as_str()?.to_string();
+        (status != "running" && status != "queued").then_some(status)
+    })
+    .await?;
+    assert_eq!(chat_run, "stopped");
+    let note = notification_for(&b.client, &tid, "run_failed").await?;
+    assert_eq!(note["body"], "its trigger was deleted", "{note}");
+    // Nothing else starts for it, and its chat stays.
+    checks_pass(&b.td, 2).await?;
+    let chats = b.client.get("/conversations").await?;
+    let made: Vec<&Value> = chats.body["conversations"]
+        .as_array()
+        .map(|c| c.iter().filter(|c| c["origin"] == "trigger").collect())
+        .unwrap_or_default();
+    assert_eq!(made.len(), 1, "{chats:?}");
+    assert_eq!(made[0]["id"], chat.as_str());
+    Ok(())
+}

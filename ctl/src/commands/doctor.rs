@@ -134,7 +134,7 @@ pub async fn exec() -> anyhow::Result<ExitCode> {
     );
     let socket =
         std::env::var("QSE_SANDBOX_SOCKET").unwrap_or_else(|_| "/var/run/docker.sock".into());
-    check(std::path::Path::new(&socket).exists(), format!("container runtime socket {socket}"), "install podman + runc (the sandbox issue brings sandbox/install); chats still work without it, with no bash tool");
+    check(std::path::Path::new(&socket).exists(), format!("container runtime socket {socket}"), "install podman and runc, then `tandem sandbox build` (docs/sandbox.md); without a runtime, a chat's bash runs on this machine through hostexecd (host_exec), or is not offered");
     let egressd = daemons::by_name("egressd")
         .map(|d| settings.daemon_url(d))
         .unwrap_or_default();

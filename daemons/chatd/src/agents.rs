@@ -16,11 +16,13 @@ pub struct Agent {
     pub model: String,
     /// The tools it may use; `None`: every tool.
     pub tools: Option<Vec<String>>,
+    /// Its model settings; a chat made with it sets its own over them.
+    pub settings: crate::settings::Settings,
     pub created: String,
     pub updated: String,
 }
 
-const COLUMNS: &str = "id, name, instructions, model, tools, created, updated";
+const COLUMNS: &str = "id, name, instructions, model, tools, created, updated, settings";
 
 impl Agent {
     fn from_row(row: &Row) -> rusqlite::Result<Agent> {
@@ -34,6 +36,7 @@ impl Agent {
             tools: tools.map(|t| serde_json::from_str(&t).unwrap_or_default()),
             created: row.get(5)?,
             updated: row.get(6)?,
+            settings: crate::settings::Settings::from_stored_text(&row.get::<_, String>(7)?),
         })
     }
 

@@ -99,11 +99,21 @@ pub fn error_of(status: StatusCode, value: &Value) -> ApiError {
         Some("already_answered") => "already_answered",
         Some("consent_expired") => "consent_expired",
         Some("outside_ceiling") => "outside_ceiling",
+        Some("egress_above_ceiling") => "egress_above_ceiling",
         Some("not_found") => "not_found",
         Some("bad_input") | Some("invalid_request") => "invalid_request",
         _ => "egress_error",
     };
-    ApiError::new(status, kind, message)
+    let mut error = ApiError::new(status, kind, message);
+    // Its numbers and the field it names go on, as egressd gave them.
+    if let Some(fields) = value["error"].as_object() {
+        for (key, v) in fields {
+            if !matches!(key.as_str(), "type" | "message") {
+                error = error.with(key, v.clone());
+            }
+        }
+    }
+    error
 }
 
 /// An NDJSON stream cut into its JSON lines as chunks come (egressd's cards,

@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::kinds::EventKind;
+
 /// One committed event, with its SSE frame made once for every device.
 #[derive(Debug)]
 pub struct Event {
     pub conversation_id: String,
     pub seq: i64,
-    pub kind: &'static str,
+    pub kind: EventKind,
     /// The JSON data, as stored.
     pub data: String,
     /// `id: <seq>\nevent: <kind>\ndata: <data>\n\n`
@@ -22,7 +24,7 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn new(conversation_id: String, seq: i64, kind: &'static str, data: String) -> Event {
+    pub fn new(conversation_id: String, seq: i64, kind: EventKind, data: String) -> Event {
         let frame = Bytes::from(format!("id: {seq}\nevent: {kind}\ndata: {data}\n\n"));
         Event {
             conversation_id,
@@ -189,7 +191,12 @@ mod tests {
     use super::*;
 
     fn event(seq: i64) -> Arc<Event> {
-        Arc::new(Event::new("c".into(), seq, "text.delta", "{}".into()))
+        Arc::new(Event::new(
+            "c".into(),
+            seq,
+            EventKind::TextDelta,
+            "{}".into(),
+        ))
     }
 
     fn seqs(fetch: Fetch) -> Vec<i64> {

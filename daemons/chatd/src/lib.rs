@@ -19,12 +19,16 @@ pub mod front;
 pub mod hostexec;
 pub mod housekeeping;
 pub mod inbox;
+pub mod kinds;
 pub mod metrics;
 pub mod model;
 pub mod permissions;
+pub mod prompt;
 pub mod runs;
 pub mod sandbox;
+pub mod settings;
 pub mod store;
+pub mod titles;
 pub mod tools;
 pub mod workspace;
 

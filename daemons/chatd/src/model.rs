@@ -14,7 +14,7 @@ pub struct Conversation {
     /// idle | running | queued | waiting
     pub state: String,
     pub permission_mode: String,
-    pub settings: Value,
+    pub settings: crate::settings::Settings,
     /// Who made it: user | trigger | connector | import | fork (for listing
     /// and showing; each run has its own origin, from its request).
     pub origin: String,
@@ -47,7 +47,7 @@ impl Conversation {
             updated: row.get(4)?,
             state: row.get(5)?,
             permission_mode: row.get(6)?,
-            settings: serde_json::from_str(&settings).unwrap_or(Value::Object(Default::default())),
+            settings: crate::settings::Settings::from_stored_text(&settings),
             deleted: deleted_at.map(|t| {
                 jiff::Timestamp::from_second(t)
                     .map(|t| t.to_string())

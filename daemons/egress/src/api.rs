@@ -60,6 +60,7 @@ async fn settings(State(egress): State<Arc<Egress>>) -> Json<Value> {
     let s = egress.gate().settings();
     Json(json!({
         "ceiling": s.ceiling.as_str(),
+        "default_preset": s.default_preset.as_str(),
         "registries": s.registries,
         "always_allowed": s.always.iter().map(|(h, p)| match p {
             Some(p) => format!("{h}:{p}"),
@@ -107,6 +108,22 @@ async fn set_preset(
     check_chat(&id)?;
     let Json(body) = body.map_err(|e| ApiError::bad_input("body", e.body_text()))?;
     let preset = Preset::parse(&body.preset).map_err(|e| ApiError::bad_input("preset", e))?;
+    let ceiling = egress.gate().settings().ceiling;
+    if preset.capped(ceiling) != preset {
+        // Never capped in silence: the person would believe the chat has it.
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "egress_above_ceiling",
+            format!(
+                "preset: {} is above this box's ceiling ({}); the administrator sets the ceiling \
+                 ([egress] ceiling)",
+                preset.as_str(),
+                ceiling.as_str()
+            ),
+        )
+        .with("field", "preset")
+        .with("ceiling", ceiling.as_str()));
+    }
     let cards = body.cards.unwrap_or_else(|| egress.gate().chat(&id).1);
     // The socket first: when it cannot be made, nothing is saved.
     egress

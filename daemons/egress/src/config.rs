@@ -33,6 +33,9 @@ pub struct EgressConfig {
     pub socket: PathBuf,
     /// The most any chat may reach: off, registries or all.
     pub ceiling: String,
+    /// The preset of a chat nobody set one for: off, registries or all, at
+    /// most the ceiling.
+    pub default_preset: String,
     /// The hosts the `registries` preset opens.
     pub registries: Vec<String>,
     /// Ports a request may name.
@@ -72,6 +75,7 @@ impl Default for EgressConfig {
             chat_data: home.join(".tandemllm/chat"),
             socket: tandem_shared::daemon::runtime_dir().join("egress.sock"),
             ceiling: "off".into(),
+            default_preset: "off".into(),
             registries: DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect(),
             ports: vec![80, 443],
             allow_ranges: Vec::new(),
@@ -127,6 +131,10 @@ pub const ENV_KEYS: &[EnvKey] = &[
         key: "egress.ceiling",
     },
     EnvKey {
+        env: "QSE_CHATS_EGRESS_DEFAULT_PRESET",
+        key: "egress.default_preset",
+    },
+    EnvKey {
         env: "QSE_CHATS_EGRESS_AUDIT_DAYS",
         key: "egress.audit_days",
     },
@@ -147,7 +155,17 @@ impl EgressConfig {
     /// Checks what types alone cannot; each error names the key and the limit.
     pub fn check(&self) -> anyhow::Result<()> {
         let bad = |key: &str, why: String| anyhow::anyhow!("egress.{key}: {why}");
-        Preset::parse(&self.ceiling).map_err(|e| bad("ceiling", e))?;
+        let ceiling = Preset::parse(&self.ceiling).map_err(|e| bad("ceiling", e))?;
+        let default = Preset::parse(&self.default_preset).map_err(|e| bad("default_preset", e))?;
+        if default.capped(ceiling) != default {
+            return Err(bad(
+                "default_preset",
+                format!(
+                    "{} is above the ceiling ({}): a new chat could not have it",
+                    self.default_preset, self.ceiling
+                ),
+            ));
+        }
         if self.ports.is_empty() || self.ports.contains(&0) {
             return Err(bad("ports", "name at least one port, 1 to 65535".into()));
         }
@@ -240,6 +258,8 @@ impl EgressConfig {
     pub fn settings(&self) -> Settings {
         Settings {
             ceiling: self.ceiling(),
+            // Checked at start (known, and under the ceiling).
+            default_preset: Preset::parse(&self.default_preset).unwrap_or(Preset::Off),
             // The spelling requests are compared in (lowercase, no
             // trailing dot, IDNA); checked at start.
             registries: self

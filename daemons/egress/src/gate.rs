@@ -18,7 +18,8 @@ use crate::store::{Rule, Store};
 /// A chat as the gate knows it.
 #[derive(Debug, Clone)]
 struct Chat {
-    preset: Preset,
+    /// `None`: none was set; the settings' `default_preset` holds.
+    preset: Option<Preset>,
     /// Whether a person can be asked (runs nobody watches set it off).
     cards: bool,
     rules: Vec<Rule>,
@@ -28,7 +29,7 @@ struct Chat {
 }
 
 impl Chat {
-    fn new(preset: Preset, cards: bool, rules: Vec<Rule>) -> Chat {
+    fn new(preset: Option<Preset>, cards: bool, rules: Vec<Rule>) -> Chat {
         Chat {
             preset,
             cards,
@@ -154,7 +155,7 @@ impl Gate {
             // An unknown preset in the file reads as off: fail closed.
             let preset = Preset::parse(&preset).unwrap_or(Preset::Off);
             let rules = store.rules(&id)?;
-            chats.insert(id, Chat::new(preset, cards, rules));
+            chats.insert(id, Chat::new(Some(preset), cards, rules));
         }
         let (events, _) = broadcast::channel(256);
         Ok(Arc::new(Gate {
@@ -201,18 +202,20 @@ impl Gate {
         let mut chats = self.chats();
         let entry = chats
             .entry(chat.to_string())
-            .or_insert_with(|| Chat::new(preset, cards, Vec::new()));
-        entry.preset = preset;
+            .or_insert_with(|| Chat::new(Some(preset), cards, Vec::new()));
+        entry.preset = Some(preset);
         entry.cards = cards;
         Ok(())
     }
 
-    /// A chat's preset and cards switch; an unknown chat is off and may ask.
+    /// A chat's preset and cards switch; a chat nobody set a preset for has
+    /// the default preset and may ask.
     pub fn chat(&self, chat: &str) -> (Preset, bool) {
+        let default = self.settings().default_preset;
         self.chats()
             .get(chat)
-            .map(|c| (c.preset, c.cards))
-            .unwrap_or((Preset::Off, true))
+            .map(|c| (c.preset.unwrap_or(default), c.cards))
+            .unwrap_or((default, true))
     }
 
     pub fn known(&self, chat: &str) -> bool {
@@ -239,7 +242,7 @@ impl Gate {
         let mut chats = self.chats();
         let entry = chats
             .entry(chat.to_string())
-            .or_insert_with(|| Chat::new(Preset::Off, true, Vec::new()));
+            .or_insert_with(|| Chat::new(None, true, Vec::new()));
         entry
             .rules
             .retain(|r| !(r.host == rule.host && r.port == rule.port));
@@ -261,7 +264,7 @@ impl Gate {
         let mut chats = self.chats();
         let entry = chats
             .entry(chat.to_string())
-            .or_insert_with(|| Chat::new(Preset::Off, true, Vec::new()));
+            .or_insert_with(|| Chat::new(None, true, Vec::new()));
         if entry.open >= most {
             return Err(entry.open);
         }
@@ -300,7 +303,7 @@ impl Gate {
             let chats = self.chats();
             match chats.get(chat) {
                 Some(c) => (
-                    c.preset,
+                    c.preset.unwrap_or(settings.default_preset),
                     c.cards,
                     c.rules
                         .iter()
@@ -310,7 +313,7 @@ impl Gate {
                         .get(&(host_text.to_string(), port))
                         .is_some_and(|until| *until > Instant::now()),
                 ),
-                None => (Preset::Off, true, None, false),
+                None => (settings.default_preset, true, None, false),
             }
         };
         let target = format!("{host_text}:{port}");

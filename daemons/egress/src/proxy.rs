@@ -66,6 +66,8 @@ impl Preset {
 pub struct Settings {
     /// The most any chat may reach.
     pub ceiling: Preset,
+    /// The preset of a chat nobody set one for.
+    pub default_preset: Preset,
     /// Host names the `registries` preset opens (exact, lowercased).
     pub registries: Vec<String>,
     /// Hosts every chat may reach: (host, port or every open port).

@@ -59,6 +59,7 @@ impl Setup {
 fn settings(origin_port: u16) -> Settings {
     Settings {
         ceiling: Preset::All,
+        default_preset: Preset::Off,
         registries: vec!["pypi.org".into()],
         always: Vec::new(),
         ports: vec![80, 443, origin_port],

@@ -317,13 +317,18 @@ async fn remove(
         .call(move |conn| store::delete_trigger(conn, &tid))
         .await
         .map_err(internal)?;
-    {
+    let stopping = {
         let mut live = lock(&td.live);
         live.entries.remove(&id);
         td.metrics.enabled.set(live.enabled() as i64);
-    }
+        // Its running run ends too (queued ones went with the trigger).
+        live.cancels
+            .get(&id)
+            .map(|bell| bell.notify_one())
+            .is_some()
+    };
     crate::sync_watches(&td);
-    tracing::info!(trigger = %id, "trigger deleted");
+    tracing::info!(trigger = %id, stopping, "trigger deleted");
     Ok(StatusCode::NO_CONTENT)
 }
 

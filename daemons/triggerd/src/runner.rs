@@ -104,15 +104,33 @@ pub fn span(seconds: u64) -> String {
 pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     let limit = Duration::from_secs(td.config.run_timeout_s);
     let started = std::time::Instant::now();
+    let cancel = crate::lock(&td.live)
+        .cancels
+        .get(&trigger.id)
+        .cloned()
+        .unwrap_or_default();
     let outcome = tokio::select! {
-        outcome = tokio::time::timeout(limit, attempt(&td, &run, &trigger)) => outcome,
+        outcome = tokio::time::timeout(limit, attempt(&td, &run, &trigger)) => Some(outcome),
+        // The trigger was deleted: its run ends now, its chat stays.
+        _ = cancel.notified() => None,
         // The run stays `running` in the store: the next start records it
         // interrupted, as it does after a crash.
         _ = td.shutdown.wait() => return,
     };
     let (ending, snapshot) = match outcome {
-        Ok(Ok(ended)) => ended,
-        Ok(Err(reason)) => (
+        None => {
+            stop_chat(&td, &run.id, "deleted").await;
+            (
+                Ending {
+                    status: "stopped".into(),
+                    reason: Some("its trigger was deleted".into()),
+                    ..Ending::default()
+                },
+                None,
+            )
+        }
+        Some(Ok(Ok(ended))) => ended,
+        Some(Ok(Err(reason))) => (
             Ending {
                 status: "failed".into(),
                 reason: Some(reason),
@@ -120,12 +138,8 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
             },
             None,
         ),
-        Err(_) => {
-            if let Some((chat, _)) = recorded_chat(&td, &run.id).await {
-                if let Err(err) = td.chat.stop(&chat).await {
-                    tracing::warn!(run = %run.id, chat, error = %err, "could not stop a run past its time");
-                }
-            }
+        Some(Err(_)) => {
+            stop_chat(&td, &run.id, "past its time").await;
             (
                 Ending {
                     status: "failed".into(),
@@ -151,7 +165,7 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     {
         tracing::error!(run = %run.id, error = %format!("{err:#}"), "could not record a run's end");
     }
-    crate::lock(&td.live).running.remove(&trigger.id);
+    crate::lock(&td.live).stopped(&trigger.id);
     td.metrics.running.dec();
     td.metrics
         .runs
@@ -167,6 +181,15 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
         tokens = ending.tokens, seconds = started.elapsed().as_secs(), "trigger run ended");
     td.wake.notify_one();
     td.deliver.notify_one();
+}
+
+/// Stops the run's chat in chatd, when the run made one.
+async fn stop_chat(td: &Arc<Triggerd>, run_id: &str, why: &str) {
+    if let Some((chat, _)) = recorded_chat(td, run_id).await {
+        if let Err(err) = td.chat.stop(&chat).await {
+            tracing::warn!(run = %run_id, chat, why, error = %err, "could not stop a run's chat");
+        }
+    }
 }
 
 /// Calls chatd until it answers or refuses; the refusal itself, or `None`

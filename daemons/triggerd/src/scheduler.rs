@@ -75,9 +75,18 @@ pub struct Live {
     pub entries: HashMap<String, Entry>,
     /// trigger id → its running run's id.
     pub running: HashMap<String, String>,
+    /// trigger id → the bell that ends its running run (the trigger was
+    /// deleted). A permit is kept if it rings before the run listens.
+    pub cancels: HashMap<String, std::sync::Arc<tokio::sync::Notify>>,
 }
 
 impl Live {
+    /// A trigger's run ended (or never started).
+    pub fn stopped(&mut self, trigger_id: &str) {
+        self.running.remove(trigger_id);
+        self.cancels.remove(trigger_id);
+    }
+
     pub fn enabled(&self) -> usize {
         self.entries.values().filter(|e| e.trigger.enabled).count()
     }
@@ -560,6 +569,8 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
                     Some(e) => {
                         let trigger = e.trigger.clone();
                         live.running.insert(run.trigger_id.clone(), run.id.clone());
+                        live.cancels
+                            .insert(run.trigger_id.clone(), Default::default());
                         Next::Start(Box::new(trigger))
                     }
                 }
@@ -592,13 +603,13 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
         match started {
             Ok(true) => {}
             Ok(false) => {
-                crate::lock(&td.live).running.remove(&run.trigger_id);
+                crate::lock(&td.live).stopped(&run.trigger_id);
                 let reason = format!("the daily cap of {cap} runs in 24 hours was reached");
                 skip(td, &run, reason, now).await?;
                 continue;
             }
             Err(err) => {
-                crate::lock(&td.live).running.remove(&run.trigger_id);
+                crate::lock(&td.live).stopped(&run.trigger_id);
                 return Err(err);
             }
         }

@@ -14,6 +14,7 @@ use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Json;
 use crate::agents::{self, Agent};
+use crate::settings::Settings;
 use crate::App;
 
 pub const MAX_NAME: usize = 100;
@@ -28,14 +29,17 @@ pub struct AgentBody {
     instructions: Option<String>,
     model: Option<String>,
     tools: Option<Vec<String>>,
+    settings: Option<Value>,
 }
 
-/// A checked body: name, instructions, model, tools (JSON text or NULL).
+/// A checked body: name, instructions, model, tools (JSON text or NULL),
+/// settings.
 struct Checked {
     name: String,
     instructions: String,
     model: String,
     tools: Option<Vec<String>>,
+    settings: Settings,
 }
 
 fn check(app: &App, body: AgentBody) -> Result<Checked, ApiError> {
@@ -90,11 +94,16 @@ fn check(app: &App, body: AgentBody) -> Result<Checked, ApiError> {
             Some(kept)
         }
     };
+    let settings = match &body.settings {
+        Some(value) => Settings::check("settings", value)?,
+        None => Settings::default(),
+    };
     Ok(Checked {
         name,
         instructions,
         model,
         tools,
+        settings,
     })
 }
 
@@ -138,15 +147,16 @@ pub async fn create(
             let id = new_id("a_");
             let now = now_rfc3339();
             ctx.conn().execute(
-                "INSERT INTO agents (id, name, instructions, model, tools, created, updated) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+                "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
                 params![
                     id,
                     new.name,
                     new.instructions,
                     new.model,
                     tools_text(&new.tools),
-                    now
+                    now,
+                    new.settings.to_text()
                 ],
             )?;
             agents::get(ctx.conn(), &id)
@@ -167,9 +177,9 @@ pub async fn replace(
         .write(move |ctx| {
             agents::get(ctx.conn(), &id)?;
             ctx.conn().execute(
-                "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6 \
+                "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7 \
                  WHERE id = ?1",
-                params![id, new.name, new.instructions, new.model, tools_text(&new.tools), now_rfc3339()],
+                params![id, new.name, new.instructions, new.model, tools_text(&new.tools), now_rfc3339(), new.settings.to_text()],
             )?;
             agents::get(ctx.conn(), &id)
         })

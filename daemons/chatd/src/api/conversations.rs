@@ -14,15 +14,16 @@ use tandem_shared::time::{new_id, now_rfc3339, now_unix};
 
 use super::system::check_mode;
 use super::Json;
-use crate::model::{Conversation, Message};
-use crate::runs::{announce_conversation, insert_message, insert_message_under};
+use crate::kinds::EventKind;
+use crate::model::Conversation;
+use crate::runs::{announce_conversation, insert_message};
+use crate::settings::Settings;
 use crate::store::queries::{self, ListQuery, Trashed};
 use crate::store::Ctx;
 use crate::App;
 
 pub const MAX_TITLE: usize = 200;
 pub const MAX_MODEL: usize = 200;
-pub const MAX_SETTINGS: usize = 16 * 1024;
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -84,25 +85,23 @@ fn check_model(model: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_settings(settings: &Value) -> Result<String, ApiError> {
-    if !settings.is_object() {
-        return Err(ApiError::bad_input("settings", "must be an object"));
+/// Refuses a `context_size` above what the engine says the model holds
+/// (when it says): a chat cannot plan with room the model does not have.
+pub(super) fn check_window(app: &App, model: &str, settings: &Settings) -> Result<(), ApiError> {
+    match (settings.context_size, app.runs.model_window(model)) {
+        (Some(size), Some(window)) if size > window => Err(ApiError::bad_input(
+            "settings.context_size",
+            format!("{size} is more than the {window} tokens the engine gives {model}"),
+        )),
+        _ => Ok(()),
     }
-    let text = settings.to_string();
-    if text.len() > MAX_SETTINGS {
-        return Err(ApiError::bad_input(
-            "settings",
-            format!("is larger than {MAX_SETTINGS} bytes"),
-        ));
-    }
-    Ok(text)
 }
 
 /// The values a new conversation starts with, checked.
 pub struct NewConversation {
     pub title: String,
     pub model: String,
-    pub settings: String,
+    pub settings: Settings,
     pub permission_mode: String,
     pub origin: String,
     /// own | shared
@@ -119,7 +118,7 @@ pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conve
     ctx.conn().execute(
         "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace, agent_id) \
          VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![id, new.title, new.model, now, new.permission_mode, new.settings, new.origin, new.workspace, new.agent_id],
+        params![id, new.title, new.model, now, new.permission_mode, new.settings.to_text(), new.origin, new.workspace, new.agent_id],
     )?;
     announce_conversation(ctx, &id)
 }
@@ -160,7 +159,18 @@ pub async fn create(
             _ => app.default_model(),
         },
     };
-    let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
+    // A chat starts with the box's defaults, or, made with an agent, with
+    // none of its own (the agent's settings stand under it); the body's
+    // settings are laid over that.
+    let base = match &agent {
+        Some(_) => Settings::default(),
+        None => app.store.read(super::defaults::settings).await?,
+    };
+    let settings = match &body.settings {
+        Some(patch) => base.patched("settings", patch)?,
+        None => base,
+    };
+    check_window(&app, &model, &settings)?;
     let permission_mode = match body.permission_mode {
         Some(mode) => {
             check_mode("permission_mode", &mode)?;
@@ -276,7 +286,7 @@ pub async fn update(
     if let Some(model) = &body.model {
         check_model(model)?;
     }
-    let settings = body.settings.as_ref().map(check_settings).transpose()?;
+    let windows = app.clone();
     let conversation = app
         .store
         .write(move |ctx| {
@@ -286,6 +296,16 @@ pub async fn update(
             {
                 return Err(ApiError::conflict("run_active", "a run is working in this chat: stop it or wait, then change the title or model"));
             }
+            // Laid over what the chat has: a name with null clears it.
+            let settings = match &body.settings {
+                Some(patch) => {
+                    let settings = conversation.settings.patched("settings", patch)?;
+                    let model = body.model.as_deref().unwrap_or(&conversation.model);
+                    check_window(&windows, model, &settings)?;
+                    Some(settings.to_text())
+                }
+                None => None,
+            };
             let now = now_rfc3339();
             ctx.conn().execute(
                 "UPDATE conversations SET title = COALESCE(?1, title), model = COALESCE(?2, model), \
@@ -505,7 +525,10 @@ pub async fn import(
     }
     check_title(&body.title)?;
     check_model(&body.model)?;
-    let settings = check_settings(&body.settings.unwrap_or_else(|| json!({})))?;
+    let settings = match &body.settings {
+        Some(value) => Settings::check("settings", value)?,
+        None => Settings::default(),
+    };
     let workspace = check_workspace(body.workspace)?;
     if body.messages.len() > MAX_IMPORT_MESSAGES {
         return Err(ApiError::bad_input(
@@ -601,70 +624,6 @@ pub async fn import(
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
 }
 
-#[derive(Deserialize)]
-pub struct ForkBody {
-    from_message_id: String,
-    #[serde(default)]
-    title: Option<String>,
-}
-
-pub async fn fork(
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    Json(body): Json<ForkBody>,
-) -> Result<Response, ApiError> {
-    if let Some(title) = &body.title {
-        check_title(title)?;
-    }
-    let conversation = app
-        .store
-        .write(move |ctx| {
-            let source = queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            queries::message(ctx.conn(), &id, &body.from_message_id).map_err(|_| {
-                ApiError::bad_input("from_message_id", "is not a message of this chat")
-            })?;
-            let path: Vec<Message> =
-                queries::path_to(ctx.conn(), &id, Some(&body.from_message_id))?;
-            let title = body
-                .title
-                .clone()
-                .unwrap_or_else(|| format!("{} (fork)", source.title).trim().to_string());
-            let new = NewConversation {
-                title,
-                model: source.model.clone(),
-                settings: source.settings.to_string(),
-                permission_mode: source.permission_mode.clone(),
-                origin: "fork".into(),
-                // A fork of a shared chat works on the same shared folder.
-                workspace: source.workspace.clone(),
-                // A fork keeps its source's agent.
-                agent_id: source.agent_id.clone(),
-            };
-            let fork = insert_conversation(ctx, &new)?;
-            let mut parent: Option<String> = None;
-            for m in &path {
-                let status =
-                    m.status
-                        .as_deref()
-                        .map(|s| if s == "streaming" { "interrupted" } else { s });
-                let copy = insert_message_under(
-                    ctx,
-                    &fork.id,
-                    parent.as_deref(),
-                    &m.role,
-                    &m.text,
-                    None,
-                    status,
-                )?;
-                parent = Some(copy.id);
-            }
-            queries::conversation(ctx.conn(), &fork.id, Trashed::Include)
-        })
-        .await?;
-    app.folders.made(&conversation.id, &conversation.workspace);
-    Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())
-}
-
 pub async fn clear(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
@@ -679,7 +638,7 @@ pub async fn clear(
                 ));
             }
             let marker = insert_message(ctx, &id, "cleared", "", None, None)?;
-            ctx.emit(&id, "cleared", json!({"message_id": marker.id}))?;
+            ctx.emit(&id, EventKind::Cleared, json!({"message_id": marker.id}))?;
             Ok(())
         })
         .await?;

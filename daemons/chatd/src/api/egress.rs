@@ -3,6 +3,8 @@
 //! and the audit (`/egress/settings`, `/egress/audit`). chatd checks the
 //! chat exists and forwards; egressd owns the data and the answers. Cards
 //! are answered on `/conversations/{id}/consent` like every other card.
+//! Every change of a chat's preset or rules is said in the chat with an
+//! `egress.updated` event.
 
 use std::sync::Arc;
 
@@ -51,13 +53,26 @@ pub async fn preset(
     for_chat(&app, &id, Method::GET, &format!("/chats/{id}/egress"), None).await
 }
 
+/// Forwards a change of a chat's network, then says it in the chat.
+async fn change(
+    app: &App,
+    id: &str,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<Response, ApiError> {
+    let answer = for_chat(app, id, method, path, body).await?;
+    app.runs.announce_egress(id).await;
+    Ok(answer)
+}
+
 pub async fn set_preset(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
     let path = format!("/chats/{id}/egress");
-    for_chat(&app, &id, Method::PUT, &path, Some(&body)).await
+    change(&app, &id, Method::PUT, &path, Some(&body)).await
 }
 
 pub async fn rules(
@@ -73,7 +88,7 @@ pub async fn add_rule(
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
     let path = format!("/chats/{id}/rules");
-    for_chat(&app, &id, Method::POST, &path, Some(&body)).await
+    change(&app, &id, Method::POST, &path, Some(&body)).await
 }
 
 pub async fn remove_rule(
@@ -84,7 +99,7 @@ pub async fn remove_rule(
         return Err(ApiError::not_found("rule", &rule));
     }
     let path = format!("/chats/{id}/rules/{rule}");
-    for_chat(&app, &id, Method::DELETE, &path, None).await
+    change(&app, &id, Method::DELETE, &path, None).await
 }
 
 pub async fn settings(State(app): State<Arc<App>>) -> Result<Response, ApiError> {

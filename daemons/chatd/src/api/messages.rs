@@ -20,6 +20,7 @@ use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Json;
 use crate::attachments;
+use crate::kinds::EventKind;
 use crate::runs::{insert_at_head, insert_message, insert_message_under, insert_run};
 use crate::store::queries::{self, Trashed};
 use crate::workspace::Workspace;
@@ -192,7 +193,7 @@ fn send_in(
             params![pending_id, cid, text, now_rfc3339(), records.as_ref().map(Value::to_string)],
         )?;
         let pending = queries::pending(ctx.conn(), cid, &pending_id)?;
-        ctx.emit(cid, "pending.added", json!({"pending": pending}))?;
+        ctx.emit(cid, EventKind::PendingAdded, json!({"pending": pending}))?;
         return Ok(Sent::Pending { pending_id });
     }
     let message = match records {
@@ -249,7 +250,7 @@ pub async fn update_pending(
                 params![body.text, pid],
             )?;
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
-            ctx.emit(&id, "pending.updated", json!({"pending": pending}))?;
+            ctx.emit(&id, EventKind::PendingUpdated, json!({"pending": pending}))?;
             Ok(pending)
         })
         .await?;
@@ -271,7 +272,7 @@ pub async fn remove_pending(
             }
             ctx.conn()
                 .execute("DELETE FROM pending WHERE id = ?1", [&pid])?;
-            ctx.emit(&id, "pending.removed", json!({"pending_id": pid}))?;
+            ctx.emit(&id, EventKind::PendingRemoved, json!({"pending_id": pid}))?;
             Ok(())
         })
         .await?;

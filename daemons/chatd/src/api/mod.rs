@@ -3,9 +3,11 @@
 mod agents;
 mod body;
 mod conversations;
+mod defaults;
 mod egress;
 mod events;
 mod files;
+mod fork;
 mod forward;
 mod messages;
 mod notifications;
@@ -31,6 +33,7 @@ pub use conversations::delete_forever;
 pub fn router(app: Arc<App>) -> Router {
     let chat_app = Router::new()
         .route("/capabilities", get(system::capabilities))
+        .route("/defaults", get(defaults::show).patch(defaults::update))
         .route("/agents", get(agents::list).post(agents::create))
         .route(
             "/agents/{id}",
@@ -51,7 +54,7 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/conversations/{id}/restore", post(conversations::restore))
         .route("/conversations/{id}/export", get(conversations::export))
-        .route("/conversations/{id}/fork", post(conversations::fork))
+        .route("/conversations/{id}/fork", post(fork::fork))
         .route("/conversations/{id}/files", get(files::download))
         .route("/conversations/{id}/clear", post(conversations::clear))
         .route("/conversations/{id}/compact", post(conversations::compact))

@@ -58,6 +58,11 @@ pub async fn capabilities(
         .into_iter()
         .map(|a| json!({"id": a.id, "name": a.name}))
         .collect();
+    let settings = app
+        .store
+        .read(super::defaults::settings)
+        .await
+        .unwrap_or_default();
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "signed_in": true,
@@ -75,7 +80,8 @@ pub async fn capabilities(
             crate::config::HostExec::Ask => "ask",
             crate::config::HostExec::On => "on",
         },
-        "defaults": {"permission_mode": mode, "agents": agents},
+        "defaults": {"permission_mode": mode, "agents": agents, "settings": settings.to_value()},
+        "commands": commands_of(&app),
         "features": {
             "branches": true, "fork": true, "trash": true, "export": ["json", "md"],
             "import": true, "pending": true, "continue": true,
@@ -147,8 +153,21 @@ pub async fn set_default_mode(
     Ok(axum::Json(json!({"default": body.default})))
 }
 
+/// Where a chat's `bash` runs on this chatd: `sandbox`, `host` (through
+/// hostexecd) or `none`, as the model is told.
+fn commands_of(app: &App) -> &'static str {
+    if app.sandboxes.is_some() {
+        "sandbox"
+    } else if app.config.host_exec() == crate::config::HostExec::Off {
+        "none"
+    } else {
+        "host"
+    }
+}
+
 /// `{installed, runtime, reason?}`: sandboxes are used only when chatd found
-/// the runtime and the image at its start.
+/// the runtime and the image at its start. The reason says where `bash`
+/// runs instead.
 async fn sandbox_status(app: &App) -> Value {
     let status = app.sandboxes_probe.probe_cached().await;
     let (installed, reason) = match (&app.sandboxes, status.installed) {
@@ -166,7 +185,16 @@ async fn sandbox_status(app: &App) -> Value {
     };
     let mut value = json!({"installed": installed, "runtime": status.runtime});
     if let Some(reason) = reason {
-        value["reason"] = json!(reason);
+        let instead = match commands_of(app) {
+            "host" => "bash runs on this machine through hostexecd instead, with no isolation",
+            "none" => "bash is not offered (host_exec = off)",
+            _ => "",
+        };
+        value["reason"] = json!(if instead.is_empty() {
+            reason
+        } else {
+            format!("{reason}; {instead}")
+        });
     }
     value
 }

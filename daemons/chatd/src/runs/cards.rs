@@ -15,6 +15,7 @@ use tandem_shared::time::now_rfc3339;
 use super::steps::CHOICES;
 use super::{set_state, Runs};
 use crate::egress::{error_of, EgressCard, EgressClient};
+use crate::kinds::EventKind;
 use crate::store::queries;
 use crate::store::Ctx;
 
@@ -57,7 +58,7 @@ impl Runs {
                 )?;
                 ctx.emit(
                     &card.chat,
-                    "tool.consent",
+                    EventKind::ToolConsent,
                     json!({"run_id": run.id, "card_id": card.card_id, "call_id": null, "name": "egress",
                            "summary": card.summary, "reason": reason, "choices": CHOICES,
                            "host": card.host, "port": card.port}),
@@ -150,11 +151,54 @@ impl Runs {
             card_id.to_string(),
             decision.to_string(),
         );
+        let always = decision == "always";
         self.inner
             .store
             .write(move |ctx| close_card(ctx, &cid, &card, &decision))
             .await?;
+        if always {
+            // egressd saved an allow rule for the host.
+            self.announce_egress(conversation_id).await;
+        }
         Ok(true)
+    }
+
+    /// Says a chat's egress preset and rules as egressd has them now, with
+    /// an `egress.updated` event (after each change, so every device shows
+    /// the chat's network as it is). Nothing when egressd does not answer.
+    pub async fn announce_egress(&self, conversation_id: &str) {
+        let Some(egress) = self.inner.egress.get().cloned() else {
+            return;
+        };
+        let get = |path: String| {
+            let egress = egress.clone();
+            async move { egress.forward(reqwest::Method::GET, &path, None).await }
+        };
+        let (Ok((_, preset)), Ok((_, rules))) = (
+            get(format!("/chats/{conversation_id}/egress")).await,
+            get(format!("/chats/{conversation_id}/rules")).await,
+        ) else {
+            tracing::warn!(
+                conversation = conversation_id,
+                "egressd did not answer: no egress.updated"
+            );
+            return;
+        };
+        let data = json!({
+            "preset": preset["preset"],
+            "effective": preset["effective"],
+            "ceiling": preset["ceiling"],
+            "rules": rules["rules"],
+        });
+        let cid = conversation_id.to_string();
+        let written = self
+            .inner
+            .store
+            .write(move |ctx| Ok(ctx.emit(&cid, EventKind::EgressUpdated, data).map(|_| ())?))
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(conversation = conversation_id, error = %e.message, "egress.updated not written");
+        }
     }
 }
 
@@ -175,7 +219,7 @@ fn close_card(ctx: &mut Ctx, chat: &str, card_id: &str, outcome: &str) -> Result
     )?;
     ctx.emit(
         chat,
-        "tool.consent_answered",
+        EventKind::ToolConsentAnswered,
         json!({"run_id": run_id, "card_id": card_id, "call_id": null, "decision": outcome}),
     )?;
     let still_open: i64 = ctx.conn().query_row(

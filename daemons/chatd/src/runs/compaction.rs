@@ -10,6 +10,7 @@ use tandem_shared::http::ApiError;
 use super::{insert_message_under, Runs};
 use crate::context::{self, Window};
 use crate::engine::Piece;
+use crate::kinds::EventKind;
 use crate::model::Message;
 use crate::store::queries::{self, Trashed};
 
@@ -80,15 +81,17 @@ impl Runs {
             })
             .await?;
         let prefill = streaming.as_ref().map_or("", |m| m.text.as_str());
-        let sizes = self.window(conversation_id, model);
-        let system = self.system_prompt();
-        let tools = inner.registry.openai_tools();
-        let before = self.sized(model, &system, &history, &tools, prefill).await;
+        let brief = self.brief(conversation_id, model).await?;
+        let sizes = brief.window;
+        let (system, tools) = (&brief.system, &brief.tools);
+        let before = self
+            .sized(model, system, &history, tools, prefill, sizes.line)
+            .await;
 
         let transcript = context::transcript(&history);
         // The kept turns get what is left under the target once the system
         // block, the tools and the summary are in.
-        let fixed = self.fixed_tokens();
+        let fixed = brief.fixed_tokens();
         let summary_room = summary_room(&sizes);
         let keep = sizes
             .target()
@@ -134,7 +137,7 @@ impl Runs {
                 {"role": "user", "content": "Write the summary now."},
             ],
         });
-        let (summary_prompt, _) = self.count(model, &summary_body).await;
+        let (summary_prompt, _) = self.count(model, &summary_body, sizes.line).await;
         // A summary call that fails (the engine away, busy, loading) writes
         // nothing: the chat keeps its history and the caller goes on without.
         let (summary, summary_tokens) = match self.summarise(conversation_id, &summary_body).await {
@@ -193,7 +196,7 @@ impl Runs {
                         params![mid, cid],
                     )?;
                     let message = queries::message(ctx.conn(), &cid, &mid)?;
-                    ctx.emit(&cid, "message.updated", json!({"message": message}))?;
+                    ctx.emit(&cid, EventKind::MessageUpdated, json!({"message": message}))?;
                 }
                 Ok(marker)
             })
@@ -205,7 +208,9 @@ impl Runs {
             .store
             .read(move |conn| queries::path_to(conn, &cid, Some(&leaf)))
             .await?;
-        let after = self.sized(model, &system, &history, &tools, prefill).await;
+        let after = self
+            .sized(model, system, &history, tools, prefill, sizes.line)
+            .await;
         let done = Compacted {
             before,
             after,
@@ -223,7 +228,7 @@ impl Runs {
         });
         inner
             .store
-            .write(move |ctx| Ok(ctx.emit(&cid, "compacted", data).map(|_| ())?))
+            .write(move |ctx| Ok(ctx.emit(&cid, EventKind::Compacted, data).map(|_| ())?))
             .await?;
         tracing::info!(
             conversation = conversation_id,
@@ -248,6 +253,7 @@ impl Runs {
         history: &[Message],
         tools: &Value,
         prefill: &str,
+        line: u64,
     ) -> u64 {
         let messages = context::request_messages(
             system,
@@ -256,7 +262,7 @@ impl Runs {
             &|_| Vec::new(),
         );
         let body = super::request_body(model, messages, tools, prefill);
-        self.count(model, &body).await.0
+        self.count(model, &body, line).await.0
     }
 
     /// The summary call: its text and its completion tokens.

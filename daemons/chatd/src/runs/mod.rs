@@ -8,6 +8,7 @@
 //! (`compaction.rs`). Its state lives in the transcript, so a run resumed
 //! after a restart picks up where the messages say it was.
 
+mod brief;
 mod cards;
 mod compaction;
 mod steps;
@@ -27,6 +28,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use crate::config::ChatdConfig;
 use crate::context::{self, Window};
 use crate::engine::{Engine, Fault, Piece};
+use crate::kinds::EventKind;
 use crate::metrics::{Metrics, RunLabels};
 use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
@@ -54,6 +56,14 @@ impl Outcome {
             Outcome::Paused => "paused",
         }
     }
+}
+
+/// Whether a model call may still use tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    More,
+    /// The last call the step limit allows: no tools are offered.
+    Last,
 }
 
 /// A request from outside to end a run early.
@@ -84,6 +94,8 @@ pub struct Request {
     /// Prompt tokens: the engine's count, or the estimate.
     pub tokens: u64,
     pub exact: bool,
+    /// The sizes the chat's requests are held to, as this one was made.
+    pub window: Window,
 }
 
 #[derive(Clone)]
@@ -214,35 +226,6 @@ impl Runs {
             .await
     }
 
-    /// The tokens left in the window after the chat's transcript, by the estimate.
-    pub async fn free_tokens(&self, conversation_id: &str, model: &str) -> Result<u64, ApiError> {
-        let history = self.head_path(conversation_id).await?;
-        let messages = context::request_messages(
-            &self.system_prompt(),
-            &context::transcript(&history),
-            &|id, name, args| self.stub(id, name, args),
-            &|_| Vec::new(),
-        );
-        let used = context::estimate(&messages, Some(&self.inner.registry.openai_tools()));
-        let sizes = self.window(conversation_id, model);
-        Ok(sizes.max_request().saturating_sub(used))
-    }
-
-    /// The sizes a chat's requests to `model` are held to.
-    pub fn window(&self, conversation_id: &str, model: &str) -> Window {
-        let window = lock(&self.inner.windows)
-            .get(model)
-            .copied()
-            .unwrap_or(self.inner.config.context_window);
-        let refused = lock(&self.inner.refused).get(conversation_id).copied();
-        Window::new(
-            window,
-            self.inner.config.answer_tokens,
-            self.inner.config.compact_percent,
-            refused,
-        )
-    }
-
     /// A finished call's arguments as later requests carry them (see
     /// `tools::stub_arguments`), remembered by call id.
     pub(crate) fn stub(&self, call_id: &str, name: &str, arguments: &str) -> Option<String> {
@@ -261,53 +244,9 @@ impl Runs {
         stub
     }
 
-    /// The tokens every request starts with: the system block and the tools.
-    pub(crate) fn fixed_tokens(&self) -> u64 {
-        context::estimate(
-            &[json!({"role": "system", "content": self.system_prompt()})],
-            Some(&self.inner.registry.openai_tools()),
-        )
-    }
-
     /// The tools this chatd offers.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
-    }
-
-    /// The system block every request starts with.
-    fn system_prompt(&self) -> String {
-        tools::capabilities_prompt(&self.inner.registry)
-    }
-
-    /// The system block of a chat made with `agent`: its instructions, then
-    /// chatd's block.
-    fn system_prompt_for(&self, agent: Option<&crate::agents::Agent>) -> String {
-        let base = self.system_prompt();
-        match agent {
-            Some(agent) if !agent.instructions.trim().is_empty() => {
-                format!("{}\n\n{base}", agent.instructions)
-            }
-            _ => base,
-        }
-    }
-
-    /// The tools a chat made with `agent` is offered: those it grants.
-    fn offered_tools(&self, agent: Option<&crate::agents::Agent>) -> Value {
-        let all = self.inner.registry.openai_tools();
-        let Some(agent) = agent else { return all };
-        match all {
-            Value::Array(tools) => Value::Array(
-                tools
-                    .into_iter()
-                    .filter(|t| {
-                        t["function"]["name"]
-                            .as_str()
-                            .is_some_and(|n| agent.grants(n))
-                    })
-                    .collect(),
-            ),
-            other => other,
-        }
     }
 
     /// The agent of a chat, when it was made with one that still exists.
@@ -320,45 +259,6 @@ impl Runs {
             .store
             .read(move |conn| crate::agents::of_conversation(conn, &cid))
             .await
-    }
-
-    /// The request for the answer `message` (its text so far as prefill),
-    /// sized by the engine's count when it has one, else by the estimate.
-    pub(crate) async fn request(
-        &self,
-        conversation_id: &str,
-        model: &str,
-        message: &Message,
-        prefill: &str,
-    ) -> Result<Request, ApiError> {
-        let cid = conversation_id.to_string();
-        let mid = message.id.clone();
-        // Its parent now: a compaction may have moved it under its summary.
-        let (history, agent) = self
-            .inner
-            .store
-            .read(move |conn| {
-                let parent = queries::message(conn, &cid, &mid)?.parent_id;
-                let history = queries::path_to(conn, &cid, parent.as_deref())?;
-                Ok((history, crate::agents::of_conversation(conn, &cid)?))
-            })
-            .await?;
-        let transcript = context::transcript(&history);
-        let images = self.images_of(&transcript, model, conversation_id).await;
-        let messages = context::request_messages(
-            &self.system_prompt_for(agent.as_ref()),
-            &transcript,
-            &|id, name, args| self.stub(id, name, args),
-            &|m: &Message| images.get(&m.id).cloned().unwrap_or_default(),
-        );
-        let tools = self.offered_tools(agent.as_ref());
-        let body = request_body(model, messages, &tools, prefill);
-        let (tokens, exact) = self.count(model, &body).await;
-        Ok(Request {
-            body,
-            tokens,
-            exact,
-        })
     }
 
     /// The image parts of the transcript's user messages, read from the
@@ -415,7 +315,7 @@ impl Runs {
     /// The prompt tokens of `body`: the engine's count when it has
     /// `/v1/tokenize` and the request is near enough the chat's line to need
     /// it, else the estimate.
-    pub(crate) async fn count(&self, model: &str, body: &Value) -> (u64, bool) {
+    pub(crate) async fn count(&self, model: &str, body: &Value, line: u64) -> (u64, bool) {
         let empty = Vec::new();
         let messages = body["messages"].as_array().unwrap_or(&empty);
         let tools = body.get("tools");
@@ -424,7 +324,6 @@ impl Runs {
         // a round trip with the whole chat. A tokenizer can find up to a
         // third more than characters/4: under half the line, no request can
         // be near it.
-        let line = self.smallest_line(model);
         if estimate < line / 2 {
             return (estimate, false);
         }
@@ -449,22 +348,6 @@ impl Runs {
             }
         }
         (estimate, false)
-    }
-
-    /// The lowest compaction line any chat on `model` has.
-    fn smallest_line(&self, model: &str) -> u64 {
-        let refused = lock(&self.inner.refused).values().copied().min();
-        let window = lock(&self.inner.windows)
-            .get(model)
-            .copied()
-            .unwrap_or(self.inner.config.context_window);
-        Window::new(
-            window,
-            self.inner.config.answer_tokens,
-            self.inner.config.compact_percent,
-            refused,
-        )
-        .line
     }
 
     /// Ends runs a crash left open (`interrupted`, text kept) and starts the
@@ -642,7 +525,7 @@ impl Runs {
                         .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
                     ctx.emit(
                         &run.conversation_id,
-                        "run.started",
+                        EventKind::RunStarted,
                         json!({"run_id": rid, "mode": run.mode, "model": run.model}),
                     )?;
                     set_state(ctx, &run.conversation_id, "running")?;
@@ -691,11 +574,6 @@ impl Runs {
                 self.end(run_id, Outcome::Stopped, None).await?;
                 return Ok(Some((origin, Outcome::Stopped)));
             }
-            if steps >= max_steps {
-                let why = format!("paused after {max_steps} model calls; Continue goes on");
-                self.end(run_id, Outcome::Paused, Some(&why)).await?;
-                return Ok(Some((origin, Outcome::Paused)));
-            }
             if slot.is_none() {
                 match self.take_slot(run_id, &mut stop).await? {
                     Ok(permit) => slot = Some(permit),
@@ -726,8 +604,11 @@ impl Runs {
                     }
                     // An answer that ended in tool calls is not continued as text.
                     let resume = match resume {
+                        // An answer that ended in tool calls, or ended whole
+                        // (a paused run's last words), is not continued as
+                        // text: the run goes on with a new step.
                         Some(mid) => Some(queries::message(ctx.conn(), &cid, &mid)?)
-                            .filter(|m| m.tool_calls.is_none()),
+                            .filter(|m| m.tool_calls.is_none() && m.status.as_deref() != Some("done")),
                         None => None,
                     };
                     let message = match resume {
@@ -737,7 +618,7 @@ impl Runs {
                                 params![rid, message.id],
                             )?;
                             let message = queries::message(ctx.conn(), &cid, &message.id)?;
-                            ctx.emit(&cid, "message.updated", json!({"message": message}))?;
+                            ctx.emit(&cid, EventKind::MessageUpdated, json!({"message": message}))?;
                             message
                         }
                         None => new_assistant_message(ctx, &cid, &rid)?,
@@ -750,7 +631,17 @@ impl Runs {
                 })
                 .await?;
 
-            let called_tools = match self.answer(&run, &conversation, &message, &mut stop).await {
+            // The last call the step limit allows gets no tools: the run
+            // pauses with the model's words on what it has, not mid-step.
+            let step = if steps >= max_steps {
+                Step::Last
+            } else {
+                Step::More
+            };
+            let called_tools = match self
+                .answer(&run, &conversation, &message, step, &mut stop)
+                .await
+            {
                 Ok(called) => called,
                 Err((outcome, error)) => {
                     self.end(run_id, outcome, error.as_deref()).await?;
@@ -763,7 +654,7 @@ impl Runs {
             // sees it ended and starts a new one).
             let rid = run_id.to_string();
             let mid = message.id.clone();
-            let more = store
+            let ended = store
                 .write(move |ctx| {
                     let run = queries::run(ctx.conn(), &rid)?;
                     ctx.conn()
@@ -771,20 +662,30 @@ impl Runs {
                     let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
                     ctx.emit(
                         &run.conversation_id,
-                        "message.updated",
+                        EventKind::MessageUpdated,
                         json!({"message": message}),
                     )?;
+                    if step == Step::Last {
+                        let why = format!("paused after {max_steps} model calls; Continue goes on");
+                        ctx.emit(
+                            &run.conversation_id,
+                            EventKind::Paused,
+                            json!({"run_id": run.id, "steps": steps, "reason": why}),
+                        )?;
+                        finish_run(ctx, &run, Outcome::Paused, Some(&why), None)?;
+                        return Ok(Some(Outcome::Paused));
+                    }
                     if called_tools
                         || !queries::waiting(ctx.conn(), &run.conversation_id)?.is_empty()
                     {
-                        return Ok(true);
+                        return Ok(None);
                     }
                     finish_run(ctx, &run, Outcome::Done, None, None)?;
-                    Ok(false)
+                    Ok(Some(Outcome::Done))
                 })
                 .await?;
-            if !more {
-                return Ok(Some((origin, Outcome::Done)));
+            if let Some(ended) = ended {
+                return Ok(Some((origin, ended)));
             }
         }
     }
@@ -813,7 +714,7 @@ impl Runs {
                 let run = queries::run(ctx.conn(), &rid)?;
                 ctx.emit(
                     &run.conversation_id,
-                    "run.queued",
+                    EventKind::RunQueued,
                     json!({"run_id": rid, "position": position}),
                 )?;
                 set_state(ctx, &run.conversation_id, "queued")?;
@@ -864,6 +765,7 @@ impl Runs {
         run: &Run,
         conversation: &Conversation,
         message: &Message,
+        step: Step,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<bool, (Outcome, Option<String>)> {
         let inner = &self.inner;
@@ -885,10 +787,10 @@ impl Runs {
         };
         loop {
             let mut request = self
-                .request(&conversation.id, &run.model, message, &text)
+                .request(&conversation.id, &run.model, message, &text, step)
                 .await
                 .map_err(store_err)?;
-            let sizes = self.window(&conversation.id, &run.model);
+            let sizes = request.window;
             if request.tokens >= sizes.line && !line_checked {
                 line_checked = true;
                 if self
@@ -897,7 +799,7 @@ impl Runs {
                     .is_some_and(|c| c.cut)
                 {
                     request = self
-                        .request(&conversation.id, &run.model, message, &text)
+                        .request(&conversation.id, &run.model, message, &text, step)
                         .await
                         .map_err(store_err)?;
                 }
@@ -918,7 +820,7 @@ impl Runs {
             }
             let mut calls = Vec::new();
             let fault = tokio::select! {
-                result = self.stream_once(&session, &request.body, run, conversation, message, &mut text, &mut streak_started, &mut calls) => {
+                result = self.stream_once(&session, &request.body, run, conversation, message, &mut text, &mut streak_started, &mut calls, sizes.window) => {
                     match result {
                         Ok(()) => return Ok(!calls.is_empty()),
                         Err(fault) => fault,
@@ -991,7 +893,7 @@ impl Runs {
             let data = json!({"run_id": run.id, "attempt": attempt, "wait_s": wait_for.as_secs_f64(), "reason": reason});
             inner
                 .store
-                .write(move |ctx| Ok(ctx.emit(&cid, "run.retrying", data).map(|_| ())?))
+                .write(move |ctx| Ok(ctx.emit(&cid, EventKind::RunRetrying, data).map(|_| ())?))
                 .await
                 .map_err(store_err)?;
             tokio::select! {
@@ -1038,6 +940,7 @@ impl Runs {
         text: &mut String,
         streak_started: &mut Option<Instant>,
         tool_calls: &mut Vec<Value>,
+        limit: u64,
     ) -> Result<(), Fault> {
         let inner = &self.inner;
         let mut stream = inner.engine.stream(session, body).await?;
@@ -1071,11 +974,7 @@ impl Runs {
                     tokens_per_second,
                     prompt_ms,
                 } => {
-                    let limit = lock(&inner.windows)
-                        .get(&run.model)
-                        .copied()
-                        .unwrap_or(inner.config.context_window);
-                    let mut data = json!({"run_id": run.id, "used": prompt + completion, "limit": limit, "completion": completion});
+                    let mut data = json!({"run_id": run.id, "model": run.model, "used": prompt + completion, "limit": limit, "completion": completion});
                     if let Some(tps) = tokens_per_second {
                         data["tokens_per_second"] = json!(tps);
                     }
@@ -1092,7 +991,7 @@ impl Runs {
                                 "UPDATE runs SET usage = ?1 WHERE id = ?2",
                                 params![usage.to_string(), rid],
                             )?;
-                            Ok(ctx.emit(&cid, "usage", data).map(|_| ())?)
+                            Ok(ctx.emit(&cid, EventKind::Usage, data).map(|_| ())?)
                         })
                         .await;
                 }
@@ -1233,7 +1132,7 @@ fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError>
         let message = insert_at_head(ctx, conversation_id, message)?;
         ctx.emit(
             conversation_id,
-            "pending.delivered",
+            EventKind::PendingDelivered,
             json!({"pending_id": pending.id, "message_id": message.id}),
         )?;
     }
@@ -1319,10 +1218,29 @@ pub fn insert_row(
     )?;
     ctx.emit(
         conversation_id,
-        "message.created",
+        EventKind::MessageCreated,
         json!({"message": message}),
     )?;
+    if message.role == "user" {
+        name_if_untitled(ctx, conversation_id, &message.text)?;
+    }
     Ok(message)
+}
+
+/// A chat with no title is named after the first line of its first user
+/// message, whoever made it: a list of "New chat"s says nothing.
+fn name_if_untitled(ctx: &mut Ctx, conversation_id: &str, text: &str) -> Result<(), ApiError> {
+    let Some(title) = crate::titles::from_message(text) else {
+        return Ok(());
+    };
+    let named = ctx.conn().execute(
+        "UPDATE conversations SET title = ?1 WHERE id = ?2 AND title = ''",
+        params![title, conversation_id],
+    )?;
+    if named > 0 {
+        announce_conversation(ctx, conversation_id)?;
+    }
+    Ok(())
 }
 
 /// Records a new run `queued` for the conversation (its task starts it).
@@ -1391,7 +1309,7 @@ pub fn finish_run(
             let message = queries::message(ctx.conn(), &run.conversation_id, mid)?;
             ctx.emit(
                 &run.conversation_id,
-                "message.updated",
+                EventKind::MessageUpdated,
                 json!({"message": message}),
             )?;
         }
@@ -1400,7 +1318,7 @@ pub fn finish_run(
     if let Some(error) = error {
         data["error"] = json!(error);
     }
-    ctx.emit(&run.conversation_id, "run.finished", data)?;
+    ctx.emit(&run.conversation_id, EventKind::RunFinished, data)?;
     set_state(ctx, &run.conversation_id, "idle")?;
     Ok(())
 }
@@ -1413,7 +1331,7 @@ pub fn announce_conversation(
     let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
     ctx.emit(
         conversation_id,
-        "conversation.updated",
+        EventKind::ConversationUpdated,
         json!({ "conversation": conversation }),
     )?;
     Ok(conversation)

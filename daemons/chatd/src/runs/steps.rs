@@ -12,6 +12,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use super::{set_state, EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
 use crate::context;
+use crate::kinds::EventKind;
 use crate::model::{Message, Run};
 use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
 use crate::store::queries::{self, Trashed};
@@ -112,11 +113,12 @@ impl Runs {
             return Ok(StepEnd::Go);
         }
         // The step's results share the room the request leaves.
-        let sizes = self.window(&run.conversation_id, &run.model);
+        let brief = self.brief(&run.conversation_id, &run.model).await?;
+        let sizes = brief.window;
         // Sized from the stored messages (a written file counted whole:
         // on the safe side) without building the request.
         let transcript = context::transcript(&history);
-        let used = self.fixed_tokens()
+        let used = brief.fixed_tokens()
             + transcript
                 .summary
                 .map_or(0, |s| s.chars().count() as u64 / 3)
@@ -415,7 +417,7 @@ impl Runs {
                     if let Some(labels) = labels {
                         event["labels"] = labels;
                     }
-                    ctx.emit(&cid, "tool.consent", event)?;
+                    ctx.emit(&cid, EventKind::ToolConsent, event)?;
                 }
                 ctx.conn()
                     .execute("UPDATE runs SET status = 'waiting' WHERE id = ?1", [&rid])?;
@@ -475,7 +477,7 @@ impl Runs {
                 )?;
                 ctx.emit(
                     &cid,
-                    "tool.consent_answered",
+                    EventKind::ToolConsentAnswered,
                     json!({"run_id": rid, "card_id": card.card_id, "call_id": call_id, "decision": "expired"}),
                 )?;
                 Ok(true)
@@ -539,7 +541,7 @@ impl Runs {
                 )?;
                 ctx.emit(
                     &cid,
-                    "tool.consent_answered",
+                    EventKind::ToolConsentAnswered,
                     json!({"run_id": run.id, "card_id": card_id, "call_id": card.call_id, "decision": decision}),
                 )?;
                 Ok(true)
@@ -727,12 +729,12 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                ctx.emit(&cid, "tool.started", started)?;
+                ctx.emit(&cid, EventKind::ToolStarted, started)?;
                 // Every call that ran without asking is on record as such.
                 if approved != Approval::User {
                     ctx.emit(
                         &cid,
-                        "tool.auto_approved",
+                        EventKind::ToolAutoApproved,
                         json!({"run_id": rid, "call_id": call_id, "name": name, "approved": approved.as_str()}),
                     )?;
                 }
@@ -788,7 +790,7 @@ impl Runs {
                 insert_tool_message(ctx, &cid, &rid, &call_id, &text, &summary, ok)?;
                 ctx.emit(
                     &cid,
-                    "tool.finished",
+                    EventKind::ToolFinished,
                     json!({"run_id": rid, "call_id": call_id, "ok": ok, "summary": summary, "bytes": bytes}),
                 )?;
                 Ok(())

@@ -306,8 +306,7 @@ impl Sandboxes {
                 installed: false,
                 runtime: None,
                 reason: Some(format!(
-                    "no container runtime answers at {socket} (QSE_SANDBOX_SOCKET): \
-                     without one, bash is not offered; see docs/sandbox.md"
+                    "no container runtime answers at {socket} (QSE_SANDBOX_SOCKET); see docs/sandbox.md"
                 )),
             },
             Err(e) => Status {

@@ -194,11 +194,15 @@ mod tests {
             jobs.push(tokio::spawn(async move {
                 store
                     .write(move |ctx| {
-                        ctx.emit("c", "usage", json!({"i": i}))?;
+                        ctx.emit("c", crate::kinds::EventKind::Usage, json!({"i": i}))?;
                         if i % 3 == 0 {
                             return Err(ApiError::bad_input("i", "a multiple of 3"));
                         }
-                        ctx.emit("c", "usage", json!({"i": i, "second": true}))?;
+                        ctx.emit(
+                            "c",
+                            crate::kinds::EventKind::Usage,
+                            json!({"i": i, "second": true}),
+                        )?;
                         Ok(())
                     })
                     .await

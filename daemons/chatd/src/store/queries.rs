@@ -8,6 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tandem_shared::http::ApiError;
 
 use crate::events::Event;
+use crate::kinds::EventKind;
 use crate::model::*;
 
 /// Whether a trashed conversation counts as found.
@@ -227,14 +228,28 @@ pub fn events_after(
     )?;
     let rows = stmt.query_map(params![conversation_id, after, limit as i64], |row| {
         let kind: String = row.get(1)?;
-        Ok(Arc::new(Event::new(
-            conversation_id.to_string(),
-            row.get(0)?,
-            intern_kind(&kind),
-            row.get(2)?,
-        )))
+        Ok((row.get::<_, i64>(0)?, kind, row.get::<_, String>(2)?))
     })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let mut events = Vec::new();
+    for row in rows {
+        let (seq, kind, data) = row?;
+        // Only kinds of `EventKind` are ever written; a row with another
+        // (a damaged file) is left out, and the device past the hole resets.
+        match EventKind::parse(&kind) {
+            Some(kind) => events.push(Arc::new(Event::new(
+                conversation_id.to_string(),
+                seq,
+                kind,
+                data,
+            ))),
+            None => tracing::error!(
+                conversation = conversation_id,
+                seq,
+                "a stored event has a kind chatd does not write; left out"
+            ),
+        }
+    }
+    Ok(events)
 }
 
 /// The oldest kept event's seq (events older than it were dropped).
@@ -242,39 +257,6 @@ pub fn first_kept_seq(conn: &Connection, conversation_id: &str) -> Result<Option
     Ok(conn
         .prepare_cached("SELECT MIN(seq) FROM events WHERE conversation_id = ?1")?
         .query_row([conversation_id], |r| r.get(0))?)
-}
-
-/// Every event kind chatd writes, so stored kinds map back to `&'static str`.
-pub const KINDS: &[&str] = &[
-    "conversation.updated",
-    "message.created",
-    "message.updated",
-    "run.queued",
-    "run.started",
-    "text.delta",
-    "reasoning.delta",
-    "tool.started",
-    "tool.finished",
-    "tool.consent",
-    "tool.auto_approved",
-    "usage",
-    "run.retrying",
-    "run.finished",
-    "pending.added",
-    "pending.updated",
-    "pending.removed",
-    "pending.delivered",
-    "compacted",
-    "cleared",
-    "reset",
-];
-
-fn intern_kind(kind: &str) -> &'static str {
-    KINDS
-        .iter()
-        .find(|k| **k == kind)
-        .copied()
-        .unwrap_or("unknown")
 }
 
 pub struct ListQuery {

@@ -188,4 +188,9 @@ ALTER TABLE consents ADD COLUMN labels TEXT;
 -- attach later; NULL on other messages and on results stored before it.
 ALTER TABLE messages ADD COLUMN summary TEXT;
 "#,
+    r#"
+-- A saved agent's model settings (the same JSON object as a chat's): a chat
+-- made with the agent takes what its own settings leave unset.
+ALTER TABLE agents ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+"#,
 ];

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::Delta;
 use crate::events::{Event, Hub};
+use crate::kinds::EventKind;
 use crate::metrics::Metrics;
 
 /// Called after the batch's commit: `Some(reason)` when the commit failed.
@@ -46,7 +47,7 @@ impl<'a> Ctx<'a> {
     pub fn emit(
         &mut self,
         conversation_id: &str,
-        kind: &'static str,
+        kind: EventKind,
         mut data: Value,
     ) -> rusqlite::Result<i64> {
         if let Value::Object(map) = &mut data {
@@ -58,7 +59,7 @@ impl<'a> Ctx<'a> {
             .prepare_cached(
                 "INSERT INTO events (conversation_id, seq, kind, data, created) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
-            .execute(params![conversation_id, seq, kind, data, self.now])?;
+            .execute(params![conversation_id, seq, kind.as_str(), data, self.now])?;
         self.events.push(Arc::new(Event::new(
             conversation_id.to_string(),
             seq,
@@ -182,9 +183,9 @@ fn commit_batch(
             Job::Stop => *stop = true,
             Job::Delta(delta) => {
                 let kind = if delta.reasoning {
-                    "reasoning.delta"
+                    EventKind::ReasoningDelta
                 } else {
-                    "text.delta"
+                    EventKind::TextDelta
                 };
                 let data = serde_json::json!({
                     "run_id": delta.run_id,

@@ -1,0 +1,279 @@
+//! What a chat's requests carry beside its messages, made afresh for each
+//! request: the system block (the person's prompt, the agent's
+//! instructions, what this chat's tools really can do), the tools offered,
+//! the model settings (the chat's over its agent's) and the window the chat
+//! plans with.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use tandem_shared::http::ApiError;
+
+use super::{lock, request_body, Request, Runs, Step};
+use crate::agents::Agent;
+use crate::config::HostExec;
+use crate::context::{self, Window};
+use crate::model::{Conversation, Message};
+use crate::permissions::Mode;
+use crate::prompt::{self, Commands, Network, Offer, Reach};
+use crate::settings::Settings;
+use crate::store::queries::{self, Trashed};
+
+/// What the last call the step limit allows is told (it gets no tools).
+const LAST_STEP: &str =
+    "# Last step\n\nThis is the last model call of this run: the step limit is \
+     reached and no tools are offered now. Answer from what you have: say what is done, what \
+     is not, and what you would do next. The person can press Continue to let you go on.";
+
+/// How long a request waits for egressd to say a chat's network.
+const NETWORK_WAIT: Duration = Duration::from_secs(2);
+
+/// A chat's requests' fixed part.
+pub(crate) struct Brief {
+    pub system: String,
+    /// The chat-completions `tools` array of what is offered.
+    pub tools: Value,
+    /// The chat's settings over its agent's.
+    pub settings: Settings,
+    pub window: Window,
+}
+
+/// What a brief is made from, read in one go.
+struct Chat {
+    conversation: Conversation,
+    agent: Option<Agent>,
+    /// A person started the chat's live run (or none runs): cards may be shown.
+    watched: bool,
+}
+
+impl Chat {
+    fn read(conn: &rusqlite::Connection, id: &str) -> Result<Chat, ApiError> {
+        Ok(Chat {
+            conversation: queries::conversation(conn, id, Trashed::Include)?,
+            agent: crate::agents::of_conversation(conn, id)?,
+            watched: queries::active_run(conn, id)?.is_none_or(|r| r.origin == "user"),
+        })
+    }
+}
+
+impl Brief {
+    /// The tokens every request of the chat starts with.
+    pub fn fixed_tokens(&self) -> u64 {
+        context::estimate(
+            &[serde_json::json!({"role": "system", "content": self.system})],
+            Some(&self.tools),
+        )
+    }
+}
+
+impl Runs {
+    /// What the engine says a model holds (`None`: it did not say).
+    pub fn model_window(&self, model: &str) -> Option<u64> {
+        lock(&self.inner.windows).get(model).copied()
+    }
+
+    /// The model's window as chatd plans with it: the engine's, else the config's.
+    fn model_window_or_default(&self, model: &str) -> u64 {
+        self.model_window(model)
+            .unwrap_or(self.inner.config.context_window)
+    }
+
+    /// The sizes a chat's requests to `model` are held to, with `settings`'
+    /// `context_size` under the model's window.
+    pub(crate) fn window_with(
+        &self,
+        conversation_id: &str,
+        model: &str,
+        settings: &Settings,
+    ) -> Window {
+        let window = settings.window(self.model_window_or_default(model));
+        let refused = lock(&self.inner.refused).get(conversation_id).copied();
+        Window::new(
+            window,
+            self.inner.config.answer_tokens,
+            self.inner.config.compact_percent,
+            refused,
+        )
+    }
+
+    /// The chat's brief for a request to `model`.
+    pub(crate) async fn brief(
+        &self,
+        conversation_id: &str,
+        model: &str,
+    ) -> Result<Brief, ApiError> {
+        let cid = conversation_id.to_string();
+        let chat = self
+            .inner
+            .store
+            .read(move |conn| Chat::read(conn, &cid))
+            .await?;
+        Ok(self.brief_of(&chat, model).await)
+    }
+
+    async fn brief_of(&self, chat: &Chat, model: &str) -> Brief {
+        let (conversation, agent) = (&chat.conversation, chat.agent.as_ref());
+        let tools = self.offered_tools(agent);
+        let names: Vec<&'static str> = self
+            .inner
+            .registry
+            .specs()
+            .iter()
+            .map(|s| s.name)
+            .filter(|n| agent.is_none_or(|a| a.grants(n)))
+            .collect();
+        let needs_network = names
+            .iter()
+            .any(|n| matches!(*n, "bash" | "web_fetch" | "web_search"));
+        let network = if needs_network {
+            self.network_of(&conversation.id, chat.watched).await
+        } else {
+            Network::Unavailable
+        };
+        let commands = if self.inner.sandboxes.is_some() {
+            Commands::Sandbox
+        } else {
+            match self.inner.config.host_exec() {
+                HostExec::Off => Commands::Nowhere,
+                HostExec::Ask => Commands::Host { asks: true },
+                HostExec::On => Commands::Host { asks: false },
+            }
+        };
+        let offer = Offer {
+            tools: names,
+            commands,
+            network,
+            writes_ask: Mode::parse(&conversation.permission_mode) == Ok(Mode::Ask),
+        };
+        let instructions = agent.map(|a| a.instructions.as_str());
+        let system = prompt::system_block(
+            conversation.settings.system_prompt.as_deref(),
+            instructions,
+            &offer,
+        );
+        let settings = match agent {
+            Some(agent) => conversation.settings.over(&agent.settings),
+            None => conversation.settings.clone(),
+        };
+        let window = self.window_with(&conversation.id, model, &settings);
+        Brief {
+            system,
+            tools,
+            settings,
+            window,
+        }
+    }
+
+    /// The chat's network as egressd says it; `Unavailable` when it does
+    /// not answer (then nothing goes out).
+    async fn network_of(&self, conversation_id: &str, watched: bool) -> Network {
+        let Some(egress) = self.inner.egress.get() else {
+            return Network::Unavailable;
+        };
+        let path = format!("/chats/{conversation_id}/egress");
+        let asked =
+            tokio::time::timeout(NETWORK_WAIT, egress.call(reqwest::Method::GET, &path, None))
+                .await;
+        let Ok(Ok((status, value))) = asked else {
+            return Network::Unavailable;
+        };
+        if !status.is_success() {
+            return Network::Unavailable;
+        }
+        let reach = |field: &str| value[field].as_str().and_then(Reach::parse);
+        match (reach("preset"), reach("ceiling")) {
+            (Some(preset), Some(ceiling)) => Network::Known {
+                preset,
+                ceiling,
+                // egressd's switch, and chatd's own rule: a card is shown
+                // only for a run a person started (runs/cards.rs).
+                cards: watched && value["cards"].as_bool().unwrap_or(true),
+            },
+            _ => Network::Unavailable,
+        }
+    }
+
+    /// The tools a chat made with `agent` is offered: those it grants.
+    fn offered_tools(&self, agent: Option<&Agent>) -> Value {
+        let all = self.inner.registry.openai_tools();
+        let Some(agent) = agent else { return all };
+        match all {
+            Value::Array(tools) => Value::Array(
+                tools
+                    .into_iter()
+                    .filter(|t| {
+                        t["function"]["name"]
+                            .as_str()
+                            .is_some_and(|n| agent.grants(n))
+                    })
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    /// The tokens left in the window after the chat's transcript, by the estimate.
+    pub async fn free_tokens(&self, conversation_id: &str, model: &str) -> Result<u64, ApiError> {
+        let history = self.head_path(conversation_id).await?;
+        let brief = self.brief(conversation_id, model).await?;
+        let messages = context::request_messages(
+            &brief.system,
+            &context::transcript(&history),
+            &|id, name, args| self.stub(id, name, args),
+            &|_| Vec::new(),
+        );
+        let used = context::estimate(&messages, Some(&brief.tools));
+        Ok(brief.window.max_request().saturating_sub(used))
+    }
+
+    /// The request for the answer `message` (its text so far as prefill),
+    /// sized by the engine's count when it has one, else by the estimate.
+    pub(crate) async fn request(
+        &self,
+        conversation_id: &str,
+        model: &str,
+        message: &Message,
+        prefill: &str,
+        step: Step,
+    ) -> Result<Request, ApiError> {
+        let cid = conversation_id.to_string();
+        let mid = message.id.clone();
+        // Its parent now: a compaction may have moved it under its summary.
+        let (history, chat) = self
+            .inner
+            .store
+            .read(move |conn| {
+                let parent = queries::message(conn, &cid, &mid)?.parent_id;
+                let history = queries::path_to(conn, &cid, parent.as_deref())?;
+                Ok((history, Chat::read(conn, &cid)?))
+            })
+            .await?;
+        let brief = self.brief_of(&chat, model).await;
+        let transcript = context::transcript(&history);
+        let images: HashMap<String, Vec<Value>> =
+            self.images_of(&transcript, model, conversation_id).await;
+        let (system, tools) = match step {
+            Step::More => (brief.system.clone(), brief.tools.clone()),
+            Step::Last => (
+                format!("{}\n\n{LAST_STEP}", brief.system),
+                Value::Array(Vec::new()),
+            ),
+        };
+        let messages = context::request_messages(
+            &system,
+            &transcript,
+            &|id, name, args| self.stub(id, name, args),
+            &|m: &Message| images.get(&m.id).cloned().unwrap_or_default(),
+        );
+        let mut body = request_body(model, messages, &tools, prefill);
+        brief.settings.apply(&mut body);
+        let (tokens, exact) = self.count(model, &body, brief.window.line).await;
+        Ok(Request {
+            body,
+            tokens,
+            exact,
+            window: brief.window,
+        })
+    }
+}
