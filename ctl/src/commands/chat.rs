@@ -71,6 +71,33 @@ pub enum ChatCommand {
         #[arg(value_parser = ["off", "registries", "all"])]
         preset: Option<String>,
     },
+    /// Show or change a chat's model settings, or the defaults new chats
+    /// start with.
+    ///
+    /// Each NAME=VALUE sets one: system_prompt (32 KiB), temperature 0-2,
+    /// top_p (0, 1], top_k >= 1, reasoning_effort none|minimal|low|medium|high,
+    /// max_tokens >= 1, context_size (the window the chat plans with, never
+    /// above the model's). NAME= with nothing after it clears one (the engine's
+    /// own default holds). What is not named stays. Every request of the chat
+    /// carries them; chatd refuses a bad value naming it and its range, and
+    /// changes nothing. Prints the settings in force.
+    ///
+    /// Example: tandem chat settings c_0123abcd temperature=0.3 reasoning_effort=low
+    /// Example: tandem chat settings --defaults max_tokens=2048
+    /// Example: tandem chat settings c_0123abcd --system-prompt-file prompt.md
+    Settings {
+        /// The chat id (none with --defaults).
+        #[arg(required_unless_present = "defaults", conflicts_with = "defaults")]
+        chat: Option<String>,
+        /// NAME=VALUE to set, NAME= to clear.
+        changes: Vec<String>,
+        /// Show or change what a new chat starts with instead.
+        #[arg(long)]
+        defaults: bool,
+        /// Read system_prompt from this file (- for stdin).
+        #[arg(long, value_name = "FILE")]
+        system_prompt_file: Option<std::path::PathBuf>,
+    },
     /// Show, start or stop a chat's sandbox container.
     ///
     /// A chat's first command starts its sandbox by itself; `start` does it
@@ -182,6 +209,40 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                     text(&rule["id"])
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        ChatCommand::Settings {
+            chat,
+            changes,
+            defaults,
+            system_prompt_file,
+        } => {
+            let path = match (defaults, chat) {
+                (true, _) => "/defaults".to_string(),
+                (false, Some(chat)) => format!("/conversations/{chat}"),
+                (false, None) => bail!("name a chat, or give --defaults"),
+            };
+            let patch =
+                crate::commands::chat_settings::patch(&changes, system_prompt_file.as_deref())?;
+            let client = Client::new()?;
+            let shown = match patch {
+                Some(patch) => {
+                    client
+                        .call(
+                            reqwest::Method::PATCH,
+                            &path,
+                            Some(json!({ "settings": patch })),
+                        )
+                        .await?
+                }
+                None => client.call(reqwest::Method::GET, &path, None).await?,
+            };
+            let settings = shown
+                .pointer("/conversation/settings")
+                .or_else(|| shown.get("settings"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            print!("{}", crate::commands::chat_settings::shown(&settings));
             Ok(ExitCode::SUCCESS)
         }
         ChatCommand::Sandbox { chat, action } => {

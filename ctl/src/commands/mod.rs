@@ -1,4 +1,5 @@
 pub mod chat;
+pub mod chat_settings;
 pub mod connector;
 pub mod doctor;
 pub mod egress;
