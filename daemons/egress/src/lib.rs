@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tandem_shared::netpolicy::Policy;
+use tandem_shared::interfaces::LivePolicy;
 use tandem_shared::shutdown::Shutdown;
 use tokio::sync::oneshot;
 
@@ -126,8 +126,8 @@ pub async fn run(
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
     let store = Arc::new(Store::open(&config.data_dir.join("egress.sqlite3"))?);
-    let own = tandem_shared::netpolicy::own_addresses().context("reading this box's addresses")?;
-    let policy = Policy::new(config.allow_ranges(), own);
+    let policy = LivePolicy::open(config.allow_ranges())
+        .context("reading this box's interfaces and watching them for changes (netlink)")?;
     // The tokens of the loopback listener come from the forward key, the
     // same chatd has (its forward.key when the secrets file has none).
     let secrets = tandem_shared::secrets::load(&config.secrets, &config.chat_data)?;

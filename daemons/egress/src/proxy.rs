@@ -10,7 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_shared::netpolicy::{self, Host, Policy};
+use tandem_shared::interfaces::LivePolicy;
+use tandem_shared::netpolicy::{self, Host};
 use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
@@ -147,10 +148,6 @@ pub enum Caller {
 /// wait at accept, so slow heads cannot use up egressd's descriptors.
 const LOOPBACK_HEADS: usize = 256;
 
-/// How often the box's own addresses are read again (an address the box
-/// gains later, a rotated IPv6 privacy address, is refused from then on).
-const OWN_REFRESH: Duration = Duration::from_secs(1);
-
 /// What every connection needs.
 pub struct Proxy {
     pub gate: Arc<Gate>,
@@ -158,14 +155,15 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     /// The forward key the loopback tokens are made from.
     pub key: Option<Secret>,
-    policy: std::sync::RwLock<(Arc<Policy>, Instant)>,
+    /// The address policy, following this box's interfaces.
+    policy: LivePolicy,
     heads: Arc<tokio::sync::Semaphore>,
 }
 
 impl Proxy {
     pub fn new(
         gate: Arc<Gate>,
-        policy: Policy,
+        policy: LivePolicy,
         audit: Arc<dyn Audit>,
         metrics: Arc<Metrics>,
         key: Option<Secret>,
@@ -175,29 +173,8 @@ impl Proxy {
             audit,
             metrics,
             key,
-            policy: std::sync::RwLock::new((Arc::new(policy), Instant::now())),
+            policy,
             heads: Arc::new(tokio::sync::Semaphore::new(LOOPBACK_HEADS)),
-        }
-    }
-
-    /// The address policy, with this box's addresses at most a second old.
-    fn policy(&self) -> Arc<Policy> {
-        let (policy, read) = {
-            let guard = self.policy.read().unwrap_or_else(|p| p.into_inner());
-            (guard.0.clone(), guard.1)
-        };
-        if read.elapsed() < OWN_REFRESH {
-            return policy;
-        }
-        match netpolicy::own_addresses() {
-            Ok(own) => {
-                let fresh = Arc::new(Policy::new(policy.allow_ranges().to_vec(), own));
-                *self.policy.write().unwrap_or_else(|p| p.into_inner()) =
-                    (fresh.clone(), Instant::now());
-                fresh
-            }
-            // The last addresses read stay in force.
-            Err(_) => policy,
         }
     }
 
@@ -371,7 +348,7 @@ impl Proxy {
             return Some(refuse(&mut client, decision, 403, why).await);
         }
         // What no rule or card can open is refused before anyone is asked.
-        let policy = self.policy();
+        let policy = self.policy.current();
         match &ask.host {
             Host::Name(name) if netpolicy::is_metadata_name(name) => {
                 let why = format!("{name} is a cloud metadata name");
@@ -429,7 +406,8 @@ impl Proxy {
             let why = format!("{} has no address", ask.host_text);
             return Some(fail(&mut client, decision, 502, &why).await);
         }
-        if let Err((ip, refusal)) = self.policy().check_all(&addresses) {
+        // The policy again: the interfaces may have changed during the lookup.
+        if let Err((ip, refusal)) = self.policy.current().check_all(&addresses) {
             decision.address = Some(ip);
             let why = format!("{ip} is {refusal}");
             return Some(refuse(&mut client, decision, 403, &why).await);
