@@ -5,7 +5,8 @@
 //! and `CONNECT`, every address a name resolves to checked by
 //! `tandem_shared::netpolicy`, the connection made to the checked address,
 //! never by a second lookup; the loopback listener serves chatd's web tools,
-//! a chat named by its token. `gate.rs` decides who may reach what (presets,
+//! a chat named by its token; `framing.rs` reads a plain request's one body
+//! length. `gate.rs` decides who may reach what (presets,
 //! rules, the administrator's settings, consent cards), `relay.rs` carries a
 //! tunnel with its idle bound, `api.rs` is the API on `egress.sock` (peer uid
 //! checked), `store.rs` keeps presets, rules and the audit in egress.sqlite3,
@@ -13,6 +14,7 @@
 
 pub mod api;
 pub mod config;
+pub mod framing;
 pub mod gate;
 pub mod metrics;
 pub mod nft;

@@ -16,6 +16,7 @@ use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 
+use crate::framing;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::relay;
@@ -343,6 +344,9 @@ impl Proxy {
         let _slot = slot;
         decision.host = ask.host_text.clone();
         decision.port = ask.port;
+        if let Some(why) = &ask.malformed {
+            return Some(refuse(&mut client, decision, 400, why).await);
+        }
         // The origin would serve what the Host header says, not what was checked.
         if let Some(why) = &ask.mismatch {
             return Some(refuse(&mut client, decision, 403, why).await);
@@ -536,6 +540,9 @@ struct Ask {
     /// Why the request is refused whatever the chat may reach (a `Host`
     /// header that names another host than the URL).
     mismatch: Option<String>,
+    /// Why the request is malformed although its host could be read (a body
+    /// length that could be read two ways): a 400.
+    malformed: Option<String>,
 }
 
 /// Reads up to the blank line that ends a request head; what came after it
@@ -603,6 +610,7 @@ fn parse(head: &[u8]) -> Result<Ask, String> {
             body_length: 0,
             proxy_auth,
             mismatch: None,
+            malformed: None,
         });
     }
     let Some(after) = target.strip_prefix("http://") else {
@@ -633,25 +641,12 @@ fn parse(head: &[u8]) -> Result<Ask, String> {
             ));
         }
     }
-    // The body is passed on by its length; a chunked body cannot be told
-    // apart from a second request without decoding it, so it is refused.
-    let mut body_length = 0u64;
-    for h in request.headers.iter() {
-        if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err("a chunked request body is not passed on plain HTTP: send a Content-Length, or use https (CONNECT)".into());
-        }
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let text = String::from_utf8_lossy(h.value);
-            let length: u64 = text
-                .trim()
-                .parse()
-                .map_err(|_| format!("Content-Length {text:?} is not a number"))?;
-            if body_length != 0 && body_length != length {
-                return Err("two Content-Length headers that disagree".into());
-            }
-            body_length = length;
-        }
-    }
+    // The body is passed on by its one length; any other framing is a 400
+    // once the host is known (for the audit row).
+    let (body_length, malformed) = match framing::body_length(request.headers) {
+        Ok(length) => (length, None),
+        Err(why) => (0, Some(why)),
+    };
     let mut forward = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
     for h in request.headers.iter() {
         let name = h.name.to_ascii_lowercase();
@@ -677,6 +672,7 @@ fn parse(head: &[u8]) -> Result<Ask, String> {
         body_length,
         proxy_auth,
         mismatch,
+        malformed,
     })
 }
 

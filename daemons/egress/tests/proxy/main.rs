@@ -1,6 +1,9 @@
 //! The proxy over real sockets: a chat's unix socket in, real TCP out to an
 //! origin on 127.0.0.2 that the test's allow-range opens (the one way an
 //! administrator opens a range); everything else on loopback stays refused.
+//! `framing`: how a plain request's body length may be written.
+
+mod framing;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
