@@ -6,9 +6,9 @@
 //! `tandem_shared::netpolicy`, the connection made to the checked address,
 //! never by a second lookup; the loopback listener serves chatd's web tools,
 //! a chat named by its token; `framing.rs` reads a plain request's one body
-//! length. `gate.rs` decides who may reach what (presets,
-//! rules, the administrator's settings, consent cards), `relay.rs` carries a
-//! tunnel with its idle bound, `api.rs` is the API on `egress.sock` (peer uid
+//! length. `gate.rs` decides who may reach what (presets, rules, the
+//! administrator's settings, consent cards), `relay.rs` carries a tunnel
+//! with its idle bound, `api.rs` is the API on `egress.sock` (peer uid
 //! checked), `store.rs` keeps presets, rules and the audit in egress.sqlite3,
 //! `nft.rs` builds the nftables rules that keep the sandbox user to egressd.
 
