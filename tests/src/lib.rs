@@ -2,7 +2,8 @@
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
 //! `sandboxbench` and `triggerbench`; 11 in `connectorbench`; 12 in
-//! `webbench`), and headless Chromium for the web page's tests (`browser`).
+//! `webbench`), headless Chromium for the web page's tests (`browser`), and
+//! a little internet in network namespaces for egressd's (`netlab`).
 
 pub mod browser;
 pub mod chunked;
@@ -13,6 +14,7 @@ pub mod egressbench;
 pub mod fakebot;
 pub mod fakeslack;
 pub mod harness;
+pub mod netlab;
 pub mod procstat;
 pub mod sandboxbench;
 pub mod sim;

@@ -40,7 +40,8 @@ pub struct EgressConfig {
     pub registries: Vec<String>,
     /// Ports a request may name.
     pub ports: Vec<u16>,
-    /// Address ranges the administrator opens although their class is refused (CIDR).
+    /// Address ranges the administrator opens although their class or this
+    /// box's own network refuses them (CIDR).
     pub allow_ranges: Vec<String>,
     /// Days audit rows are kept.
     pub audit_days: u64,

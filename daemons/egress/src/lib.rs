@@ -5,14 +5,16 @@
 //! and `CONNECT`, every address a name resolves to checked by
 //! `tandem_shared::netpolicy`, the connection made to the checked address,
 //! never by a second lookup; the loopback listener serves chatd's web tools,
-//! a chat named by its token. `gate.rs` decides who may reach what (presets,
-//! rules, the administrator's settings, consent cards), `relay.rs` carries a
-//! tunnel with its idle bound, `api.rs` is the API on `egress.sock` (peer uid
+//! a chat named by its token; `framing.rs` reads a plain request's one body
+//! length. `gate.rs` decides who may reach what (presets, rules, the
+//! administrator's settings, consent cards), `relay.rs` carries a tunnel
+//! with its idle bound, `api.rs` is the API on `egress.sock` (peer uid
 //! checked), `store.rs` keeps presets, rules and the audit in egress.sqlite3,
 //! `nft.rs` builds the nftables rules that keep the sandbox user to egressd.
 
 pub mod api;
 pub mod config;
+pub mod framing;
 pub mod gate;
 pub mod metrics;
 pub mod nft;
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tandem_shared::netpolicy::Policy;
+use tandem_shared::interfaces::LivePolicy;
 use tandem_shared::shutdown::Shutdown;
 use tokio::sync::oneshot;
 
@@ -126,8 +128,8 @@ pub async fn run(
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
     let store = Arc::new(Store::open(&config.data_dir.join("egress.sqlite3"))?);
-    let own = tandem_shared::netpolicy::own_addresses().context("reading this box's addresses")?;
-    let policy = Policy::new(config.allow_ranges(), own);
+    let policy = LivePolicy::open(config.allow_ranges())
+        .context("reading this box's interfaces and watching them for changes (netlink)")?;
     // The tokens of the loopback listener come from the forward key, the
     // same chatd has (its forward.key when the secrets file has none).
     let secrets = tandem_shared::secrets::load(&config.secrets, &config.chat_data)?;

@@ -10,11 +10,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_shared::netpolicy::{self, Host, Policy};
+use tandem_shared::interfaces::LivePolicy;
+use tandem_shared::netpolicy::{self, Host};
 use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 
+use crate::framing;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::relay;
@@ -149,10 +151,6 @@ pub enum Caller {
 /// wait at accept, so slow heads cannot use up egressd's descriptors.
 const LOOPBACK_HEADS: usize = 256;
 
-/// How often the box's own addresses are read again (an address the box
-/// gains later, a rotated IPv6 privacy address, is refused from then on).
-const OWN_REFRESH: Duration = Duration::from_secs(1);
-
 /// What every connection needs.
 pub struct Proxy {
     pub gate: Arc<Gate>,
@@ -160,14 +158,15 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     /// The forward key the loopback tokens are made from.
     pub key: Option<Secret>,
-    policy: std::sync::RwLock<(Arc<Policy>, Instant)>,
+    /// The address policy, following this box's interfaces.
+    policy: LivePolicy,
     heads: Arc<tokio::sync::Semaphore>,
 }
 
 impl Proxy {
     pub fn new(
         gate: Arc<Gate>,
-        policy: Policy,
+        policy: LivePolicy,
         audit: Arc<dyn Audit>,
         metrics: Arc<Metrics>,
         key: Option<Secret>,
@@ -177,29 +176,8 @@ impl Proxy {
             audit,
             metrics,
             key,
-            policy: std::sync::RwLock::new((Arc::new(policy), Instant::now())),
+            policy,
             heads: Arc::new(tokio::sync::Semaphore::new(LOOPBACK_HEADS)),
-        }
-    }
-
-    /// The address policy, with this box's addresses at most a second old.
-    fn policy(&self) -> Arc<Policy> {
-        let (policy, read) = {
-            let guard = self.policy.read().unwrap_or_else(|p| p.into_inner());
-            (guard.0.clone(), guard.1)
-        };
-        if read.elapsed() < OWN_REFRESH {
-            return policy;
-        }
-        match netpolicy::own_addresses() {
-            Ok(own) => {
-                let fresh = Arc::new(Policy::new(policy.allow_ranges().to_vec(), own));
-                *self.policy.write().unwrap_or_else(|p| p.into_inner()) =
-                    (fresh.clone(), Instant::now());
-                fresh
-            }
-            // The last addresses read stay in force.
-            Err(_) => policy,
         }
     }
 
@@ -368,12 +346,15 @@ impl Proxy {
         let _slot = slot;
         decision.host = ask.host_text.clone();
         decision.port = ask.port;
+        if let Some(why) = &ask.malformed {
+            return Some(refuse(&mut client, decision, 400, why).await);
+        }
         // The origin would serve what the Host header says, not what was checked.
         if let Some(why) = &ask.mismatch {
             return Some(refuse(&mut client, decision, 403, why).await);
         }
         // What no rule or card can open is refused before anyone is asked.
-        let policy = self.policy();
+        let policy = self.policy.current();
         match &ask.host {
             Host::Name(name) if netpolicy::is_metadata_name(name) => {
                 let why = format!("{name} is a cloud metadata name");
@@ -431,7 +412,8 @@ impl Proxy {
             let why = format!("{} has no address", ask.host_text);
             return Some(fail(&mut client, decision, 502, &why).await);
         }
-        if let Err((ip, refusal)) = self.policy().check_all(&addresses) {
+        // The policy again: the interfaces may have changed during the lookup.
+        if let Err((ip, refusal)) = self.policy.current().check_all(&addresses) {
             decision.address = Some(ip);
             let why = format!("{ip} is {refusal}");
             return Some(refuse(&mut client, decision, 403, &why).await);
@@ -560,6 +542,9 @@ struct Ask {
     /// Why the request is refused whatever the chat may reach (a `Host`
     /// header that names another host than the URL).
     mismatch: Option<String>,
+    /// Why the request is malformed although its host could be read (a body
+    /// length that could be read two ways): a 400.
+    malformed: Option<String>,
 }
 
 /// Reads up to the blank line that ends a request head; what came after it
@@ -627,6 +612,7 @@ fn parse(head: &[u8]) -> Result<Ask, String> {
             body_length: 0,
             proxy_auth,
             mismatch: None,
+            malformed: None,
         });
     }
     let Some(after) = target.strip_prefix("http://") else {
@@ -657,25 +643,12 @@ fn parse(head: &[u8]) -> Result<Ask, String> {
             ));
         }
     }
-    // The body is passed on by its length; a chunked body cannot be told
-    // apart from a second request without decoding it, so it is refused.
-    let mut body_length = 0u64;
-    for h in request.headers.iter() {
-        if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err("a chunked request body is not passed on plain HTTP: send a Content-Length, or use https (CONNECT)".into());
-        }
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let text = String::from_utf8_lossy(h.value);
-            let length: u64 = text
-                .trim()
-                .parse()
-                .map_err(|_| format!("Content-Length {text:?} is not a number"))?;
-            if body_length != 0 && body_length != length {
-                return Err("two Content-Length headers that disagree".into());
-            }
-            body_length = length;
-        }
-    }
+    // The body is passed on by its one length; any other framing is a 400
+    // once the host is known (for the audit row).
+    let (body_length, malformed) = match framing::body_length(request.headers) {
+        Ok(length) => (length, None),
+        Err(why) => (0, Some(why)),
+    };
     let mut forward = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
     for h in request.headers.iter() {
         let name = h.name.to_ascii_lowercase();
@@ -701,6 +674,7 @@ fn parse(head: &[u8]) -> Result<Ask, String> {
         body_length,
         proxy_auth,
         mismatch,
+        malformed,
     })
 }
 

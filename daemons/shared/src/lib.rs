@@ -9,6 +9,7 @@ pub mod db;
 pub mod docker;
 pub mod fsmode;
 pub mod http;
+pub mod interfaces;
 pub mod logging;
 pub mod metrics;
 pub mod netpolicy;

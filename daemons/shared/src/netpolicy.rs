@@ -13,15 +13,16 @@
 //!    [`METADATA_V4`] and [`METADATA_V6`], also when embedded in IPv6 (see
 //!    below). The metadata *names* ([`METADATA_NAMES`], [`is_metadata_name`])
 //!    are for the caller to test before it resolves a name.
-//! 2. An administrator's **allow-ranges** open what they contain, against
-//!    every class below (the one way to open e.g. 203.0.113.0/24 in tests).
+//! 2. **This box's own addresses** ([`Interfaces::read`]): every address of
+//!    every interface, never opened either. Addresses the box is reached by
+//!    without having them on an interface (a cloud's 1:1 NAT public address)
+//!    are not known here.
+//! 3. An administrator's **allow-ranges** open what they contain, against
+//!    every rule below (the one way to open e.g. 203.0.113.0/24 in tests).
 //!    A range opens an address it contains itself; an IPv6 address that
 //!    carries an IPv4 one is, in step 4, judged by that IPv4 address under the
 //!    same policy, so a range of IPv4 addresses also opens their mapped, 6to4,
 //!    NAT64, Teredo and ISATAP forms.
-//! 3. **This box's own addresses** ([`own_addresses`]): every address of every
-//!    interface. Addresses the box is reached by without having them on an
-//!    interface (a cloud's 1:1 NAT public address) are not known here.
 //! 4. **Address classes** ([`classify`]): loopback, RFC 1918, CGNAT, link-local,
 //!    ULA, multicast, broadcast, unspecified, 0.0.0.0/8, 192.0.0.0/24, the
 //!    documentation ranges (192.0.2/24, 198.51.100/24, 203.0.113/24,
@@ -44,6 +45,12 @@
 //!    IPv4 address it is reported as `Embedded { via: "compatible" }`, with a
 //!    public one as `Reserved`.
 //!
+//! 5. **This box's own networks** ([`Interfaces::read`]): every address on
+//!    the network of one of the box's interfaces (its address and netmask),
+//!    where the LAN's neighbours are, public addresses or not. Last, so an
+//!    address keeps its more specific class (127.0.0.2 is loopback,
+//!    192.168.1.7 on a home LAN private).
+//!
 //! The boundaries stay open: 172.15.255.255, 172.32.0.0, 100.63.255.255 and
 //! 100.128.0.0 are public.
 
@@ -52,6 +59,9 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+pub use crate::interfaces::Interfaces;
+use crate::interfaces::Network;
 
 /// Why an address may not be reached. [`Refusal::kind`] is the audit row's
 /// reason, the `Display` text the proxy's one line to the command.
@@ -92,6 +102,9 @@ pub enum Refusal {
     Metadata,
     /// An address of one of this box's interfaces.
     ThisBox,
+    /// An address on the network of one of this box's interfaces: a LAN
+    /// neighbour, whatever its class.
+    OwnNetwork { net: IpNet, interface: String },
     /// An IPv4 address carried in an IPv6 one, refused for `why`.
     Embedded {
         /// "mapped", "compatible", "6to4", "NAT64", "Teredo" or "ISATAP".
@@ -122,6 +135,7 @@ impl Refusal {
             Refusal::SiteLocal => "site_local",
             Refusal::Metadata => "metadata",
             Refusal::ThisBox => "this_box",
+            Refusal::OwnNetwork { .. } => "own_network",
             Refusal::Embedded { .. } => "embedded",
         }
     }
@@ -147,6 +161,13 @@ impl fmt::Display for Refusal {
             Refusal::SiteLocal => "a site-local (fec0::/10) address",
             Refusal::Metadata => "a cloud metadata address",
             Refusal::ThisBox => "an address of this box",
+            Refusal::OwnNetwork { net, interface } => {
+                return write!(
+                    f,
+                    "a neighbour on this box's own network {net} (interface {interface}), \
+                     which only the administrator's allow_ranges opens"
+                );
+            }
             Refusal::Embedded { via, inner, why } => {
                 return write!(
                     f,
@@ -313,21 +334,24 @@ pub fn classify(ip: IpAddr) -> Option<Refusal> {
 }
 
 /// What the proxy checks every address against: the classes, an
-/// administrator's allow-ranges and this box's own addresses. Built once at
-/// start (and again when the box's addresses are read anew); cheap to share.
+/// administrator's allow-ranges and this box's own addresses and networks.
+/// Built at start and again when the box's interfaces change
+/// ([`crate::interfaces::LivePolicy`]); cheap to share.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     allow_ranges: Vec<IpNet>,
     own: HashSet<IpAddr>,
+    networks: Vec<Network>,
 }
 
 impl Policy {
     /// `allow_ranges` from the administrator's config; `own` usually from
-    /// [`own_addresses`].
-    pub fn new(allow_ranges: Vec<IpNet>, own: Vec<IpAddr>) -> Policy {
+    /// [`Interfaces::read`].
+    pub fn new(allow_ranges: Vec<IpNet>, own: Interfaces) -> Policy {
         Policy {
             allow_ranges,
-            own: own.into_iter().collect(),
+            own: own.addresses.into_iter().collect(),
+            networks: own.networks,
         }
     }
 
@@ -338,9 +362,8 @@ impl Policy {
 
     /// Whether `ip` may be connected to. Metadata and this box's own
     /// addresses first (never opened), then the allow-ranges (open), then the
-    /// classes;
-    /// an IPv6 address carrying an IPv4 one is refused if this policy refuses
-    /// that IPv4 address.
+    /// classes, then this box's networks; an IPv6 address carrying an IPv4
+    /// one is refused if this policy refuses that IPv4 address.
     pub fn check(&self, ip: IpAddr) -> Result<(), Refusal> {
         if let Some(refusal) = metadata_refusal(ip) {
             return Err(refusal);
@@ -357,6 +380,18 @@ impl Policy {
         if self.allow_ranges.iter().any(|net| net.contains(&ip)) {
             return Ok(());
         }
+        self.check_class(ip)?;
+        match self.networks.iter().find(|n| n.net.contains(&ip)) {
+            Some(n) => Err(Refusal::OwnNetwork {
+                net: n.net,
+                interface: n.interface.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The address classes; an embedded IPv4 address by the whole policy.
+    fn check_class(&self, ip: IpAddr) -> Result<(), Refusal> {
         match ip {
             IpAddr::V4(v4) => match V4_CLASSES.iter().find(|(net, _)| net.contains(&v4)) {
                 Some((_, refusal)) => Err(refusal.clone()),
@@ -397,27 +432,6 @@ impl Policy {
         }
         Ok(())
     }
-}
-
-/// Every address of every interface of this box (getifaddrs), each once.
-pub fn own_addresses() -> std::io::Result<Vec<IpAddr>> {
-    let mut out = Vec::new();
-    for ifaddr in nix::ifaddrs::getifaddrs()? {
-        let Some(address) = ifaddr.address else {
-            continue;
-        };
-        let ip = if let Some(sin) = address.as_sockaddr_in() {
-            IpAddr::V4(sin.ip())
-        } else if let Some(sin6) = address.as_sockaddr_in6() {
-            IpAddr::V6(sin6.ip())
-        } else {
-            continue;
-        };
-        if !out.contains(&ip) {
-            out.push(ip);
-        }
-    }
-    Ok(out)
 }
 
 /// What a request names: an address, or a name to resolve.
@@ -872,7 +886,7 @@ mod tests {
                 net("169.254.0.0/16"),
                 net("fc00::/7"),
             ],
-            vec![],
+            Interfaces::default(),
         );
         for addr in [
             "169.254.169.254",
@@ -929,7 +943,7 @@ mod tests {
 
     #[test]
     fn netpolicy_allow_range_opens_only_what_it_contains() {
-        let policy = Policy::new(vec![net("203.0.113.0/24")], vec![]);
+        let policy = Policy::new(vec![net("203.0.113.0/24")], Interfaces::default());
         assert_eq!(policy.check(ip("203.0.113.7")), Ok(()));
         assert_eq!(policy.check(ip("::ffff:203.0.113.7")), Ok(()));
         assert_eq!(policy.check(ip("64:ff9b::203.0.113.7")), Ok(()));
@@ -947,7 +961,11 @@ mod tests {
 
     #[test]
     fn netpolicy_own_addresses_are_this_box() {
-        let policy = Policy::new(vec![], vec![ip("8.8.4.4"), ip("2606:4700::1")]);
+        let own = |addresses: &[&str]| Interfaces {
+            addresses: addresses.iter().map(|a| ip(a)).collect(),
+            networks: vec![],
+        };
+        let policy = Policy::new(vec![], own(&["8.8.4.4", "2606:4700::1"]));
         assert_eq!(policy.check(ip("8.8.4.4")), Err(Refusal::ThisBox));
         assert_eq!(policy.check(ip("2606:4700::1")), Err(Refusal::ThisBox));
         assert_eq!(
@@ -961,7 +979,7 @@ mod tests {
         assert_eq!(policy.check(ip("8.8.8.8")), Ok(()));
         assert_eq!(classify(ip("8.8.4.4")), None);
         // An allow-range never opens the box itself (a test network's own end).
-        let opened = Policy::new(vec![net("8.8.4.0/24")], vec![ip("8.8.4.4")]);
+        let opened = Policy::new(vec![net("8.8.4.0/24")], own(&["8.8.4.4"]));
         assert_eq!(opened.check(ip("8.8.4.4")), Err(Refusal::ThisBox));
         assert_eq!(opened.check(ip("8.8.4.5")), Ok(()));
     }
@@ -982,14 +1000,6 @@ mod tests {
             policy.check_all(&[ip("1.1.1.1"), ip("::1")]),
             Err((ip("::1"), Refusal::Loopback))
         );
-    }
-
-    #[test]
-    fn netpolicy_own_addresses_include_loopback() {
-        let own = own_addresses().unwrap();
-        assert!(own.contains(&ip("127.0.0.1")), "{own:?}");
-        let policy = Policy::new(vec![], own);
-        assert_eq!(policy.check(ip("127.0.0.1")), Err(Refusal::ThisBox));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The proxy over real sockets: a chat's unix socket in, real TCP out to an
 //! origin on 127.0.0.2 that the test's allow-range opens (the one way an
 //! administrator opens a range); everything else on loopback stays refused.
+//! `framing`: how a plain request's body length may be written.
+
+mod framing;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +12,7 @@ use egressd::gate::{CardEvent, Gate};
 use egressd::metrics::Metrics;
 use egressd::proxy::{Audit, Decision, Preset, Proxy, Settings};
 use egressd::store::Store;
-use tandem_shared::netpolicy::Policy;
+use tandem_shared::interfaces::LivePolicy;
 use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
@@ -103,8 +106,7 @@ async fn setup(preset: Preset, change: impl FnOnce(&mut Settings)) -> Setup {
     let store = Arc::new(Store::open(&dir.path().join("egress.sqlite3")).unwrap());
     let gate = Gate::new(s, store).unwrap();
     gate.set_chat("c_test", preset, true).unwrap();
-    let own = tandem_shared::netpolicy::own_addresses().unwrap();
-    let policy = Policy::new(vec!["127.0.0.2/32".parse().unwrap()], own);
+    let policy = LivePolicy::open(vec!["127.0.0.2/32".parse().unwrap()]).unwrap();
     let log = Arc::new(Log::default());
     let proxy = Arc::new(Proxy::new(
         gate.clone(),
