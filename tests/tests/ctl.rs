@@ -643,6 +643,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "attach"],
         &["chat", "consent"],
         &["chat", "egress"],
+        &["chat", "settings"],
         &["chat", "sandbox"],
         &["sandbox"],
         &["sandbox", "build"],
@@ -827,6 +828,48 @@ async fn chat_send_streams_and_rides_out_a_chatd_restart() {
         String::from_utf8_lossy(&sent.stdout).trim_end(),
         tandem_tests::harness::sim_answer(5).trim_end()
     );
+    // Its settings from the terminal: set, shown, cleared; a bad one refused.
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let listed = chatd.client().get("/conversations").await.unwrap();
+    let chat = listed.body["conversations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let set = b.tandem_env(
+        &[
+            "chat",
+            "settings",
+            &chat,
+            "temperature=0.3",
+            "reasoning_effort=low",
+        ],
+        &env,
+    );
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(
+        text(&set).contains("temperature       0.3"),
+        "{}",
+        text(&set)
+    );
+    let bad = b.tandem_env(&["chat", "settings", &chat, "top_p=2"], &env);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(text(&bad).contains("settings.top_p"), "{}", text(&bad));
+    let cleared = b.tandem_env(&["chat", "settings", &chat, "temperature="], &env);
+    assert!(
+        !text(&cleared).contains("temperature"),
+        "{}",
+        text(&cleared)
+    );
+    assert!(
+        text(&cleared).contains("reasoning_effort  low"),
+        "{}",
+        text(&cleared)
+    );
+    let defaults = b.tandem_env(&["chat", "settings", "defaults", "max_tokens=77"], &env);
+    assert!(defaults.status.success(), "{}", text(&defaults));
+    let caps = chatd.client().get("/capabilities").await.unwrap();
+    assert_eq!(caps.body["defaults"]["settings"]["max_tokens"], 77);
+
     // The chat it made is named after the message, not left untitled.
     let listed = chatd.client().get("/conversations").await.unwrap();
     assert_eq!(

@@ -72,7 +72,7 @@ pub enum ChatCommand {
         preset: Option<String>,
     },
     /// Show or change a chat's model settings, or the defaults new chats
-    /// start with.
+    /// start with (`defaults` for the chat).
     ///
     /// Each NAME=VALUE sets one: system_prompt (32 KiB), temperature 0-2,
     /// top_p (0, 1], top_k >= 1, reasoning_effort none|minimal|low|medium|high,
@@ -83,17 +83,13 @@ pub enum ChatCommand {
     /// changes nothing. Prints the settings in force.
     ///
     /// Example: tandem chat settings c_0123abcd temperature=0.3 reasoning_effort=low
-    /// Example: tandem chat settings --defaults max_tokens=2048
+    /// Example: tandem chat settings defaults max_tokens=2048
     /// Example: tandem chat settings c_0123abcd --system-prompt-file prompt.md
     Settings {
-        /// The chat id (none with --defaults).
-        #[arg(required_unless_present = "defaults", conflicts_with = "defaults")]
-        chat: Option<String>,
+        /// The chat id, or `defaults` for what a new chat starts with.
+        chat: String,
         /// NAME=VALUE to set, NAME= to clear.
         changes: Vec<String>,
-        /// Show or change what a new chat starts with instead.
-        #[arg(long)]
-        defaults: bool,
         /// Read system_prompt from this file (- for stdin).
         #[arg(long, value_name = "FILE")]
         system_prompt_file: Option<std::path::PathBuf>,
@@ -214,13 +210,11 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
         ChatCommand::Settings {
             chat,
             changes,
-            defaults,
             system_prompt_file,
         } => {
-            let path = match (defaults, chat) {
-                (true, _) => "/defaults".to_string(),
-                (false, Some(chat)) => format!("/conversations/{chat}"),
-                (false, None) => bail!("name a chat, or give --defaults"),
+            let path = match chat.as_str() {
+                "defaults" => "/defaults".to_string(),
+                chat => format!("/conversations/{chat}"),
             };
             let patch =
                 crate::commands::chat_settings::patch(&changes, system_prompt_file.as_deref())?;
