@@ -72,7 +72,8 @@ pub enum ChatCommand {
         preset: Option<String>,
     },
     /// Show or change a chat's model settings, or the defaults new chats
-    /// start with (`defaults` for the chat).
+    /// start with
+    /// (the chat `defaults`).
     ///
     /// Each NAME=VALUE sets one: system_prompt (32 KiB), temperature 0-2,
     /// top_p (0, 1], top_k >= 1, reasoning_effort none|minimal|low|medium|high,
@@ -82,9 +83,13 @@ pub enum ChatCommand {
     /// carries them; chatd refuses a bad value naming it and its range, and
     /// changes nothing. Prints the settings in force.
     ///
-    /// Example: tandem chat settings c_0123abcd temperature=0.3 reasoning_effort=low
-    /// Example: tandem chat settings defaults max_tokens=2048
-    /// Example: tandem chat settings c_0123abcd --system-prompt-file prompt.md
+    /// Examples:
+    ///
+    ///   tandem chat settings c_0123abcd temperature=0.3 reasoning_effort=low
+    ///
+    ///   tandem chat settings defaults max_tokens=2048
+    ///
+    ///   tandem chat settings c_0123abcd --system-prompt-file prompt.md
     Settings {
         /// The chat id, or `defaults` for what a new chat starts with.
         chat: String,
