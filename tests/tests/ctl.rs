@@ -1134,3 +1134,31 @@ async fn chat_start_front_serves_the_page_and_keeps_the_address() {
     let stopped = b.tandem(&["chat", "stop"]);
     assert!(stopped.status.success(), "{}", text(&stopped));
 }
+
+/// The operator script passes every argument on to `tandem chat`
+/// (`ops/chatd.sh start --front ADDR` works), and refuses other verbs.
+#[test]
+fn ops_chatd_sh_passes_every_argument_on() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/chatd.sh");
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let help = run(&["start", "--help"]);
+    assert!(help.status.success(), "{}", text(&help));
+    assert!(text(&help).contains("--front <ADDR>"), "{}", text(&help));
+    let logs = run(&["logs", "--help"]);
+    assert!(logs.status.success(), "{}", text(&logs));
+    let bad = run(&["explode"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("usage: chatd.sh"), "{}", text(&bad));
+}
