@@ -718,6 +718,14 @@ impl EventStream {
     }
 }
 
+/// The run id of a send's (or continue's) 202 answer.
+pub fn run_id(sent: &Value) -> anyhow::Result<String> {
+    Ok(sent["run_id"]
+        .as_str()
+        .with_context(|| format!("no run_id in {sent}"))?
+        .to_string())
+}
+
 /// The canonical answer of `n` tokens from the simulator.
 pub fn sim_answer(n: usize) -> String {
     (0..n).map(|i| format!("w{i} ")).collect()

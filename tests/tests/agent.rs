@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{tool_results, wait_until, Chatd, Client, Sim, SseEvent};
+use tandem_tests::harness::{run_id, tool_results, wait_until, Chatd, Client, Sim, SseEvent};
 
 const QUICK: Duration = Duration::from_secs(20);
 const LONG: Duration = Duration::from_secs(240);
@@ -33,13 +33,6 @@ async fn chat(client: &Client, chatd: &Chatd, mode: &str) -> anyhow::Result<(Str
     let workspace = chatd.data_dir().join("workspaces").join(&id);
     std::fs::create_dir_all(&workspace)?;
     Ok((id, workspace))
-}
-
-fn run_id(sent: &Value) -> anyhow::Result<String> {
-    Ok(sent["run_id"]
-        .as_str()
-        .with_context(|| format!("no run_id in {sent}"))?
-        .to_string())
 }
 
 fn call(name: &str, arguments: Value) -> Value {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 use tandem_tests::harness::{
-    metric, sim_answer, wait_until, Chatd, Client, EventStream, Sim, SseEvent, FORWARD_KEY,
+    metric, run_id, sim_answer, wait_until, Chatd, Client, EventStream, Sim, SseEvent, FORWARD_KEY,
 };
 
 /// A generous bound for anything that should take well under a second.
@@ -34,13 +34,6 @@ async fn start_with(
 /// A message whose text carries a sim cue with a unique id.
 fn cued(words: &str, cue: &str, id: &str) -> String {
     format!("{words} [sim {cue} id={id}]")
-}
-
-fn run_id(sent: &Value) -> anyhow::Result<String> {
-    Ok(sent["run_id"]
-        .as_str()
-        .with_context(|| format!("no run_id in {sent}"))?
-        .to_string())
 }
 
 /// The text of message `id` in a snapshot's transcript.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use reqwest::Method;
 use serde_json::{json, Value};
-use tandem_tests::harness::{tool_results, wait_until, Chatd, Client, Egressd, Sim};
+use tandem_tests::harness::{run_id, tool_results, wait_until, Chatd, Client, Egressd, Sim};
 
 const QUICK: Duration = Duration::from_secs(20);
 
@@ -26,13 +26,6 @@ async fn start(env: &[(&str, &str)]) -> anyhow::Result<(Sim, Chatd, Client)> {
     })
     .await?;
     Ok((sim, chatd, client))
-}
-
-fn run_id(sent: &Value) -> anyhow::Result<String> {
-    Ok(sent["run_id"]
-        .as_str()
-        .with_context(|| format!("no run_id in {sent}"))?
-        .to_string())
 }
 
 async fn create(client: &Client, body: Value) -> anyhow::Result<String> {

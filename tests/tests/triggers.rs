@@ -11,7 +11,7 @@ use anyhow::Context;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
-use tandem_tests::harness::{metric, wait_until, Chatd, Client, Sim, FORWARD_KEY};
+use tandem_tests::harness::{metric, run_id, wait_until, Chatd, Client, Sim, FORWARD_KEY};
 
 const QUICK: Duration = Duration::from_secs(20);
 
@@ -20,13 +20,6 @@ async fn start(env: &[(&str, &str)]) -> anyhow::Result<(Sim, Chatd, Client)> {
     let chatd = Chatd::start(&sim.url(), env).await?;
     let client = chatd.client();
     Ok((sim, chatd, client))
-}
-
-fn run_id(sent: &Value) -> anyhow::Result<String> {
-    Ok(sent["run_id"]
-        .as_str()
-        .with_context(|| format!("no run_id in {sent}"))?
-        .to_string())
 }
 
 async fn metrics_text(chatd: &Chatd) -> anyhow::Result<String> {
