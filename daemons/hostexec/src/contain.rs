@@ -98,10 +98,17 @@ pub fn open_beneath(dir: &OwnedFd, rel: &Path) -> nix::Result<OwnedFd> {
     Ok(at)
 }
 
-/// Opens a configured folder: its own last part is never a link (the
-/// folders above it are the operator's).
+/// Opens a folder whose own last part is never a link (the folders above
+/// it are the operator's).
 pub fn open_folder(path: &Path) -> nix::Result<OwnedFd> {
     nix::fcntl::open(path, dir_flags(), Mode::empty())
+}
+
+/// Opens chatd's data folder as configured, a link to it included (it may
+/// live on another disk): the folders below it are walked without links.
+pub fn open_chat_data(path: &Path) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    nix::fcntl::open(path, flags, Mode::empty())
 }
 
 /// Whether `a` is `b` or below it.
@@ -119,7 +126,7 @@ fn make_view(view: &View) -> Result<(), String> {
     // Nothing mounted here reaches the machine's namespace, or back.
     nix::mount::mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
         .map_err(|e| format!("making the call's mounts private: {e}"))?;
-    let data = open_folder(&view.chat_data)
+    let data = open_chat_data(&view.chat_data)
         .map_err(|e| format!("opening {}: {e}", view.chat_data.display()))?;
     let beneath = |path: &Path| -> Result<OwnedFd, String> {
         let rel = path

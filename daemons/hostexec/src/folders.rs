@@ -20,7 +20,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::config::HostexecConfig;
-use crate::contain::{open_beneath, open_folder};
+use crate::contain::{open_beneath, open_chat_data, open_folder};
 use crate::keeper::RunAs;
 
 /// The most entries a lending walk hands over (a bigger tree keeps the rest
@@ -177,7 +177,7 @@ pub fn ready(
     run_as: Option<&RunAs>,
     owner: Owner,
 ) -> Result<Ready, Unready> {
-    let data = open_folder(&config.chat_data).map_err(|e| {
+    let data = open_chat_data(&config.chat_data).map_err(|e| {
         Unready::Unusable(format!(
             "chatd's data folder {} cannot be opened: {e}",
             config.chat_data.display()
@@ -233,7 +233,7 @@ pub fn ready(
             (path, fd)
         }
     };
-    let (home, repaired) = ready_home(config, &data, chat, run_as)?;
+    let (home, repaired) = ready_home(config, &data, chat, run_as, owner)?;
     if let Some(user) = run_as {
         let to = Owner {
             uid: user.uid,
@@ -256,30 +256,27 @@ fn ready_home(
     data: &OwnedFd,
     chat: &str,
     run_as: Option<&RunAs>,
+    owner: Owner,
 ) -> Result<(PathBuf, Option<String>), Unready> {
+    // Commands reach their home through their own view (`contain.rs`), so
+    // the folders above it need not let them pass: made (0700) for chatd's
+    // user, whose sandboxes use `homes/<chat>/` too, and otherwise left as
+    // they are.
+    let for_chatd = run_as.map(|_| owner);
     let homes_path = config.chat_data.join("homes");
-    let Some(homes) = folder_in(data, "homes", None)? else {
+    let Some(homes) = folder_in(data, "homes", for_chatd)? else {
         return Err(Unready::Unusable(not_a_folder(
             &homes_path,
             kind_at(data, "homes"),
         )));
     };
-    // Commands reach their home through their own view (`contain.rs`): the
-    // folders above it are hostexecd's alone.
-    nix::sys::stat::fchmod(homes.as_fd(), Mode::from_bits_truncate(0o700))?;
     let scratch_path = homes_path.join(chat);
-    let Some(scratch) = folder_in(&homes, chat, None)? else {
+    let Some(scratch) = folder_in(&homes, chat, for_chatd)? else {
         return Err(Unready::Unusable(not_a_folder(
             &scratch_path,
             kind_at(&homes, chat),
         )));
     };
-    let me = Owner {
-        uid: nix::unistd::geteuid().as_raw(),
-        gid: nix::unistd::getegid().as_raw(),
-    };
-    chown_fd(&scratch, me)?;
-    nix::sys::stat::fchmod(scratch.as_fd(), Mode::from_bits_truncate(0o700))?;
     let mut repaired = None;
     let mut kept_file = false;
     match kind_at(&scratch, "home") {
@@ -358,7 +355,7 @@ pub fn give_back(config: &HostexecConfig, workspace: &Path, owner: Owner) {
         let fd = workspace
             .strip_prefix(&config.chat_data)
             .map_err(|_| Errno::EINVAL)
-            .and_then(|rel| open_beneath(&open_folder(&config.chat_data)?, rel));
+            .and_then(|rel| open_beneath(&open_chat_data(&config.chat_data)?, rel));
         (fd, Kind::Own)
     };
     match fd {
@@ -519,6 +516,21 @@ mod tests {
         check(Some("/box/chat/workspaces/c_1/.."), Err("neither"));
         check(Some("workspaces/c_1"), Err("neither"));
         check(Some("/etc"), Err("/box/shared"));
+    }
+
+    #[test]
+    fn chatd_data_folder_may_be_a_link_to_another_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("disk")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("disk"), dir.path().join("chat")).unwrap();
+        let c = config(dir.path());
+        let me = Owner {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        };
+        let ready = ready(&c, "c_1", Kind::Own, None, me).unwrap();
+        assert!(dir.path().join("disk/workspaces/c_1").is_dir());
+        assert!(ready.home.is_dir());
     }
 
     #[test]
