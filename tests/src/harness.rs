@@ -864,6 +864,9 @@ pub struct Hostexecd {
     /// The uid hostexecd itself runs as when a test gave one (a plain
     /// user, as under its user unit); calls then go through curl as it.
     pub as_uid: Option<u32>,
+    /// A command hostexecd is started under (e.g. `setpriv` taking a
+    /// capability away); empty: none.
+    pub launcher: Vec<String>,
 }
 
 /// One call of `POST /exec` read to its end.
@@ -907,8 +910,22 @@ impl Hostexecd {
             chat_data,
             dir,
             as_uid: None,
+            launcher: Vec::new(),
         };
         hx.write_config(extra)?;
+        hx.spawn()?;
+        hx.wait_healthy().await?;
+        Ok(hx)
+    }
+
+    /// Starts hostexecd under `launcher` (its arguments before hostexecd's
+    /// path) with `extra` lines in `[hostexec]`.
+    pub async fn start_launched(launcher: &[&str], extra: &str) -> anyhow::Result<Hostexecd> {
+        let mut hx = Hostexecd::start(extra).await?;
+        if let Some(mut child) = hx.child.take() {
+            terminate(&mut child, Duration::from_secs(5));
+        }
+        hx.launcher = launcher.iter().map(|a| a.to_string()).collect();
         hx.spawn()?;
         hx.wait_healthy().await?;
         Ok(hx)
@@ -933,6 +950,7 @@ impl Hostexecd {
             chat_data,
             dir,
             as_uid: Some(uid),
+            launcher: Vec::new(),
         };
         hx.write_config(extra)?;
         hx.spawn()?;
@@ -966,7 +984,14 @@ impl Hostexecd {
             .append(true)
             .open(self.dir.path().join("hostexecd.log"))?;
         use std::os::unix::process::CommandExt;
-        let mut command = Command::new(bin_dir().join("hostexecd"));
+        let mut command = match self.launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin_dir().join("hostexecd"));
+                c
+            }
+            None => Command::new(bin_dir().join("hostexecd")),
+        };
         if let Some(uid) = self.as_uid {
             command.uid(uid).gid(uid);
         }

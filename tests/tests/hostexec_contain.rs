@@ -259,6 +259,40 @@ async fn what_an_earlier_hostexecd_left_is_swept_at_start() {
     );
 }
 
+/// Containment that cannot be made refuses the call: hostexecd as root
+/// without CAP_SYS_ADMIN cannot make namespaces, and no command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_cannot_be_contained_is_refused_and_nothing_runs() {
+    assert!(
+        Hostexecd::as_root(),
+        "this test takes a capability from hostexecd as root: run the tests as root, as CI does"
+    );
+    let hx = Hostexecd::start_launched(
+        &[
+            "setpriv",
+            "--bounding-set=-sys_admin",
+            "--inh-caps=-sys_admin",
+            "--",
+        ],
+        "",
+    )
+    .await
+    .unwrap();
+    let run = hx
+        .exec("c_bare", "echo ran > ran.txt; echo ran", None, QUICK)
+        .await
+        .unwrap();
+    let end = finished(&run);
+    assert_eq!(run.output(), "", "{run:?}");
+    assert_eq!(end["exit_code"], Value::Null, "{end}");
+    let error = end["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the command was not run: its containment could not be made"),
+        "{end}"
+    );
+    assert!(!hx.workspace("c_bare").join("ran.txt").exists());
+}
+
 /// chatd makes its data folder 0700 (no o+x): commands still reach their
 /// workspace and home (their view is their own), and hostexecd starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
