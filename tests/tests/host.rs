@@ -287,9 +287,10 @@ async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostexecd_down_is_said_plainly() -> anyhow::Result<()> {
-    let s = start("on", &[]).await?;
+    let mut s = start("on", &[]).await?;
     let chat = s.client.create_chat_in("auto").await?;
-    drop(s.hostexecd);
+    // Stopped, its folder kept: chatd's data folder is in it.
+    s.hostexecd.sigterm(QUICK)?;
     s.sim
         .faults(json!([bash_call("echo hi"), {"tokens": 2}]))
         .await?;

@@ -941,6 +941,7 @@ async fn a_stopped_keeper_still_ends_its_call_when_hostexecd_dies() {
     let _g = shared().await;
     let mut hx = Hostexecd::start("").await.unwrap();
     let m = marker();
+    let _left = tandem_tests::harness::KillLeftovers(m.clone());
     let mut stream = hx
         .exec_open(
             "c_kold",
@@ -960,6 +961,15 @@ async fn a_stopped_keeper_still_ends_its_call_when_hostexecd_dies() {
     .unwrap();
     let keeper = keeper_of(hx.pid().unwrap());
     sigstop(keeper);
+    // Stopped, not just sent the signal: the kernel continues only a group
+    // that holds a stopped process when it is orphaned.
+    wait_until("the keeper to stop", QUICK, || async {
+        std::fs::read_to_string(format!("/proc/{keeper}/stat"))
+            .is_ok_and(|s| s.contains(") T "))
+            .then_some(())
+    })
+    .await
+    .unwrap();
     hx.kill9();
     drop(stream);
     none_left_within(&m, Duration::from_secs(2)).await;

@@ -48,7 +48,7 @@ pub fn bash_spec() -> ToolSpec {
             folder the file tools and uploads/ see: what it writes there they read), with HOME a \
             private folder of the chat's beside it. No isolation from the machine: it runs as \
             the box's user (or the one hostexecd is set to run commands as), with only PATH, \
-            HOME, LANG and TZ set; it sees no other chat's files or processes. It has a time \
+            HOME, LANG and TZ set. It has a time \
             limit (timeout_s, 120 by default, 1800 at most) and 64 KiB of output; past either, \
             it and everything it started are killed. Nothing it starts outlives it. The result \
             gives the output, how it ended and the files it created, changed or deleted in the \

@@ -303,9 +303,9 @@ fn init(spec: &Spec, go: OwnedFd, report: OwnedFd, nproc: u64) -> ! {
     }
     drop(go);
     if let Err(why) = crate::contain::mount_proc() {
-        // As a plain user the kernel refuses a /proc of our own where parts
-        // of the machine's are masked (systemd's ProtectKernelTunables=):
-        // the machine's stays; the PID namespace still holds the call.
+        // As a plain user the kernel refuses a /proc of our own where no
+        // /proc of the machine is fully visible (files hidden under other
+        // mounts): the machine's stays; the PID namespace still holds the call.
         if spec.namespaces == Namespaces::AsRoot {
             tell(&Report {
                 error: Some(format!("the command was not run: {why}")),
