@@ -852,9 +852,9 @@ impl Drop for Egressd {
 }
 
 /// hostexecd as a real process: its data, socket and the chats' folders in
-/// one temp folder (0711, so the user commands run as can reach the
-/// scratch folders). Run as root (as the tests are here), it is given
-/// `run_as = "nobody"` unless `extra` names another.
+/// one temp folder (0711, so the user commands run as can pass it). Run as
+/// root (as the tests are here), it is given `run_as = "nobody"` unless
+/// `extra` names another.
 pub struct Hostexecd {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
