@@ -860,15 +860,21 @@ impl Drop for Egressd {
 }
 
 /// hostexecd as a real process: its data, socket and the chats' folders in
-/// one temp folder (0711, so the user commands run as can reach the
-/// scratch folders). Run as root (as the tests are here), it is given
-/// `run_as = "nobody"` unless `extra` names another.
+/// one temp folder (0711, so the user commands run as can pass it). Run as
+/// root (as the tests are here), it is given `run_as = "nobody"` unless
+/// `extra` names another.
 pub struct Hostexecd {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub config: PathBuf,
     pub chat_data: PathBuf,
+    /// The uid hostexecd itself runs as when a test gave one (a plain
+    /// user, as under its user unit); calls then go through curl as it.
+    pub as_uid: Option<u32>,
+    /// A command hostexecd is started under (e.g. `setpriv` taking a
+    /// capability away); empty: none.
+    pub launcher: Vec<String>,
 }
 
 /// One call of `POST /exec` read to its end.
@@ -911,8 +917,58 @@ impl Hostexecd {
             config: dir.path().join("tandem.toml"),
             chat_data,
             dir,
+            as_uid: None,
+            launcher: Vec::new(),
         };
-        let run_as = if Hostexecd::as_root() && !extra.contains("run_as") {
+        hx.write_config(extra)?;
+        hx.spawn()?;
+        hx.wait_healthy().await?;
+        Ok(hx)
+    }
+
+    /// Starts hostexecd under `launcher` (its arguments before hostexecd's
+    /// path) with `extra` lines in `[hostexec]`.
+    pub async fn start_launched(launcher: &[&str], extra: &str) -> anyhow::Result<Hostexecd> {
+        let mut hx = Hostexecd::start(extra).await?;
+        if let Some(mut child) = hx.child.take() {
+            terminate(&mut child, Duration::from_secs(5));
+        }
+        hx.launcher = launcher.iter().map(|a| a.to_string()).collect();
+        hx.spawn()?;
+        hx.wait_healthy().await?;
+        Ok(hx)
+    }
+
+    /// Starts hostexecd as the plain user `uid` (its folders given to it),
+    /// as the user unit runs it: commands run as that user, in a user
+    /// namespace of the call's own. Needs root (to start it as `uid`).
+    pub async fn start_as(uid: u32, extra: &str) -> anyhow::Result<Hostexecd> {
+        let dir = tempfile::tempdir()?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        let chat_data = dir.path().join("chat");
+        std::fs::create_dir_all(&chat_data)?;
+        for d in [dir.path(), chat_data.as_path()] {
+            std::os::unix::fs::chown(d, Some(uid), Some(uid))?;
+        }
+        let mut hx = Hostexecd {
+            child: None,
+            socket: dir.path().join("run/hostexec.sock"),
+            config: dir.path().join("tandem.toml"),
+            chat_data,
+            dir,
+            as_uid: Some(uid),
+            launcher: Vec::new(),
+        };
+        hx.write_config(extra)?;
+        hx.spawn()?;
+        hx.wait_healthy().await?;
+        Ok(hx)
+    }
+
+    fn write_config(&self, extra: &str) -> anyhow::Result<()> {
+        let hx = self;
+        let run_as = if Hostexecd::as_root() && hx.as_uid.is_none() && !extra.contains("run_as") {
             "run_as = \"nobody\"\n"
         } else {
             ""
@@ -926,9 +982,7 @@ impl Hostexecd {
                 hx.socket.display(),
             ),
         )?;
-        hx.spawn()?;
-        hx.wait_healthy().await?;
-        Ok(hx)
+        Ok(())
     }
 
     /// Starts the binary with this config; returns at once.
@@ -937,8 +991,23 @@ impl Hostexecd {
             .create(true)
             .append(true)
             .open(self.dir.path().join("hostexecd.log"))?;
-        let child = Command::new(bin_dir().join("hostexecd"))
+        use std::os::unix::process::CommandExt;
+        let mut command = match self.launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin_dir().join("hostexecd"));
+                c
+            }
+            None => Command::new(bin_dir().join("hostexecd")),
+        };
+        if let Some(uid) = self.as_uid {
+            command.uid(uid).gid(uid);
+        }
+        let child = command
             .args(["--config", &self.config.to_string_lossy()])
+            // A group of its own, as under a shell or a supervisor: a test
+            // may kill the whole group without killing itself.
+            .process_group(0)
             .current_dir(self.dir.path())
             .env_clear()
             .env("HOME", self.dir.path())
@@ -961,7 +1030,14 @@ impl Hostexecd {
                     bail!("hostexecd exited ({status}):\n{}", self.log());
                 }
             }
-            if let Ok((200, _)) = self.call("GET", "/health", None).await {
+            let healthy = match self.as_uid {
+                Some(_) => self
+                    .curl("GET", "/health", None)
+                    .await
+                    .is_ok_and(|(s, _)| s == 200),
+                None => matches!(self.call("GET", "/health", None).await, Ok((200, _))),
+            };
+            if healthy {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -1006,6 +1082,28 @@ impl Hostexecd {
         }
     }
 
+    /// SIGKILL to hostexecd's whole process group (`kill -9 -<pgid>`, as a
+    /// shell job or a supervisor would), and the exit waited for.
+    pub fn kill9_group(&mut self) -> anyhow::Result<()> {
+        let pid = self.pid().context("hostexecd is not running")?;
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        self.wait_exit(Duration::from_secs(5))?;
+        Ok(())
+    }
+
+    /// The workspace of an own chat: the command's working folder.
+    pub fn workspace(&self, chat: &str) -> PathBuf {
+        self.chat_data.join("workspaces").join(chat)
+    }
+
+    /// The chat's HOME, beside its workspace.
+    pub fn home(&self, chat: &str) -> PathBuf {
+        self.chat_data.join("homes").join(chat).join("home")
+    }
+
     /// SIGTERM, and the exit waited for.
     pub fn sigterm(&mut self, bound: Duration) -> anyhow::Result<std::process::ExitStatus> {
         let pid = self.pid().context("hostexecd is not running")?;
@@ -1041,6 +1139,69 @@ impl Hostexecd {
         Ok((status, value))
     }
 
+    /// One call through `curl` as the uid hostexecd runs as (`start_as`):
+    /// the status and the body's text.
+    pub async fn curl(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, String)> {
+        let uid = self
+            .as_uid
+            .context("hostexecd runs as this process's user")?;
+        let mut command = tokio::process::Command::new("setpriv");
+        command
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "curl",
+                "-sS",
+                "-N",
+                "--max-time",
+                "30",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+                "--unix-socket",
+            ])
+            .arg(&self.socket)
+            .args(["-X", method]);
+        if let Some(body) = body {
+            command.args([
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &body.to_string(),
+            ]);
+        }
+        let out = command
+            .arg(format!("http://hostexecd{path}"))
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').context("curl's output")?;
+        Ok((status.trim().parse().unwrap_or(0), body.to_string()))
+    }
+
+    /// `POST /exec` through `curl` (`start_as`), read to its end.
+    pub async fn curl_exec(&self, chat: &str, command: &str) -> anyhow::Result<ExecRun> {
+        let body = json!({"chat_id": chat, "command": command});
+        let (status, text) = self.curl("POST", "/exec", Some(body)).await?;
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        Ok(ExecRun {
+            status,
+            body: events.last().cloned().unwrap_or(Value::Null),
+            events,
+        })
+    }
+
     /// `POST /exec`, the response left open (to read as it comes).
     pub async fn exec_open(
         &self,
@@ -1073,7 +1234,34 @@ impl Hostexecd {
         timeout_s: Option<u64>,
         bound: Duration,
     ) -> anyhow::Result<ExecRun> {
-        let mut stream = self.exec_open(chat, command, timeout_s).await?;
+        let stream = self.exec_open(chat, command, timeout_s).await?;
+        Hostexecd::read_run(stream, bound).await
+    }
+
+    /// `POST /exec` in the workspace `workspace` (the shared one), read to its end.
+    pub async fn exec_in(
+        &self,
+        chat: &str,
+        workspace: &Path,
+        command: &str,
+        bound: Duration,
+    ) -> anyhow::Result<ExecRun> {
+        let body = json!({"chat_id": chat, "command": command, "workspace": workspace});
+        let response = self
+            .client()?
+            .post("http://hostexecd/exec")
+            .json(&body)
+            .send()
+            .await?;
+        let stream = ExecStream {
+            status: response.status().as_u16(),
+            response,
+            buffer: Vec::new(),
+        };
+        Hostexecd::read_run(stream, bound).await
+    }
+
+    async fn read_run(mut stream: ExecStream, bound: Duration) -> anyhow::Result<ExecRun> {
         if stream.status != 200 {
             let body = stream.response.json().await.unwrap_or(Value::Null);
             return Ok(ExecRun {
@@ -1149,6 +1337,68 @@ impl Drop for Hostexecd {
                 "---- hostexecd log ----\n{}\n---- end of hostexecd log ----",
                 self.log()
             );
+        }
+    }
+}
+
+/// Pids whose command line (or, for a process whose main thread exited,
+/// one of its threads' command lines) holds `marker`; never this process.
+pub fn pids_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        // Zombies have an empty command line; so has a process whose main
+        // thread exited while others run: their own command lines tell.
+        let mut texts = vec![cmdline];
+        if texts[0].is_empty() {
+            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+                for task in tasks.flatten() {
+                    texts.extend(std::fs::read(task.path().join("cmdline")));
+                }
+            }
+        }
+        if texts.iter().any(|t| {
+            String::from_utf8_lossy(t)
+                .replace('\0', " ")
+                .contains(marker)
+        }) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Kills what a failed test left with `marker` in its command line, so a
+/// regression does not leave processes on the machine (dropped at the end
+/// of a test, passed or not).
+pub struct KillLeftovers(pub String);
+
+impl Drop for KillLeftovers {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let left = pids_with(&self.0);
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

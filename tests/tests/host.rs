@@ -1,5 +1,6 @@
 //! chatd's `bash` tool with the real hostexecd: a command runs on this
-//! machine and its result says how it ended and what it saved; `host_exec`
+//! machine in the chat's workspace (the files it was given, the files the
+//! file tools see) and its result says how it ended and what it saved; `host_exec`
 //! decides whether it is offered and whether a card asks first ("Run this
 //! command on this machine?"), a card not answered in time expires, a stop
 //! kills the command, and hostexecd down is said plainly.
@@ -20,14 +21,25 @@ struct Setup {
 }
 
 /// hostexecd (as `nobody` when the tests run as root), then chatd using it
-/// with `host_exec` and the extra environment.
+/// with `host_exec` and the extra environment; both keep the chats in the
+/// same data folder, as on a box.
 async fn start(host_exec: &str, env: &[(&str, &str)]) -> anyhow::Result<Setup> {
-    let hostexecd = Hostexecd::start("").await?;
+    start_with("", host_exec, env).await
+}
+
+async fn start_with(
+    hostexec_extra: &str,
+    host_exec: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Setup> {
+    let hostexecd = Hostexecd::start(hostexec_extra).await?;
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
     let socket = hostexecd.socket.to_string_lossy().to_string();
+    let chat_data = hostexecd.chat_data.to_string_lossy().to_string();
     let mut all = vec![
         ("QSE_HOSTEXEC_SOCKET", socket.as_str()),
         ("QSE_CHATS_HOST_EXEC", host_exec),
+        ("QSE_CHAT_DATA", chat_data.as_str()),
     ];
     all.extend_from_slice(env);
     let chatd = Chatd::start(&sim.url(), &all).await?;
@@ -221,13 +233,7 @@ async fn an_unanswered_host_card_expires_and_a_late_answer_is_410() -> anyhow::R
         .await?;
     assert_eq!(late.status, 410, "{late:?}");
     assert_eq!(late.body["error"]["type"], "consent_expired");
-    assert!(!s
-        .hostexecd
-        .chat_data
-        .join("homes")
-        .join(&chat)
-        .join("home/never.txt")
-        .exists());
+    assert!(!s.hostexecd.workspace(&chat).join("never.txt").exists());
     Ok(())
 }
 
@@ -281,9 +287,10 @@ async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostexecd_down_is_said_plainly() -> anyhow::Result<()> {
-    let s = start("on", &[]).await?;
+    let mut s = start("on", &[]).await?;
     let chat = s.client.create_chat_in("auto").await?;
-    drop(s.hostexecd);
+    // Stopped, its folder kept: chatd's data folder is in it.
+    s.hostexecd.sigterm(QUICK)?;
     s.sim
         .faults(json!([bash_call("echo hi"), {"tokens": 2}]))
         .await?;
@@ -294,6 +301,91 @@ async fn hostexecd_down_is_said_plainly() -> anyhow::Result<()> {
         results[0].contains("hostexecd is not running")
             && results[0].contains("tandem hostexec start"),
         "{results:?}"
+    );
+    Ok(())
+}
+
+/// The chat's own files, with a message's attachment among them.
+async fn send_with_notes(client: &Client, chat: &str, lines: usize) -> anyhow::Result<String> {
+    let notes: String = (1..=lines).map(|i| format!("note {i}\n")).collect();
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({"text": "count my notes", "attachments": [{"name": "notes.md", "text": notes}]}),
+        )
+        .await?;
+    anyhow::ensure!(sent.status == 202, "send answered {sent:?}");
+    run_of(&sent.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_bash_works_in_the_chats_own_files() -> anyhow::Result<()> {
+    let s = start("on", &[]).await?;
+    let chat = s.client.create_chat_in("auto").await?;
+    s.sim
+        .faults(json!([
+            bash_call("wc -l uploads/notes.md; echo \"made by bash\" > made.txt; echo mine > ~/private; pwd"),
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "made.txt"}}]},
+            {"tokens": 2}
+        ]))
+        .await?;
+    let run = send_with_notes(&s.client, &chat, 7).await?;
+    let record = finished(&s.client, &chat, &run).await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let results = tool_results(&s.client.snapshot(&chat).await?);
+    assert_eq!(results.len(), 2, "{results:?}");
+    let workspace = s.hostexecd.workspace(&chat);
+    assert!(results[0].contains("7 uploads/notes.md"), "{}", results[0]);
+    assert!(
+        results[0].contains(&format!("{}\n", workspace.display())),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[0].contains("[files in the workspace: created made.txt]"),
+        "{}",
+        results[0]
+    );
+    assert!(results[1].contains("made by bash"), "{}", results[1]);
+    // HOME is the chat's own, beside the workspace, not in it.
+    assert!(!workspace.join("private").exists());
+    assert!(s.hostexecd.home(&chat).join("private").exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_chats_host_bash_works_in_the_shared_workspace() -> anyhow::Result<()> {
+    let shared = tempfile::tempdir()?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o711))?;
+    let workspace = shared.path().join("workspace");
+    let ws = workspace.to_string_lossy().to_string();
+    let s = start_with(
+        &format!("shared_workspace = \"{ws}\"\n"),
+        "on",
+        &[("QSE_SHARED_WORKSPACE", ws.as_str())],
+    )
+    .await?;
+    let made = s
+        .client
+        .post(
+            "/conversations",
+            json!({"workspace": "shared", "permission_mode": "auto"}),
+        )
+        .await?;
+    anyhow::ensure!(made.status == 201, "create answered {made:?}");
+    let chat = made.body["id"].as_str().context("chat id")?.to_string();
+    s.sim
+        .faults(json!([bash_call("pwd; echo shared > from-bash.txt"), {"tokens": 2}]))
+        .await?;
+    let run = run_of(&s.client.send(&chat, "go").await?)?;
+    assert_eq!(finished(&s.client, &chat, &run).await?["status"], "done");
+    let results = tool_results(&s.client.snapshot(&chat).await?);
+    assert!(results[0].starts_with(&format!("{ws}\n")), "{results:?}");
+    assert!(results[0].contains("created from-bash.txt"), "{results:?}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("from-bash.txt"))?,
+        "shared\n"
     );
     Ok(())
 }

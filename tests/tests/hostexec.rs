@@ -56,37 +56,7 @@ async fn three_sleeps(
 
 /// Pids whose command line holds `marker`.
 fn with_marker(marker: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    let me = std::process::id() as i32;
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        // Zombies have an empty command line; so has a process whose main
-        // thread exited while others run: their own command lines tell.
-        let mut texts = vec![cmdline];
-        if texts[0].is_empty() {
-            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-                for task in tasks.flatten() {
-                    texts.extend(std::fs::read(task.path().join("cmdline")));
-                }
-            }
-        }
-        if texts.iter().any(|t| {
-            String::from_utf8_lossy(t)
-                .replace('\0', " ")
-                .contains(marker)
-        }) {
-            found.push(pid);
-        }
-    }
-    found
+    tandem_tests::harness::pids_with(marker)
 }
 
 async fn none_left_within(marker: &str, bound: Duration) {
@@ -106,7 +76,7 @@ fn finished(run: &tandem_tests::harness::ExecRun) -> &Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_environment_is_exactly_four_variables_in_the_scratch_folder() {
+async fn the_environment_is_exactly_four_variables_in_the_workspace() {
     let _g = shared().await;
     let hx = Hostexecd::start("").await.unwrap();
     let run = hx
@@ -114,7 +84,8 @@ async fn the_environment_is_exactly_four_variables_in_the_scratch_folder() {
             "c_env",
             "tr '\\0' '\\n' < /proc/$$/environ | sort; echo --; env | sort; \
              echo cwd=$(pwd); echo uid=$(id -u); \
-             ulimit -c; echo saved > out.txt; echo kept > home/note; echo err >&2",
+             ulimit -c; echo saved > out.txt; mkdir notes; echo kept > notes/a; \
+             echo private > ~/note; echo err >&2",
             None,
             QUICK,
         )
@@ -126,8 +97,8 @@ async fn the_environment_is_exactly_four_variables_in_the_scratch_folder() {
     assert_eq!(run.events[0]["event"], "started");
     assert_eq!(run.events[0]["call_id"], end["call_id"]);
     let out = run.output();
-    let scratch = hx.chat_data.join("homes/c_env");
-    let home = format!("HOME={}", scratch.join("home").display());
+    let workspace = hx.workspace("c_env");
+    let home = format!("HOME={}", hx.home("c_env").display());
     let given = vec![
         home.as_str(),
         "LANG=C.UTF-8",
@@ -149,26 +120,34 @@ async fn the_environment_is_exactly_four_variables_in_the_scratch_folder() {
         .partition(|l| l.starts_with("PWD=") || l.starts_with("SHLVL=") || l.starts_with("_="));
     assert_eq!(rest, given, "{out}");
     assert_eq!(bash_own.len(), 3, "{out}");
-    assert!(out.contains(&format!("cwd={}", scratch.display())), "{out}");
+    assert!(
+        out.contains(&format!("cwd={}", workspace.display())),
+        "{out}"
+    );
     assert!(out.contains("\n0\n"), "core files are off: {out}");
     assert!(out.contains("err\n"), "stderr is in the output: {out}");
     if Hostexecd::as_root() {
         assert!(out.contains("uid=65534"), "{out}");
     }
-    assert_eq!(end["changes"]["created"], json!(["home/note", "out.txt"]));
+    // The workspace's changes; the home is not listed.
+    assert_eq!(
+        end["changes"]["created"],
+        json!(["notes/", "notes/a", "out.txt"])
+    );
     assert_eq!(end["changes"]["more"], 0);
     assert_eq!(end["bytes"].as_u64().unwrap(), out.len() as u64);
     // A second call sees the file changed and deleted.
     let run = hx
-        .exec("c_env", "echo more >> out.txt; rm home/note", None, QUICK)
+        .exec("c_env", "echo more >> out.txt; rm notes/a", None, QUICK)
         .await
         .unwrap();
     let end = finished(&run);
     assert_eq!(end["changes"]["changed"], json!(["out.txt"]));
-    assert_eq!(end["changes"]["deleted"], json!(["home/note"]));
+    assert_eq!(end["changes"]["deleted"], json!(["notes/a"]));
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&scratch).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o700);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&workspace), 0o700);
+    assert_eq!(mode(&hx.home("c_env")), 0o700);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -954,11 +933,15 @@ async fn a_stopped_keeper_does_not_hold_a_stop_and_its_processes_go() {
     assert_eq!(run.output(), "fine\n");
 }
 
+/// A keeper stopped by someone, then hostexecd killed: the keeper's process
+/// group is orphaned with a stopped process in it, so the kernel continues
+/// it (SIGHUP, SIGCONT) and it ends its call; the restart writes the row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_ends_a_stopped_old_keeper_with_all_below_it() {
+async fn a_stopped_keeper_still_ends_its_call_when_hostexecd_dies() {
     let _g = shared().await;
     let mut hx = Hostexecd::start("").await.unwrap();
     let m = marker();
+    let _left = tandem_tests::harness::KillLeftovers(m.clone());
     let mut stream = hx
         .exec_open(
             "c_kold",
@@ -978,24 +961,28 @@ async fn a_restart_ends_a_stopped_old_keeper_with_all_below_it() {
     .unwrap();
     let keeper = keeper_of(hx.pid().unwrap());
     sigstop(keeper);
-    // hostexecd dies; the stopped keeper cannot act on its SIGTERM.
+    // Stopped, not just sent the signal: the kernel continues only a group
+    // that holds a stopped process when it is orphaned.
+    wait_until("the keeper to stop", QUICK, || async {
+        std::fs::read_to_string(format!("/proc/{keeper}/stat"))
+            .is_ok_and(|s| s.contains(") T "))
+            .then_some(())
+    })
+    .await
+    .unwrap();
     hx.kill9();
     drop(stream);
-    assert!(
-        with_marker(&m).len() >= 3,
-        "the stopped keeper still holds them"
-    );
+    none_left_within(&m, Duration::from_secs(2)).await;
     hx.spawn().unwrap();
     hx.wait_healthy().await.unwrap();
-    none_left_within(&m, Duration::from_secs(2)).await;
+    let (_, body) = hx.call("GET", "/audit?chat=c_kold", None).await.unwrap();
+    assert_eq!(body["audit"][0]["killed_by"], "restart", "{body}");
     assert!(
         std::fs::read_to_string(format!("/proc/{keeper}/stat"))
             .map(|s| s.contains(") Z "))
             .unwrap_or(true),
         "the old keeper is gone"
     );
-    let (_, body) = hx.call("GET", "/audit?chat=c_kold", None).await.unwrap();
-    assert_eq!(body["audit"][0]["killed_by"], "restart", "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1008,9 +995,10 @@ async fn a_symlinked_homes_folder_is_refused_and_its_target_left_alone() {
     std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::symlink(&elsewhere, hx.chat_data.join("homes")).unwrap();
     let run = hx.exec("c_link", "true", None, QUICK).await.unwrap();
-    assert_eq!(run.status, 500, "{run:?}");
+    assert_eq!(run.status, 409, "{run:?}");
+    assert_eq!(run.body["error"]["type"], "workspace_unusable", "{run:?}");
     let message = run.body["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("is a symbolic link"), "{run:?}");
+    assert!(message.contains("homes is a symbolic link"), "{run:?}");
     let mode = std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o755, "the link's target was not touched");
     assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());

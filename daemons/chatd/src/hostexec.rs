@@ -1,8 +1,10 @@
 //! The `bash` tool on this machine, through hostexecd: the call goes to
-//! hostexecd's socket, its output comes back as it is made, and the result
-//! the model reads says how the command ended (exit code, the time limit,
-//! the output limit, a stop) and which files it saved. Dropping the request
-//! (a stop, chatd's shutdown) makes hostexecd kill the command's whole tree.
+//! hostexecd's socket with the chat's workspace (the command's working
+//! folder), its output comes back as it is made, and the result the model
+//! reads says how the command ended (exit code, the time limit, the output
+//! limit, a stop) and which files it saved in the workspace. Dropping the
+//! request (a stop, chatd's shutdown) makes hostexecd kill the command and
+//! everything it started.
 
 use std::path::Path;
 use std::time::Duration;
@@ -34,17 +36,23 @@ pub struct Ended {
     /// How it ended, when the runner knows better than the fields above
     /// ("out of memory (4 GiB sandbox limit)").
     pub how: Option<String>,
+    /// What hostexecd put right before the command (a home that had been
+    /// replaced by a link), in words.
+    pub repaired: Option<String>,
 }
 
 pub fn bash_spec() -> ToolSpec {
     ToolSpec {
         name: "bash",
-        description: "Run a shell command with bash on this machine, in the chat's scratch folder \
-            (its home is home/ there). No isolation: it runs as the box's user (or the one \
-            hostexecd is set to run commands as), with only PATH, HOME, LANG and TZ set. It has a time limit (timeout_s, 120 by default, 1800 at most) \
-            and 64 KiB of output; past either, it and everything it started are killed. Nothing \
-            it starts outlives it. The result gives the output, how it ended and the files it \
-            created, changed or deleted in the scratch folder.",
+        description: "Run a shell command with bash on this machine, in the chat's workspace (the \
+            folder the file tools and uploads/ see: what it writes there they read), with HOME a \
+            private folder of the chat's beside it. No isolation from the machine: it runs as \
+            the box's user (or the one hostexecd is set to run commands as), with only PATH, \
+            HOME, LANG and TZ set. It has a time \
+            limit (timeout_s, 120 by default, 1800 at most) and 64 KiB of output; past either, \
+            it and everything it started are killed. Nothing it starts outlives it. The result \
+            gives the output, how it ended and the files it created, changed or deleted in the \
+            workspace.",
         parameters: json!({
             "type": "object",
             "properties": {
@@ -89,7 +97,9 @@ impl HostExec {
             Ok(t) => t,
             Err(e) => return ToolOutput::failed("bash", e.message()),
         };
-        let mut body = json!({"chat_id": chat, "command": command});
+        // The chat's workspace (its own, or the shared one): hostexecd takes
+        // no other.
+        let mut body = json!({"chat_id": chat, "command": command, "workspace": workspace_root});
         if let Some(t) = timeout {
             body["timeout_s"] = json!(t);
         }
@@ -161,6 +171,7 @@ fn ended_of(event: &Value) -> Ended {
         changes: event["changes"].clone(),
         error: event["error"].as_str().map(str::to_string),
         how: None,
+        repaired: event["repaired"].as_str().map(str::to_string),
     }
 }
 
@@ -205,6 +216,9 @@ pub fn result(command: &str, output: &str, ended: Option<Ended>) -> ToolOutput {
     if let Some(files) = changes_line(&ended.changes) {
         text.push_str(&format!("\n[{files}]"));
     }
+    if let Some(repaired) = &ended.repaired {
+        text.push_str(&format!("\n[{repaired}]"));
+    }
     let ok = ended.killed_by.is_none() && ended.exit_code == Some(0);
     let first: String = command
         .lines()
@@ -237,8 +251,8 @@ fn how_it_ended(ended: &Ended, seconds: f64) -> String {
     }
 }
 
-/// "files in the scratch folder: created home/a; changed b; deleted c; 3
-/// more", or nothing (paths are relative to the scratch folder).
+/// "files in the workspace: created a; changed b; deleted c; 3 more", or
+/// nothing (paths are relative to the workspace).
 fn changes_line(changes: &Value) -> Option<String> {
     let mut parts = Vec::new();
     for key in ["created", "changed", "deleted"] {
@@ -254,7 +268,7 @@ fn changes_line(changes: &Value) -> Option<String> {
     if more > 0 {
         parts.push(format!("{more} more"));
     }
-    (!parts.is_empty()).then(|| format!("files in the scratch folder: {}", parts.join("; ")))
+    (!parts.is_empty()).then(|| format!("files in the workspace: {}", parts.join("; ")))
 }
 
 #[cfg(test)]
@@ -278,7 +292,22 @@ mod tests {
             out.text
         );
         assert!(
-            out.text.contains("created a.txt; deleted b; 2 more"),
+            out.text
+                .contains("[files in the workspace: created a.txt; deleted b; 2 more]"),
+            "{}",
+            out.text
+        );
+        let repaired = Ended {
+            exit_code: Some(0),
+            repaired: Some("the chat's home had been replaced by a symbolic link: …".into()),
+            ..Ended::default()
+        };
+        let out = result("ls", "", Some(repaired));
+        assert!(
+            out.ok
+                && out
+                    .text
+                    .ends_with("[the chat's home had been replaced by a symbolic link: …]"),
             "{}",
             out.text
         );

@@ -1,9 +1,10 @@
 //! hostexecd's API on its unix socket (`hostexec.sock`, 0600 in a 0700
 //! folder, every caller's uid checked before a byte is read):
 //!
-//! - `POST /exec` `{chat_id, command, timeout_s?}` → 200 `application/x-ndjson`:
-//!   `started`, `output` chunks, `finished`; refused before start with 400
-//!   (the field named), 409 `chat_busy` or 429 `too_many_chats`.
+//! - `POST /exec` `{chat_id, command, timeout_s?, workspace?}` → 200
+//!   `application/x-ndjson`: `started`, `output` chunks, `finished`; refused
+//!   before start with 400 (the field named), 409 `chat_busy` or
+//!   `workspace_unusable`, 429 `too_many_chats`.
 //! - `POST /exec/{call_id}/stop` → `{"stopped": true}` or 404.
 //! - `GET /audit?chat=&limit=` → `{"audit": [rows]}`, newest first.
 //! - `GET /health`, `GET /metrics`.
@@ -21,7 +22,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
-use crate::exec::{KilledBy, Refusal, Request};
+use crate::calls::{KilledBy, Refusal};
+use crate::exec::{NotStarted, Request};
 use crate::Hostexec;
 
 /// The longest command accepted, in bytes.
@@ -49,6 +51,10 @@ async fn health(State(hx): State<Arc<Hostexec>>) -> Json<Value> {
         "max_chats": hx.config.max_chats,
         "run_as": hx.user_name,
         "run_as_uid": hx.uid,
+        "containment": match hx.namespaces {
+            crate::contain::Namespaces::AsRoot => "PID and mount namespaces",
+            crate::contain::Namespaces::InUserNamespace { .. } => "user, PID and mount namespaces",
+        },
     }))
 }
 
@@ -60,6 +66,8 @@ struct ExecBody {
     chat_id: String,
     command: String,
     timeout_s: Option<u64>,
+    /// The chat's workspace, or the shared one; none: the chat's own.
+    workspace: Option<String>,
 }
 
 async fn exec(
@@ -103,6 +111,9 @@ async fn exec(
                 .with("max", max),
         ));
     }
+    let (workspace, kind) =
+        crate::folders::workspace_of(&hx.config, &body.chat_id, body.workspace.as_deref())
+            .map_err(|why| refuse(ApiError::bad_input("workspace", why)))?;
     if hx.shutdown.is_begun() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -139,6 +150,8 @@ async fn exec(
         chat: body.chat_id,
         command: body.command,
         timeout: Duration::from_secs(timeout_s),
+        workspace,
+        kind,
     };
     // Started in a task of its own: a caller that goes away while the call
     // starts drops only this handler; the start completes, and the stream it
@@ -146,7 +159,11 @@ async fn exec(
     let started = tokio::spawn(crate::exec::start(hx.clone(), slot, request)).await;
     let stream = match started {
         Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
+        Ok(Err(NotStarted::Unusable(why))) => {
+            hx.metrics.refused("workspace_unusable");
+            return Err(ApiError::conflict("workspace_unusable", why));
+        }
+        Ok(Err(NotStarted::Failed(e))) => {
             tracing::error!(error = %format!("{e:#}"), "a command could not start");
             return Err(ApiError::internal(format!(
                 "the command could not start: {e:#}"

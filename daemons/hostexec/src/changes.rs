@@ -1,5 +1,6 @@
-//! What a command saved: the chat's scratch folder is walked before and
-//! after the call, and the two compared. The walk is bounded (entries and
+//! What a command saved: the chat's workspace is walked before and after
+//! the call, and the two compared (chatd's own `.tandem/` folder in it is
+//! left out: its tools keep their outputs there). The walk is bounded (entries and
 //! depth), never follows a symbolic link (each folder is opened with
 //! `O_NOFOLLOW` from its parent's descriptor, so a folder swapped for a link
 //! is not entered), and reads names and metadata only.
@@ -20,6 +21,8 @@ pub const MAX_ENTRIES: usize = 20_000;
 pub const MAX_DEPTH: usize = 32;
 /// Paths listed at most in a call's changes.
 pub const MAX_LISTED: usize = 50;
+/// chatd's folder at the top of a workspace, never listed.
+pub const CHATD_OWN: &[u8] = b".tandem";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -82,7 +85,7 @@ fn walk(
     let mut names: Vec<Vec<u8>> = Vec::new();
     for entry in listing.iter().flatten() {
         let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
+        if name == b"." || name == b".." || (depth == 0 && name == CHATD_OWN) {
             continue;
         }
         names.push(name.to_vec());
@@ -177,7 +180,9 @@ mod tests {
         std::fs::write(root.join("grow.txt"), "a").unwrap();
         std::fs::write(root.join("gone.txt"), "x").unwrap();
         std::fs::create_dir_all(root.join("home/old")).unwrap();
+        std::fs::create_dir_all(root.join(".tandem/outputs")).unwrap();
         let before = snapshot(root);
+        std::fs::write(root.join(".tandem/outputs/call_1.txt"), "chatd's").unwrap();
         std::fs::write(root.join("grow.txt"), "abc").unwrap();
         std::fs::remove_file(root.join("gone.txt")).unwrap();
         std::fs::remove_dir(root.join("home/old")).unwrap();

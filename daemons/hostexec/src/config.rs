@@ -23,8 +23,12 @@ pub struct FileConfig {
 pub struct HostexecConfig {
     /// hostexecd's own data: hostexec.sqlite3 (the audit).
     pub data_dir: PathBuf,
-    /// chatd's data folder: each chat's scratch folder is `homes/<chat>/` in it.
+    /// chatd's data folder: a chat's workspace is `workspaces/<chat>/` in
+    /// it, its commands' HOME `homes/<chat>/home`.
     pub chat_data: PathBuf,
+    /// The box's shared workspace (chatd's `shared_workspace`): where a
+    /// shared chat's commands work.
+    pub shared_workspace: PathBuf,
     /// The API socket; default `$XDG_RUNTIME_DIR/tandem/hostexec.sock`.
     pub socket: PathBuf,
     /// The user commands run as; empty: hostexecd's own.
@@ -55,6 +59,7 @@ impl Default for HostexecConfig {
         HostexecConfig {
             data_dir: home.join(".tandemllm/hostexec"),
             chat_data: home.join(".tandemllm/chat"),
+            shared_workspace: home.join(".tandemllm/workspace"),
             socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             run_as: String::new(),
             timeout_s: 120,
@@ -74,6 +79,7 @@ impl Default for HostexecConfig {
 pub const ENV_KEYS: &[EnvKey] = &[
     EnvKey::new("QSE_HOSTEXEC_DATA", "hostexec.data_dir"),
     EnvKey::new("QSE_CHAT_DATA", "hostexec.chat_data"),
+    EnvKey::new("QSE_SHARED_WORKSPACE", "hostexec.shared_workspace"),
     EnvKey::new("QSE_HOSTEXEC_SOCKET", "hostexec.socket"),
     EnvKey::new("QSE_HOSTEXEC_RUN_AS", "hostexec.run_as"),
 ];
@@ -101,6 +107,7 @@ impl HostexecConfig {
         for (key, path) in [
             ("data_dir", &self.data_dir),
             ("chat_data", &self.chat_data),
+            ("shared_workspace", &self.shared_workspace),
             ("socket", &self.socket),
         ] {
             if !path.is_absolute() {

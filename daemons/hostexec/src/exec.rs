@@ -1,32 +1,30 @@
-//! A call on hostexecd's side: its place among the running calls (one per
-//! chat, `max_chats` chats), its scratch folder, its keeper (started from
-//! one long-lived thread, since PR_SET_PDEATHSIG follows the thread that
-//! forked), and the task that drives it: the spec to the keeper, the output
-//! read and forwarded as NDJSON events, the time limit, the output limit, a
-//! stop, shutdown; then what the command saved, the audit row, the log line
-//! and the `finished` event.
+//! A call on hostexecd's side, the task that drives it: the chat's folders
+//! readied (`folders.rs`), the keeper spawned (`spawner.rs`) and given the
+//! call, the output read and forwarded as NDJSON events (at most
+//! `output_bytes` of text in all), the time limit, the output limit, a stop,
+//! shutdown; then what the command saved in the workspace, the workspace
+//! given back, the audit row, the log line and the `finished` event.
 
-use std::collections::HashMap;
-use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::mpsc;
 
+use crate::calls::{KilledBy, Running, Slot};
 use crate::changes::{self, Changes};
-use crate::keeper::{RunAs, Spec, Status};
+use crate::contain::View;
+use crate::folders::{self, Kind, Unready};
+use crate::keeper::{Spec, Status};
+use crate::spawner::{Keeper, Spawned};
 use crate::store::Ending;
+use crate::sweep::end_keeper_tree;
 use crate::Hostexec;
 
 /// How long output is still read once the keeper has reported (the pipe
@@ -37,376 +35,37 @@ const DRAIN: Duration = Duration::from_millis(250);
 /// uid may have stopped its keeper with SIGSTOP).
 const KEEPER_GRACE: Duration = Duration::from_secs(1);
 
-/// Why hostexecd ended a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KilledBy {
-    Timeout,
-    Output,
-    Stop,
-    Shutdown,
-}
-
-impl KilledBy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KilledBy::Timeout => "timeout",
-            KilledBy::Output => "output",
-            KilledBy::Stop => "stop",
-            KilledBy::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// A running call, as the API and the driver share it.
-pub struct Running {
-    pub call_id: String,
-    pub chat: String,
-    killed_by: Mutex<Option<KilledBy>>,
-    wake: Notify,
-    keeper: AtomicI32,
-    finished: AtomicBool,
-}
-
-impl Running {
-    /// Asks for the call to end; the first reason given is the one kept.
-    pub fn kill(&self, why: KilledBy) {
-        {
-            let mut k = self.killed_by.lock().unwrap_or_else(|p| p.into_inner());
-            if k.is_none() {
-                *k = Some(why);
-            }
-        }
-        self.wake.notify_one();
-    }
-
-    pub fn killed_by(&self) -> Option<KilledBy> {
-        *self.killed_by.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Why a call was refused before it started.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    ChatBusy { call_id: String },
-    TooManyChats { running: usize, max: usize },
-}
-
-/// The running calls, by chat and by id.
-pub struct Calls {
-    inner: Mutex<HashMap<String, Arc<Running>>>,
-    max_chats: usize,
-}
-
-/// A call's place; given back when dropped.
-pub struct Slot {
-    calls: Arc<Calls>,
-    pub running: Arc<Running>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut calls = self.calls.lock();
-        if calls
-            .get(&self.running.chat)
-            .is_some_and(|r| Arc::ptr_eq(r, &self.running))
-        {
-            calls.remove(&self.running.chat);
-        }
-    }
-}
-
-impl Calls {
-    pub fn new(max_chats: usize) -> Arc<Calls> {
-        Arc::new(Calls {
-            inner: Mutex::new(HashMap::new()),
-            max_chats,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Running>>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A place for a new call of `chat`, or why there is none.
-    pub fn reserve(self: &Arc<Self>, chat: &str, call_id: &str) -> Result<Slot, Refusal> {
-        let mut calls = self.lock();
-        if let Some(r) = calls.get(chat) {
-            return Err(Refusal::ChatBusy {
-                call_id: r.call_id.clone(),
-            });
-        }
-        if calls.len() >= self.max_chats {
-            return Err(Refusal::TooManyChats {
-                running: calls.len(),
-                max: self.max_chats,
-            });
-        }
-        let running = Arc::new(Running {
-            call_id: call_id.to_string(),
-            chat: chat.to_string(),
-            killed_by: Mutex::new(None),
-            wake: Notify::new(),
-            keeper: AtomicI32::new(0),
-            finished: AtomicBool::new(false),
-        });
-        calls.insert(chat.to_string(), running.clone());
-        Ok(Slot {
-            calls: self.clone(),
-            running,
-        })
-    }
-
-    pub fn count(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn by_id(&self, call_id: &str) -> Option<Arc<Running>> {
-        self.lock().values().find(|r| r.call_id == call_id).cloned()
-    }
-
-    pub fn kill_all(&self, why: KilledBy) {
-        for r in self.lock().values() {
-            r.kill(why);
-        }
-    }
-
-    /// The pids of the keepers running now.
-    pub fn keepers(&self) -> Vec<i32> {
-        self.lock()
-            .values()
-            .map(|r| r.keeper.load(Ordering::Relaxed))
-            .filter(|p| *p > 0)
-            .collect()
-    }
-}
-
-/// A keeper just started: itself, the socket to it, the call's output.
-pub struct Spawned {
-    keeper: Keeper,
-    control: std::os::unix::net::UnixStream,
-    output: OwnedFd,
-}
-
-/// A keeper process, signalled through its pidfd.
-pub struct Keeper {
-    pub pid: i32,
-    pub start: u64,
-    pidfd: Option<OwnedFd>,
-}
-
-impl Keeper {
-    /// Waits (blocking, at most `bound`) for the keeper to exit: its pidfd
-    /// turns readable. Whether it did.
-    fn wait_exit(pid: i32, start: u64, pidfd: Option<OwnedFd>, bound: Duration) -> bool {
-        use std::os::fd::AsRawFd;
-        let until = Instant::now() + bound;
-        loop {
-            let gone = match &pidfd {
-                Some(fd) => {
-                    let mut p = libc::pollfd {
-                        fd: fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: poll on one descriptor we own.
-                    unsafe { libc::poll(&mut p, 1, 10) > 0 }
-                }
-                None => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    crate::tree::stat_of(pid).is_none_or(|p| p.start != start || p.is_dead())
-                }
-            };
-            if gone {
-                return true;
-            }
-            if Instant::now() >= until {
-                return false;
-            }
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        match &self.pidfd {
-            Some(fd) => {
-                crate::tree::pidfd_signal(fd, signal);
-            }
-            None => {
-                crate::tree::signal_exact(self.pid, self.start, signal);
-            }
-        }
-    }
-}
-
-type SpawnReply = oneshot::Sender<std::io::Result<Spawned>>;
-
-/// Starts keepers from one thread that lives as long as hostexecd: a
-/// keeper's PR_SET_PDEATHSIG fires when the thread that forked it ends.
-pub struct Spawner {
-    tx: Mutex<std::sync::mpsc::Sender<SpawnReply>>,
-}
-
-impl Spawner {
-    pub fn start() -> std::io::Result<Spawner> {
-        let (tx, rx) = std::sync::mpsc::channel::<SpawnReply>();
-        std::thread::Builder::new()
-            .name("keeper-spawner".into())
-            .spawn(move || {
-                while let Ok(reply) = rx.recv() {
-                    let _ = reply.send(spawn_keeper());
-                }
-            })?;
-        Ok(Spawner { tx: Mutex::new(tx) })
-    }
-
-    pub async fn spawn(&self) -> std::io::Result<Spawned> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(reply)
-            .map_err(|_| std::io::Error::other("the keeper spawner is gone"))?;
-        answer
-            .await
-            .map_err(|_| std::io::Error::other("the keeper spawner is gone"))?
-    }
-}
-
-/// Taken by the keeper spawner around `Command::spawn` and by the reaper
-/// around `waitpid(-1)`.
-pub static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn spawn_keeper() -> std::io::Result<Spawned> {
-    let (control, theirs) = std::os::unix::net::UnixStream::pair()?;
-    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
-    let write2 = write.try_clone()?;
-    let mut command = std::process::Command::new("/proc/self/exe");
-    command
-        .arg0("hostexecd")
-        .arg("--keeper")
-        .env_clear()
-        .current_dir("/")
-        .stdin(std::process::Stdio::from(OwnedFd::from(theirs)))
-        .stdout(std::process::Stdio::from(write))
-        .stderr(std::process::Stdio::from(write2));
-    // Held while std's spawn may still wait for a child whose exec failed:
-    // hostexecd's reaper must not take that child first (std would panic).
-    let child = {
-        let _spawning = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
-        command.spawn()?
-    };
-    // The pipe's write ends and the keeper's socket go with the command.
-    drop(command);
-    let pid = child.id() as i32;
-    // Reaped by hostexecd's SIGCHLD task, not through `child`.
-    drop(child);
-    let pidfd = crate::tree::pidfd_open(pid);
-    let start = crate::tree::stat_of(pid).map(|p| p.start).unwrap_or(0);
-    Ok(Spawned {
-        keeper: Keeper { pid, start, pidfd },
-        control,
-        output: read,
-    })
-}
-
 /// A call as the API took it.
 pub struct Request {
     pub chat: String,
     pub command: String,
     pub timeout: Duration,
+    /// Its workspace, checked (`folders::workspace_of`).
+    pub workspace: PathBuf,
+    pub kind: Kind,
 }
 
-/// Makes `<chat_data>/homes/<chat>/` and its `home/` (0700, owned by the
-/// user commands run as), opening each from its parent with O_NOFOLLOW so a
-/// link put there is never followed. Returns the scratch folder and home.
-pub fn prepare_scratch(
-    chat_data: &Path,
-    chat: &str,
-    owner: Option<&RunAs>,
-) -> std::io::Result<(PathBuf, PathBuf)> {
-    let homes = chat_data.join("homes");
-    if !homes.exists() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&homes)?;
-    }
-    let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    // Opened without following a link, and its mode set through the
-    // descriptor: a `homes` link never has hostexecd (root, with run_as)
-    // change the folder it points to.
-    let homes_fd = nix::fcntl::open(&homes, dir_flags, Mode::empty()).map_err(|e| {
-        if homes.is_symlink() {
-            std::io::Error::other(format!(
-                "{} is a symbolic link: hostexecd does not follow it; make it a folder",
-                homes.display()
-            ))
-        } else {
-            std::io::Error::from(e)
-        }
-    })?;
-    // With another user, it must pass through homes/ (not list it).
-    let mode = if owner.is_some() { 0o711 } else { 0o700 };
-    nix::sys::stat::fchmod(homes_fd.as_fd(), Mode::from_bits_truncate(mode))?;
-    let make = |parent: &OwnedFd, name: &str| -> std::io::Result<OwnedFd> {
-        match nix::sys::stat::mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o700)) {
-            Ok(()) | Err(nix::Error::EEXIST) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let fd = nix::fcntl::openat(parent.as_fd(), name, dir_flags, Mode::empty())?;
-        if let Some(user) = owner {
-            let st = nix::sys::stat::fstat(fd.as_fd())?;
-            if st.st_uid != user.uid || st.st_gid != user.gid {
-                nix::unistd::fchown(
-                    fd.as_fd(),
-                    Some(nix::unistd::Uid::from_raw(user.uid)),
-                    Some(nix::unistd::Gid::from_raw(user.gid)),
-                )?;
-            }
-        }
-        nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700))?;
-        Ok(fd)
-    };
-    let scratch_fd = make(&homes_fd, chat)?;
-    make(&scratch_fd, "home")?;
-    let scratch = homes.join(chat);
-    let home = scratch.join("home");
-    Ok((scratch, home))
+/// Why a call did not start.
+#[derive(Debug)]
+pub enum NotStarted {
+    /// The chat's workspace or home cannot be used as it is (409).
+    Unusable(String),
+    /// Something failed around it (500).
+    Failed(anyhow::Error),
 }
 
-/// Whether `user` may pass through every folder from `/` down to `path`
-/// (search permission): with `run_as`, the scratch folders must be reachable.
-pub fn reachable(path: &Path, user: &RunAs) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let mut at = PathBuf::from("/");
-    let mut folders = vec![at.clone()];
-    for part in path.components().skip(1) {
-        at.push(part);
-        folders.push(at.clone());
+impl<E: Into<anyhow::Error>> From<E> for NotStarted {
+    fn from(e: E) -> NotStarted {
+        NotStarted::Failed(e.into())
     }
-    for folder in folders {
-        let meta = std::fs::metadata(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-        let mode = meta.mode();
-        let ok = if meta.uid() == user.uid {
-            mode & 0o100 != 0
-        } else if meta.gid() == user.gid || user.groups.contains(&meta.gid()) {
-            mode & 0o010 != 0
-        } else {
-            mode & 0o001 != 0
-        };
-        if !ok {
-            return Err(format!(
-                "{} (mode {:04o}, owner uid {}) cannot be passed through by {} (uid {}): \
-                 give it o+x (chmod o+x) or choose a chat_data that user can reach",
-                folder.display(),
-                mode & 0o7777,
-                meta.uid(),
-                user.name,
-                user.uid
-            ));
-        }
-    }
-    Ok(())
+}
+
+/// What the driver carries from the start to the end of a call.
+struct Call {
+    workspace: PathBuf,
+    before: changes::Snapshot,
+    repaired: Option<String>,
+    timeout: Duration,
 }
 
 /// Ends the call when the response is dropped before it finished (the
@@ -441,24 +100,46 @@ fn line(value: serde_json::Value) -> Bytes {
     Bytes::from(v)
 }
 
-/// Starts a call whose place is `slot`: the scratch folder, the keeper,
+/// Starts a call whose place is `slot`: the chat's folders, the keeper,
 /// the audit row; then the driver runs on its own and the stream carries
 /// its events. An error here is before anything ran.
-pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> anyhow::Result<CallStream> {
+pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> Result<CallStream, NotStarted> {
     let running = slot.running.clone();
-    let chat_data = hx.config.chat_data.clone();
-    let chat = req.chat.clone();
-    let owner = hx.run_as.clone();
-    let (scratch, home, before) = tokio::task::spawn_blocking(move || {
-        let (scratch, home) = prepare_scratch(&chat_data, &chat, owner.as_ref())?;
-        let before = changes::snapshot(&scratch);
-        Ok::<_, std::io::Error>((scratch, home, before))
-    })
-    .await??;
+    let ready = {
+        let (hx, chat, kind) = (hx.clone(), req.chat.clone(), req.kind);
+        tokio::task::spawn_blocking(move || {
+            let ready = folders::ready(&hx.config, &chat, kind, hx.run_as.as_ref(), hx.owner)?;
+            let before = changes::snapshot(&ready.workspace);
+            Ok::<_, Unready>((ready, before))
+        })
+        .await?
+    };
+    let (ready, before) = match ready {
+        Ok(r) => r,
+        Err(Unready::Unusable(why)) => return Err(NotStarted::Unusable(why)),
+        Err(Unready::Failed(e)) => return Err(NotStarted::Failed(e.into())),
+    };
+    let give_back = |hx: &Arc<Hostexec>| {
+        if hx.run_as.is_some() {
+            folders::give_back(&hx.config, &ready.workspace, hx.owner);
+        }
+    };
+    let mut hidden = vec![hx.config.data_dir.clone()];
+    hidden.extend(hx.config.socket.parent().map(|p| p.to_path_buf()));
+    if req.kind == Kind::Own {
+        hidden.push(hx.config.shared_workspace.clone());
+    }
     let spec = Spec {
         command: req.command.clone(),
-        scratch: scratch.clone(),
-        home,
+        workspace: ready.workspace.clone(),
+        home: ready.home.clone(),
+        namespaces: hx.namespaces,
+        view: View {
+            chat_data: hx.config.chat_data.clone(),
+            workspace: ready.workspace.clone(),
+            home: ready.home.clone(),
+            hidden,
+        },
         path: hx.config.path.clone(),
         lang: hx.config.lang.clone(),
         tz: hx.config.tz.clone(),
@@ -469,21 +150,36 @@ pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> anyhow::Resul
         parent: std::process::id() as i32,
         backstop_s: req.timeout.as_secs() + 30,
     };
-    let spawned = hx.spawner.spawn().await?;
-    running.keeper.store(spawned.keeper.pid, Ordering::Relaxed);
+    let spawned = match hx.spawner.spawn().await {
+        Ok(s) => s,
+        Err(e) => {
+            give_back(&hx);
+            return Err(e.into());
+        }
+    };
     {
         let store = hx.store.clone();
-        let (id, chat, command) = (
+        let (id, chat, command, workspace) = (
             running.call_id.clone(),
             req.chat.clone(),
             req.command.clone(),
+            ready.workspace.clone(),
         );
         let (pid, start) = (spawned.keeper.pid, spawned.keeper.start);
-        let begun =
-            tokio::task::spawn_blocking(move || store.begin(&id, &chat, &command, pid, start))
-                .await?;
+        let begun = tokio::task::spawn_blocking(move || {
+            store.begin(&crate::store::Begun {
+                call_id: &id,
+                chat: &chat,
+                command: &command,
+                keeper_pid: pid,
+                keeper_start: start,
+                workspace: &workspace,
+            })
+        })
+        .await?;
         if let Err(e) = begun {
             spawned.keeper.signal(libc::SIGKILL);
+            give_back(&hx);
             return Err(e.into());
         }
     }
@@ -492,16 +188,13 @@ pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> anyhow::Resul
         json!({"event": "started", "call_id": running.call_id}),
     ));
     hx.metrics.running.inc();
-    tokio::spawn(drive(
-        hx,
-        slot,
-        spawned,
-        spec,
-        req.timeout,
+    let call = Call {
+        workspace: ready.workspace,
         before,
-        scratch,
-        tx,
-    ));
+        repaired: ready.repaired,
+        timeout: req.timeout,
+    };
+    tokio::spawn(drive(hx, slot, spawned, spec, call, tx));
     Ok(CallStream {
         rx,
         _stop: StopOnDrop(running),
@@ -537,15 +230,12 @@ fn take_text(carry: &mut Vec<u8>, chunk: &[u8], last: bool) -> String {
     text
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn drive(
     hx: Arc<Hostexec>,
     slot: Slot,
     spawned: Spawned,
     spec: Spec,
-    timeout: Duration,
-    before: changes::Snapshot,
-    scratch: PathBuf,
+    call: Call,
     tx: mpsc::UnboundedSender<Bytes>,
 ) {
     let running = slot.running.clone();
@@ -560,7 +250,7 @@ async fn drive(
     let mut status_done = false;
     let mut signalled: Option<tokio::time::Instant> = None;
     let mut drain_until: Option<tokio::time::Instant> = None;
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::now() + call.timeout;
     let mut error: Option<String> = None;
 
     let Spawned {
@@ -582,19 +272,13 @@ async fn drive(
                 .map(|e| e.to_string())
                 .unwrap_or_default();
             error = Some(format!("hostexecd could not follow the command: {why}"));
-            finish(
-                &hx,
-                slot,
-                &keeper,
-                &tx,
-                None,
+            let ended = Ended {
+                status: None,
                 error,
-                Default::default(),
                 began,
-                before,
-                scratch,
-            )
-            .await;
+                ..Ended::default()
+            };
+            finish(&hx, slot, &keeper, &tx, ended, call).await;
             return;
         }
     };
@@ -624,18 +308,20 @@ async fn drive(
                 Ok(n) => {
                     total += n as u64;
                     hx.metrics.output_bytes.inc_by(n as u64);
-                    let room = limit.saturating_sub(sent) as usize;
-                    let take = n.min(room);
-                    if take > 0 {
-                        sent += take as u64;
-                        let text = take_text(&mut carry, &buf[..take], false);
-                        if !text.is_empty() {
-                            let _ = tx.send(line(json!({"event": "output", "text": text})));
+                    if !truncated {
+                        // The bound is on the text sent: a byte that is not
+                        // UTF-8 is sent as U+FFFD, three bytes.
+                        let text = take_text(&mut carry, &buf[..n], false);
+                        let room = limit.saturating_sub(sent) as usize;
+                        let kept = crate::store::cut(&text, room);
+                        if !kept.is_empty() {
+                            sent += kept.len() as u64;
+                            let _ = tx.send(line(json!({"event": "output", "text": kept})));
                         }
-                    }
-                    if n > take {
-                        truncated = true;
-                        running.kill(KilledBy::Output);
+                        if kept.len() < text.len() {
+                            truncated = true;
+                            running.kill(KilledBy::Output);
+                        }
                     }
                 }
             },
@@ -675,26 +361,44 @@ async fn drive(
         carry.clear();
     }
     let rest = take_text(&mut carry, &[], true);
-    if !rest.is_empty() {
-        let _ = tx.send(line(json!({"event": "output", "text": rest})));
+    let room = limit.saturating_sub(sent) as usize;
+    let kept = crate::store::cut(&rest, room);
+    if !kept.is_empty() {
+        let _ = tx.send(line(json!({"event": "output", "text": kept})));
+    }
+    if kept.len() < rest.len() {
+        truncated = true;
     }
     let status: Option<Status> = serde_json::from_slice(status_buf.trim_ascii()).ok();
     let ended = Ended {
+        status,
+        error,
         total,
         truncated,
-        timeout,
+        began,
     };
-    finish(
-        &hx, slot, &keeper, &tx, status, error, ended, began, before, scratch,
-    )
-    .await;
+    finish(&hx, slot, &keeper, &tx, ended, call).await;
 }
 
-#[derive(Default)]
+/// How the output and the keeper ended, as the driver saw it.
 struct Ended {
+    status: Option<Status>,
+    error: Option<String>,
     total: u64,
     truncated: bool,
-    timeout: Duration,
+    began: Instant,
+}
+
+impl Default for Ended {
+    fn default() -> Ended {
+        Ended {
+            status: None,
+            error: None,
+            total: 0,
+            truncated: false,
+            began: Instant::now(),
+        }
+    }
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
@@ -704,20 +408,16 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn finish(
     hx: &Arc<Hostexec>,
     slot: Slot,
     keeper: &Keeper,
     tx: &mpsc::UnboundedSender<Bytes>,
-    status: Option<Status>,
-    mut error: Option<String>,
     ended: Ended,
-    began: Instant,
-    before: changes::Snapshot,
-    scratch: PathBuf,
+    call: Call,
 ) {
     let running = slot.running.clone();
+    let (status, mut error, began) = (ended.status.clone(), ended.error.clone(), ended.began);
     let duration_ms = began.elapsed().as_millis() as u64;
     // A keeper that gave no status, or left processes, leaves them to
     // hostexecd (the subreaper above it): they are killed here.
@@ -725,7 +425,6 @@ async fn finish(
     if lost {
         // Not before the keeper is gone: until then what it holds is below
         // it, not ours to sweep.
-        let calls = hx.calls.clone();
         let (pid, start) = (keeper.pid, keeper.start);
         let pidfd = keeper.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
         let swept = tokio::task::spawn_blocking(move || {
@@ -735,7 +434,7 @@ async fn finish(
                 let pidfd = crate::tree::pidfd_open(pid);
                 Keeper::wait_exit(pid, start, pidfd, Duration::from_secs(2));
             }
-            sweep(&calls)
+            crate::sweep::adopted()
         })
         .await
         .unwrap_or(0);
@@ -754,12 +453,21 @@ async fn finish(
     // a command that ended by itself first was not killed.
     let killed_by = running.killed_by().filter(|_| status.killed || lost);
     let timed_out = killed_by == Some(KilledBy::Timeout);
-    let changes: Changes = tokio::task::spawn_blocking(move || {
-        let after = changes::snapshot(&scratch);
-        changes::diff(&before, &after)
-    })
-    .await
-    .unwrap_or_default();
+    // What the command saved, then the workspace back to chatd's user
+    // before the caller hears the end (it may read the files at once).
+    let changes: Changes = {
+        let hx = hx.clone();
+        let (workspace, before) = (call.workspace.clone(), call.before);
+        tokio::task::spawn_blocking(move || {
+            let after = changes::snapshot(&workspace);
+            if hx.run_as.is_some() {
+                folders::give_back(&hx.config, &workspace, hx.owner);
+            }
+            changes::diff(&before, &after)
+        })
+        .await
+        .unwrap_or_default()
+    };
     let ending = Ending {
         exit_code: status.exit_code,
         signal: status.signal.clone(),
@@ -803,7 +511,7 @@ async fn finish(
         killed_by.map(|k| k.as_str()).unwrap_or("-"),
         ended.total,
         ended.truncated,
-        ended.timeout.as_secs(),
+        call.timeout.as_secs(),
         if error.is_some() { " (error: see the audit)" } else { "" },
     );
     running.finished.store(true, Ordering::SeqCst);
@@ -825,87 +533,10 @@ async fn finish(
     if let Some(e) = error {
         finished["error"] = json!(e);
     }
+    if let Some(r) = call.repaired {
+        finished["repaired"] = json!(r);
+    }
     let _ = tx.send(line(finished));
-}
-
-/// Kills whatever hostexecd adopted that is not a running keeper's (the
-/// processes of a keeper that died); returns how many were left. A keeper
-/// just spawned, not yet in `calls`, is known by its command line.
-pub fn sweep(calls: &Calls) -> usize {
-    let keepers = calls.keepers();
-    let me = std::process::id() as i32;
-    let is_keeper = |pid: i32| {
-        keepers.contains(&pid)
-            || std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.starts_with(b"hostexecd\0--keeper\0"))
-    };
-    crate::tree::kill_tree(me, &is_keeper, &mut || {}, Duration::from_secs(5))
-}
-
-/// Stops and kills every process below the keeper `pid` (if it is still
-/// the process that started at `start`), as the keeper itself would: used
-/// when the keeper does not answer (stopped, or a previous hostexecd's).
-/// Returns how many were left.
-pub fn end_keeper_tree(pid: i32, start: u64) -> usize {
-    let Some(fd) = crate::tree::pidfd_open(pid) else {
-        return 0;
-    };
-    // Opened before the check: the same start time means the pidfd (and
-    // the walk below it) is the keeper's.
-    if crate::tree::stat_of(pid).map(|p| p.start) != Some(start) {
-        return 0;
-    }
-    let left = crate::tree::kill_tree(pid, &|_| false, &mut || {}, Duration::from_secs(5));
-    drop(fd);
-    left
-}
-
-/// Ends the keepers of calls a previous hostexecd did not see end, and all
-/// below them: a keeper still there (pid and start time match, same boot)
-/// has its processes stopped and killed while it still holds them, then is
-/// killed itself (a keeper killed alone would leave them to init). Writes
-/// the rows as ended by the restart.
-pub fn recover(store: &crate::store::Store) -> anyhow::Result<usize> {
-    let open = store.unfinished()?;
-    for call in &open {
-        if let (Some(pid), Some(start)) = (call.keeper_pid, call.keeper_start) {
-            let alive = crate::tree::stat_of(pid).is_some_and(|p| p.start == start && !p.is_dead());
-            if alive {
-                let left = end_keeper_tree(pid, start);
-                crate::tree::signal_exact(pid, start, libc::SIGKILL);
-                let until = Instant::now() + Duration::from_secs(5);
-                while crate::tree::stat_of(pid).is_some_and(|p| p.start == start && !p.is_dead())
-                    && Instant::now() < until
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                tracing::warn!(call = %call.call_id, keeper = pid, left, "a keeper of a call before the restart was ended, with its processes");
-            }
-        }
-        store.finish_restarted(call)?;
-        tracing::info!(
-            "[host-exec] call {} ended by a restart of hostexecd",
-            call.call_id
-        );
-    }
-    Ok(open.len())
-}
-
-/// The user named `name`, with its groups.
-pub fn resolve_user(name: &str) -> anyhow::Result<RunAs> {
-    let user = nix::unistd::User::from_name(name)
-        .map_err(|e| anyhow::anyhow!("looking up user {name:?}: {e}"))?
-        .ok_or_else(|| anyhow::anyhow!("there is no user {name:?} on this machine"))?;
-    let cname = CString::new(name)?;
-    let groups = nix::unistd::getgrouplist(&cname, user.gid)
-        .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
-        .unwrap_or_else(|_| vec![user.gid.as_raw()]);
-    Ok(RunAs {
-        name: name.to_string(),
-        uid: user.uid.as_raw(),
-        gid: user.gid.as_raw(),
-        groups,
-    })
 }
 
 #[cfg(test)]
@@ -924,26 +555,5 @@ mod tests {
         assert_eq!(take_text(&mut carry, &snow[..2], false), "");
         assert_eq!(take_text(&mut carry, &[], true), "\u{FFFD}");
         assert_eq!(take_text(&mut carry, &[0xff, b'x'], false), "\u{FFFD}x");
-    }
-
-    #[test]
-    fn one_call_per_chat_and_a_bound_on_chats() {
-        let calls = Calls::new(2);
-        let a = calls.reserve("a", "hx_1").unwrap();
-        assert_eq!(
-            calls.reserve("a", "hx_2").err(),
-            Some(Refusal::ChatBusy {
-                call_id: "hx_1".into()
-            })
-        );
-        let _b = calls.reserve("b", "hx_3").unwrap();
-        assert_eq!(
-            calls.reserve("c", "hx_4").err(),
-            Some(Refusal::TooManyChats { running: 2, max: 2 })
-        );
-        assert!(calls.by_id("hx_1").is_some());
-        drop(a);
-        assert_eq!(calls.count(), 1);
-        assert!(calls.reserve("c", "hx_5").is_ok());
     }
 }

@@ -2,22 +2,32 @@
 //!
 //! `api.rs` serves `POST /exec` (an NDJSON stream of the call), the stop,
 //! the audit, `/health` and `/metrics` on `hostexec.sock`, whose callers'
-//! uid is checked. `exec.rs` holds the running calls (one per chat,
-//! `max_chats` chats), makes each chat's scratch folder and drives a call:
-//! its keeper, its output, its limits, the audit row, the `[host-exec]` log
-//! line. `keeper.rs` is the per-call process (`hostexecd --keeper`): a child
-//! subreaper that starts `bash -c` confined (new session, rlimits, no
-//! capabilities, no_new_privs, never uid 0) and kills every process below
-//! it when bash exits or the call is ended (`tree.rs`). `changes.rs` says
-//! what a command saved; `store.rs` keeps the audit in hostexec.sqlite3.
+//! uid is checked. `calls.rs` holds the running calls (one per chat,
+//! `max_chats` chats); `folders.rs` readies a chat's workspace and home (and
+//! lends the workspace to `run_as` for the call); `exec.rs` drives a call:
+//! its keeper (`spawner.rs`), its output, its limits, the audit row, the
+//! `[host-exec]` log line. `keeper.rs` is the per-call process (`hostexecd
+//! --keeper`): it makes the call's own PID and mount namespaces
+//! (`contain.rs`) and its init, which starts `bash -c` confined (new
+//! session, rlimits, no capabilities, no_new_privs, no signal blocked,
+//! never uid 0); the call ends when init does, and every process of the
+//! namespace with it. `sweep.rs` kills what is outside a namespace: what is
+//! reparented to hostexecd, an unanswering keeper's tree (`tree.rs`), what
+//! an earlier hostexecd left. `changes.rs` says what a command saved;
+//! `store.rs` keeps the audit in hostexec.sqlite3.
 
 pub mod api;
+pub mod calls;
 pub mod changes;
 pub mod config;
+pub mod contain;
 pub mod exec;
+pub mod folders;
 pub mod keeper;
 pub mod metrics;
+pub mod spawner;
 pub mod store;
+pub mod sweep;
 pub mod tree;
 
 use std::future::IntoFuture;
@@ -27,9 +37,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tandem_shared::shutdown::Shutdown;
 
+use crate::calls::{Calls, KilledBy};
 use crate::config::HostexecConfig;
-use crate::exec::{Calls, KilledBy, Spawner};
+use crate::contain::Namespaces;
+use crate::folders::Owner;
 use crate::keeper::RunAs;
+use crate::spawner::Spawner;
 use crate::store::Store;
 
 /// The daemon's state.
@@ -43,6 +56,10 @@ pub struct Hostexec {
     pub user_name: String,
     /// The uid allowed to call the API.
     pub caller_uid: u32,
+    /// chatd's user (chat_data's owner): a lent workspace goes back to it.
+    pub owner: Owner,
+    /// How each call's namespaces are made.
+    pub namespaces: Namespaces,
     pub store: Arc<Store>,
     pub metrics: Arc<metrics::Metrics>,
     pub registry: Arc<tandem_shared::metrics::Registry>,
@@ -56,7 +73,7 @@ pub struct Hostexec {
 /// hostexecd as root needs `run_as`, an unprivileged user, and lets the
 /// owner of chat_data call; otherwise commands run as hostexecd's own user
 /// and only that uid may call.
-pub fn identities(config: &HostexecConfig) -> anyhow::Result<(Option<RunAs>, u32, String, u32)> {
+pub fn identities(config: &HostexecConfig) -> anyhow::Result<Identities> {
     let euid = nix::unistd::geteuid().as_raw();
     let own_name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(euid))
         .ok()
@@ -71,9 +88,9 @@ pub fn identities(config: &HostexecConfig) -> anyhow::Result<(Option<RunAs>, u32
                  e.g. a dedicated tandem-exec, or start hostexecd as the box's user"
             );
         }
-        return Ok((None, euid, own_name, euid));
+        return Ok(Identities::own(euid, own_name));
     }
-    let user = exec::resolve_user(&config.run_as).context("hostexec.run_as")?;
+    let user = folders::resolve_user(&config.run_as).context("hostexec.run_as")?;
     if user.uid == 0 {
         anyhow::bail!(
             "hostexec.run_as: {:?} has uid 0; commands never run as root: name an unprivileged user",
@@ -82,7 +99,7 @@ pub fn identities(config: &HostexecConfig) -> anyhow::Result<(Option<RunAs>, u32
     }
     if euid != 0 {
         if user.uid == euid {
-            return Ok((None, euid, own_name, euid));
+            return Ok(Identities::own(euid, own_name));
         }
         anyhow::bail!(
             "hostexec.run_as: running commands as {:?} (uid {}) needs hostexecd started as root; \
@@ -92,26 +109,76 @@ pub fn identities(config: &HostexecConfig) -> anyhow::Result<(Option<RunAs>, u32
         );
     }
     use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::metadata(&config.chat_data)
-        .with_context(|| {
-            format!(
-                "hostexec.chat_data: {} (chatd's data folder: its owner is the uid allowed to call hostexecd)",
-                config.chat_data.display()
-            )
-        })?
-        .uid();
-    exec::reachable(&config.chat_data, &user).map_err(|why| {
-        anyhow::anyhow!("hostexec.run_as: the chats' scratch folders are out of its reach: {why}")
+    let meta = std::fs::metadata(&config.chat_data).with_context(|| {
+        format!(
+            "hostexec.chat_data: {} (chatd's data folder: its owner is the uid allowed to call hostexecd)",
+            config.chat_data.display()
+        )
     })?;
-    let (uid, name) = (user.uid, user.name.clone());
-    Ok((Some(user), uid, name, owner))
+    // A call sees chatd's data folder through a view of its own
+    // (`contain.rs`): only the folders above it must be passable.
+    if let Some(parent) = config.chat_data.parent() {
+        folders::reachable(parent, &user).map_err(|why| {
+            anyhow::anyhow!("hostexec.run_as: the chats' folders are out of its reach: {why}")
+        })?;
+    }
+    Ok(Identities {
+        uid: user.uid,
+        user_name: user.name.clone(),
+        run_as: Some(user),
+        caller_uid: meta.uid(),
+        owner: Owner {
+            uid: meta.uid(),
+            gid: meta.gid(),
+        },
+    })
+}
+
+/// Who runs the commands and who may call, as [`identities`] decides.
+pub struct Identities {
+    pub run_as: Option<RunAs>,
+    pub uid: u32,
+    pub user_name: String,
+    pub caller_uid: u32,
+    pub owner: Owner,
+}
+
+impl Identities {
+    /// Commands run as hostexecd's own user, which alone may call.
+    fn own(uid: u32, user_name: String) -> Identities {
+        Identities {
+            run_as: None,
+            uid,
+            user_name,
+            caller_uid: uid,
+            owner: Owner {
+                uid,
+                gid: nix::unistd::getegid().as_raw(),
+            },
+        }
+    }
 }
 
 /// Runs hostexecd until `shutdown` begins; running calls are then ended
 /// (`killed_by: "shutdown"`) and written before it returns.
 pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let (run_as, uid, user_name, caller_uid) = identities(&config)?;
-    // Everything a keeper leaves behind (a keeper killed itself) comes to us.
+    let Identities {
+        run_as,
+        uid,
+        user_name,
+        caller_uid,
+        owner,
+    } = identities(&config)?;
+    let namespaces = if nix::unistd::geteuid().is_root() {
+        Namespaces::AsRoot
+    } else {
+        Namespaces::InUserNamespace {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        }
+    };
+    // Whatever is reparented to us (a keeper's init, should the keeper die
+    // first) comes to us, and is killed (`sweep::adopted`).
     // SAFETY: a plain prctl call on this process.
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -119,9 +186,31 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
     let store = Arc::new(Store::open(&config.data_dir.join("hostexec.sqlite3"))?);
-    let recovered = {
+    let (recovered, left) = {
         let store = store.clone();
-        tokio::task::spawn_blocking(move || exec::recover(&store)).await??
+        let config = config.clone();
+        let lent = run_as.is_some();
+        let left_by = sweep::LeftBy {
+            uid,
+            homes: config.chat_data.join("homes"),
+            workspaces: if lent {
+                vec![
+                    config.chat_data.join("workspaces"),
+                    config.shared_workspace.clone(),
+                ]
+            } else {
+                Vec::new()
+            },
+        };
+        tokio::task::spawn_blocking(move || {
+            let recovered = sweep::recover(&store, &|workspace| {
+                if lent {
+                    folders::give_back(&config, workspace, owner);
+                }
+            })?;
+            Ok::<_, anyhow::Error>((recovered, sweep::leftovers(&left_by)))
+        })
+        .await??
     };
     let purged = store.purge(config.audit_days)?;
     let mut registry = tandem_shared::metrics::Registry::default();
@@ -132,6 +221,8 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         uid,
         user_name,
         caller_uid,
+        owner,
+        namespaces,
         store: store.clone(),
         metrics,
         registry: Arc::new(registry),
@@ -140,15 +231,26 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         started: Instant::now(),
         shutdown: shutdown.clone(),
     });
-    // Keepers (and whatever a dead one left to us) are reaped here.
+    // Keepers are reaped here; anything else that is our child was
+    // reparented to us and is killed. An orphan's arrival sends no signal:
+    // the children are looked at every second too.
     {
         let mut children = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .context("listening for SIGCHLD")?;
         tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
             loop {
-                reap();
-                if children.recv().await.is_none() {
-                    return;
+                let _ = tokio::task::spawn_blocking(|| {
+                    {
+                        let _spawning = spawner::SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+                        sweep::reap();
+                    }
+                    sweep::adopted();
+                })
+                .await;
+                tokio::select! {
+                    got = children.recv() => if got.is_none() { return },
+                    _ = every.tick() => {}
                 }
             }
         });
@@ -171,7 +273,7 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         chown(&config.socket, caller_uid)?;
     }
     tracing::info!(socket = %config.socket.display(), run_as = %hx.user_name, uid,
-        caller_uid, recovered, purged, max_chats = config.max_chats, "hostexecd serving");
+        caller_uid, recovered, left, purged, max_chats = config.max_chats, ?namespaces, "hostexecd serving");
     // The watchdog pings while the runtime turns.
     tandem_shared::notify::spawn_heartbeat_watchdog(shutdown.clone());
     tandem_shared::notify::ready("serving");
@@ -231,16 +333,4 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
 fn chown(path: &std::path::Path, uid: u32) -> anyhow::Result<()> {
     std::os::unix::fs::chown(path, Some(uid), None)
         .with_context(|| format!("giving {} to uid {uid}", path.display()))
-}
-
-/// Collects every child that has ended (keepers, and what they left).
-fn reap() {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    // Not while a keeper is being spawned (held for a fork and an exec).
-    let _spawning = exec::SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
-    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
 }

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection};
 use serde::Serialize;
 
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE calls (
     call_id TEXT PRIMARY KEY,
     chat TEXT NOT NULL,
@@ -30,7 +31,11 @@ CREATE TABLE calls (
 );
 CREATE INDEX calls_chat ON calls(chat, started_ms);
 CREATE INDEX calls_started ON calls(started_ms);
-"#];
+"#,
+    // The workspace a call works in: lent to the commands' user, given back
+    // at the end, or by the next start when hostexecd died first.
+    r#"ALTER TABLE calls ADD COLUMN workspace TEXT;"#,
+];
 
 /// The command is kept cut at this many bytes.
 pub const COMMAND_KEPT: usize = 4096;
@@ -70,6 +75,17 @@ pub struct Row {
     pub error: Option<String>,
 }
 
+/// A call as its row begins.
+#[derive(Debug, Clone)]
+pub struct Begun<'a> {
+    pub call_id: &'a str,
+    pub chat: &'a str,
+    pub command: &'a str,
+    pub keeper_pid: i32,
+    pub keeper_start: u64,
+    pub workspace: &'a Path,
+}
+
 /// A call a previous hostexecd did not see end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unfinished {
@@ -77,6 +93,7 @@ pub struct Unfinished {
     pub started_ms: i64,
     pub keeper_pid: Option<i32>,
     pub keeper_start: Option<u64>,
+    pub workspace: Option<String>,
 }
 
 /// `text` cut at `max` bytes, on a character boundary.
@@ -114,24 +131,18 @@ impl Store {
     }
 
     /// The row of a call that starts now.
-    pub fn begin(
-        &self,
-        call_id: &str,
-        chat: &str,
-        command: &str,
-        keeper_pid: i32,
-        keeper_start: u64,
-    ) -> rusqlite::Result<()> {
+    pub fn begin(&self, call: &Begun<'_>) -> rusqlite::Result<()> {
         self.conn().execute(
-            "INSERT INTO calls (call_id, chat, started_ms, command, keeper_pid, keeper_start) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO calls (call_id, chat, started_ms, command, keeper_pid, keeper_start, workspace) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
-                call_id,
-                chat,
+                call.call_id,
+                call.chat,
                 now_ms(),
-                cut(command, COMMAND_KEPT),
-                keeper_pid,
-                keeper_start as i64
+                cut(call.command, COMMAND_KEPT),
+                call.keeper_pid,
+                call.keeper_start as i64,
+                call.workspace.to_string_lossy()
             ],
         )?;
         Ok(())
@@ -162,7 +173,8 @@ impl Store {
     pub fn unfinished(&self) -> rusqlite::Result<Vec<Unfinished>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT call_id, started_ms, keeper_pid, keeper_start FROM calls WHERE ended_ms IS NULL",
+            "SELECT call_id, started_ms, keeper_pid, keeper_start, workspace FROM calls \
+             WHERE ended_ms IS NULL",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(Unfinished {
@@ -170,6 +182,7 @@ impl Store {
                 started_ms: r.get(1)?,
                 keeper_pid: r.get(2)?,
                 keeper_start: r.get::<_, Option<i64>>(3)?.map(|s| s.max(0) as u64),
+                workspace: r.get(4)?,
             })
         })?;
         rows.collect()
@@ -233,8 +246,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("hostexec.sqlite3")).unwrap();
         let long = "é".repeat(3000);
-        store.begin("hx_1", "c1", &long, 42, 7).unwrap();
-        store.begin("hx_2", "c2", "true", 43, 8).unwrap();
+        let begun = |call_id, chat, command, keeper_pid| Begun {
+            call_id,
+            chat,
+            command,
+            keeper_pid,
+            keeper_start: keeper_pid as u64 - 35,
+            workspace: Path::new("/data/workspaces/c1"),
+        };
+        store.begin(&begun("hx_1", "c1", &long, 42)).unwrap();
+        store.begin(&begun("hx_2", "c2", "true", 43)).unwrap();
         store
             .finish(
                 "hx_2",
@@ -250,6 +271,7 @@ mod tests {
         assert_eq!(open.len(), 1);
         assert_eq!(open[0].keeper_pid, Some(42));
         assert_eq!(open[0].keeper_start, Some(7));
+        assert_eq!(open[0].workspace.as_deref(), Some("/data/workspaces/c1"));
         store.finish_restarted(&open[0]).unwrap();
         let rows = store.audit(None, 10).unwrap();
         assert_eq!(rows.len(), 2);

@@ -1,9 +1,9 @@
 //! Processes as /proc shows them: who descends from whom, and killing a
 //! whole tree so that nothing of it is left.
 //!
-//! A call's keeper is a child subreaper, so every process the call starts,
-//! however it detaches (`setsid`, a double fork, `nohup`), stays below the
-//! keeper: an orphan is reparented to it. Killing is done in rounds: every
+//! A call's processes are ended by its PID namespace (`contain.rs`); these
+//! walks are for what is outside one: a keeper that does not answer, what
+//! hostexecd adopted, what an earlier hostexecd left. Killing is done in rounds: every
 //! descendant is sent SIGSTOP (a stopped process cannot fork, and SIGSTOP
 //! cannot be caught or ignored), the walk is repeated until it finds no
 //! process it has not stopped, then all of them get SIGKILL, and the round
@@ -183,6 +183,13 @@ pub fn kill_tree(
     reap: &mut dyn FnMut(),
     bound: Duration,
 ) -> usize {
+    kill_found(&|| descendants(root, &all(), skip), reap, bound)
+}
+
+/// Stops and kills every process `find` names (it is asked again each
+/// walk, so what they start meanwhile is found too) until it names none or
+/// `bound` has passed; returns how many are left.
+pub fn kill_found(find: &dyn Fn() -> Vec<Proc>, reap: &mut dyn FnMut(), bound: Duration) -> usize {
     let deadline = Instant::now() + bound;
     let mut handles: HashMap<i32, Handle> = HashMap::new();
     let mut pause = Duration::from_micros(200);
@@ -192,10 +199,7 @@ pub fn kill_tree(
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let live: Vec<Proc> = descendants(root, &all(), skip)
-                .into_iter()
-                .filter(|p| !p.is_dead())
-                .collect();
+            let live: Vec<Proc> = find().into_iter().filter(|p| !p.is_dead()).collect();
             let mut new = false;
             for p in &live {
                 if handles.get(&p.pid).is_some_and(|h| h.start == p.start) {
@@ -215,10 +219,7 @@ pub fn kill_tree(
             h.signal(*pid, libc::SIGKILL);
         }
         reap();
-        let live = descendants(root, &all(), skip)
-            .iter()
-            .filter(|p| !p.is_dead())
-            .count();
+        let live = find().iter().filter(|p| !p.is_dead()).count();
         if live == 0 {
             reap();
             return 0;
@@ -230,6 +231,24 @@ pub fn kill_tree(
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(10));
     }
+}
+
+/// The children of this process (of each of its threads: an orphan is
+/// given to one of them).
+pub fn own_children() -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            children.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
 }
 
 /// Tasks (processes and threads) whose /proc entry belongs to `uid` and

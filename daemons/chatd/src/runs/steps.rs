@@ -168,8 +168,7 @@ impl Runs {
             let sandboxed = call.name == "bash" && self.inner.sandboxes.is_some();
             let host = call.name == "bash" && !sandboxed;
             let command = (host || sandboxed).then(|| command_of(&call.arguments));
-            let scratch = self.scratch_root(&run.conversation_id);
-            let scratch_text = scratch.to_string_lossy().to_string();
+            let workspace_text = workspace_root.to_string_lossy().to_string();
             let host_exec = self.inner.config.host_exec();
             let permission = Call {
                 tool: &call.name,
@@ -178,10 +177,10 @@ impl Runs {
                 // The workspace tools stay inside the chat's workspace; the
                 // web tools read, and egressd asks the person for each new
                 // host, so chatd does not ask a second time. A host command
-                // runs in the chat's scratch folder: with host_exec = on it
+                // runs in the chat's workspace: with host_exec = on it
                 // counts as the chat's own, and `auto` runs it.
                 inside: !host || host_exec == HostExec::On,
-                workspace_root: host.then_some(scratch_text.as_str()),
+                workspace_root: host.then_some(workspace_text.as_str()),
             };
             let mut decision = permissions::decide(mode, &permission, &rules);
             // host_exec = ask: every command on this machine asks, unless a
@@ -551,15 +550,6 @@ impl Runs {
             self.inner.consent_bell.notify_waiters();
         }
         Ok(changed)
-    }
-
-    /// The chat's scratch folder on this machine (hostexecd's cwd for it).
-    pub fn scratch_root(&self, conversation_id: &str) -> std::path::PathBuf {
-        self.inner
-            .config
-            .data_dir
-            .join("homes")
-            .join(conversation_id)
     }
 
     /// Runs one allowed `bash` call through hostexecd. A stop or chatd's

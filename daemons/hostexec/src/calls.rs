@@ -1,0 +1,167 @@
+//! The running calls: one per chat, `max_chats` chats at once, each with
+//! why it is asked to end (the first reason given is kept).
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+/// Why hostexecd ended a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KilledBy {
+    Timeout,
+    Output,
+    Stop,
+    Shutdown,
+}
+
+impl KilledBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KilledBy::Timeout => "timeout",
+            KilledBy::Output => "output",
+            KilledBy::Stop => "stop",
+            KilledBy::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// A running call, as the API and the driver share it.
+pub struct Running {
+    pub call_id: String,
+    pub chat: String,
+    killed_by: Mutex<Option<KilledBy>>,
+    pub(crate) wake: Notify,
+    /// Set when the `finished` event goes out.
+    pub(crate) finished: AtomicBool,
+}
+
+impl Running {
+    /// Asks for the call to end; the first reason given is the one kept.
+    pub fn kill(&self, why: KilledBy) {
+        {
+            let mut k = self.killed_by.lock().unwrap_or_else(|p| p.into_inner());
+            if k.is_none() {
+                *k = Some(why);
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    pub fn killed_by(&self) -> Option<KilledBy> {
+        *self.killed_by.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Why a call was refused before it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    ChatBusy { call_id: String },
+    TooManyChats { running: usize, max: usize },
+}
+
+/// The running calls, by chat and by id.
+pub struct Calls {
+    inner: Mutex<HashMap<String, Arc<Running>>>,
+    max_chats: usize,
+}
+
+/// A call's place; given back when dropped.
+pub struct Slot {
+    calls: Arc<Calls>,
+    pub running: Arc<Running>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut calls = self.calls.lock();
+        if calls
+            .get(&self.running.chat)
+            .is_some_and(|r| Arc::ptr_eq(r, &self.running))
+        {
+            calls.remove(&self.running.chat);
+        }
+    }
+}
+
+impl Calls {
+    pub fn new(max_chats: usize) -> Arc<Calls> {
+        Arc::new(Calls {
+            inner: Mutex::new(HashMap::new()),
+            max_chats,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Running>>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a new call of `chat`, or why there is none.
+    pub fn reserve(self: &Arc<Self>, chat: &str, call_id: &str) -> Result<Slot, Refusal> {
+        let mut calls = self.lock();
+        if let Some(r) = calls.get(chat) {
+            return Err(Refusal::ChatBusy {
+                call_id: r.call_id.clone(),
+            });
+        }
+        if calls.len() >= self.max_chats {
+            return Err(Refusal::TooManyChats {
+                running: calls.len(),
+                max: self.max_chats,
+            });
+        }
+        let running = Arc::new(Running {
+            call_id: call_id.to_string(),
+            chat: chat.to_string(),
+            killed_by: Mutex::new(None),
+            wake: Notify::new(),
+            finished: AtomicBool::new(false),
+        });
+        calls.insert(chat.to_string(), running.clone());
+        Ok(Slot {
+            calls: self.clone(),
+            running,
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn by_id(&self, call_id: &str) -> Option<Arc<Running>> {
+        self.lock().values().find(|r| r.call_id == call_id).cloned()
+    }
+
+    pub fn kill_all(&self, why: KilledBy) {
+        for r in self.lock().values() {
+            r.kill(why);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_call_per_chat_and_a_bound_on_chats() {
+        let calls = Calls::new(2);
+        let a = calls.reserve("a", "hx_1").unwrap();
+        assert_eq!(
+            calls.reserve("a", "hx_2").err(),
+            Some(Refusal::ChatBusy {
+                call_id: "hx_1".into()
+            })
+        );
+        let _b = calls.reserve("b", "hx_3").unwrap();
+        assert_eq!(
+            calls.reserve("c", "hx_4").err(),
+            Some(Refusal::TooManyChats { running: 2, max: 2 })
+        );
+        assert!(calls.by_id("hx_1").is_some());
+        drop(a);
+        assert_eq!(calls.count(), 1);
+        assert!(calls.reserve("c", "hx_5").is_ok());
+    }
+}
