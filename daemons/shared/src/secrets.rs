@@ -110,7 +110,9 @@ pub fn egress_token(key: &Secret, chat: &str) -> String {
 /// Reads `path` as a key, or makes a new random one there (0600).
 pub fn read_or_make_key(path: &Path) -> anyhow::Result<Secret> {
     if let Some(dir) = path.parent() {
-        crate::fsmode::private_dir(dir)
+        // The folder is chatd's data folder for forward.key (every daemon
+        // and `tandem` look there): its o+x for hostexecd's run_as stays.
+        crate::fsmode::private_dir_passable(dir)
             .with_context(|| format!("making folder {}", dir.display()))?;
     }
     match std::fs::read_to_string(path) {
@@ -153,6 +155,17 @@ mod tests {
             0o600
         );
         assert_eq!(format!("{:?}", first.forward_key), "<secret>");
+    }
+
+    #[test]
+    fn making_the_key_keeps_the_folders_search_bits() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chat");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o711)).unwrap();
+        load(&dir.path().join("none.env"), &data).unwrap();
+        assert_eq!(crate::fsmode::mode_of(&data).unwrap(), 0o711);
     }
 
     #[test]
