@@ -267,8 +267,9 @@ fn raise_own_nofile(needed: u64) -> anyhow::Result<()> {
     })
 }
 
-/// 10,000 idle connections from 100 addresses cost chatd 346 MiB when
-/// nothing bounded them; the caps keep its memory to a few dozen MiB.
+/// 10,000 idle connections from 100 addresses grew a debug chatd by 66 MiB
+/// (29 to 95) when nothing bounded them (the issue saw 346 MiB); with the
+/// caps it takes 1,024 of them and grows by about 10 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_idle_connections_cost_chatd_bounded_memory() -> anyhow::Result<()> {
     raise_own_nofile(12_000)?;
@@ -291,7 +292,7 @@ async fn ten_thousand_idle_connections_cost_chatd_bounded_memory() -> anyhow::Re
     let peak = status_kib(pid, "VmHWM:");
     let grown = peak.saturating_sub(before) / 1024;
     assert!(
-        grown < 120,
+        grown < 40,
         "chatd's RSS grew by {grown} MiB (from {} MiB) under {} idle connections",
         before / 1024,
         held.len()
