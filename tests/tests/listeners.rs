@@ -5,7 +5,8 @@
 //! connections are closed after their timeouts (a long answer is not), and
 //! the unix-socket APIs of egressd, hostexecd, triggerd and connectord close
 //! a silent caller too. Also chatd's start-up: the data folder keeps the
-//! o+x hostexecd's `run_as` needs.
+//! o+x hostexecd's `run_as` needs, and a secrets file others may read stops
+//! the start.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -13,7 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tandem_tests::harness::{bash_call, tool_results, wait_until, Chatd, Egressd, Hostexecd, Sim};
+use tandem_tests::harness::{
+    bash_call, bin_dir, tool_results, wait_until, Chatd, Egressd, Hostexecd, Sim,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -433,4 +436,71 @@ async fn the_socket_apis_close_a_silent_caller() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A secrets file others may read is refused at start, with a line naming
+/// it and the fix; made 0600, chatd starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secrets_file_others_may_read_stops_chatd_naming_it() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let secrets = dir.path().join("secrets.env");
+    std::fs::write(&secrets, "QSE_FORWARD_KEY=0123456789abcdef\n")?;
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644))?;
+    let port = tandem_tests::harness::free_port();
+    let log = dir.path().join("chatd.log");
+    let chatd = || -> anyhow::Result<std::process::Child> {
+        let out = std::fs::File::create(&log)?;
+        Ok(std::process::Command::new(bin_dir().join("chatd"))
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("QSE_CHAT_DATA", dir.path().join("chat"))
+            .env("QSE_SECRETS", &secrets)
+            .env("QSE_CHAT_URL", format!("127.0.0.1:{port}"))
+            .env("QSE_ENGINE_URL", "http://127.0.0.1:9")
+            .env("QSE_SANDBOX_SOCKET", dir.path().join("none.sock"))
+            .env("QSE_LOG_TO", "stderr")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(out)
+            .spawn()?)
+    };
+    let mut child = chatd()?;
+    let exited = wait_until(
+        "chatd to stop at a world-readable secrets file",
+        QUICK,
+        || {
+            let status = child.try_wait().ok().flatten();
+            async move { status }
+        },
+    )
+    .await;
+    if exited.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let status = exited?;
+    assert!(!status.success());
+    let stderr = std::fs::read_to_string(&log)?;
+    assert!(stderr.contains(&secrets.display().to_string()), "{stderr}");
+    assert!(stderr.contains("mode 644"), "{stderr}");
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    assert!(
+        !stderr.contains("0123456789abcdef"),
+        "the key is never said: {stderr}"
+    );
+    assert_eq!(mode_of(&secrets), 0o644, "the file is left as it was");
+
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600))?;
+    let mut child = chatd()?;
+    let url = format!("http://127.0.0.1:{port}");
+    let healthy = wait_until(
+        "chatd with a 0600 secrets file to answer",
+        QUICK,
+        || async { health_answers(&url).await.ok() },
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    healthy
 }
