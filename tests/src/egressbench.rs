@@ -462,7 +462,7 @@ impl Egressd {
             .map(|_| format!("{:02x}", rand::random::<u8>()))
             .collect();
         let secrets = d.join("secrets.env");
-        std::fs::write(&secrets, format!("QSE_FORWARD_KEY={key}\n"))?;
+        crate::harness::write_private(&secrets, &format!("QSE_FORWARD_KEY={key}\n"))?;
         std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600))?;
         let config = d.join("tandem.toml");
         std::fs::write(

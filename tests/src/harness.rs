@@ -28,6 +28,15 @@ pub fn bin_dir() -> PathBuf {
     panic!("chatd and engine-sim are not built: run `cargo build --workspace` first");
 }
 
+/// Writes `text` to `path` with mode 0600, as ops/make-secrets.sh makes a
+/// secrets file (the daemons refuse one that others may read).
+pub fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} 0600", path.display()))
+}
+
 /// A free loopback port (bound, then released for the daemon to take).
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
@@ -213,12 +222,14 @@ pub struct Chatd {
     pub front_port: Option<u16>,
     engine_url: String,
     env: Vec<(String, String)>,
+    /// The descriptor limit (soft and hard) chatd starts with, when set.
+    nofile: Option<u64>,
 }
 
 impl Chatd {
     /// Starts chatd against `engine_url` with extra environment and waits for `/health`.
     pub async fn start(engine_url: &str, env: &[(&str, &str)]) -> anyhow::Result<Chatd> {
-        Chatd::start_inner(engine_url, env, None, false).await
+        Chatd::start_inner(engine_url, env, None, false, None).await
     }
 
     /// The same with a front (`QSE_CHAT_FRONT` on a free port: the web page,
@@ -230,7 +241,17 @@ impl Chatd {
         env: &[(&str, &str)],
         admin_token: Option<&str>,
     ) -> anyhow::Result<Chatd> {
-        Chatd::start_inner(engine_url, env, admin_token, true).await
+        Chatd::start_inner(engine_url, env, admin_token, true, None).await
+    }
+
+    /// With a front (no admin token) and `nofile` as both the soft and the
+    /// hard descriptor limit, so chatd cannot raise it.
+    pub async fn start_with_front_and_nofile(
+        engine_url: &str,
+        env: &[(&str, &str)],
+        nofile: u64,
+    ) -> anyhow::Result<Chatd> {
+        Chatd::start_inner(engine_url, env, None, true, Some(nofile)).await
     }
 
     async fn start_inner(
@@ -238,13 +259,14 @@ impl Chatd {
         env: &[(&str, &str)],
         admin_token: Option<&str>,
         front: bool,
+        nofile: Option<u64>,
     ) -> anyhow::Result<Chatd> {
         let dir = tempfile::tempdir()?;
         let mut secrets = format!("QSE_FORWARD_KEY={FORWARD_KEY}\n");
         if let Some(token) = admin_token {
             secrets.push_str(&format!("QSE_ADMIN_TOKEN={token}\n"));
         }
-        std::fs::write(dir.path().join("secrets.env"), secrets)?;
+        write_private(&dir.path().join("secrets.env"), &secrets)?;
         let port = free_port();
         let front_port = front.then(|| loop {
             let p = free_port();
@@ -267,6 +289,7 @@ impl Chatd {
             front_port,
             engine_url: engine_url.to_string(),
             env,
+            nofile,
         };
         chatd.spawn()?;
         chatd.wait_healthy().await?;
@@ -321,6 +344,21 @@ impl Chatd {
             .stderr(log);
         for (k, v) in &self.env {
             command.env(k, v);
+        }
+        if let Some(limit) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe and touches only the
+            // child between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        limit,
+                        limit,
+                    )
+                    .map_err(std::io::Error::from)
+                });
+            }
         }
         self.child = Some(command.spawn().context("starting chatd")?);
         Ok(())

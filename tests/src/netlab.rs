@@ -484,7 +484,8 @@ impl Lab {
         .unwrap();
         std::fs::write(etc.join("nsswitch.conf"), "hosts: files dns\n").unwrap();
         let key = "netns-test-forward-key-0123456789".to_string();
-        std::fs::write(d.join("secrets.env"), format!("QSE_FORWARD_KEY={key}\n")).unwrap();
+        crate::harness::write_private(&d.join("secrets.env"), &format!("QSE_FORWARD_KEY={key}\n"))
+            .unwrap();
         let api = d.join("run/egress.sock");
         let config = d.join("tandem.toml");
         std::fs::write(

@@ -1018,7 +1018,7 @@ async fn chat_start_front_serves_the_page_and_keeps_the_address() {
     let b = Box_::new(&sim.url());
     let secrets = b.home().join("TandemLLM/state/secrets.env");
     std::fs::create_dir_all(secrets.parent().unwrap()).unwrap();
-    std::fs::write(
+    tandem_tests::harness::write_private(
         &secrets,
         "QSE_FORWARD_KEY=0123456789abcdef0123456789abcdef\nQSE_ADMIN_TOKEN=front-admin-token\n",
     )

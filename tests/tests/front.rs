@@ -349,6 +349,23 @@ async fn without_an_admin_token_the_front_is_open_and_says_so() {
         .await
         .unwrap();
     assert_eq!(forged.status(), 403);
+    // `Origin: null` is a page with no origin of its own (a sandboxed frame,
+    // a file, a data: URL) anywhere: its writes are refused too, nothing made.
+    let opaque = client()
+        .post(format!("{front}/v1/chat-app/conversations"))
+        .header("origin", "null")
+        .json(&json!({"title": "from nowhere"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opaque.status(), 403);
+    assert_eq!(error_type(opaque).await, "cross_site");
+    let chats = chatd.client().get("/conversations").await.unwrap().body;
+    assert_eq!(
+        chats["conversations"].as_array().map(Vec::len),
+        Some(1),
+        "{chats}"
+    );
     assert!(chatd.log().contains("admin_token=false"), "{}", chatd.log());
 
     // A name pointed here from elsewhere (DNS rebinding) is refused; an IP

@@ -80,7 +80,7 @@ async fn start(env: &[(&str, &str)]) -> anyhow::Result<Setup> {
     let dir = tempfile::tempdir()?;
     let chat_data = dir.path().join("chat");
     let secrets = dir.path().join("secrets.env");
-    std::fs::write(&secrets, format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"))?;
+    tandem_tests::harness::write_private(&secrets, &format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"))?;
     let egressd = Egressd::start(
         &chat_data,
         &secrets,

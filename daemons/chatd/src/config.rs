@@ -104,6 +104,8 @@ pub struct ChatdConfig {
     pub shared_workspace: PathBuf,
     /// Each chat's container (`[chatd.sandbox]`).
     pub sandbox: SandboxConfig,
+    /// The listeners' timeouts and caps (`[chatd.connections]`).
+    pub connections: crate::listeners::ConnectionsConfig,
 }
 
 /// The chats' sandboxes: one locked-down container a chat, made and run
@@ -262,6 +264,7 @@ impl Default for ChatdConfig {
             connectors_socket: tandem_shared::daemon::runtime_dir().join("connectors.sock"),
             shared_workspace: home.join(".tandemllm/workspace"),
             sandbox: SandboxConfig::default(),
+            connections: crate::listeners::ConnectionsConfig::default(),
         }
     }
 }
@@ -359,6 +362,23 @@ pub const ENV_KEYS: &[EnvKey] = &[
     EnvKey::new("QSE_SANDBOX_IDLE_MINUTES", "chatd.sandbox.idle_minutes"),
     EnvKey::new("QSE_SANDBOX_USER", "chatd.sandbox.user"),
     EnvKey::new("QSE_SANDBOX_MEMINFO", "chatd.sandbox.meminfo"),
+    EnvKey::new(
+        "QSE_CHAT_HEADER_TIMEOUT_S",
+        "chatd.connections.header_timeout_s",
+    ),
+    EnvKey::new(
+        "QSE_CHAT_IDLE_TIMEOUT_S",
+        "chatd.connections.idle_timeout_s",
+    ),
+    EnvKey::new("QSE_CHAT_MAX_CONNECTIONS", "chatd.connections.max"),
+    EnvKey::new(
+        "QSE_CHAT_FRONT_MAX_CONNECTIONS",
+        "chatd.connections.front_max",
+    ),
+    EnvKey::new(
+        "QSE_CHAT_FRONT_MAX_PER_PEER",
+        "chatd.connections.front_max_per_peer",
+    ),
 ];
 
 /// How a chat's commands may run on this machine.
@@ -499,6 +519,9 @@ impl ChatdConfig {
             ));
         }
         self.sandbox
+            .check()
+            .map_err(|e| anyhow::anyhow!("chatd.{e}"))?;
+        self.connections
             .check()
             .map_err(|e| anyhow::anyhow!("chatd.{e}"))?;
         if self.context_window < 2048 {

@@ -20,6 +20,7 @@ pub mod hostexec;
 pub mod housekeeping;
 pub mod inbox;
 pub mod kinds;
+pub mod listeners;
 pub mod metrics;
 pub mod model;
 pub mod permissions;
@@ -339,23 +340,26 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("chatd.front: {e}"))?
     {
         Some(front_address) => {
-            let front_listener = tokio::net::TcpListener::bind(front_address)
-                .await
+            let front_listener = tandem_shared::listen::bind_tcp(front_address)
                 .with_context(|| format!("listening on the front {front_address} (chatd.front)"))?;
             let front_router = front::router(app.clone(), router.clone())?;
             tracing::info!(address = %front_address, admin_token = app.secrets.admin_token.is_some(),
                 "front serving the page");
-            Some(tokio::spawn(tandem_shared::http::serve(
+            Some(tokio::spawn(tandem_shared::listen::serve_tcp(
+                "front",
                 front_listener,
                 front_router,
+                config.connections.front(),
                 shutdown.clone(),
             )))
         }
         None => None,
     };
-    let server = tokio::spawn(tandem_shared::http::serve(
+    let server = tokio::spawn(tandem_shared::listen::serve_tcp(
+        "api",
         listener,
         router,
+        config.connections.api(),
         shutdown.clone(),
     ));
     // READY only now: the listener is bound, the database migrated, runs

@@ -49,11 +49,9 @@ fn start(args: Args) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| {
-                format!("listening on {address} (is another chatd running? `tandem chat status`)")
-            })?;
+        let listener = tandem_shared::listen::bind_tcp(address).with_context(|| {
+            format!("listening on {address} (is another chatd running? `tandem chat status`)")
+        })?;
         let (_trigger, shutdown) = tandem_shared::shutdown::Shutdown::on_signals()?;
         chatd::run(config, listener, shutdown).await
     })

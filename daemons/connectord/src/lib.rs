@@ -28,7 +28,6 @@ pub mod tls;
 pub mod turns;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -560,14 +559,14 @@ pub async fn run(config: ConnectorsConfig, shutdown: Shutdown) -> anyhow::Result
     tandem_shared::notify::ready("serving");
     tokio::spawn(dispatch(cd.clone()));
     let router = api::router(cd.clone());
-    axum::serve(tandem_shared::http::PeerChecked::new(listener), router)
-        .with_graceful_shutdown({
-            let shutdown = shutdown.clone();
-            async move { shutdown.wait().await }
-        })
-        .into_future()
-        .await
-        .context("serving the API")?;
+    tandem_shared::listen::serve_socket(
+        "api",
+        tandem_shared::http::PeerChecked::new(listener),
+        router,
+        tandem_shared::listen::Limits::socket_api(),
+        shutdown.clone(),
+    )
+    .await;
     lock(&cd.links).clear();
     tandem_shared::notify::stopping();
     Ok(())

@@ -225,10 +225,14 @@ pub async fn run(
         });
     }
     let router = api::router(egress.clone());
-    axum::serve(api::PeerChecked::new(listener), router)
-        .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await
-        .context("serving the API")?;
+    tandem_shared::listen::serve_socket(
+        "api",
+        api::PeerChecked::new(listener),
+        router,
+        tandem_shared::listen::Limits::socket_api(),
+        shutdown,
+    )
+    .await;
     tandem_shared::notify::stopping();
     store.close_audit();
     Ok(())

@@ -30,7 +30,6 @@ pub mod store;
 pub mod sweep;
 pub mod tree;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -298,20 +297,18 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         });
     }
     let router = api::router(hx.clone());
-    let serving = axum::serve(
+    let serving = tandem_shared::listen::serve_socket(
+        "api",
         tandem_shared::http::PeerChecked::with_uid(listener, caller_uid),
         router,
-    )
-    .with_graceful_shutdown({
-        let shutdown = shutdown.clone();
-        async move { shutdown.wait().await }
-    })
-    .into_future();
+        tandem_shared::listen::Limits::socket_api(),
+        shutdown.clone(),
+    );
     tokio::pin!(serving);
     // Serving ends when every stream has; a caller that does not read its
     // stream does not hold hostexecd past the calls' end.
     tokio::select! {
-        served = &mut serving => served.context("serving the API")?,
+        _ = &mut serving => {}
         _ = async {
             shutdown.wait().await;
             while hx.calls.count() > 0 {

@@ -46,6 +46,8 @@ pub fn main(
         print!("{default_toml}");
         return ExitCode::SUCCESS;
     }
+    // Before anything opens a descriptor; the first log line says the result.
+    crate::nofile::raise();
     match start() {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -61,7 +63,13 @@ pub fn main(
 pub fn start_logging(name: &str, origins: &[String]) -> anyhow::Result<()> {
     let logs = crate::secrets::home().join(".tandemllm/logs");
     crate::logging::init(name, &logs)?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?origins, "{name} starting");
+    let nofile = crate::nofile::raise();
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), config_from = ?origins,
+        nofile = nofile.soft, nofile_hard = nofile.hard, nofile_before = nofile.before, "{name} starting");
+    if nofile.refused {
+        tracing::warn!(nofile = nofile.soft, nofile_hard = nofile.hard,
+            "the descriptor limit could not be raised to the hard limit; set LimitNOFILE= in the unit");
+    }
     Ok(())
 }
 

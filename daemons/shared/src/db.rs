@@ -1,5 +1,6 @@
 //! Opening a daemon's SQLite file: WAL, `synchronous=NORMAL`, mode 0600 in a
-//! 0700 folder, and numbered migrations tracked by `PRAGMA user_version`.
+//! 0700 folder (an existing folder keeps the o+x an administrator gave it),
+//! and numbered migrations tracked by `PRAGMA user_version`.
 //!
 //! WAL with `synchronous=NORMAL` means a crash of the process never loses a
 //! commit, and a power cut may lose the last commits but never corrupts the
@@ -15,7 +16,9 @@ use rusqlite::{Connection, OpenFlags};
 /// schema from version `i` to `i + 1`, in one transaction with the version bump.
 pub fn open_writer(path: &Path, migrations: &[&str]) -> anyhow::Result<Connection> {
     if let Some(dir) = path.parent() {
-        crate::fsmode::private_dir(dir)
+        // Not private_dir: chatd's data folder may keep o+x for hostexecd's
+        // run_as user, and opening the database must not take it away.
+        crate::fsmode::private_dir_passable(dir)
             .with_context(|| format!("making data folder {}", dir.display()))?;
     }
     if !path.exists() {
@@ -93,6 +96,25 @@ mod tests {
         assert_eq!(crate::fsmode::mode_of(&data).unwrap(), 0o700);
         let wal = data.join("x.sqlite3-wal");
         assert_eq!(crate::fsmode::mode_of(&wal).unwrap(), 0o600);
+    }
+
+    #[test]
+    fn an_existing_folder_keeps_its_search_bits_and_loses_read_and_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chat");
+        std::fs::create_dir(&data).unwrap();
+        let path = data.join("x.sqlite3");
+        for (before, after) in [
+            (0o711, 0o711),
+            (0o755, 0o711),
+            (0o777, 0o711),
+            (0o750, 0o710),
+        ] {
+            std::fs::set_permissions(&data, std::fs::Permissions::from_mode(before)).unwrap();
+            drop(open_writer(&path, &["CREATE TABLE IF NOT EXISTS a (x);"]).unwrap());
+            assert_eq!(crate::fsmode::mode_of(&data).unwrap(), after, "{before:o}");
+        }
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! Private folders (0700) and files (0600): every daemon's data is readable
-//! by its own user only, whatever the umask says.
+//! by its own user only, whatever the umask says. A folder that holds a
+//! daemon's files but may be passed through by another user (chatd's data
+//! folder, on the way to `homes/` for hostexecd's `run_as` user) keeps the
+//! search bits an administrator gave it: see [`private_dir_passable`].
 
 use std::fs;
 use std::io;
@@ -19,7 +22,9 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
 /// Like [`private_dir`], but an existing `dir` keeps the search (x) bits an
 /// administrator gave group or others: chatd's data folder is passed
 /// through by hostexecd's `run_as` user to reach `homes/` (0711). Read and
-/// write bits for others are always taken away.
+/// write bits for others are always taken away. Every opening of a file in
+/// a folder of its own (the SQLite files, the keys) goes through this, so
+/// no start takes such an `o+x` away again.
 pub fn private_dir_passable(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -63,6 +68,9 @@ mod passable_tests {
         private_dir_passable(&data).unwrap();
         assert_eq!(mode_of(&data).unwrap(), 0o700);
         fs::set_permissions(&data, fs::Permissions::from_mode(0o777)).unwrap();
+        private_dir_passable(&data).unwrap();
+        assert_eq!(mode_of(&data).unwrap(), 0o711);
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o751)).unwrap();
         private_dir_passable(&data).unwrap();
         assert_eq!(mode_of(&data).unwrap(), 0o711);
     }

@@ -1,5 +1,6 @@
-//! HTTP pieces every daemon shares: the CONTRACT's error shape and serving a
-//! router until shutdown, with a bound on draining.
+//! HTTP pieces every daemon shares: the CONTRACT's error shape, the unix
+//! socket listener that checks its callers, body parsing. Serving with
+//! timeouts and caps is `listen`.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -85,24 +86,6 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// Serves `router` on `listener` until `shutdown` begins, then stops taking
-/// connections; open streams are left to the caller's own drain.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    shutdown: crate::shutdown::Shutdown,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Small SSE frames go out at once instead of waiting on the peer's
-    // delayed acknowledgement (up to 40 ms over a real network).
-    let listener = listener.tap_io(|stream| {
-        let _ = stream.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await
 }
 
 impl From<rusqlite::Error> for ApiError {

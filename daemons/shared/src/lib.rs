@@ -1,6 +1,6 @@
 //! What every tandem daemon does the same way: configuration and env files,
-//! logging, sd-notify, SQLite opening, private folders, shutdown, metrics and
-//! HTTP serving. A daemon's `main` is these calls in order, then its own work.
+//! logging, sd-notify, SQLite opening, private folders, shutdown, metrics,
+//! HTTP serving with bounds on every listener, the descriptor limit. A daemon's `main` is these calls in order, then its own work.
 
 pub mod chatd;
 pub mod config;
@@ -10,9 +10,11 @@ pub mod docker;
 pub mod fsmode;
 pub mod http;
 pub mod interfaces;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod netpolicy;
+pub mod nofile;
 pub mod notify;
 pub mod seal;
 pub mod secrets;

@@ -1,7 +1,10 @@
 //! The forward key every internal call carries, and the admin token of the
 //! front. They come from `QSE_SECRETS` (`~/TandemLLM/state/secrets.env`);
 //! with no forward key there, the daemon makes `forward.key` (0600) in its
-//! data folder once and keeps using it. Secrets are never logged.
+//! data folder once and keeps using it. Secrets are never logged. A secrets
+//! file or key file that group or others may read or write is refused, as
+//! connectord refuses its sealing key: every daemon and `tandem` stop with
+//! a line naming the file and the fix.
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +59,7 @@ pub fn load(secrets_file: &Path, data_dir: &Path) -> anyhow::Result<Secrets> {
     let mut forward = None;
     let mut admin = None;
     if secrets_file.exists() {
+        refuse_shared(secrets_file, "the forward key and the admin token")?;
         let text = std::fs::read_to_string(secrets_file)
             .with_context(|| format!("reading secrets file {}", secrets_file.display()))?;
         let entries = crate::config::parse_env_file(&text).map_err(|(line, reason)| {
@@ -107,11 +111,34 @@ pub fn egress_token(key: &Secret, chat: &str) -> String {
         .collect()
 }
 
+/// Refuses a file of secrets that group or others may read or write: what
+/// it holds may not be secret any more. The file is left as it is (making
+/// it 0600 quietly would hide that others could read it until now).
+fn refuse_shared(path: &Path, holds: &str) -> anyhow::Result<()> {
+    let mode = crate::fsmode::mode_of(path)
+        .with_context(|| format!("reading the mode of {}", path.display()))?;
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "{} has mode {mode:o}: other users of this machine may read or change {holds} in it; \
+             make it 0600 (chmod 600 {}) and, if someone may have copied it, put new values in it \
+             (move it away and run ops/make-secrets.sh)",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Reads `path` as a key, or makes a new random one there (0600).
 pub fn read_or_make_key(path: &Path) -> anyhow::Result<Secret> {
     if let Some(dir) = path.parent() {
-        crate::fsmode::private_dir(dir)
+        // The folder is chatd's data folder for forward.key (every daemon
+        // and `tandem` look there): its o+x for hostexecd's run_as stays.
+        crate::fsmode::private_dir_passable(dir)
             .with_context(|| format!("making folder {}", dir.display()))?;
+    }
+    if path.exists() {
+        refuse_shared(path, "the key")?;
     }
     match std::fs::read_to_string(path) {
         Ok(text) if !text.trim().is_empty() => return Ok(Secret::new(text.trim().to_string())),
@@ -156,10 +183,55 @@ mod tests {
     }
 
     #[test]
+    fn making_the_key_keeps_the_folders_search_bits() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("chat");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o711)).unwrap();
+        load(&dir.path().join("none.env"), &data).unwrap();
+        assert_eq!(crate::fsmode::mode_of(&data).unwrap(), 0o711);
+    }
+
+    #[test]
+    fn files_others_may_read_are_refused_naming_the_file_and_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secrets.env");
+        std::fs::write(&file, "QSE_FORWARD_KEY=abc\n").unwrap();
+        let data = dir.path().join("chat");
+        for mode in [0o644, 0o640, 0o620, 0o602] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = format!("{:#}", load(&file, &data).unwrap_err());
+            assert!(
+                err.contains(&format!("{} has mode {mode:o}", file.display())),
+                "{err}"
+            );
+            assert!(err.contains("chmod 600"), "{err}");
+            assert!(!err.contains("abc"), "{err}");
+            assert_eq!(
+                crate::fsmode::mode_of(&file).unwrap(),
+                mode,
+                "left as it was"
+            );
+        }
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(load(&file, &data).is_ok());
+        // The same for a forward.key made earlier.
+        let none = dir.path().join("none.env");
+        load(&none, &data).unwrap();
+        let key = data.join("forward.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = format!("{:#}", load(&none, &data).unwrap_err());
+        assert!(err.contains("forward.key has mode 644"), "{err}");
+    }
+
+    #[test]
     fn secrets_file_wins() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("secrets.env");
         std::fs::write(&file, "QSE_FORWARD_KEY=abc\nQSE_ADMIN_TOKEN=tok\n").unwrap();
+        crate::fsmode::private_file(&file).unwrap();
         let s = load(&file, &dir.path().join("chat")).unwrap();
         assert!(s.forward_key.matches("abc"));
         assert!(!s.forward_key.matches("abd"));

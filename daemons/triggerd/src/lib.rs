@@ -26,7 +26,6 @@ pub mod store;
 pub mod triggers;
 
 use std::collections::HashSet;
-use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -141,14 +140,14 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
     tokio::spawn(checks(td.clone()));
     tokio::spawn(deliveries(td.clone()));
     let router = api::router(td.clone());
-    axum::serve(tandem_shared::http::PeerChecked::new(listener), router)
-        .with_graceful_shutdown({
-            let shutdown = shutdown.clone();
-            async move { shutdown.wait().await }
-        })
-        .into_future()
-        .await
-        .context("serving the API")?;
+    tandem_shared::listen::serve_socket(
+        "api",
+        tandem_shared::http::PeerChecked::new(listener),
+        router,
+        tandem_shared::listen::Limits::socket_api(),
+        shutdown.clone(),
+    )
+    .await;
     tandem_shared::notify::stopping();
     Ok(())
 }

@@ -219,7 +219,9 @@ fn signed_out() -> ApiError {
 
 /// A write from another site: a page elsewhere making this browser post here.
 /// `Sec-Fetch-Site` says so in every current browser; an `Origin` naming
-/// another host says so in older ones.
+/// another host says so in older ones. `Origin: null` is a page without an
+/// origin of its own (a sandboxed frame, a file, a data: URL, a redirect
+/// from elsewhere): never the front's page, so its writes are refused too.
 fn cross_site(request: &Request) -> bool {
     if matches!(
         *request.method(),
@@ -234,10 +236,13 @@ fn cross_site(request: &Request) -> bool {
     {
         return true;
     }
-    let origin_host = headers
-        .get(header::ORIGIN)
-        .and_then(|v| v.to_str().ok())
-        .filter(|o| *o != "null")
+    // An Origin that is not even text is no page of ours either.
+    let origin = headers.get(header::ORIGIN).map(|v| v.to_str().ok());
+    if matches!(origin, Some(None) | Some(Some("null"))) {
+        return true;
+    }
+    let origin_host = origin
+        .flatten()
         .map(|o| o.split_once("://").map_or(o, |(_, rest)| rest));
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     match (origin_host, host) {
@@ -445,5 +450,12 @@ mod tests {
         );
         // curl and the tandem command send neither.
         check(Method::POST, &[("host", "box:4180")], false);
+        check(
+            Method::POST,
+            &[("origin", "null"), ("host", "box:4180")],
+            true,
+        );
+        check(Method::PUT, &[("origin", "null")], true);
+        check(Method::GET, &[("origin", "null")], false);
     }
 }
