@@ -495,14 +495,28 @@ pub async fn figure(sizes: &Sizes, say: &dyn Fn(String)) -> anyhow::Result<Vec<L
     let d: Vec<Dist> = setups.iter().map(|s| dist(s.arrived.clone())).collect();
     let acc: Vec<Dist> = setups.iter().map(|s| dist(s.accepted.clone())).collect();
     for (i, s) in setups.iter().enumerate() {
+        // The chat grows by two messages a round: its first and last tenth.
+        let tenth = (n / 10).max(1);
+        let first = dist(s.arrived[..tenth].to_vec());
+        let last = dist(s.arrived[n - tenth..].to_vec());
+        let after_202: Vec<f64> = s
+            .arrived
+            .iter()
+            .zip(&s.accepted)
+            .map(|(a, b)| a - b)
+            .collect();
         say(format!(
-            "({}) {}: send → engine has the request {} / max {:.2} ms; send → 202 p50 {:.2} ms; \
-             last request {} B",
+            "({}) {}: send → engine has the request {} / max {:.2} ms (first {tenth} p50 {:.2}, \
+             last {tenth} p50 {:.2}); send → 202 p50 {:.2} ms, 202 → engine p50 {:.2} ms; last \
+             request {} B",
             s.name,
             s.what,
             ms3(d[i]),
             d[i].max,
+            first.p50,
+            last.p50,
             acc[i].p50,
+            dist(after_202).p50,
             serde_json::to_vec(&s.last_body).map_or(0, |b| b.len())
         ));
     }
@@ -516,11 +530,26 @@ pub async fn figure(sizes: &Sizes, say: &dyn Fn(String)) -> anyhow::Result<Vec<L
         ms3(direct),
         ms3(asked)
     ));
+    // The chats of one round are equally long: their differences, round by
+    // round, leave out the growth and most of the machine's moods.
+    let paired = |x: usize, y: usize| {
+        let v: Vec<f64> = setups[x]
+            .arrived
+            .iter()
+            .zip(&setups[y].arrived)
+            .map(|(a, b)| a - b)
+            .collect();
+        dist(v).p50
+    };
     say(format!(
-        "(b)/(a) {}; (c)/(a) {}; (b) − (c) p50 {:.2} ms",
+        "(b)/(a) {}; (c)/(a) {}; round by round, median of the differences: (b) − (a) {:.3} ms, \
+         (c) − (a′) {:.3} ms (same chatd each), (b) − (c) {:.3} ms, (a′) − (a) {:.3} ms",
         ratio(d[1], d[0]),
         ratio(d[2], d[0]),
-        d[1].p50 - d[2].p50
+        paired(1, 0),
+        paired(2, 3),
+        paired(1, 2),
+        paired(3, 0)
     ));
 
     let figure = |s: &Setup| {
@@ -543,8 +572,10 @@ pub async fn figure(sizes: &Sizes, say: &dyn Fn(String)) -> anyhow::Result<Vec<L
         line(
             figure(&setups[1]),
             format!(
-                "{} (n {n}); egressd asked by the bench p50 {:.2} ms",
+                "{} (n {n}); per round (b) − (a) median {:.2} ms; egressd asked by the bench \
+                 p50 {:.2} ms",
                 ms3(d[1]),
+                paired(1, 0),
                 asked.p50
             ),
             base_a.clone(),
@@ -552,7 +583,12 @@ pub async fn figure(sizes: &Sizes, say: &dyn Fn(String)) -> anyhow::Result<Vec<L
         ),
         line(
             figure(&setups[2]),
-            format!("{} (n {n})", ms3(d[2])),
+            format!(
+                "{} (n {n}); per round (c) − (a′) median {:.2} ms, (b) − (c) {:.2} ms",
+                ms3(d[2]),
+                paired(2, 3),
+                paired(1, 2)
+            ),
             base_a.clone(),
             ratio(d[2], d[0]),
         ),
