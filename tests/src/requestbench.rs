@@ -521,6 +521,29 @@ pub async fn figure(sizes: &Sizes, say: &dyn Fn(String)) -> anyhow::Result<Vec<L
         ));
     }
 
+    // A short chat in the same, now larger, database: what the chat's own
+    // length costs against what the database's size costs.
+    let mut fresh = Setup::new(
+        "a, new",
+        "a new agent chat after the run",
+        &cx,
+        Some(&agent_x),
+    )
+    .await?;
+    let short = n.min(30);
+    for round in 0..sizes.warmup + short {
+        fresh.exchange(round).await?;
+        let log = sim.requests().await?;
+        clear_log(&http, &sim).await?;
+        fresh.take(&log, round >= sizes.warmup)?;
+    }
+    say(format!(
+        "a new agent chat on (a)'s chatd after the run (its database now holds {} messages), \
+         {short} messages: send → engine has the request {}",
+        2 * (sizes.warmup + n) * 2,
+        ms3(dist(fresh.arrived))
+    ));
+
     // For scale: the same request posted by the bench, and egressd asked directly.
     let direct = dist(engine_direct(&sim, &setups[1].last_body, n).await?);
     let asked = dist(egressd_direct(&socket, &setups[1].chat, n).await?);
