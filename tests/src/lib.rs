@@ -2,7 +2,7 @@
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
 //! `sandboxbench` and `triggerbench`; 11 in `connectorbench`; 12 in
-//! `webbench`), headless Chromium for the web page's tests (`browser`), and
+//! `webbench`; 13 in `requestbench`), headless Chromium for the web page's tests (`browser`), and
 //! a little internet in network namespaces for egressd's (`netlab`).
 
 pub mod browser;
@@ -16,6 +16,7 @@ pub mod fakeslack;
 pub mod harness;
 pub mod netlab;
 pub mod procstat;
+pub mod requestbench;
 pub mod sandboxbench;
 pub mod sim;
 pub mod triggerbench;

@@ -2,8 +2,8 @@
 //! benchmark itself (a debug build's figures mean nothing; the run must
 //! finish within a minute and write its table). Needs `cargo build --workspace`
 //! (figure 7 runs the built egressd, and tinyproxy when it is installed;
-//! figure 10 the built triggerd, figure 11 connectord; figure 12, the web
-//! page in Chromium, is skipped by `--quick`).
+//! figure 10 the built triggerd, figure 11 connectord, figure 13 egressd;
+//! figure 12, the web page in Chromium, is skipped by `--quick`).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -69,6 +69,9 @@ fn quick_bench_finishes_and_writes_its_table() {
         "11. the same, reply_mode progress, edit_ms 50",
         "11. connectord idle CPU",
         "11. connectord idle RSS",
+        "13. message sent → request at the engine, (a)",
+        "13. message sent → request at the engine, (b)",
+        "13. message sent → request at the engine, (c)",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

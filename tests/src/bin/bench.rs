@@ -48,6 +48,10 @@
 //!     page's DOM (headless Chromium, measured in the page), p50/p99, with 50
 //!     other pages attached to the chat, against 0 other pages and an SSE
 //!     client in the bench timing the same stamps (`tests/src/webbench.rs`).
+//! 13. requests: the time from `POST …/messages` to engine-sim having the
+//!     chat request, p50/p90/p99, for a chat whose brief asks egressd for
+//!     its network and one whose egressd is absent, against an agent chat
+//!     with no network tool (`tests/src/requestbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -80,7 +84,7 @@ struct Args {
     /// `egress` needs egressd built next to bench; `sandbox` needs root,
     /// podman, and tandem and tandem-shim built next to bench; `triggers`
     /// needs triggerd built next to bench; `connectors` connectord; `web`
-    /// Debian's chromium and chromium-driver).
+    /// Debian's chromium and chromium-driver; `requests` egressd).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -114,6 +118,7 @@ enum Figure {
     Triggers,
     Connectors,
     Web,
+    Requests,
 }
 
 /// How big each figure's workload is.
@@ -310,6 +315,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         web(args.quick, &mut rows)
             .await
             .context("figure 12 (web page)")?;
+    }
+    if wants(Figure::Requests) {
+        requests(args.quick, &mut rows)
+            .await
+            .context("figure 13 (requests)")?;
     }
     let table = table(&rows);
     say(format!(
@@ -1955,6 +1965,20 @@ async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         if let Some((aim, met)) = l.aim {
             r = r.aim(aim, met);
         }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+/// Figure 13: the measuring is in `tandem_tests::requestbench`.
+async fn requests(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 13. message sent → request at the engine: the brief's egressd call");
+    let sizes = tandem_tests::requestbench::Sizes::new(quick);
+    for l in tandem_tests::requestbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
         if let Some((baseline, ratio)) = l.baseline {
             r = r.baseline(baseline, ratio);
         }
