@@ -1,9 +1,10 @@
 //! `bench --quick` end to end against the real binaries: a smoke test of the
 //! benchmark itself (a debug build's figures mean nothing; the run must
-//! finish within a minute and write its table). Needs `cargo build --workspace`
+//! finish and write its table). Needs `cargo build --workspace`
 //! (figure 7 runs the built egressd, and tinyproxy when it is installed;
 //! figure 10 the built triggerd, figure 11 connectord, figure 13 egressd;
-//! figure 12, the web page in Chromium, is skipped by `--quick`).
+//! figure 12, the web page in Chromium, is skipped by `--quick`). The bound
+//! is no figure: a quiet debug run takes about 50 s, twice that is a hang.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,11 +28,11 @@ fn quick_bench_finishes_and_writes_its_table() {
         if let Some(status) = child.try_wait().expect("waiting for bench") {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        if started.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "bench --quick ran over 60 s:\n{}",
+                "bench --quick ran over 120 s:\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
