@@ -15,10 +15,11 @@ use tandem_tests::needs;
 
 const QUICK: Duration = Duration::from_secs(15);
 
-/// The fork bomb test fills nobody's process count: it runs alone.
+/// The fork bomb test fills nobody's process count: it runs alone, apart
+/// from every test of this binary that runs hostexecd (each holds `shared`).
 static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-async fn shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+pub(crate) async fn shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
     ALONE.read().await
 }
 
