@@ -51,7 +51,7 @@ pub fn available() -> bool {
     }
     needs::missing(
         &format!(
-            "{} not installed (the web page's tests drive Debian's Chromium)",
+            "{} (not installed: the web page's tests drive Debian's Chromium)",
             absent.join(" and ")
         ),
         INSTALL,

@@ -16,7 +16,7 @@ pub fn required() -> bool {
     std::env::var(REQUIRE_ALL).is_ok_and(|v| v == "1")
 }
 
-/// The test cannot run: `missing` is what it lacks, `fix` what to install or
+/// The test cannot run: it needs `missing`; `fix` says what to install or
 /// how to run it. Panics under `TANDEM_REQUIRE_ALL=1`; otherwise writes the
 /// `SKIPPED` line straight to stderr (past libtest's capture, which would
 /// hide it for a test that returns) and the caller returns.
@@ -25,12 +25,12 @@ pub fn missing(missing: &str, fix: &str) {
     let test = test_name();
     if required() {
         panic!(
-            "{test} cannot run: {missing}; {fix} ({REQUIRE_ALL}=1 fails a test that cannot run)"
+            "{test} cannot run: it needs {missing}; {fix} ({REQUIRE_ALL}=1 fails a test that cannot run)"
         );
     }
     let _ = writeln!(
         std::io::stderr(),
-        "SKIPPED {test}: {missing}; {fix} (CI sets {REQUIRE_ALL}=1 and fails instead)"
+        "SKIPPED {test}: it needs {missing}; {fix} (CI sets {REQUIRE_ALL}=1 and fails instead)"
     );
 }
 
@@ -41,7 +41,7 @@ pub fn root(why: &str) -> bool {
         return true;
     }
     missing(
-        &format!("root (uid {}): {why}", nix::unistd::geteuid()),
+        &format!("root ({why}; this is uid {})", nix::unistd::geteuid()),
         "run the tests as root, as CI does",
     );
     false
@@ -59,7 +59,7 @@ pub fn tools(tools: &[(&str, &str)]) -> bool {
     let mut packages: Vec<&str> = absent.iter().map(|(_, package)| *package).collect();
     packages.dedup();
     missing(
-        &format!("{} not on the PATH", names.join(", ")),
+        &format!("{} (not on the PATH)", names.join(", ")),
         &format!("apt-get install {} (.ci/run does)", packages.join(" ")),
     );
     false
