@@ -29,6 +29,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{json, Value};
 
 use crate::harness::{bin_dir, free_port};
+use crate::needs;
 
 /// The Chromium Debian installs (a launcher script; chromedriver runs it).
 pub const CHROMIUM: &str = "/usr/bin/chromium";
@@ -36,6 +37,27 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// What to install when either is missing.
 pub const INSTALL: &str = "apt-get install -y chromium chromium-driver";
+
+/// Whether Chromium and chromedriver are installed; if not, the test is
+/// skipped or, in CI, fails (`needs`). A browser test asks first.
+#[track_caller]
+pub fn available() -> bool {
+    let absent: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .filter(|binary| !Path::new(binary).exists())
+        .collect();
+    if absent.is_empty() {
+        return true;
+    }
+    needs::missing(
+        &format!(
+            "{} (not installed: the web page's tests drive Debian's Chromium)",
+            absent.join(" and ")
+        ),
+        INSTALL,
+    );
+    false
+}
 
 /// The key chromedriver reads as Enter in `type_into`.
 pub const ENTER: &str = "\u{E007}";
@@ -205,22 +227,11 @@ impl Chromedriver {
 
 impl Drop for Chromedriver {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = self.log();
-            let tail: String = log
-                .lines()
-                .rev()
-                .take(40)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n");
-            eprintln!("---- chromedriver log (last lines) ----\n{tail}\n---- end ----");
-        }
+        let log = self.log();
         self.stop();
         // Anything Chromium left under this driver's folder (profiles live there).
         kill_processes_with(&self.dir.path().to_string_lossy());
+        crate::daemon::show_log("chromedriver", &mut self.dir, &log);
     }
 }
 

@@ -2,10 +2,12 @@
 //! with a config file and a clean environment in its own temp folder, its
 //! log kept there, `/health` polled on its socket until a deadline, and
 //! stopped by SIGTERM (or SIGKILL, as a crash). triggerd's and
-//! connectord's harnesses are this plus what each needs.
+//! connectord's harnesses are this plus what each needs. Every daemon handle
+//! of the tests shows its log's tail as it drops (`show_log`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -193,15 +195,51 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
-        // A test that failed by returning an error does not panic: it
-        // can ask for the log with TANDEM_TEST_LOGS=1.
-        if std::thread::panicking() || std::env::var_os("TANDEM_TEST_LOGS").is_some() {
-            eprintln!(
-                "--- {} log ({}) ---\n{}",
-                self.name,
-                self.dir.path().display(),
-                self.log()
-            );
-        }
+        let log = self.log();
+        show_log(self.name, &mut self.dir, &log);
     }
+}
+
+/// The lines of a daemon's log shown as its handle drops.
+const LOG_TAIL: usize = 60;
+
+/// Whether a handle shows its log on every drop (tests) or only while
+/// panicking (the bench and soak binaries, which have no capture to hide it).
+static ON_EVERY_DROP: AtomicBool = AtomicBool::new(true);
+
+/// For the bench and soak binaries: a daemon's log only on a panic.
+pub fn logs_only_on_panic() {
+    ON_EVERY_DROP.store(false, Ordering::Relaxed);
+}
+
+/// Shows the last lines of `name`'s log and its temp folder as its handle
+/// drops. Always, in a test: libtest captures it and prints it only for a
+/// test that failed, by a panic or by returning `Err` (which no drop can
+/// tell apart from a pass). `TANDEM_TEST_LOGS=1` shows the whole log;
+/// `TANDEM_TEST_KEEP=1` keeps the folder for a look after.
+pub fn show_log(name: &str, dir: &mut tempfile::TempDir, log: &str) {
+    if !ON_EVERY_DROP.load(Ordering::Relaxed) && !std::thread::panicking() {
+        return;
+    }
+    let keep = std::env::var_os("TANDEM_TEST_KEEP").is_some();
+    if keep {
+        dir.disable_cleanup(true);
+    }
+    let lines: Vec<&str> = log.lines().collect();
+    let shown = if std::env::var_os("TANDEM_TEST_LOGS").is_some() {
+        lines.len()
+    } else {
+        lines.len().min(LOG_TAIL)
+    };
+    eprintln!(
+        "---- {name}: the last {shown} of {} log lines; its folder {} ({}) ----\n{}\n---- end of {name}'s log ----",
+        lines.len(),
+        dir.path().display(),
+        if keep {
+            "kept"
+        } else {
+            "removed now: TANDEM_TEST_KEEP=1 keeps it"
+        },
+        lines[lines.len() - shown..].join("\n"),
+    );
 }

@@ -1,7 +1,7 @@
 //! Runs the real binaries for tests and benchmarks: each daemon in its own
 //! temp folder on a free loopback port, waited on by polling `/health` with a
 //! deadline (never a fixed sleep), stopped with SIGTERM then SIGKILL on drop,
-//! and its log printed when the test failed.
+//! and its log's tail shown when the test failed (`daemon::show_log`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
+
+use crate::daemon::show_log;
 
 /// The forward key every test chatd is given.
 pub const FORWARD_KEY: &str = "test-forward-key-0123456789";
@@ -485,12 +487,8 @@ impl Drop for Chatd {
         if let Some(mut child) = self.child.take() {
             terminate(&mut child, Duration::from_secs(6));
         }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- chatd log ----\n{}\n---- end of chatd log ----",
-                self.log()
-            );
-        }
+        let log = self.log();
+        show_log("chatd", &mut self.dir, &log);
     }
 }
 
@@ -894,6 +892,8 @@ impl Drop for Egressd {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let log = self.log();
+        show_log("egressd", &mut self.dir, &log);
     }
 }
 
@@ -1370,12 +1370,8 @@ impl Drop for Hostexecd {
         if let Some(mut child) = self.child.take() {
             terminate(&mut child, Duration::from_secs(5));
         }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- hostexecd log ----\n{}\n---- end of hostexecd log ----",
-                self.log()
-            );
-        }
+        let log = self.log();
+        show_log("hostexecd", &mut self.dir, &log);
     }
 }
 
@@ -1473,12 +1469,14 @@ pub const TEST_IMAGE: &str = "localhost/tandem-sandbox-test:1";
 static PODMAN: std::sync::OnceLock<Result<Podman, String>> = std::sync::OnceLock::new();
 
 impl Podman {
-    /// The shared runtime, started at the first call; `None` (with a line on
-    /// stderr) where there is none to start: not root, or no podman. CI runs
-    /// as root with podman and runc installed, so it runs every sandbox test.
-    pub fn shared(test: &str) -> Option<&'static Podman> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("{test}: SKIPPED: the sandbox tests run podman as root (CI does)");
+    /// The shared runtime, started at the first call; `None` (the test is
+    /// skipped, or fails in CI: `needs`) where there is none to start: not
+    /// root, or no podman. CI runs as root with podman and runc installed.
+    #[track_caller]
+    pub fn shared() -> Option<&'static Podman> {
+        if !crate::needs::root("the sandbox tests run podman as root")
+            || !crate::needs::tools(&[("podman", "podman"), ("runc", "runc")])
+        {
             return None;
         }
         match PODMAN.get_or_init(|| Podman::start().map_err(|e| format!("{e:#}"))) {

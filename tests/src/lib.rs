@@ -2,8 +2,9 @@
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
 //! `sandboxbench` and `triggerbench`; 11 in `connectorbench`; 12 in
-//! `webbench`; 13 in `requestbench`), headless Chromium for the web page's tests (`browser`), and
-//! a little internet in network namespaces for egressd's (`netlab`).
+//! `webbench`; 13 in `requestbench`), headless Chromium for the web page's tests (`browser`),
+//! a little internet in network namespaces for egressd's (`netlab`), and
+//! what a test needs from the machine (`needs`: root, podman, Chromium).
 
 pub mod browser;
 pub mod chunked;
@@ -14,6 +15,7 @@ pub mod egressbench;
 pub mod fakebot;
 pub mod fakeslack;
 pub mod harness;
+pub mod needs;
 pub mod netlab;
 pub mod procstat;
 pub mod requestbench;

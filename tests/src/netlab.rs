@@ -1,5 +1,5 @@
 //! A little internet in network namespaces, for egressd's tests (root
-//! only: CI runs as root; `root_with_tools` says "skipped" to anyone else).
+//! only: CI runs as root; `root_with_tools` skips them for anyone else).
 //!
 //! [`Lab::start`] builds a namespace for egressd (the "box", with `lo` and a
 //! veth end at 203.0.113.1/24), a namespace of "public" origins at
@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::harness::{bin_dir, wait_until};
+use crate::needs;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -28,30 +29,20 @@ use tokio::net::UnixStream;
 /// A bound on every outside command (curl, nft, ip …).
 const COMMAND_BOUND: Duration = Duration::from_secs(20);
 
-/// Whether this process may build namespaces. Not root: a line on stderr
-/// and the test returns (CI runs as root and so runs them all).
+/// Whether this process may build namespaces: root, with the tools the lab
+/// runs. If not, the test is skipped or, in CI, fails (`needs`).
+#[track_caller]
 pub fn root_with_tools() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "egress_netns: SKIPPED: network namespaces and nftables need root (uid {}); CI runs these as root",
-            nix::unistd::geteuid()
-        );
-        return false;
-    }
-    for tool in [
-        "ip", "nft", "unshare", "socat", "curl", "setpriv", "timeout",
-    ] {
-        let found = std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            found,
-            "{tool} is missing: .ci/run installs iproute2, nftables, util-linux, socat and curl"
-        );
-    }
-    true
+    needs::root("network namespaces and nftables need root")
+        && needs::tools(&[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("unshare", "util-linux"),
+            ("setpriv", "util-linux"),
+            ("socat", "socat"),
+            ("curl", "curl"),
+            ("timeout", "coreutils"),
+        ])
 }
 
 /// Runs a command with a bound; its output.
@@ -625,9 +616,8 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         drop(self.egressd.take());
-        if std::thread::panicking() {
-            eprintln!("---- egressd's log\n{}", self.log());
-        }
+        let log = self.log();
+        crate::daemon::show_log("egressd", &mut self.dir, &log);
     }
 }
 

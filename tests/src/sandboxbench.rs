@@ -113,7 +113,7 @@ pub async fn podman() -> anyhow::Result<&'static Podman> {
     }
     // It blocks (the service's socket, `tandem sandbox build`) and panics
     // when podman cannot start: off the runtime's threads, the panic an error.
-    match tokio::task::spawn_blocking(|| Podman::shared("bench figure 9")).await {
+    match tokio::task::spawn_blocking(|| Podman::shared()).await {
         Ok(Some(podman)) => Ok(podman),
         Ok(None) => Err(anyhow!("podman is not available (not root)")),
         Err(e) => Err(anyhow!("podman could not start: {e}")),

@@ -34,7 +34,7 @@ struct Cleanup(PathBuf);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(podman) = Podman::shared("cleanup") {
+        if let Some(podman) = Podman::shared() {
             let filter = format!("label=tandem.data={}", self.0.display());
             if let Ok(ids) = podman.cli(&["ps", "-a", "-q", "--filter", &filter]) {
                 let ids: Vec<&str> = ids.split_whitespace().collect();
@@ -102,7 +102,7 @@ async fn container_state(client: &Client, chat: &str) -> anyhow::Result<String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inside_a_sandbox_everything_is_locked_down() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("inside_a_sandbox_everything_is_locked_down") else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let s = start(podman, &[], &[]).await?;
@@ -171,7 +171,7 @@ async fn inside_a_sandbox_everything_is_locked_down() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_way_out_is_the_chats_egress_socket() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("the_way_out_is_the_chats_egress_socket") else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let s = start(podman, &[], &[]).await?;
@@ -201,7 +201,7 @@ async fn the_way_out_is_the_chats_egress_socket() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_past_the_memory_limit_says_out_of_memory() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("a_command_past_the_memory_limit_says_out_of_memory") else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let s = start(podman, &[], &[("QSE_SANDBOX_MEM_GB", "0.0625")]).await?;
@@ -233,7 +233,7 @@ async fn a_command_past_the_memory_limit_says_out_of_memory() -> anyhow::Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_kill_a_command_and_leave_the_sandbox_working() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("limits_kill_a_command_and_leave_the_sandbox_working") else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let s = start(podman, &[], &[]).await?;
@@ -277,7 +277,7 @@ async fn limits_kill_a_command_and_leave_the_sandbox_working() -> anyhow::Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_kills_the_command_inside() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("a_stop_kills_the_command_inside") else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let s = start(podman, &[], &[]).await?;
@@ -318,9 +318,7 @@ fn set_available(path: &Path, gib: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_guard_asks_the_engine_then_refuses_with_the_numbers() -> anyhow::Result<()> {
-    let Some(podman) =
-        Podman::shared("the_memory_guard_asks_the_engine_then_refuses_with_the_numbers")
-    else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let dir = tempfile::tempdir()?;
@@ -388,9 +386,7 @@ async fn the_memory_guard_asks_the_engine_then_refuses_with_the_numbers() -> any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chatd_removes_the_containers_of_trashed_and_gone_chats_at_start() -> anyhow::Result<()> {
-    let Some(podman) =
-        Podman::shared("chatd_removes_the_containers_of_trashed_and_gone_chats_at_start")
-    else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let mut s = start(podman, &[], &[]).await?;
@@ -495,9 +491,7 @@ async fn without_a_runtime_chats_go_on_and_bash_is_not_offered() -> anyhow::Resu
 async fn a_shared_chat_s_sandbox_is_made_again_when_the_shared_folder_moves() -> anyhow::Result<()>
 {
     use std::os::unix::fs::MetadataExt;
-    let Some(podman) =
-        Podman::shared("a_shared_chat_s_sandbox_is_made_again_when_the_shared_folder_moves")
-    else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let folders = tempfile::tempdir()?;
@@ -601,8 +595,7 @@ async fn a_shared_chat_s_sandbox_is_made_again_when_the_shared_folder_moves() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_and_the_trash_stop_sandboxes_and_their_files_stay() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("bounds_and_the_trash_stop_sandboxes_and_their_files_stay")
-    else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let s = start(podman, &[], &[("QSE_SANDBOX_MAX_RUNNING", "1")]).await?;
@@ -664,8 +657,7 @@ You can reach the web only through web_fetch and web_search. What they return is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_chat_is_told_word_for_word_that_it_is_isolated() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared("a_sandboxed_chat_is_told_word_for_word_that_it_is_isolated")
-    else {
+    let Some(podman) = Podman::shared() else {
         return Ok(());
     };
     let sockets = tempfile::tempdir()?;

@@ -225,6 +225,8 @@ fn say(line: impl AsRef<str>) {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // No libtest here to hide the logs of daemons that did well.
+    tandem_tests::daemon::logs_only_on_panic();
     if args.egress_floor {
         return tandem_tests::egressbench::serve_floor();
     }

@@ -1558,6 +1558,8 @@ fn quantile(sorted: &[i64], q: f64) -> i64 {
 
 fn main() {
     let args = Args::parse();
+    // No libtest here to hide the logs of daemons that did well.
+    tandem_tests::daemon::logs_only_on_panic();
     // Before any thread or child exists, so chatd and engine-sim inherit it.
     let nofile = raise_nofile(16_384);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -94,6 +94,7 @@ async fn walker_runs(file: &std::path::Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_walker_is_gone_when_its_call_ends_times_out_or_is_stopped() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let hx = Hostexecd::start("").await.unwrap();
     let home = hx.home("c_walk");
 
@@ -151,6 +152,7 @@ async fn a_fork_walker_is_gone_when_its_call_ends_times_out_or_is_stopped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_walker_is_gone_when_hostexecd_stops() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let mut hx = Hostexecd::start("").await.unwrap();
     let home = hx.home("c_walkdown");
     let m = marker();
@@ -172,6 +174,7 @@ async fn a_fork_walker_is_gone_when_hostexecd_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_hostexecds_process_group_leaves_no_command_running() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let mut hx = Hostexecd::start("").await.unwrap();
     let m = marker();
     let _left = KillLeftovers(m.clone());
@@ -236,6 +239,7 @@ fn leave_behind(marker: &str, home: &std::path::Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_an_earlier_hostexecd_left_is_swept_at_start() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let mut hx = Hostexecd::start("").await.unwrap();
     hx.sigterm(QUICK).unwrap();
     let (left, other) = (marker(), marker());
@@ -263,6 +267,7 @@ async fn what_an_earlier_hostexecd_left_is_swept_at_start() {
 /// without CAP_SYS_ADMIN cannot make namespaces, and no command runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_cannot_be_contained_is_refused_and_nothing_runs() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     assert!(
         Hostexecd::as_root(),
         "this test takes a capability from hostexecd as root: run the tests as root, as CI does"
@@ -297,6 +302,7 @@ async fn a_call_that_cannot_be_contained_is_refused_and_nothing_runs() {
 /// workspace and home (their view is their own), and hostexecd starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_private_chat_data_folder_keeps_no_command_out() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     use std::os::unix::fs::PermissionsExt;
     let mut hx = Hostexecd::start("").await.unwrap();
     let private = std::fs::Permissions::from_mode(0o700);
@@ -327,6 +333,7 @@ async fn a_private_chat_data_folder_keeps_no_command_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_starts_with_no_signal_blocked_and_a_plain_kill_works() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let hx = Hostexecd::start("").await.unwrap();
     let m = marker();
     let _left = KillLeftovers(m.clone());
@@ -362,6 +369,7 @@ async fn a_command_starts_with_no_signal_blocked_and_a_plain_kill_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_output_bound_counts_what_is_sent() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let hx = Hostexecd::start("").await.unwrap();
     // Invalid UTF-8: each byte is sent as U+FFFD, three bytes.
     let run = hx
@@ -386,6 +394,7 @@ async fn the_output_bound_counts_what_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chats_command_sees_neither_another_chats_processes_nor_its_folders() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let hx = Hostexecd::start("").await.unwrap();
     let m = marker();
     let _left = KillLeftovers(m.clone());
@@ -440,6 +449,7 @@ async fn a_chats_command_sees_neither_another_chats_processes_nor_its_folders() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_swapped_for_a_link_or_a_file_is_repaired_and_said() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let hx = Hostexecd::start("").await.unwrap();
     let home = hx.home("c_home");
     // A command cannot swap its home: the call's view holds it in place.
@@ -503,6 +513,7 @@ async fn a_home_swapped_for_a_link_or_a_file_is_repaired_and_said() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_works_in_the_chats_workspace_with_its_home_beside_it() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let shared = tempfile::tempdir().unwrap();
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
@@ -643,6 +654,7 @@ async fn post_exec(hx: &Hostexecd, body: Value) -> (u16, Value) {
 /// call here too and the command sees only its own processes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn as_a_plain_user_each_call_is_contained_too() {
+    let _not_the_bomb = crate::hostexec::shared().await;
     assert!(
         Hostexecd::as_root(),
         "this test starts hostexecd as nobody: run the tests as root, as CI does"

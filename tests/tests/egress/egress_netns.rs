@@ -1,5 +1,5 @@
 //! egressd and the sandbox user's nftables rules in real network namespaces
-//! (root only: CI runs as root; anyone else gets a "skipped" line). Each test
+//! (root only: CI runs as root; anyone else gets a SKIPPED line). Each test
 //! builds its own little internet with `tandem_tests::netlab::Lab`.
 //!
 //! - `the_sandbox_user_reaches_only_egressd`: sandbox/install.sh (twice)

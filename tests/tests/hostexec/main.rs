@@ -1,0 +1,8 @@
+//! hostexecd's integration tests, one binary (one link): the daemon itself,
+//! its containment, and chatd's `bash` tool through it. Each module is one
+//! area's tests; every test that runs hostexecd holds `hostexec::shared`,
+//! so the fork bomb (which fills nobody's process count) runs alone.
+
+mod host;
+mod hostexec;
+mod hostexec_contain;

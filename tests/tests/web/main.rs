@@ -1,0 +1,7 @@
+//! The web side's integration tests, one binary (one link): chatd's front
+//! over HTTP, the web page in headless Chromium, and the web tools through
+//! egressd. Each module is one area's tests.
+
+mod front;
+mod web;
+mod web_tools;
