@@ -48,6 +48,7 @@ use crate::events::Hub;
 use crate::metrics::Metrics;
 use crate::runs::Runs;
 use crate::store::Store;
+use tandem_shared::sync::lock;
 
 /// Everything a request handler may need.
 pub struct App {
@@ -86,10 +87,7 @@ pub struct EngineState {
 
 impl App {
     pub fn engine_state(&self) -> EngineState {
-        self.engine_state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.engine_state).clone()
     }
 
     /// The model of a new chat: the configured default, else the engine's first.
@@ -133,7 +131,7 @@ impl App {
         if was != state.reachable {
             tracing::info!(reachable = state.reachable, "engine reachability changed");
         }
-        *self.engine_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        *lock(&self.engine_state) = state;
     }
 }
 

@@ -28,7 +28,8 @@ use tandem_shared::time::{new_id, now_rfc3339};
 use crate::bindings::{self, Checked, Kind, MAX_BINDINGS};
 use crate::platform::{Identity, SendError};
 use crate::store::{self, Stored};
-use crate::{lock, Connectord};
+use crate::Connectord;
+use tandem_shared::sync::lock;
 
 /// The largest body a route reads.
 pub const MAX_BODY: usize = 64 * 1024;

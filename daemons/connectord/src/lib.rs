@@ -28,7 +28,7 @@ pub mod tls;
 pub mod turns;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -43,17 +43,12 @@ use crate::bindings::{Kind, Settings};
 use crate::config::ConnectorsConfig;
 use crate::platform::{Inbound, Link, Posted, SendError, Sink, Target};
 use crate::store::{Store, Stored, Verdict};
+use tandem_shared::sync::lock;
 
 /// The most characters a message may have; a longer one gets a notice.
 pub const MAX_TEXT: usize = 8000;
 /// Messages a sender may send a minute; more are dropped with a notice.
 pub const PER_MINUTE: usize = 20;
-
-/// A lock on state that is whole between statements: a panic elsewhere
-/// cannot leave it half-changed, so a poisoned lock is taken as it is.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The daemon's state.
 pub struct Connectord {

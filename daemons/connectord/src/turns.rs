@@ -21,7 +21,8 @@ use crate::bindings::{Conversation, ReplyMode, Settings};
 use crate::pacer::Pacer;
 use crate::platform::{Posted, SendError, Target};
 use crate::store::{self, Message};
-use crate::{lock, Connectord, Outbox};
+use crate::{Connectord, Outbox};
+use tandem_shared::sync::lock;
 
 /// What a sender sees while the agent works, in progress mode.
 const WORKING: &str = "Working…";

@@ -14,6 +14,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::proxy::{Preset, Settings};
 use crate::store::{Rule, Store};
+use tandem_shared::sync::{lock, read, write};
 
 /// A chat as the gate knows it.
 #[derive(Debug, Clone)]
@@ -171,25 +172,22 @@ impl Gate {
     // The locks below guard plain maps; nothing panics while holding one, so
     // a poisoned lock still holds consistent data.
     fn chats(&self) -> std::sync::MutexGuard<'_, HashMap<String, Chat>> {
-        self.chats.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.chats)
     }
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
     fn closed(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Outcome, Instant)>> {
-        self.closed.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.closed)
     }
 
     pub fn settings(&self) -> Arc<Settings> {
-        self.settings
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        read(&self.settings).clone()
     }
 
     /// New settings (SIGHUP): every later decision uses them.
     pub fn reload(&self, settings: Settings) {
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(settings);
+        *write(&self.settings) = Arc::new(settings);
     }
 
     pub fn store(&self) -> &Arc<Store> {

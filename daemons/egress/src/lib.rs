@@ -36,6 +36,7 @@ use crate::config::EgressConfig;
 use crate::gate::Gate;
 use crate::proxy::Proxy;
 use crate::store::Store;
+use tandem_shared::sync::lock;
 
 /// The daemon's state.
 pub struct Egress {
@@ -71,7 +72,7 @@ impl Egress {
     }
 
     pub fn open_chats(&self) -> usize {
-        self.chats.lock().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.chats).len()
     }
 
     /// Opens a chat's socket, unless it is open already (its rules are read
@@ -79,7 +80,7 @@ impl Egress {
     /// inside the runtime.
     pub fn open_chat(&self, chat: &str) -> anyhow::Result<()> {
         let path = self.socket_of(chat);
-        let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut chats = lock(&self.chats);
         if chats.contains_key(chat) && path.exists() {
             return Ok(());
         }

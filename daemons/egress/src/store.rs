@@ -10,6 +10,7 @@ use rusqlite::{params, Connection};
 use serde::Serialize;
 
 use crate::proxy::{Audit, Decision};
+use tandem_shared::sync::lock;
 
 const MIGRATIONS: &[&str] = &[
     r#"
@@ -115,7 +116,7 @@ impl Store {
                             Err(_) => break,
                         }
                     }
-                    let conn = db.lock().unwrap_or_else(|p| p.into_inner());
+                    let conn = lock(&db);
                     if let Err(e) = write_audit(&conn, &batch) {
                         tracing::error!(error = %e, rows = batch.len(), "audit rows not written");
                     }
@@ -131,8 +132,8 @@ impl Store {
     /// Writes the audit rows still on their way and ends the writer (at
     /// shutdown: nothing decided is lost).
     pub fn close_audit(&self) {
-        self.audit.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.audit).take();
+        let writer = lock(&self.writer).take();
         if let Some(writer) = writer {
             let _ = writer.join();
         }
@@ -140,7 +141,7 @@ impl Store {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // Nothing panics while holding it; a poisoned lock still holds a valid connection.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.conn)
     }
 
     pub fn set_chat(&self, chat: &str, preset: &str, cards: bool) -> rusqlite::Result<()> {
@@ -259,7 +260,7 @@ impl Store {
 
 impl Audit for Store {
     fn record(&self, decision: Decision) {
-        let audit = self.audit.lock().unwrap_or_else(|p| p.into_inner());
+        let audit = lock(&self.audit);
         let sent = match audit.as_ref() {
             Some(tx) => tx.send(decision).map_err(|e| e.0),
             None => Err(decision),

@@ -43,6 +43,7 @@ use crate::folders::Owner;
 use crate::keeper::RunAs;
 use crate::spawner::Spawner;
 use crate::store::Store;
+use tandem_shared::sync::lock;
 
 /// The daemon's state.
 pub struct Hostexec {
@@ -244,7 +245,7 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
             loop {
                 let _ = tokio::task::spawn_blocking(|| {
                     {
-                        let _spawning = spawner::SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+                        let _spawning = lock(&spawner::SPAWNING);
                         sweep::reap();
                     }
                     sweep::adopted();

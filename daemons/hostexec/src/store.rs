@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection};
 use serde::Serialize;
+use tandem_shared::sync::lock;
 
 const MIGRATIONS: &[&str] = &[
     r#"
@@ -127,7 +128,7 @@ impl Store {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // Nothing panics while holding it; a poisoned lock still holds a valid connection.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.conn)
     }
 
     /// The row of a call that starts now.

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use crate::spawner::{is_keeper, SPAWNING};
 use crate::tree;
+use tandem_shared::sync::lock;
 
 /// Kills every process below hostexecd but its keepers (and theirs);
 /// returns how many were left. Quick when there is nothing to kill: only
 /// hostexecd's children are read then.
 pub fn adopted() -> usize {
     // Not while a keeper is being spawned: it is not known as one yet.
-    let _spawning = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+    let _spawning = lock(&SPAWNING);
     if tree::own_children().iter().all(|pid| is_keeper(*pid)) {
         return 0;
     }

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use crate::sync::lock;
 use anyhow::Context;
 use rusqlite::{Connection, OpenFlags};
 
@@ -153,7 +154,7 @@ impl Writer {
         let joined = tokio::task::spawn_blocking(move || {
             // A panic while the lock was held left no half-done write: each
             // write is one statement or one transaction.
-            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            let mut conn = lock(&conn);
             f(&mut conn)
         })
         .await?;
@@ -165,7 +166,7 @@ impl Writer {
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> rusqlite::Result<T> {
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conn = lock(&self.conn);
         f(&mut conn)
     }
 }

@@ -20,4 +20,5 @@ pub mod seal;
 pub mod secrets;
 pub mod shutdown;
 pub mod sse;
+pub mod sync;
 pub mod time;

@@ -25,7 +25,8 @@ use crate::clock::{rfc3339, ts};
 use crate::scheduler::{new_run, Entry};
 use crate::store::{self, Kind, Trigger};
 use crate::triggers::{self, Checked};
-use crate::{lock, Triggerd};
+use crate::Triggerd;
+use tandem_shared::sync::lock;
 
 /// The largest body axum reads (chatd forwards at most 1 MiB); a body over
 /// `triggers::MAX_BODY` is refused by the route with the contract's error.

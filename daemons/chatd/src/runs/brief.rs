@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tandem_shared::http::ApiError;
 
-use super::{lock, request_body, Request, Runs, Step};
+use super::{request_body, Request, Runs, Step};
 use crate::agents::Agent;
 use crate::config::HostExec;
 use crate::context::{self, Window};
@@ -19,6 +19,7 @@ use crate::permissions::Mode;
 use crate::prompt::{self, Commands, Network, Offer, Reach};
 use crate::settings::Settings;
 use crate::store::queries::{self, Trashed};
+use tandem_shared::sync::lock;
 
 /// What the last call the step limit allows is told (it gets no tools).
 const LAST_STEP: &str =

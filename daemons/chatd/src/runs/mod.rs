@@ -34,6 +34,7 @@ use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
 use crate::store::{Ctx, Delta, Store};
 use crate::tools::{self, Registry};
+use tandem_shared::sync::lock;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1347,9 +1348,4 @@ pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<()
         announce_conversation(ctx, conversation_id)?;
     }
     Ok(())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Nothing panics while holding these locks; a poisoned one still holds valid data.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
