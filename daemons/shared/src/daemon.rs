@@ -194,15 +194,15 @@ fn claim(lock: nix::fcntl::Flock<std::fs::File>, path: &Path) -> anyhow::Result<
     Ok(DataLock { _file: lock })
 }
 
-/// `pid N` of the lock's holder, as its file says (empty for the moment
-/// between its lock and its write).
+/// `pid N` of the lock's holder, as its file says; unknown for the moment
+/// between its lock and its write, or when a build that wrote none holds it.
 fn holder(path: &Path) -> String {
     match std::fs::read_to_string(path)
         .ok()
         .and_then(|text| text.trim().parse::<u32>().ok())
     {
         Some(pid) => format!("pid {pid}"),
-        None => "pid not written yet".to_string(),
+        None => "pid unknown".to_string(),
     }
 }
 
