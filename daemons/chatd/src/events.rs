@@ -7,10 +7,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use tandem_shared::sync::lock;
 use tokio::sync::watch;
 
 use crate::kinds::EventKind;
-use tandem_shared::sync::lock;
 
 /// One committed event, with its SSE frame made once for every device.
 #[derive(Debug)]

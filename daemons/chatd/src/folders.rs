@@ -11,6 +11,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+
 use tandem_shared::sync::{read, write};
 
 #[derive(Clone)]

@@ -41,6 +41,7 @@ use anyhow::Context;
 use tandem_shared::metrics::Registry;
 use tandem_shared::secrets::Secrets;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 
 use crate::config::ChatdConfig;
 use crate::engine::{Engine, ModelInfo};
@@ -48,7 +49,6 @@ use crate::events::Hub;
 use crate::metrics::Metrics;
 use crate::runs::Runs;
 use crate::store::Store;
-use tandem_shared::sync::lock;
 
 /// Everything a request handler may need.
 pub struct App {

@@ -38,12 +38,12 @@ use tandem_shared::chatd::ChatClient;
 use tandem_shared::seal::SealKey;
 use tandem_shared::secrets::Secret;
 use tandem_shared::shutdown::{Shutdown, ShutdownTrigger};
+use tandem_shared::sync::lock;
 
 use crate::bindings::{Kind, Settings};
 use crate::config::ConnectorsConfig;
 use crate::platform::{Inbound, Link, Posted, SendError, Sink, Target};
 use crate::store::{Store, Stored, Verdict};
-use tandem_shared::sync::lock;
 
 /// The most characters a message may have; a longer one gets a notice.
 pub const MAX_TEXT: usize = 8000;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tandem_shared::chatd::{ChatError, Sent};
+use tandem_shared::sync::lock;
 use tokio::sync::mpsc;
 
 use crate::bindings::{Conversation, ReplyMode, Settings};
@@ -22,7 +23,6 @@ use crate::pacer::Pacer;
 use crate::platform::{Posted, SendError, Target};
 use crate::store::{self, Message};
 use crate::{Connectord, Outbox};
-use tandem_shared::sync::lock;
 
 /// What a sender sees while the agent works, in progress mode.
 const WORKING: &str = "Working…";

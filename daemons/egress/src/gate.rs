@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tandem_shared::netpolicy::Host;
+use tandem_shared::sync::{lock, read, write};
 use tokio::sync::{broadcast, watch};
 
 use crate::proxy::{Preset, Settings};
 use crate::store::{Rule, Store};
-use tandem_shared::sync::{lock, read, write};
 
 /// A chat as the gate knows it.
 #[derive(Debug, Clone)]

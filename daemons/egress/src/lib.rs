@@ -30,13 +30,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tandem_shared::interfaces::LivePolicy;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 use tokio::sync::oneshot;
 
 use crate::config::EgressConfig;
 use crate::gate::Gate;
 use crate::proxy::Proxy;
 use crate::store::Store;
-use tandem_shared::sync::lock;
 
 /// The daemon's state.
 pub struct Egress {

@@ -9,9 +9,9 @@ use std::sync::{mpsc, Mutex};
 use rusqlite::{params, Connection};
 use serde::Serialize;
 use tandem_shared::db::Writer;
+use tandem_shared::sync::lock;
 
 use crate::proxy::{Audit, Decision};
-use tandem_shared::sync::lock;
 
 const MIGRATIONS: &[&str] = &[
     r#"

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 
 use crate::calls::{Calls, KilledBy};
 use crate::config::HostexecConfig;
@@ -43,7 +44,6 @@ use crate::folders::Owner;
 use crate::keeper::RunAs;
 use crate::spawner::Spawner;
 use crate::store::Store;
-use tandem_shared::sync::lock;
 
 /// The daemon's state.
 pub struct Hostexec {

@@ -9,9 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tandem_shared::sync::lock;
+
 use crate::spawner::{is_keeper, SPAWNING};
 use crate::tree;
-use tandem_shared::sync::lock;
 
 /// Kills every process below hostexecd but its keepers (and theirs);
 /// returns how many were left. Quick when there is nothing to kill: only

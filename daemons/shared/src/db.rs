@@ -8,9 +8,10 @@
 
 use std::path::Path;
 
-use crate::sync::lock;
 use anyhow::Context;
 use rusqlite::{Connection, OpenFlags};
+
+use crate::sync::lock;
 
 /// Opens (creating when needed) the database at `path` for writing and brings
 /// its schema up to date with `migrations`: migration `i` (0-based) moves the

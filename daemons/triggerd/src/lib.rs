@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 use tandem_shared::time::new_id;
 
 use crate::clock::Clock;
@@ -40,7 +41,6 @@ use crate::config::TriggersConfig;
 use crate::scheduler::{Entry, Live};
 use crate::store::{Ending, Kind, Notice, Store};
 use tandem_shared::chatd::{self as chat, ChatClient};
-use tandem_shared::sync::lock;
 
 /// The daemon's state.
 pub struct Triggerd {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tandem_shared::http::ApiError;
+use tandem_shared::sync::lock;
 
 use super::{request_body, Request, Runs, Step};
 use crate::agents::Agent;
@@ -19,7 +20,6 @@ use crate::permissions::Mode;
 use crate::prompt::{self, Commands, Network, Offer, Reach};
 use crate::settings::Settings;
 use crate::store::queries::{self, Trashed};
-use tandem_shared::sync::lock;
 
 /// What the last call the step limit allows is told (it gets no tools).
 const LAST_STEP: &str =

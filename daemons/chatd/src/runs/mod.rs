@@ -22,6 +22,7 @@ use rusqlite::params;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 use tandem_shared::time::{new_id, now_rfc3339};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -34,7 +35,6 @@ use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
 use crate::store::{Ctx, Delta, Store};
 use crate::tools::{self, Registry};
-use tandem_shared::sync::lock;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

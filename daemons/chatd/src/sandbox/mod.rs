@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tandem_shared::docker::{Docker, DockerError};
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 
 use crate::config::ChatdConfig;
-use tandem_shared::sync::lock;
 
 /// The label every sandbox carries: its chat.
 pub const CHAT_LABEL: &str = "tandem.chat";

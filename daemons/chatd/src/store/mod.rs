@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 use tandem_shared::http::ApiError;
+use tandem_shared::sync::lock;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::events::Hub;
 use crate::metrics::Metrics;
-use tandem_shared::sync::lock;
 pub use writer::Ctx;
 use writer::{Deliver, Job};
 
