@@ -85,6 +85,47 @@ fn terminate(child: &mut Child, bound: Duration) {
     let _ = child.wait();
 }
 
+/// How a process that ended on its own ended, and what it said on stderr.
+#[derive(Debug)]
+pub struct Ended {
+    pub status: std::process::ExitStatus,
+    pub stderr: String,
+}
+
+/// Runs `command` (stdin and stdout closed, stderr kept) until it ends;
+/// fails, killing it, when it still runs after `bound`.
+pub async fn run_to_end(mut command: Command, bound: Duration) -> anyhow::Result<Ended> {
+    use std::io::Read;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the process")?;
+    let mut stderr = child.stderr.take().context("stderr is piped")?;
+    // Read beside the wait, so a chatty process never blocks on a full pipe.
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + bound;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = reader.join().unwrap_or_default();
+            bail!("the process still ran after {bound:?}; its stderr:\n{said}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let stderr = reader.join().unwrap_or_default();
+    Ok(Ended { status, stderr })
+}
+
 /// The engine simulator as a real process.
 pub struct Sim {
     child: Option<Child>,
@@ -318,11 +359,8 @@ impl Chatd {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())?;
+    /// chatd with this one's data and settings, listening on `port`.
+    fn command(&self, port: u16) -> Command {
         let mut command = Command::new(bin_dir().join("chatd"));
         command
             .current_dir(self.dir.path())
@@ -331,7 +369,7 @@ impl Chatd {
             .env("HOME", self.dir.path())
             .env("QSE_CHAT_DATA", self.data_dir())
             .env("QSE_SECRETS", self.dir.path().join("secrets.env"))
-            .env("QSE_CHAT_URL", format!("127.0.0.1:{}", self.port))
+            .env("QSE_CHAT_URL", format!("127.0.0.1:{port}"))
             .env("QSE_ENGINE_URL", &self.engine_url)
             .env("QSE_LOG_TO", "stderr")
             .env("QSE_LOG_LEVEL", "info")
@@ -340,13 +378,38 @@ impl Chatd {
             .env(
                 "QSE_SANDBOX_SOCKET",
                 self.dir.path().join("no-runtime.sock"),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+            );
         for (k, v) in &self.env {
             command.env(k, v);
         }
+        command
+    }
+
+    /// A second chatd on this one's data (on another port, so only the
+    /// data can stop it), run until it ends.
+    pub async fn run_second(&self, bound: Duration) -> anyhow::Result<Ended> {
+        let port = loop {
+            let p = free_port();
+            if p != self.port && Some(p) != self.front_port {
+                break p;
+            }
+        };
+        let mut command = self.command(port);
+        // The front's port is this chatd's: the second gets none.
+        command.env_remove("QSE_CHAT_FRONT");
+        run_to_end(command, bound).await
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let mut command = self.command(self.port);
+        command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
         if let Some(limit) = self.nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe and touches only the
@@ -814,12 +877,8 @@ impl Egressd {
         };
         egressd.write_config(extra)?;
         let log = std::fs::File::create(egressd.dir.path().join("egressd.log"))?;
-        let child = Command::new(bin_dir().join("egressd"))
-            .args(["--config", &egressd.config.to_string_lossy()])
-            .current_dir(egressd.dir.path())
-            .env_clear()
-            .env("HOME", egressd.dir.path())
-            .env("QSE_LOG_TO", "stderr")
+        let child = egressd
+            .command()
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -831,6 +890,23 @@ impl Egressd {
         })
         .await?;
         Ok(egressd)
+    }
+
+    /// egressd with this one's config.
+    fn command(&self) -> Command {
+        let mut command = Command::new(bin_dir().join("egressd"));
+        command
+            .args(["--config", &self.config.to_string_lossy()])
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("HOME", self.dir.path())
+            .env("QSE_LOG_TO", "stderr");
+        command
+    }
+
+    /// A second egressd with this one's config, run until it ends.
+    pub async fn run_second(&self, bound: Duration) -> anyhow::Result<Ended> {
+        run_to_end(self.command(), bound).await
     }
 
     /// Rewrites the config with `extra` (SIGHUP makes egressd read it).
@@ -1029,6 +1105,25 @@ impl Hostexecd {
             .create(true)
             .append(true)
             .open(self.dir.path().join("hostexecd.log"))?;
+        let child = self
+            .command()
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting hostexecd")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// A second hostexecd with this one's config (and user, and launcher),
+    /// run until it ends.
+    pub async fn run_second(&self, bound: Duration) -> anyhow::Result<Ended> {
+        run_to_end(self.command(), bound).await
+    }
+
+    /// hostexecd with this config, under its launcher and as its user.
+    fn command(&self) -> Command {
         use std::os::unix::process::CommandExt;
         let mut command = match self.launcher.split_first() {
             Some((first, rest)) => {
@@ -1041,7 +1136,7 @@ impl Hostexecd {
         if let Some(uid) = self.as_uid {
             command.uid(uid).gid(uid);
         }
-        let child = command
+        command
             .args(["--config", &self.config.to_string_lossy()])
             // A group of its own, as under a shell or a supervisor: a test
             // may kill the whole group without killing itself.
@@ -1050,14 +1145,8 @@ impl Hostexecd {
             .env_clear()
             .env("HOME", self.dir.path())
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("QSE_LOG_TO", "stderr")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting hostexecd")?;
-        self.child = Some(child);
-        Ok(())
+            .env("QSE_LOG_TO", "stderr");
+        command
     }
 
     pub async fn wait_healthy(&mut self) -> anyhow::Result<()> {

@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use tandem_shared::sync::lock;
 use tokio::sync::watch;
 
 use crate::kinds::EventKind;
@@ -70,7 +71,7 @@ impl Hub {
     fn channel(&self, conversation_id: &str, head: i64) -> Arc<Channel> {
         // The lock only guards the map; poisoning would mean a panic while
         // inserting, which cannot leave the map half-changed.
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = lock(&self.channels);
         channels
             .entry(conversation_id.to_string())
             .or_insert_with(|| {
@@ -89,7 +90,7 @@ impl Hub {
         };
         let channel = self.channel(conversation_id, 0);
         {
-            let mut ring = channel.ring.lock().unwrap_or_else(|p| p.into_inner());
+            let mut ring = lock(&channel.ring);
             let head = *channel.head.borrow();
             for event in events {
                 if event.seq <= head {
@@ -124,7 +125,7 @@ impl Hub {
         // same lock) then sees it and cannot drop the channel between the
         // lookup and the subscription, which would leave a device on a
         // channel the writer no longer publishes to.
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = lock(&self.channels);
         let channel = channels
             .entry(conversation_id.to_string())
             .or_insert_with(|| {
@@ -149,15 +150,12 @@ impl Hub {
 
     /// Drops channels nobody listens to, keeping memory flat over time.
     pub fn sweep(&self) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = lock(&self.channels);
         channels.retain(|_, c| c.head.receiver_count() > 0);
     }
 
     pub fn channel_count(&self) -> usize {
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        lock(&self.channels).len()
     }
 }
 
@@ -174,7 +172,7 @@ impl Subscription {
 
     /// Events after `cursor` up to the head, from memory when it has them.
     pub fn fetch(&self, cursor: i64, max: usize) -> Fetch {
-        let ring = self.channel.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let ring = lock(&self.channel.ring);
         let Some(first) = ring.front().map(|e| e.seq) else {
             return Fetch::FromDatabase;
         };

@@ -12,6 +12,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use tandem_shared::sync::{read, write};
+
 #[derive(Clone)]
 pub struct Folders {
     inner: Arc<Inner>,
@@ -80,11 +82,11 @@ impl Folders {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<String>> {
         // Nothing panics while holding it; a poisoned lock still holds valid data.
-        self.inner.shared.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.inner.shared)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<String>> {
-        self.inner.shared.write().unwrap_or_else(|p| p.into_inner())
+        write(&self.inner.shared)
     }
 }
 

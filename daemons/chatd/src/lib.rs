@@ -41,6 +41,7 @@ use anyhow::Context;
 use tandem_shared::metrics::Registry;
 use tandem_shared::secrets::Secrets;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 
 use crate::config::ChatdConfig;
 use crate::engine::{Engine, ModelInfo};
@@ -86,10 +87,7 @@ pub struct EngineState {
 
 impl App {
     pub fn engine_state(&self) -> EngineState {
-        self.engine_state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.engine_state).clone()
     }
 
     /// The model of a new chat: the configured default, else the engine's first.
@@ -133,7 +131,7 @@ impl App {
         if was != state.reachable {
             tracing::info!(reachable = state.reachable, "engine reachability changed");
         }
-        *self.engine_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        *lock(&self.engine_state) = state;
     }
 }
 

@@ -1,4 +1,4 @@
-//! chatd's entry: arguments, config, logging, the listener; the rest is `chatd::run`.
+//! chatd's entry: arguments, config, logging, the data lock, the listener; the rest is `chatd::run`.
 
 use std::process::ExitCode;
 
@@ -37,6 +37,11 @@ fn start(args: Args) -> anyhow::Result<()> {
     }
     config.check()?;
     tandem_shared::daemon::start_logging("chatd", &loaded.origins)?;
+    // One chatd per data folder, decided before the port is bound or a file
+    // written (o+x an administrator gave the folder is kept, as in `run`).
+    tandem_shared::fsmode::private_dir_passable(&config.data_dir)
+        .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
+    let _lock = tandem_shared::daemon::hold_lock(&config.data_dir, "chatd")?;
     let address = config
         .listen_addr()
         .map_err(|e| anyhow::anyhow!("chatd.listen: {e}"))?;

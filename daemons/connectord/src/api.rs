@@ -23,12 +23,13 @@ use serde_json::{json, Value};
 use tandem_shared::chatd::ChatError;
 use tandem_shared::http::ApiError;
 use tandem_shared::secrets::Secret;
+use tandem_shared::sync::lock;
 use tandem_shared::time::{new_id, now_rfc3339};
 
 use crate::bindings::{self, Checked, Kind, MAX_BINDINGS};
 use crate::platform::{Identity, SendError};
 use crate::store::{self, Stored};
-use crate::{lock, Connectord};
+use crate::Connectord;
 
 /// The largest body a route reads.
 pub const MAX_BODY: usize = 64 * 1024;

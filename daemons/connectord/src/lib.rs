@@ -28,7 +28,7 @@ pub mod tls;
 pub mod turns;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -38,6 +38,7 @@ use tandem_shared::chatd::ChatClient;
 use tandem_shared::seal::SealKey;
 use tandem_shared::secrets::Secret;
 use tandem_shared::shutdown::{Shutdown, ShutdownTrigger};
+use tandem_shared::sync::lock;
 
 use crate::bindings::{Kind, Settings};
 use crate::config::ConnectorsConfig;
@@ -48,12 +49,6 @@ use crate::store::{Store, Stored, Verdict};
 pub const MAX_TEXT: usize = 8000;
 /// Messages a sender may send a minute; more are dropped with a notice.
 pub const PER_MINUTE: usize = 20;
-
-/// A lock on state that is whole between statements: a panic elsewhere
-/// cannot leave it half-changed, so a poisoned lock is taken as it is.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The daemon's state.
 pub struct Connectord {

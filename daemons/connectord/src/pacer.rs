@@ -22,7 +22,7 @@ impl Pacer {
 
     /// Takes the turn when it is free now; else when it will be.
     pub fn try_turn(&self) -> Result<(), Instant> {
-        let mut next = crate::lock(&self.next);
+        let mut next = tandem_shared::sync::lock(&self.next);
         let now = Instant::now();
         if *next <= now {
             *next = now + self.gap;

@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tandem_shared::chatd::{ChatError, Sent};
+use tandem_shared::sync::lock;
 use tokio::sync::mpsc;
 
 use crate::bindings::{Conversation, ReplyMode, Settings};
 use crate::pacer::Pacer;
 use crate::platform::{Posted, SendError, Target};
 use crate::store::{self, Message};
-use crate::{lock, Connectord, Outbox};
+use crate::{Connectord, Outbox};
 
 /// What a sender sees while the agent works, in progress mode.
 const WORKING: &str = "Working…";

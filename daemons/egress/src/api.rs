@@ -128,7 +128,7 @@ async fn set_preset(
     // The socket first: when it cannot be made, nothing is saved.
     egress
         .open_chat(&id)
-        .map_err(|e| ApiError::internal(format!("the chat's socket could not be made: {e}")))?;
+        .map_err(|e| ApiError::internal(format!("the chat's socket could not be made: {e:#}")))?;
     egress.gate().set_chat(&id, preset, cards)?;
     Ok(preset_answer(&egress, &id))
 }

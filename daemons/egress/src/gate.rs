@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tandem_shared::netpolicy::Host;
+use tandem_shared::sync::{lock, read, write};
 use tokio::sync::{broadcast, watch};
 
 use crate::proxy::{Preset, Settings};
@@ -171,25 +172,22 @@ impl Gate {
     // The locks below guard plain maps; nothing panics while holding one, so
     // a poisoned lock still holds consistent data.
     fn chats(&self) -> std::sync::MutexGuard<'_, HashMap<String, Chat>> {
-        self.chats.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.chats)
     }
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
     fn closed(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Outcome, Instant)>> {
-        self.closed.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.closed)
     }
 
     pub fn settings(&self) -> Arc<Settings> {
-        self.settings
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        read(&self.settings).clone()
     }
 
     /// New settings (SIGHUP): every later decision uses them.
     pub fn reload(&self, settings: Settings) {
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(settings);
+        *write(&self.settings) = Arc::new(settings);
     }
 
     pub fn store(&self) -> &Arc<Store> {

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tandem_shared::interfaces::LivePolicy;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 use tokio::sync::oneshot;
 
 use crate::config::EgressConfig;
@@ -71,36 +72,30 @@ impl Egress {
     }
 
     pub fn open_chats(&self) -> usize {
-        self.chats.lock().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.chats).len()
     }
 
     /// Opens a chat's socket, unless it is open already (its rules are read
     /// at each connection, so a new preset needs no new socket). Must run
     /// inside the runtime.
-    pub fn open_chat(&self, chat: &str) -> std::io::Result<()> {
+    pub fn open_chat(&self, chat: &str) -> anyhow::Result<()> {
         let path = self.socket_of(chat);
-        let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut chats = lock(&self.chats);
         if chats.contains_key(chat) && path.exists() {
             return Ok(());
-        }
-        if let Some(dir) = path.parent() {
-            tandem_shared::fsmode::private_dir(dir)?;
         }
         if let Some(stop) = chats.remove(chat) {
             let _ = stop.send(());
         }
-        if path.exists() {
-            std::fs::remove_file(&path)?;
-        }
-        let listener = tokio::net::UnixListener::bind(&path)?;
-        tandem_shared::fsmode::private_file(&path)?;
+        let listener = tandem_shared::daemon::bind_unix(&path)?;
         // The socket belongs to whoever owns the chat's egress folder: chatd
         // hands the folder to the sandbox's user, whose commands connect
         // (only root may give it away; otherwise both are this user's).
         if nix::unistd::geteuid().is_root() {
             use std::os::unix::fs::MetadataExt;
             if let Some(meta) = path.parent().and_then(|d| std::fs::metadata(d).ok()) {
-                std::os::unix::fs::lchown(&path, Some(meta.uid()), Some(meta.gid()))?;
+                std::os::unix::fs::lchown(&path, Some(meta.uid()), Some(meta.gid()))
+                    .with_context(|| format!("giving {} to uid {}", path.display(), meta.uid()))?;
             }
         }
         let (stop, stopped) = oneshot::channel();
@@ -127,6 +122,9 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
+    // Before anything is written or bound: a second egressd would take over
+    // this one's sockets and write the same file.
+    let _lock = tandem_shared::daemon::hold_lock(&config.data_dir, "egressd")?;
     let store = Arc::new(Store::open(&config.data_dir.join("egress.sqlite3"))?);
     let policy = LivePolicy::open(config.allow_ranges())
         .context("reading this box's interfaces and watching them for changes (netlink)")?;
@@ -157,7 +155,7 @@ pub async fn run(
     });
     for (chat, _, _) in store.chats()? {
         if let Err(e) = egress.open_chat(&chat) {
-            tracing::warn!(chat = %chat, error = %e, "a chat's socket could not be opened");
+            tracing::warn!(chat = %chat, error = %format!("{e:#}"), "a chat's socket could not be opened");
         }
     }
     let purged = store.purge(config.audit_days)?;
@@ -169,15 +167,7 @@ pub async fn run(
                 .serve_loopback(loopback, async move { shutdown.wait().await }),
         );
     }
-    if let Some(dir) = config.socket.parent() {
-        tandem_shared::fsmode::private_dir(dir)?;
-    }
-    if config.socket.exists() {
-        std::fs::remove_file(&config.socket)?;
-    }
-    let listener = tokio::net::UnixListener::bind(&config.socket)
-        .with_context(|| format!("listening on {}", config.socket.display()))?;
-    tandem_shared::fsmode::private_file(&config.socket)?;
+    let listener = tandem_shared::daemon::bind_unix(&config.socket)?;
     tracing::info!(socket = %config.socket.display(), listen = %egress.listen,
         chats = egress.open_chats(), purged, ceiling = %config.ceiling,
         key_from = %secrets.forward_key_source.display(), "egressd serving");

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tandem_shared::sync::lock;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
@@ -38,7 +39,7 @@ struct Buffer(Option<Box<[u8]>>);
 
 impl Buffer {
     fn take() -> Buffer {
-        let kept = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let kept = lock(&POOL).pop();
         Buffer(Some(
             kept.unwrap_or_else(|| vec![0u8; BUFFER].into_boxed_slice()),
         ))
@@ -62,7 +63,7 @@ impl std::ops::DerefMut for Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(buffer) = self.0.take() {
-            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pool = lock(&POOL);
             if pool.len() < KEPT {
                 pool.push(buffer);
             }

@@ -1,13 +1,15 @@
 //! egress.sqlite3: each chat's preset and rules, and the audit of every
-//! decision. egressd is its only writer; one connection behind a mutex.
+//! decision. egressd is its only writer: the shared `db::Writer`.
 //! Audit rows go through a channel to a writer thread, so a connection's
 //! end never waits on the disk inside the async runtime.
 
 use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Mutex};
 
 use rusqlite::{params, Connection};
 use serde::Serialize;
+use tandem_shared::db::Writer;
+use tandem_shared::sync::lock;
 
 use crate::proxy::{Audit, Decision};
 
@@ -49,7 +51,7 @@ CREATE TABLE rules (
 ];
 
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    db: Writer,
     /// To the audit writer; `None` once closed.
     audit: Mutex<Option<mpsc::Sender<Decision>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -93,11 +95,9 @@ pub struct Filter {
 
 impl Store {
     pub fn open(path: &Path) -> anyhow::Result<Store> {
-        let conn = Arc::new(Mutex::new(tandem_shared::db::open_writer(
-            path, MIGRATIONS,
-        )?));
+        let db = Writer::open(path, MIGRATIONS)?;
         let (tx, rx) = mpsc::channel::<Decision>();
-        let db = conn.clone();
+        let audit_db = db.clone();
         let writer = std::thread::Builder::new()
             .name("audit-writer".into())
             .spawn(move || {
@@ -115,14 +115,13 @@ impl Store {
                             Err(_) => break,
                         }
                     }
-                    let conn = db.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Err(e) = write_audit(&conn, &batch) {
+                    if let Err(e) = audit_db.call_now(|conn| write_audit(conn, &batch)) {
                         tracing::error!(error = %e, rows = batch.len(), "audit rows not written");
                     }
                 }
             })?;
         Ok(Store {
-            conn,
+            db,
             audit: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
         })
@@ -131,51 +130,50 @@ impl Store {
     /// Writes the audit rows still on their way and ends the writer (at
     /// shutdown: nothing decided is lost).
     pub fn close_audit(&self) {
-        self.audit.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.audit).take();
+        let writer = lock(&self.writer).take();
         if let Some(writer) = writer {
             let _ = writer.join();
         }
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        // Nothing panics while holding it; a poisoned lock still holds a valid connection.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub fn set_chat(&self, chat: &str, preset: &str, cards: bool) -> rusqlite::Result<()> {
-        self.conn().execute(
-            "INSERT INTO chats (id, preset, cards, updated) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT(id) DO UPDATE SET preset = ?2, cards = ?3, updated = ?4",
-            params![chat, preset, cards, tandem_shared::time::now_unix()],
-        )?;
+        self.db.call_now(|conn| {
+            conn.execute(
+                "INSERT INTO chats (id, preset, cards, updated) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT(id) DO UPDATE SET preset = ?2, cards = ?3, updated = ?4",
+                params![chat, preset, cards, tandem_shared::time::now_unix()],
+            )
+        })?;
         Ok(())
     }
 
     /// Every chat with a setting: id, preset, cards.
     pub fn chats(&self) -> rusqlite::Result<Vec<(String, String, bool)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT id, preset, cards FROM chats ORDER BY id")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        rows.collect()
+        self.db.call_now(|conn| {
+            let mut stmt = conn.prepare("SELECT id, preset, cards FROM chats ORDER BY id")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect()
+        })
     }
 
     pub fn rules(&self, chat: &str) -> rusqlite::Result<Vec<Rule>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT id, verdict, host, port, source, created FROM rules WHERE chat = ?1 ORDER BY created, id",
-        )?;
-        let rows = stmt.query_map([chat], |r| {
-            Ok(Rule {
-                id: r.get(0)?,
-                verdict: r.get(1)?,
-                host: r.get(2)?,
-                port: r.get(3)?,
-                source: r.get(4)?,
-                created: r.get(5)?,
-            })
-        })?;
-        rows.collect()
+        self.db.call_now(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, verdict, host, port, source, created FROM rules WHERE chat = ?1 ORDER BY created, id",
+            )?;
+            let rows = stmt.query_map([chat], |r| {
+                Ok(Rule {
+                    id: r.get(0)?,
+                    verdict: r.get(1)?,
+                    host: r.get(2)?,
+                    port: r.get(3)?,
+                    source: r.get(4)?,
+                    created: r.get(5)?,
+                })
+            })?;
+            rows.collect()
+        })
     }
 
     /// Saves a rule; one for the same host:port is replaced.
@@ -199,67 +197,70 @@ impl Store {
             source: source.to_string(),
             created: tandem_shared::time::now_rfc3339(),
         };
-        self.conn().execute(
-            "INSERT INTO rules (id, chat, verdict, host, port, source, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-             ON CONFLICT(chat, host, port) DO UPDATE SET id = ?1, verdict = ?3, source = ?6, created = ?7",
-            params![rule.id, chat, rule.verdict, rule.host, rule.port, rule.source, rule.created],
-        )?;
+        self.db.call_now(|conn| {
+            conn.execute(
+                "INSERT INTO rules (id, chat, verdict, host, port, source, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT(chat, host, port) DO UPDATE SET id = ?1, verdict = ?3, source = ?6, created = ?7",
+                params![rule.id, chat, rule.verdict, rule.host, rule.port, rule.source, rule.created],
+            )
+        })?;
         Ok(rule)
     }
 
     pub fn remove_rule(&self, chat: &str, id: &str) -> rusqlite::Result<bool> {
-        Ok(self
-            .conn()
-            .execute("DELETE FROM rules WHERE chat = ?1 AND id = ?2", [chat, id])?
-            > 0)
+        let removed = self.db.call_now(|conn| {
+            conn.execute("DELETE FROM rules WHERE chat = ?1 AND id = ?2", [chat, id])
+        })?;
+        Ok(removed > 0)
     }
 
     pub fn audit(&self, filter: &Filter) -> rusqlite::Result<Vec<Row>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT at, chat, host, port, address, verdict, reason, bytes_up, bytes_down, duration_ms \
-             FROM audit WHERE (?1 IS NULL OR chat = ?1) AND (?2 IS NULL OR host = ?2) \
-             AND (?3 IS NULL OR verdict = ?3) ORDER BY rowid DESC LIMIT ?4",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                filter.chat,
-                filter.host,
-                filter.verdict,
-                filter.limit as i64
-            ],
-            |r| {
-                let at: i64 = r.get(0)?;
-                Ok(Row {
-                    at: jiff::Timestamp::from_second(at)
-                        .map(|t| t.to_string())
-                        .unwrap_or_default(),
-                    chat: r.get(1)?,
-                    host: r.get(2)?,
-                    port: r.get(3)?,
-                    address: r.get(4)?,
-                    verdict: r.get(5)?,
-                    reason: r.get(6)?,
-                    bytes_up: r.get::<_, i64>(7)?.max(0) as u64,
-                    bytes_down: r.get::<_, i64>(8)?.max(0) as u64,
-                    duration_ms: r.get::<_, i64>(9)?.max(0) as u64,
-                })
-            },
-        )?;
-        rows.collect()
+        self.db.call_now(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT at, chat, host, port, address, verdict, reason, bytes_up, bytes_down, duration_ms \
+                 FROM audit WHERE (?1 IS NULL OR chat = ?1) AND (?2 IS NULL OR host = ?2) \
+                 AND (?3 IS NULL OR verdict = ?3) ORDER BY rowid DESC LIMIT ?4",
+            )?;
+            let rows = stmt.query_map(
+                params![
+                    filter.chat,
+                    filter.host,
+                    filter.verdict,
+                    filter.limit as i64
+                ],
+                |r| {
+                    let at: i64 = r.get(0)?;
+                    Ok(Row {
+                        at: jiff::Timestamp::from_second(at)
+                            .map(|t| t.to_string())
+                            .unwrap_or_default(),
+                        chat: r.get(1)?,
+                        host: r.get(2)?,
+                        port: r.get(3)?,
+                        address: r.get(4)?,
+                        verdict: r.get(5)?,
+                        reason: r.get(6)?,
+                        bytes_up: r.get::<_, i64>(7)?.max(0) as u64,
+                        bytes_down: r.get::<_, i64>(8)?.max(0) as u64,
+                        duration_ms: r.get::<_, i64>(9)?.max(0) as u64,
+                    })
+                },
+            )?;
+            rows.collect()
+        })
     }
 
     /// Drops audit rows older than `days`.
     pub fn purge(&self, days: u64) -> rusqlite::Result<usize> {
         let cutoff = tandem_shared::time::now_unix() - (days as i64) * 86_400;
-        self.conn()
-            .execute("DELETE FROM audit WHERE at < ?1", [cutoff])
+        self.db
+            .call_now(|conn| conn.execute("DELETE FROM audit WHERE at < ?1", [cutoff]))
     }
 }
 
 impl Audit for Store {
     fn record(&self, decision: Decision) {
-        let audit = self.audit.lock().unwrap_or_else(|p| p.into_inner());
+        let audit = lock(&self.audit);
         let sent = match audit.as_ref() {
             Some(tx) => tx.send(decision).map_err(|e| e.0),
             None => Err(decision),

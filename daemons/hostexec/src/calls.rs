@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use tandem_shared::sync::lock;
 use tokio::sync::Notify;
 
 /// Why hostexecd ended a call.
@@ -41,7 +42,7 @@ impl Running {
     /// Asks for the call to end; the first reason given is the one kept.
     pub fn kill(&self, why: KilledBy) {
         {
-            let mut k = self.killed_by.lock().unwrap_or_else(|p| p.into_inner());
+            let mut k = lock(&self.killed_by);
             if k.is_none() {
                 *k = Some(why);
             }
@@ -50,7 +51,7 @@ impl Running {
     }
 
     pub fn killed_by(&self) -> Option<KilledBy> {
-        *self.killed_by.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.killed_by)
     }
 }
 
@@ -94,7 +95,7 @@ impl Calls {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Running>>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
     /// A place for a new call of `chat`, or why there is none.

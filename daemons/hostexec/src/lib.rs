@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 
 use crate::calls::{Calls, KilledBy};
 use crate::config::HostexecConfig;
@@ -184,6 +185,9 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
     }
     tandem_shared::fsmode::private_dir(&config.data_dir)
         .with_context(|| format!("making data folder {}", config.data_dir.display()))?;
+    // Before anything is written or bound: a second hostexecd would take
+    // over this one's socket and end its calls as left by a restart.
+    let _lock = tandem_shared::daemon::hold_lock(&config.data_dir, "hostexecd")?;
     let store = Arc::new(Store::open(&config.data_dir.join("hostexec.sqlite3"))?);
     let (recovered, left) = {
         let store = store.clone();
@@ -241,7 +245,7 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
             loop {
                 let _ = tokio::task::spawn_blocking(|| {
                     {
-                        let _spawning = spawner::SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+                        let _spawning = lock(&spawner::SPAWNING);
                         sweep::reap();
                     }
                     sweep::adopted();
@@ -262,12 +266,8 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
             }
         }
     }
-    if config.socket.exists() {
-        std::fs::remove_file(&config.socket)?;
-    }
-    let listener = tokio::net::UnixListener::bind(&config.socket)
-        .with_context(|| format!("listening on {}", config.socket.display()))?;
-    tandem_shared::fsmode::private_file(&config.socket)?;
+    // Its folder as made above (an existing one is left as it is).
+    let listener = tandem_shared::daemon::bind_unix_in_prepared_dir(&config.socket)?;
     if hx.run_as.is_some() {
         chown(&config.socket, caller_uid)?;
     }

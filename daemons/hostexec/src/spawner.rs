@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
+use tandem_shared::sync::lock;
 use tokio::sync::oneshot;
 
 /// A keeper just started: itself, the socket to it, the call's output.
@@ -92,9 +93,7 @@ impl Spawner {
 
     pub async fn spawn(&self) -> std::io::Result<Spawned> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.tx)
             .send(reply)
             .map_err(|_| std::io::Error::other("the keeper spawner is gone"))?;
         answer
@@ -114,18 +113,12 @@ pub static KEEPERS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
 /// Whether `pid` is a keeper hostexecd started and has not reaped.
 pub fn is_keeper(pid: i32) -> bool {
-    KEEPERS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&pid)
+    lock(&KEEPERS).contains(&pid)
 }
 
 /// Forgets a keeper just reaped.
 pub fn reaped(pid: i32) {
-    KEEPERS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&pid);
+    lock(&KEEPERS).remove(&pid);
 }
 
 fn spawn_keeper() -> std::io::Result<Spawned> {
@@ -148,12 +141,9 @@ fn spawn_keeper() -> std::io::Result<Spawned> {
     // hostexecd's reaper must not take that child first (std would panic).
     // Known as a keeper before the reaper's sweep can see it.
     let child = {
-        let _spawning = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+        let _spawning = lock(&SPAWNING);
         let child = command.spawn()?;
-        KEEPERS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(child.id() as i32);
+        lock(&KEEPERS).insert(child.id() as i32);
         child
     };
     // The pipe's write ends and the keeper's socket go with the command.

@@ -1,14 +1,14 @@
 //! hostexec.sqlite3: the audit of every call. A row is written when the
 //! call starts (with its keeper's pid and start time, so a hostexecd
 //! started again finds the keepers of calls it did not see end) and
-//! completed when it ends. hostexecd is its only writer; one connection
-//! behind a mutex, used from blocking tasks.
+//! completed when it ends. hostexecd is its only writer: the shared
+//! `db::Writer`, used from blocking tasks.
 
 use std::path::Path;
-use std::sync::Mutex;
 
-use rusqlite::{params, Connection};
+use rusqlite::params;
 use serde::Serialize;
+use tandem_shared::db::Writer;
 
 const MIGRATIONS: &[&str] = &[
     r#"
@@ -41,7 +41,7 @@ CREATE INDEX calls_started ON calls(started_ms);
 pub const COMMAND_KEPT: usize = 4096;
 
 pub struct Store {
-    conn: Mutex<Connection>,
+    db: Writer,
 }
 
 /// How a call ended, as the audit keeps it.
@@ -121,119 +121,124 @@ fn rfc3339(ms: i64) -> String {
 impl Store {
     pub fn open(path: &Path) -> anyhow::Result<Store> {
         Ok(Store {
-            conn: Mutex::new(tandem_shared::db::open_writer(path, MIGRATIONS)?),
+            db: Writer::open(path, MIGRATIONS)?,
         })
-    }
-
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        // Nothing panics while holding it; a poisoned lock still holds a valid connection.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The row of a call that starts now.
     pub fn begin(&self, call: &Begun<'_>) -> rusqlite::Result<()> {
-        self.conn().execute(
-            "INSERT INTO calls (call_id, chat, started_ms, command, keeper_pid, keeper_start, workspace) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                call.call_id,
-                call.chat,
-                now_ms(),
-                cut(call.command, COMMAND_KEPT),
-                call.keeper_pid,
-                call.keeper_start as i64,
-                call.workspace.to_string_lossy()
-            ],
-        )?;
+        self.db.call_now(|conn| {
+            conn.execute(
+                "INSERT INTO calls (call_id, chat, started_ms, command, keeper_pid, keeper_start, workspace) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    call.call_id,
+                    call.chat,
+                    now_ms(),
+                    cut(call.command, COMMAND_KEPT),
+                    call.keeper_pid,
+                    call.keeper_start as i64,
+                    call.workspace.to_string_lossy()
+                ],
+            )
+        })?;
         Ok(())
     }
 
     pub fn finish(&self, call_id: &str, e: &Ending) -> rusqlite::Result<()> {
-        self.conn().execute(
-            "UPDATE calls SET ended_ms = ?2, exit_code = ?3, signal = ?4, duration_ms = ?5, \
-             timed_out = ?6, truncated = ?7, killed_by = ?8, bytes = ?9, error = ?10 \
-             WHERE call_id = ?1",
-            params![
-                call_id,
-                now_ms(),
-                e.exit_code,
-                e.signal,
-                e.duration_ms as i64,
-                e.timed_out,
-                e.truncated,
-                e.killed_by,
-                e.bytes as i64,
-                e.error
-            ],
-        )?;
+        self.db.call_now(|conn| {
+            conn.execute(
+                "UPDATE calls SET ended_ms = ?2, exit_code = ?3, signal = ?4, duration_ms = ?5, \
+                 timed_out = ?6, truncated = ?7, killed_by = ?8, bytes = ?9, error = ?10 \
+                 WHERE call_id = ?1",
+                params![
+                    call_id,
+                    now_ms(),
+                    e.exit_code,
+                    e.signal,
+                    e.duration_ms as i64,
+                    e.timed_out,
+                    e.truncated,
+                    e.killed_by,
+                    e.bytes as i64,
+                    e.error
+                ],
+            )
+        })?;
         Ok(())
     }
 
     /// Calls with a start and no end.
     pub fn unfinished(&self) -> rusqlite::Result<Vec<Unfinished>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT call_id, started_ms, keeper_pid, keeper_start, workspace FROM calls \
+        self.db.call_now(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT call_id, started_ms, keeper_pid, keeper_start, workspace FROM calls \
              WHERE ended_ms IS NULL",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(Unfinished {
-                call_id: r.get(0)?,
-                started_ms: r.get(1)?,
-                keeper_pid: r.get(2)?,
-                keeper_start: r.get::<_, Option<i64>>(3)?.map(|s| s.max(0) as u64),
-                workspace: r.get(4)?,
-            })
-        })?;
-        rows.collect()
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(Unfinished {
+                    call_id: r.get(0)?,
+                    started_ms: r.get(1)?,
+                    keeper_pid: r.get(2)?,
+                    keeper_start: r.get::<_, Option<i64>>(3)?.map(|s| s.max(0) as u64),
+                    workspace: r.get(4)?,
+                })
+            })?;
+            rows.collect()
+        })
     }
 
     /// Ends a call a restart interrupted.
     pub fn finish_restarted(&self, call: &Unfinished) -> rusqlite::Result<()> {
         let now = now_ms();
-        self.conn().execute(
-            "UPDATE calls SET ended_ms = ?2, duration_ms = ?3, killed_by = 'restart', \
-             error = 'interrupted by a restart of hostexecd' WHERE call_id = ?1",
-            params![call.call_id, now, (now - call.started_ms).max(0)],
-        )?;
+        self.db.call_now(|conn| {
+            conn.execute(
+                "UPDATE calls SET ended_ms = ?2, duration_ms = ?3, killed_by = 'restart', \
+                 error = 'interrupted by a restart of hostexecd' WHERE call_id = ?1",
+                params![call.call_id, now, (now - call.started_ms).max(0)],
+            )
+        })?;
         Ok(())
     }
 
     /// The newest rows first, of one chat or all.
     pub fn audit(&self, chat: Option<&str>, limit: usize) -> rusqlite::Result<Vec<Row>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT started_ms, chat, call_id, command, ended_ms, exit_code, signal, duration_ms, \
-             timed_out, truncated, killed_by, bytes, error FROM calls \
-             WHERE (?1 IS NULL OR chat = ?1) ORDER BY started_ms DESC, rowid DESC LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![chat, limit as i64], |r| {
-            Ok(Row {
-                at: rfc3339(r.get(0)?),
-                chat: r.get(1)?,
-                call_id: r.get(2)?,
-                command: r.get(3)?,
-                ended: r.get::<_, Option<i64>>(4)?.map(rfc3339),
-                exit_code: r.get(5)?,
-                signal: r.get(6)?,
-                duration_ms: r.get::<_, Option<i64>>(7)?.map(|d| d.max(0) as u64),
-                timed_out: r.get(8)?,
-                truncated: r.get(9)?,
-                killed_by: r.get(10)?,
-                bytes: r.get::<_, i64>(11)?.max(0) as u64,
-                error: r.get(12)?,
-            })
-        })?;
-        rows.collect()
+        self.db.call_now(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT started_ms, chat, call_id, command, ended_ms, exit_code, signal, duration_ms, \
+                 timed_out, truncated, killed_by, bytes, error FROM calls \
+                 WHERE (?1 IS NULL OR chat = ?1) ORDER BY started_ms DESC, rowid DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![chat, limit as i64], |r| {
+                Ok(Row {
+                    at: rfc3339(r.get(0)?),
+                    chat: r.get(1)?,
+                    call_id: r.get(2)?,
+                    command: r.get(3)?,
+                    ended: r.get::<_, Option<i64>>(4)?.map(rfc3339),
+                    exit_code: r.get(5)?,
+                    signal: r.get(6)?,
+                    duration_ms: r.get::<_, Option<i64>>(7)?.map(|d| d.max(0) as u64),
+                    timed_out: r.get(8)?,
+                    truncated: r.get(9)?,
+                    killed_by: r.get(10)?,
+                    bytes: r.get::<_, i64>(11)?.max(0) as u64,
+                    error: r.get(12)?,
+                })
+            })?;
+            rows.collect()
+        })
     }
 
     /// Drops rows older than `days`.
     pub fn purge(&self, days: u64) -> rusqlite::Result<usize> {
         let cutoff = now_ms() - (days as i64) * 86_400_000;
-        self.conn().execute(
-            "DELETE FROM calls WHERE started_ms < ?1 AND ended_ms IS NOT NULL",
-            [cutoff],
-        )
+        self.db.call_now(|conn| {
+            conn.execute(
+                "DELETE FROM calls WHERE started_ms < ?1 AND ended_ms IS NOT NULL",
+                [cutoff],
+            )
+        })
     }
 }
 

@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tandem_shared::sync::lock;
+
 use crate::spawner::{is_keeper, SPAWNING};
 use crate::tree;
 
@@ -17,7 +19,7 @@ use crate::tree;
 /// hostexecd's children are read then.
 pub fn adopted() -> usize {
     // Not while a keeper is being spawned: it is not known as one yet.
-    let _spawning = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+    let _spawning = lock(&SPAWNING);
     if tree::own_children().iter().all(|pid| is_keeper(*pid)) {
         return 0;
     }

@@ -1,7 +1,7 @@
 //! What every daemon's `main` does the same way: the common arguments, the
 //! config loaded from file, env files and environment, the failure line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -99,65 +99,175 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
-/// Holds `<name>.lock` in `data_dir`, waiting while another process of the
-/// same daemon has it (or until shutdown: `None`): one daemon per data folder.
+/// `<name>.lock` in a daemon's data folder, held while the process lives
+/// (the kernel lets go of it when the process ends, however it ends, so a
+/// restart finds it free); it holds the holder's pid for a second one to name.
+pub struct DataLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Takes `<name>.lock` in `data_dir` (the folder must exist) or fails at once
+/// with one line naming the pid that holds it: one daemon per data folder.
+/// Taken before anything else is written and before any socket is bound.
+pub fn hold_lock(data_dir: &Path, name: &str) -> anyhow::Result<DataLock> {
+    let path = lock_path(data_dir, name);
+    match try_lock(open_lock(&path)?, &path)? {
+        Ok(lock) => claim(lock, &path),
+        Err(_) => anyhow::bail!(
+            "another {name} ({}) holds {}: one {name} per data folder",
+            holder(&path),
+            path.display()
+        ),
+    }
+}
+
+/// Takes `<name>.lock` in `data_dir`, waiting while another process of the
+/// same daemon has it (or until shutdown: `None`): a standby for the one
+/// that runs (triggerd, connectord).
 pub async fn take_lock(
-    data_dir: &std::path::Path,
+    data_dir: &Path,
     name: &str,
     shutdown: &crate::shutdown::Shutdown,
-) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
-    use nix::fcntl::{Flock, FlockArg};
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = data_dir.join(format!("{name}.lock"));
-    let open = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))
+) -> anyhow::Result<Option<DataLock>> {
+    let path = lock_path(data_dir, name);
+    let mut file = match try_lock(open_lock(&path)?, &path)? {
+        Ok(lock) => return claim(lock, &path).map(Some),
+        Err(file) => file,
     };
-    match Flock::lock(open()?, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => return Ok(Some(lock)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {}
-        Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
-    }
-    tracing::info!(lock = %path.display(), daemon = name, "another process of this daemon runs on this data folder; waiting for its lock");
-    crate::notify::status(&format!("waiting for another {name}'s lock"));
+    let holder = holder(&path);
+    tracing::info!(lock = %path.display(), daemon = name, %holder,
+        "another process of this daemon runs on this data folder ({holder}); waiting for its lock");
+    crate::notify::status(&format!("waiting for another {name}'s lock ({holder})"));
     // Asked again every 250 ms rather than waited for in a blocking call, so
-    // a SIGTERM while waiting ends this triggerd at once.
-    let mut file = open()?;
+    // a SIGTERM while waiting ends this daemon at once.
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             _ = shutdown.wait() => return Ok(None),
         }
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        match try_lock(file, &path)? {
             Ok(lock) => {
                 tracing::info!(lock = %path.display(), "the lock is ours");
-                return Ok(Some(lock));
+                return claim(lock, &path).map(Some);
             }
-            Err((back, nix::errno::Errno::EWOULDBLOCK)) => file = back,
-            Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
+            Err(back) => file = back,
         }
+    }
+}
+
+fn lock_path(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join(format!("{name}.lock"))
+}
+
+fn open_lock(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Not truncated here: until the lock is ours the pid in it is the holder's.
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// The lock, or the file back when another process holds it.
+type Tried = Result<nix::fcntl::Flock<std::fs::File>, std::fs::File>;
+
+fn try_lock(file: std::fs::File, path: &Path) -> anyhow::Result<Tried> {
+    use nix::fcntl::{Flock, FlockArg};
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Ok(lock)),
+        Err((file, nix::errno::Errno::EWOULDBLOCK)) => Ok(Err(file)),
+        Err((_, errno)) => anyhow::bail!("locking {}: {errno}", path.display()),
+    }
+}
+
+/// Writes this process's pid into the lock it now holds.
+fn claim(lock: nix::fcntl::Flock<std::fs::File>, path: &Path) -> anyhow::Result<DataLock> {
+    use std::io::Write;
+    let mut file: &std::fs::File = &lock;
+    file.set_len(0)
+        .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+        .with_context(|| format!("writing this pid into {}", path.display()))?;
+    Ok(DataLock { _file: lock })
+}
+
+/// `pid N` of the lock's holder, as its file says; unknown for the moment
+/// between its lock and its write, or when a build that wrote none holds it.
+fn holder(path: &Path) -> String {
+    match std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+    {
+        Some(pid) => format!("pid {pid}"),
+        None => "pid unknown".to_string(),
     }
 }
 
 /// Listens on the unix socket `socket` (0600, its folder made private),
 /// replacing a socket a previous run left.
-pub fn bind_unix(socket: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+pub fn bind_unix(socket: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     // Made private even when it is there already: a folder another user
     // made first (say in /tmp) would let them stand in for this socket.
     if let Some(dir) = socket.parent() {
         crate::fsmode::private_dir(dir)
             .with_context(|| format!("making {} private (0700)", dir.display()))?;
     }
+    bind_unix_in_prepared_dir(socket)
+}
+
+/// The same in a folder the caller made and keeps as it is (hostexecd's,
+/// given to the uid that calls it): the socket 0600, a stale one replaced.
+pub fn bind_unix_in_prepared_dir(socket: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     if socket.exists() {
-        std::fs::remove_file(socket)?;
+        std::fs::remove_file(socket)
+            .with_context(|| format!("removing the old socket {}", socket.display()))?;
     }
     let listener = tokio::net::UnixListener::bind(socket)
         .with_context(|| format!("listening on {}", socket.display()))?;
-    crate::fsmode::private_file(socket)?;
+    crate::fsmode::private_file(socket)
+        .with_context(|| format!("setting mode 0600 on {}", socket.display()))?;
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_is_refused_with_the_first_ones_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = hold_lock(dir.path(), "testd").unwrap();
+        let path = dir.path().join("testd.lock");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+        // flock belongs to the open file: a second open in this process is refused too.
+        let err = hold_lock(dir.path(), "testd").err().unwrap();
+        assert_eq!(
+            format!("{err:#}"),
+            format!(
+                "another testd (pid {}) holds {}: one testd per data folder",
+                std::process::id(),
+                path.display()
+            )
+        );
+        drop(first);
+        drop(hold_lock(dir.path(), "testd").unwrap());
+    }
+
+    #[test]
+    fn a_stale_pid_is_replaced_by_the_new_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("testd.lock");
+        std::fs::write(&path, "4294967\n").unwrap();
+        let _lock = hold_lock(dir.path(), "testd").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+    }
 }

@@ -11,6 +11,8 @@ use std::path::Path;
 use anyhow::Context;
 use rusqlite::{Connection, OpenFlags};
 
+use crate::sync::lock;
+
 /// Opens (creating when needed) the database at `path` for writing and brings
 /// its schema up to date with `migrations`: migration `i` (0-based) moves the
 /// schema from version `i` to `i + 1`, in one transaction with the version bump.
@@ -153,7 +155,7 @@ impl Writer {
         let joined = tokio::task::spawn_blocking(move || {
             // A panic while the lock was held left no half-done write: each
             // write is one statement or one transaction.
-            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            let mut conn = lock(&conn);
             f(&mut conn)
         })
         .await?;
@@ -165,7 +167,7 @@ impl Writer {
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> rusqlite::Result<T> {
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conn = lock(&self.conn);
         f(&mut conn)
     }
 }

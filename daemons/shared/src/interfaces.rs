@@ -30,6 +30,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol};
 
 use crate::netpolicy::Policy;
+use crate::sync::lock;
 
 /// A network the box is on: an interface's address with its netmask.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +178,7 @@ impl LivePolicy {
     /// The policy for a decision now: with the interfaces read again first
     /// if any changed since the last decision.
     pub fn current(&self) -> Arc<Policy> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.state);
         if self.watch.changed() || state.stale {
             match Interfaces::read() {
                 Ok(own) => {

@@ -1,6 +1,8 @@
 //! What every tandem daemon does the same way: configuration and env files,
-//! logging, sd-notify, SQLite opening, private folders, shutdown, metrics,
-//! HTTP serving with bounds on every listener, the descriptor limit. A daemon's `main` is these calls in order, then its own work.
+//! logging, sd-notify, the data lock, SQLite opening and its one writer,
+//! private folders and sockets, shutdown, metrics, HTTP serving with bounds
+//! on every listener, the descriptor limit, poisoned locks, the TLS client
+//! config. A daemon's `main` is these calls in order, then its own work.
 
 pub mod chatd;
 pub mod config;
@@ -20,4 +22,6 @@ pub mod seal;
 pub mod secrets;
 pub mod shutdown;
 pub mod sse;
+pub mod sync;
 pub mod time;
+pub mod tls;

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::shutdown::Shutdown;
+use crate::sync::lock;
 
 /// Seconds a request's head may take: from a new connection's accept, or
 /// from the first byte of a kept-alive connection's next request.
@@ -251,7 +252,7 @@ struct Place {
 
 impl Places {
     fn take(self: &Arc<Places>, peer: Option<IpAddr>, limits: &Limits) -> Result<Place, Refusal> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.state);
         if state.open >= limits.max_connections {
             return Err(Refusal::Total(limits.max_connections));
         }
@@ -272,7 +273,7 @@ impl Places {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut state = self.places.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.places.state);
         state.open = state.open.saturating_sub(1);
         if let Some(peer) = self.peer {
             if let Some(count) = state.by_peer.get_mut(&peer) {
@@ -360,7 +361,7 @@ impl Refusals {
             Refusal::Total(limit) => ("connections", *limit),
             Refusal::Peer(limit) => ("connections from one address", *limit),
         };
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = (cap, limit);
+        *lock(&self.last) = (cap, limit);
         if self.quiet.swap(false, Ordering::Relaxed) {
             tracing::warn!(
                 listener = self.name,
@@ -380,7 +381,7 @@ impl Refusals {
             self.quiet.store(true, Ordering::Relaxed);
             return;
         }
-        let (cap, limit) = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let (cap, limit) = *lock(&self.last);
         tracing::warn!(
             listener = self.name,
             refused = count,

@@ -19,13 +19,14 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
+use tandem_shared::sync::lock;
 use tandem_shared::time::new_id;
 
 use crate::clock::{rfc3339, ts};
 use crate::scheduler::{new_run, Entry};
 use crate::store::{self, Kind, Trigger};
 use crate::triggers::{self, Checked};
-use crate::{lock, Triggerd};
+use crate::Triggerd;
 
 /// The largest body axum reads (chatd forwards at most 1 MiB); a body over
 /// `triggers::MAX_BODY` is refused by the route with the contract's error.

@@ -27,12 +27,13 @@ pub mod triggers;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::json;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 use tandem_shared::time::new_id;
 
 use crate::clock::Clock;
@@ -70,12 +71,6 @@ pub struct Triggerd {
 pub struct Watches {
     pub watcher: Option<notify::RecommendedWatcher>,
     pub folders: HashSet<PathBuf>,
-}
-
-/// A lock on state that is whole between statements: a panic elsewhere
-/// cannot leave it half-changed, so a poisoned lock is taken as it is.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs triggerd until `shutdown` begins.

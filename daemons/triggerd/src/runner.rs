@@ -104,7 +104,7 @@ pub fn span(seconds: u64) -> String {
 pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     let limit = Duration::from_secs(td.config.run_timeout_s);
     let started = std::time::Instant::now();
-    let cancel = crate::lock(&td.live)
+    let cancel = tandem_shared::sync::lock(&td.live)
         .cancels
         .get(&trigger.id)
         .cloned()
@@ -165,7 +165,7 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
     {
         tracing::error!(run = %run.id, error = %format!("{err:#}"), "could not record a run's end");
     }
-    crate::lock(&td.live).stopped(&trigger.id);
+    tandem_shared::sync::lock(&td.live).stopped(&trigger.id);
     td.metrics.running.dec();
     td.metrics
         .runs
@@ -360,7 +360,10 @@ pub async fn take_out_own_writes(
         return;
     }
     // A trigger deleted meanwhile keeps no file rows.
-    if !crate::lock(&td.live).entries.contains_key(&trigger.id) {
+    if !tandem_shared::sync::lock(&td.live)
+        .entries
+        .contains_key(&trigger.id)
+    {
         return;
     }
     let own = match recorded_chat(td, run_id).await {

@@ -152,7 +152,7 @@ pub fn schedule_key(trigger: &str, due_ms: i64) -> String {
 }
 
 async fn schedules(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
-    let due = due_schedules(&crate::lock(&td.live), now);
+    let due = due_schedules(&tandem_shared::sync::lock(&td.live), now);
     if due.is_empty() {
         return Ok(());
     }
@@ -171,7 +171,7 @@ async fn schedules(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
             Ok(queued)
         })
         .await?;
-    advance(&mut crate::lock(&td.live), &due, now);
+    advance(&mut tandem_shared::sync::lock(&td.live), &due, now);
     tracing::debug!(queued, "schedules due");
     Ok(())
 }
@@ -417,9 +417,9 @@ pub fn file_key(trigger: &str, path: &str, version: &str) -> String {
 }
 
 async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
-    let dirty: HashSet<String> = std::mem::take(&mut *crate::lock(&td.dirty));
+    let dirty: HashSet<String> = std::mem::take(&mut *tandem_shared::sync::lock(&td.dirty));
     let looks: Vec<(Trigger, PathBuf, bool, bool)> = {
-        let mut live = crate::lock(&td.live);
+        let mut live = tandem_shared::sync::lock(&td.live);
         let running: HashSet<String> = live.running.keys().cloned().collect();
         live.entries
             .values_mut()
@@ -458,7 +458,7 @@ async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
                     Some(reason) => crate::switch_off(td, &trigger.id, &reason).await?,
                     None => {
                         tracing::warn!(trigger = %trigger.id, "scanning a folder failed; trying again");
-                        crate::lock(&td.dirty).insert(trigger.id.clone());
+                        tandem_shared::sync::lock(&td.dirty).insert(trigger.id.clone());
                     }
                 }
                 continue;
@@ -502,7 +502,7 @@ async fn folders(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
             })
             .await?;
         if decision.pending {
-            if let Some(e) = crate::lock(&td.live).entries.get_mut(&id) {
+            if let Some(e) = tandem_shared::sync::lock(&td.live).entries.get_mut(&id) {
                 e.pending = true;
             }
         }
@@ -547,7 +547,7 @@ enum Next {
 }
 
 async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
-    if crate::lock(&td.live).running.len() >= td.config.max_runs {
+    if tandem_shared::sync::lock(&td.live).running.len() >= td.config.max_runs {
         return Ok(());
     }
     // The oldest few hundred: enough to fill max_runs past triggers that
@@ -555,7 +555,7 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
     let queued = td.store.call(|conn| store::queued_runs(conn, 256)).await?;
     for run in queued {
         let next = {
-            let mut live = crate::lock(&td.live);
+            let mut live = tandem_shared::sync::lock(&td.live);
             if live.running.len() >= td.config.max_runs {
                 Next::Full
             } else if live.running.contains_key(&run.trigger_id) {
@@ -603,13 +603,13 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
         match started {
             Ok(true) => {}
             Ok(false) => {
-                crate::lock(&td.live).stopped(&run.trigger_id);
+                tandem_shared::sync::lock(&td.live).stopped(&run.trigger_id);
                 let reason = format!("the daily cap of {cap} runs in 24 hours was reached");
                 skip(td, &run, reason, now).await?;
                 continue;
             }
             Err(err) => {
-                crate::lock(&td.live).stopped(&run.trigger_id);
+                tandem_shared::sync::lock(&td.live).stopped(&run.trigger_id);
                 return Err(err);
             }
         }

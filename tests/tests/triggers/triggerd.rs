@@ -305,6 +305,13 @@ async fn a_second_waiting(clock: &str) -> anyhow::Result<(Box3, Triggerd)> {
         || async { second.log().contains("waiting for its lock").then_some(()) },
     )
     .await?;
+    // The line names the pid it waits for.
+    let first = b.td.daemon.pid().context("the first triggerd runs")?;
+    let log = second.log();
+    anyhow::ensure!(
+        log.contains(&format!("(pid {first}); waiting for its lock")),
+        "the second triggerd's wait does not name pid {first}:\n{log}"
+    );
     Ok((b, second))
 }
 

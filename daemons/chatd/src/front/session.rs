@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use hmac::{KeyInit, Mac};
 use tandem_shared::secrets::Secret;
+use tandem_shared::sync::lock;
 
 /// The cookie's name.
 pub const COOKIE: &str = "tandem_session";
@@ -108,7 +109,7 @@ impl Default for Limiter {
 impl Limiter {
     /// Reserves a try: `Err(seconds to wait)` while this window's tries are spent.
     pub fn attempt(&self) -> Result<(), u64> {
-        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let mut window = lock(&self.window);
         if window.0.elapsed() >= WINDOW {
             *window = (Instant::now(), 0);
         }
@@ -122,7 +123,7 @@ impl Limiter {
 
     /// Gives back a reserved try that was not a wrong token.
     pub fn refund(&self) {
-        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let mut window = lock(&self.window);
         window.1 = window.1.saturating_sub(1);
     }
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tandem_shared::http::ApiError;
+use tandem_shared::sync::lock;
 
-use super::{lock, request_body, Request, Runs, Step};
+use super::{request_body, Request, Runs, Step};
 use crate::agents::Agent;
 use crate::config::HostExec;
 use crate::context::{self, Window};

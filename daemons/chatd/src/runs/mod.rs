@@ -22,6 +22,7 @@ use rusqlite::params;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 use tandem_shared::time::{new_id, now_rfc3339};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -1347,9 +1348,4 @@ pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<()
         announce_conversation(ctx, conversation_id)?;
     }
     Ok(())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Nothing panics while holding these locks; a poisoned one still holds valid data.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

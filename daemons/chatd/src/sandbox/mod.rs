@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tandem_shared::docker::{Docker, DockerError};
 use tandem_shared::shutdown::Shutdown;
+use tandem_shared::sync::lock;
 
 use crate::config::ChatdConfig;
 
@@ -252,15 +253,11 @@ impl Sandboxes {
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, Chats> {
         // A panic elsewhere while holding it left plain data behind.
-        self.inner.running.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner.running)
     }
 
     pub fn status(&self) -> Status {
-        self.inner
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.inner.status).clone()
     }
 
     /// The memory limit of one sandbox, bytes.
@@ -284,12 +281,8 @@ impl Sandboxes {
     /// The status, asked of the runtime again when older than 5 s (the
     /// capabilities route calls this on every request).
     pub async fn probe_cached(&self) -> Status {
-        let fresh = self
-            .inner
-            .probed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| at.elapsed() < Duration::from_secs(5));
+        let fresh =
+            lock(&self.inner.probed).is_some_and(|at| at.elapsed() < Duration::from_secs(5));
         if fresh {
             self.status()
         } else {
@@ -337,8 +330,8 @@ impl Sandboxes {
                 }
             }
         };
-        *self.inner.status.lock().unwrap_or_else(|p| p.into_inner()) = status.clone();
-        *self.inner.probed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *lock(&self.inner.status) = status.clone();
+        *lock(&self.inner.probed) = Some(Instant::now());
         status
     }
 
@@ -780,11 +773,7 @@ impl Sandboxes {
     async fn stop_taken(&self, chat: &str, why: &str, was: Option<Running>) {
         if let Some(r) = &was {
             if r.busy > 0 {
-                self.inner
-                    .stopped_busy
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(chat.to_string(), why.to_string());
+                lock(&self.inner.stopped_busy).insert(chat.to_string(), why.to_string());
             }
         }
         let name = container_name(chat);
@@ -811,11 +800,7 @@ impl Sandboxes {
 
     /// Why chatd stopped this chat's sandbox while a call used it, once.
     pub fn take_stop_reason(&self, chat: &str) -> Option<String> {
-        self.inner
-            .stopped_busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(chat)
+        lock(&self.inner.stopped_busy).remove(chat)
     }
 
     fn clear_stop_reason(&self, chat: &str) {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 use tandem_shared::http::ApiError;
+use tandem_shared::sync::lock;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::events::Hub;
@@ -104,18 +105,13 @@ impl Store {
     {
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = match store
-                .readers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop()
-            {
+            let conn = match lock(&store.readers).pop() {
                 Some(conn) => conn,
                 None => tandem_shared::db::open_reader(&store.path)
                     .map_err(|e| ApiError::internal(format!("{e:#}")))?,
             };
             let result = f(&conn);
-            let mut readers = store.readers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut readers = lock(&store.readers);
             if readers.len() < 8 {
                 readers.push(conn);
             }
@@ -128,7 +124,7 @@ impl Store {
     /// Commits what is queued, stops the writer thread and waits for it.
     pub async fn close(&self) {
         let _ = self.jobs.send(Job::Stop).await;
-        let handle = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let handle = lock(&self.writer).take();
         if let Some(handle) = handle {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }

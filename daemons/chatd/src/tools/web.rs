@@ -23,7 +23,6 @@
 //! only into the request head sent to egressd.
 
 use std::fmt::Write as _;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -1008,24 +1007,6 @@ async fn connect_tunnel(
     })
 }
 
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("ring offers TLS 1.2 and 1.3")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Arc::new(config)
-        })
-        .clone()
-}
-
 async fn tls_handshake(
     stream: TcpStream,
     url: &Url,
@@ -1038,7 +1019,7 @@ async fn tls_handshake(
         Some(url::Host::Ipv6(ip)) => ServerName::IpAddress(std::net::IpAddr::V6(ip).into()),
         None => return Err(Failure::Other("no host".into())),
     };
-    tokio_rustls::TlsConnector::from(tls_config())
+    tokio_rustls::TlsConnector::from(tandem_shared::tls::client_config())
         .connect(name, stream)
         .await
         .map_err(|e| {

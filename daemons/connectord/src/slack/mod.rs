@@ -577,7 +577,7 @@ async fn tls_handshake(
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let name = rustls::pki_types::ServerName::try_from(host.to_string())
         .map_err(|_| format!("{host} is not a name TLS can check"))?;
-    tokio_rustls::TlsConnector::from(crate::tls::config())
+    tokio_rustls::TlsConnector::from(tandem_shared::tls::client_config())
         .connect(name, tcp)
         .await
         .map_err(|e| format!("the TLS handshake with {host} failed: {e}"))
