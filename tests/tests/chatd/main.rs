@@ -1,12 +1,13 @@
 //! chatd's integration tests, one binary (one link): chatd end to end, the
 //! agent loop, saved agents, what a run sends the engine, the inbox,
-//! sd-notify, the listeners under idle connections, and the engine
-//! simulator itself. Each module is one area's tests.
+//! sd-notify, the listeners under idle connections, one daemon per data
+//! folder (chatd, egressd, hostexecd), and the engine simulator itself. Each module is one area's tests.
 
 mod agent;
 mod agents;
 mod chatd;
 mod inbox;
+mod instances;
 mod listeners;
 mod notify;
 mod requests;
