@@ -21,3 +21,4 @@ pub mod secrets;
 pub mod shutdown;
 pub mod sse;
 pub mod time;
+pub mod words;
