@@ -10,6 +10,7 @@ use rusqlite::{params, Connection};
 use serde::Serialize;
 
 use crate::proxy::{Audit, Decision};
+use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 
 const MIGRATIONS: &[&str] = &[
     r#"
@@ -59,11 +60,10 @@ pub struct Store {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Rule {
     pub id: String,
-    pub verdict: String,
+    pub verdict: RuleVerdict,
     pub host: String,
     pub port: u16,
-    /// card | api
-    pub source: String,
+    pub source: RuleSource,
     pub created: String,
 }
 
@@ -75,7 +75,7 @@ pub struct Row {
     pub host: String,
     pub port: u16,
     pub address: Option<String>,
-    pub verdict: String,
+    pub verdict: AuditVerdict,
     pub reason: String,
     pub bytes_up: u64,
     pub bytes_down: u64,
@@ -87,7 +87,7 @@ pub struct Row {
 pub struct Filter {
     pub chat: Option<String>,
     pub host: Option<String>,
-    pub verdict: Option<String>,
+    pub verdict: Option<AuditVerdict>,
     pub limit: usize,
 }
 
@@ -182,10 +182,10 @@ impl Store {
     pub fn add_rule(
         &self,
         chat: &str,
-        verdict: &str,
+        verdict: RuleVerdict,
         host: &str,
         port: u16,
-        source: &str,
+        source: RuleSource,
     ) -> rusqlite::Result<Rule> {
         let bytes: [u8; 6] = rand::random();
         let rule = Rule {
@@ -193,10 +193,10 @@ impl Store {
                 "er_{}",
                 bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
             ),
-            verdict: verdict.to_string(),
+            verdict,
             host: host.to_string(),
             port,
-            source: source.to_string(),
+            source,
             created: tandem_shared::time::now_rfc3339(),
         };
         self.conn().execute(
