@@ -4,7 +4,7 @@ use rusqlite::Row;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunStatus};
+use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Conversation {
@@ -171,7 +171,7 @@ pub struct Run {
     pub id: String,
     pub conversation_id: String,
     pub status: RunStatus,
-    pub mode: String,
+    pub mode: RunMode,
     pub model: String,
     pub origin: Origin,
     pub message_id: Option<String>,

@@ -1,5 +1,5 @@
 //! The words chatd stores and sends for a message's role and status, a
-//! run's status, a chat's state, a waiting message's state and who asked:
+//! run's status and mode, a chat's state, a waiting message's state and who asked:
 //! each a type, so only these can be written, and a stored one is read
 //! into its type where its row is read.
 
@@ -52,6 +52,19 @@ impl RunStatus {
             self,
             RunStatus::Queued | RunStatus::Running | RunStatus::Waiting
         )
+    }
+}
+
+tandem_shared::words! {
+    /// What asked for a run.
+    pub enum RunMode("run mode") {
+        /// A message sent (or sent now, past the waiting ones).
+        Send => "send",
+        /// Continue: the last answer goes on.
+        Continue => "continue",
+        Regenerate => "regenerate",
+        /// A question edited: a new branch from it.
+        Edit => "edit",
     }
 }
 
@@ -130,6 +143,11 @@ mod tests {
             active,
             [&RunStatus::Queued, &RunStatus::Running, &RunStatus::Waiting]
         );
+    }
+
+    #[test]
+    fn every_run_mode_reads_back_as_itself() {
+        check_reads_back::<RunMode>();
     }
 
     #[test]

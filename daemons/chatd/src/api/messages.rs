@@ -23,7 +23,7 @@ use crate::attachments;
 use crate::kinds::EventKind;
 use crate::runs::{insert_at_head, insert_message, insert_message_under, insert_run};
 use crate::store::queries::{self, Trashed};
-use crate::words::{Origin, PendingState, Role, RunStatus};
+use crate::words::{Origin, PendingState, Role, RunMode, RunStatus};
 use crate::workspace::Workspace;
 use crate::App;
 
@@ -199,7 +199,7 @@ fn send_in(
         Some(records) => insert_user_with_files(ctx, cid, text, records)?,
         None => insert_message(ctx, cid, Role::User, text, None, None)?,
     };
-    let run = insert_run(ctx, conversation, "send", origin, None)?;
+    let run = insert_run(ctx, conversation, RunMode::Send, origin, None)?;
     Ok(Sent::Run {
         message_id: message.id,
         run_id: run.id,
@@ -311,7 +311,7 @@ pub async fn stop(
 async fn start_run<F>(
     app: &Arc<App>,
     id: String,
-    mode: &'static str,
+    mode: RunMode,
     origin: Origin,
     prepare: F,
 ) -> Result<Response, ApiError>
@@ -348,7 +348,7 @@ pub async fn send_now(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let origin = run_origin(body.origin)?;
-    start_run(&app, id, "send", origin, |ctx, conversation| {
+    start_run(&app, id, RunMode::Send, origin, |ctx, conversation| {
         if queries::waiting(ctx.conn(), &conversation.id)?.is_empty() {
             return Err(ApiError::conflict(
                 "nothing_waiting",
@@ -366,7 +366,7 @@ pub async fn resume(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let origin = run_origin(body.origin)?;
-    start_run(&app, id, "continue", origin, |ctx, conversation| {
+    start_run(&app, id, RunMode::Continue, origin, |ctx, conversation| {
         let last = queries::last_run(ctx.conn(), &conversation.id)?;
         let Some(last) = last.filter(|r| {
             matches!(
@@ -409,21 +409,27 @@ pub async fn regenerate(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let origin = run_origin(body.origin)?;
-    start_run(&app, id, "regenerate", origin, |ctx, conversation| {
-        let transcript = queries::transcript(ctx.conn(), conversation)?;
-        let Some(user) = transcript.iter().rev().find(|m| m.role == Role::User) else {
-            return Err(ApiError::conflict(
-                "nothing_to_regenerate",
-                "this chat has no message to answer again",
-            ));
-        };
-        // The new answer is a sibling of the old: the head moves back to the question.
-        ctx.conn().execute(
-            "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
-            params![user.id, conversation.id],
-        )?;
-        Ok(None)
-    })
+    start_run(
+        &app,
+        id,
+        RunMode::Regenerate,
+        origin,
+        |ctx, conversation| {
+            let transcript = queries::transcript(ctx.conn(), conversation)?;
+            let Some(user) = transcript.iter().rev().find(|m| m.role == Role::User) else {
+                return Err(ApiError::conflict(
+                    "nothing_to_regenerate",
+                    "this chat has no message to answer again",
+                ));
+            };
+            // The new answer is a sibling of the old: the head moves back to the question.
+            ctx.conn().execute(
+                "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
+                params![user.id, conversation.id],
+            )?;
+            Ok(None)
+        },
+    )
     .await
 }
 
@@ -443,7 +449,7 @@ pub async fn edit(
     check_text(&body.text)?;
     let origin = run_origin(body.origin)?;
     let text = body.text;
-    start_run(&app, id, "edit", origin, move |ctx, conversation| {
+    start_run(&app, id, RunMode::Edit, origin, move |ctx, conversation| {
         let original = queries::message(ctx.conn(), &conversation.id, &mid)?;
         if original.role != Role::User {
             return Err(ApiError::bad_input(

@@ -34,7 +34,7 @@ use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
 use crate::store::{Ctx, Delta, Store};
 use crate::tools::{self, Registry};
-use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunStatus};
+use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -565,15 +565,15 @@ impl Runs {
 
         let max_steps = inner.config.max_steps;
         let mut steps = 0u32;
-        let mut continue_message = (run.mode == "continue")
+        let mut continue_message = (run.mode == RunMode::Continue)
             .then(|| run.message_id.clone())
             .flatten();
         // A continued, regenerated or edited answer belongs right under its
         // question: waiting messages join at the step after it, not before.
-        let mut deliver_now = run.mode == "send";
+        let mut deliver_now = run.mode == RunMode::Send;
         // A new run does not run the calls a stopped one left: they are
         // closed as not run (only Continue, or a resumed run, goes on with them).
-        if !resumed && run.mode != "continue" {
+        if !resumed && run.mode != RunMode::Continue {
             self.close_left_calls(&run).await?;
         }
         loop {
@@ -1269,7 +1269,7 @@ fn name_if_untitled(ctx: &mut Ctx, conversation_id: &str, text: &str) -> Result<
 pub fn insert_run(
     ctx: &mut Ctx,
     conversation: &Conversation,
-    mode: &str,
+    mode: RunMode,
     origin: Origin,
     message_id: Option<&str>,
 ) -> Result<Run, ApiError> {
@@ -1277,7 +1277,7 @@ pub fn insert_run(
         id: new_id("r_"),
         conversation_id: conversation.id.clone(),
         status: RunStatus::Queued,
-        mode: mode.into(),
+        mode,
         model: conversation.model.clone(),
         origin,
         message_id: message_id.map(str::to_string),
