@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::model::Message;
+use crate::words::{MessageStatus, Role};
 
 /// The estimate's safety margin over characters/4: a request estimated under
 /// the window is under it for any tokenizer that averages 3.5+ characters a token.
@@ -152,11 +153,11 @@ pub struct Transcript<'a> {
 pub fn transcript(history: &[Message]) -> Transcript<'_> {
     let start = history
         .iter()
-        .rposition(|m| m.role == "cleared")
+        .rposition(|m| m.role == Role::Cleared)
         .map(|i| i + 1)
         .unwrap_or(0);
     let path = &history[start..];
-    let Some(c) = path.iter().rposition(|m| m.role == "compacted") else {
+    let Some(c) = path.iter().rposition(|m| m.role == Role::Compacted) else {
         return Transcript {
             summary: None,
             messages: path.iter().filter(|m| carried(m)).collect(),
@@ -173,8 +174,8 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
     // does not (a template that wants user/assistant turns needs it, and the
     // task stays word for word).
     let first_kept = path[kept_at..].iter().find(|m| carried(m));
-    if first_kept.is_none_or(|m| m.role != "user") {
-        if let Some(question) = path[..kept_at].iter().rev().find(|m| m.role == "user") {
+    if first_kept.is_none_or(|m| m.role != Role::User) {
+        if let Some(question) = path[..kept_at].iter().rev().find(|m| m.role == Role::User) {
             messages.push(question);
         }
     }
@@ -186,10 +187,10 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
 }
 
 fn carried(m: &Message) -> bool {
-    match m.role.as_str() {
-        "user" | "tool" => true,
-        "assistant" => !m.text.is_empty() || m.tool_calls.is_some(),
-        _ => false,
+    match m.role {
+        Role::User | Role::Tool => true,
+        Role::Assistant => !m.text.is_empty() || m.tool_calls.is_some(),
+        Role::System | Role::Compacted | Role::Cleared => false,
     }
 }
 
@@ -217,8 +218,8 @@ pub fn request_messages(
     while i < all.len() {
         let m = all[i];
         i += 1;
-        match m.role.as_str() {
-            "user" => {
+        match m.role {
+            Role::User => {
                 let parts = images(m);
                 if parts.is_empty() {
                     out.push(json!({"role": "user", "content": m.text}));
@@ -229,10 +230,10 @@ pub fn request_messages(
                 }
             }
             // A result whose call is not before it (cut by a compaction): as text.
-            "tool" => {
+            Role::Tool => {
                 out.push(json!({"role": "user", "content": format!("[tool result]\n{}", m.text)}))
             }
-            "assistant" => {
+            Role::Assistant => {
                 let calls = m
                     .tool_calls
                     .as_ref()
@@ -245,13 +246,13 @@ pub fn request_messages(
                 // Its results follow it; only a call that succeeded is shortened.
                 let results: Vec<&Message> = all[i..]
                     .iter()
-                    .take_while(|n| n.role == "tool")
+                    .take_while(|n| n.role == Role::Tool)
                     .copied()
                     .collect();
                 let succeeded = |id: &str| {
                     results.iter().any(|r| {
                         r.tool_call_id.as_deref() == Some(id)
-                            && r.status.as_deref() != Some("failed")
+                            && r.status != Some(MessageStatus::Failed)
                     })
                 };
                 let calls: Vec<Value> = calls
@@ -277,7 +278,7 @@ pub fn request_messages(
                 out.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
                 // Its results follow it; a call the run never ran is said so.
                 let mut answered: Vec<&str> = Vec::new();
-                while i < all.len() && all[i].role == "tool" {
+                while i < all.len() && all[i].role == Role::Tool {
                     let r = all[i];
                     out.push(json!({
                         "role": "tool",
@@ -296,7 +297,7 @@ pub fn request_messages(
                     }
                 }
             }
-            _ => {}
+            Role::System | Role::Compacted | Role::Cleared => {}
         }
     }
     out
@@ -313,7 +314,7 @@ pub fn cut_point(messages: &[&Message], keep: u64) -> usize {
     while i > 0 {
         // The group that ends at `i`: back to its user or assistant message.
         let mut start = i - 1;
-        while start > 0 && messages[start].role == "tool" {
+        while start > 0 && messages[start].role == Role::Tool {
             start -= 1;
         }
         let size: u64 = messages[start..i].iter().map(|m| message_tokens(m)).sum();
@@ -347,7 +348,7 @@ pub fn render_for_summary(
                 cut_chars(call.arguments, 400)
             ));
         }
-        if m.role == "tool" {
+        if m.role == Role::Tool {
             line = format!("[tool result]\n{}", cut_chars(&m.text, 2_000));
         }
         parts.push(line);
@@ -376,11 +377,11 @@ fn cut_chars(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
-    fn msg(id: &str, role: &str, text: &str) -> Message {
+    fn msg(id: &str, role: Role, text: &str) -> Message {
         Message {
             id: id.into(),
             parent_id: None,
-            role: role.into(),
+            role,
             text: text.into(),
             reasoning: None,
             tool_calls: None,
@@ -435,14 +436,14 @@ mod tests {
 
     #[test]
     fn a_compaction_keeps_the_task_and_the_tail() {
-        let mut marker = msg("c", "compacted", "they asked for X");
+        let mut marker = msg("c", Role::Compacted, "they asked for X");
         marker.keep_from = Some("a2".into());
         let history = vec![
-            msg("u1", "user", "do X"),
-            msg("a1", "assistant", "step one"),
-            msg("a2", "assistant", "step two"),
+            msg("u1", Role::User, "do X"),
+            msg("a1", Role::Assistant, "step one"),
+            msg("a2", Role::Assistant, "step two"),
             marker,
-            msg("a3", "assistant", "step three"),
+            msg("a3", Role::Assistant, "step three"),
         ];
         let t = transcript(&history);
         assert_eq!(t.summary, Some("they asked for X"));
@@ -458,14 +459,14 @@ mod tests {
 
     #[test]
     fn the_kept_part_always_starts_with_a_question() {
-        let mut marker = msg("c", "compacted", "summary");
+        let mut marker = msg("c", Role::Compacted, "summary");
         marker.keep_from = Some("a1".into());
         let history = vec![
-            msg("u1", "user", "do X"),
-            msg("a0", "assistant", "sure"),
-            msg("a1", "assistant", "more"),
-            msg("u2", "user", "and Y"),
-            msg("a2", "assistant", "done"),
+            msg("u1", Role::User, "do X"),
+            msg("a0", Role::Assistant, "sure"),
+            msg("a1", Role::Assistant, "more"),
+            msg("u2", Role::User, "and Y"),
+            msg("a2", Role::Assistant, "done"),
             marker,
         ];
         let ids: Vec<&str> = transcript(&history)
@@ -478,14 +479,19 @@ mod tests {
 
     #[test]
     fn a_call_without_a_result_is_answered_not_run() {
-        let mut a = msg("a", "assistant", "");
+        let mut a = msg("a", Role::Assistant, "");
         a.tool_calls = Some(json!([
             {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
             {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
         ]));
-        let mut r = msg("r", "tool", "ok");
+        let mut r = msg("r", Role::Tool, "ok");
         r.tool_call_id = Some("c1".into());
-        let history = vec![msg("u", "user", "go"), a, r, msg("u2", "user", "next")];
+        let history = vec![
+            msg("u", Role::User, "go"),
+            a,
+            r,
+            msg("u2", Role::User, "next"),
+        ];
         let out = request_messages("", &transcript(&history), &|_, _, _| None, &|_| Vec::new());
         let roles: Vec<&str> = out.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
@@ -496,15 +502,15 @@ mod tests {
     #[test]
     fn only_a_call_that_succeeded_is_shortened() {
         let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "write_file", "arguments": "{\"content\":\"big\"}"}});
-        let mut a = msg("a", "assistant", "");
+        let mut a = msg("a", Role::Assistant, "");
         a.tool_calls = Some(json!([call("c1"), call("c2")]));
-        let mut ok = msg("r1", "tool", "wrote");
+        let mut ok = msg("r1", Role::Tool, "wrote");
         ok.tool_call_id = Some("c1".into());
-        ok.status = Some("done".into());
-        let mut denied = msg("r2", "tool", "declined");
+        ok.status = Some(MessageStatus::Done);
+        let mut denied = msg("r2", Role::Tool, "declined");
         denied.tool_call_id = Some("c2".into());
-        denied.status = Some("failed".into());
-        let history = vec![msg("u", "user", "go"), a, ok, denied];
+        denied.status = Some(MessageStatus::Failed);
+        let history = vec![msg("u", Role::User, "go"), a, ok, denied];
         let out = request_messages(
             "",
             &transcript(&history),
@@ -520,11 +526,11 @@ mod tests {
 
     #[test]
     fn the_cut_keeps_whole_groups() {
-        let mut a = msg("a", "assistant", "");
+        let mut a = msg("a", Role::Assistant, "");
         a.tool_calls = Some(json!([{"id": "c1", "function": {"name": "x", "arguments": "{}"}}]));
-        let mut r = msg("r", "tool", &"y".repeat(400));
+        let mut r = msg("r", Role::Tool, &"y".repeat(400));
         r.tool_call_id = Some("c1".into());
-        let u = msg("u", "user", &"q".repeat(4_000));
+        let u = msg("u", Role::User, &"q".repeat(4_000));
         let all = [&u, &a, &r];
         let cut = cut_point(&all, 200);
         assert_eq!(

@@ -3,72 +3,32 @@
 //! the same kind (a device tailing from the database sees what a live one
 //! saw).
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
-macro_rules! kinds {
-    ($($variant:ident => $text:literal,)*) => {
-        /// One kind of event of a chat's log.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum EventKind {
-            $(
-                #[serde(rename = $text)]
-                $variant,
-            )*
-        }
-
-        impl EventKind {
-            /// Every kind, in the order the contract lists them.
-            pub const ALL: &'static [EventKind] = &[$(EventKind::$variant,)*];
-
-            /// The kind's name on the wire and in the database.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(EventKind::$variant => $text,)*
-                }
-            }
-
-            /// The kind named `text`, if chatd writes one by that name.
-            pub fn parse(text: &str) -> Option<EventKind> {
-                match text {
-                    $($text => Some(EventKind::$variant),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-kinds! {
-    ConversationUpdated => "conversation.updated",
-    MessageCreated => "message.created",
-    MessageUpdated => "message.updated",
-    RunQueued => "run.queued",
-    RunStarted => "run.started",
-    TextDelta => "text.delta",
-    ReasoningDelta => "reasoning.delta",
-    ToolStarted => "tool.started",
-    ToolFinished => "tool.finished",
-    ToolConsent => "tool.consent",
-    ToolConsentAnswered => "tool.consent_answered",
-    ToolAutoApproved => "tool.auto_approved",
-    Usage => "usage",
-    RunRetrying => "run.retrying",
-    RunFinished => "run.finished",
-    Paused => "paused",
-    PendingAdded => "pending.added",
-    PendingUpdated => "pending.updated",
-    PendingRemoved => "pending.removed",
-    PendingDelivered => "pending.delivered",
-    Compacted => "compacted",
-    Cleared => "cleared",
-    EgressUpdated => "egress.updated",
-}
-
-impl fmt::Display for EventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+tandem_shared::words! {
+    /// One kind of event of a chat's log.
+    pub enum EventKind("event kind") {
+        ConversationUpdated => "conversation.updated",
+        MessageCreated => "message.created",
+        MessageUpdated => "message.updated",
+        RunQueued => "run.queued",
+        RunStarted => "run.started",
+        TextDelta => "text.delta",
+        ReasoningDelta => "reasoning.delta",
+        ToolStarted => "tool.started",
+        ToolFinished => "tool.finished",
+        ToolConsent => "tool.consent",
+        ToolConsentAnswered => "tool.consent_answered",
+        ToolAutoApproved => "tool.auto_approved",
+        Usage => "usage",
+        RunRetrying => "run.retrying",
+        RunFinished => "run.finished",
+        Paused => "paused",
+        PendingAdded => "pending.added",
+        PendingUpdated => "pending.updated",
+        PendingRemoved => "pending.removed",
+        PendingDelivered => "pending.delivered",
+        Compacted => "compacted",
+        Cleared => "cleared",
+        EgressUpdated => "egress.updated",
     }
 }
 
@@ -78,6 +38,7 @@ mod tests {
 
     #[test]
     fn every_kind_reads_back_as_itself() {
+        tandem_shared::words::check_reads_back::<EventKind>();
         for kind in EventKind::ALL {
             assert_eq!(EventKind::parse(kind.as_str()), Some(*kind), "{kind}");
             let json = serde_json::to_string(kind).expect("a kind serializes");

@@ -31,6 +31,7 @@ pub mod settings;
 pub mod store;
 pub mod titles;
 pub mod tools;
+pub mod words;
 pub mod workspace;
 
 use std::path::Path;

@@ -4,6 +4,8 @@ use rusqlite::Row;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Conversation {
     pub id: String,
@@ -11,13 +13,12 @@ pub struct Conversation {
     pub model: String,
     pub created: String,
     pub updated: String,
-    /// idle | running | queued | waiting
-    pub state: String,
+    pub state: ChatState,
     pub permission_mode: String,
     pub settings: crate::settings::Settings,
-    /// Who made it: user | trigger | connector | import | fork (for listing
-    /// and showing; each run has its own origin, from its request).
-    pub origin: String,
+    /// Who made it (for listing and showing; each run has its own origin,
+    /// from its request).
+    pub origin: Origin,
     /// Where its files are: own (workspaces/<id>/) or shared (the box's
     /// shared folder).
     pub workspace: String,
@@ -66,8 +67,7 @@ impl Conversation {
 pub struct Message {
     pub id: String,
     pub parent_id: Option<String>,
-    /// user | assistant | tool | system | compacted | cleared
-    pub role: String,
+    pub role: Role,
     pub text: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
@@ -77,9 +77,9 @@ pub struct Message {
     pub tool_call_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// streaming | done | stopped | interrupted | failed (assistant messages)
+    /// On assistant messages and tool results.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<MessageStatus>,
     pub created: String,
     /// On a `compacted` message: the first message kept after its summary.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -104,11 +104,11 @@ pub struct CallRef<'a> {
 
 impl Message {
     /// A new message with a fresh id, not yet under any parent.
-    pub fn draft(role: &str, text: &str) -> Message {
+    pub fn draft(role: Role, text: &str) -> Message {
         Message {
             id: tandem_shared::time::new_id("m_"),
             parent_id: None,
-            role: role.to_string(),
+            role,
             text: text.to_string(),
             reasoning: None,
             tool_calls: None,
@@ -170,11 +170,10 @@ impl Message {
 pub struct Run {
     pub id: String,
     pub conversation_id: String,
-    /// queued | running | waiting | done | failed | interrupted | stopped | paused
-    pub status: String,
-    pub mode: String,
+    pub status: RunStatus,
+    pub mode: RunMode,
     pub model: String,
-    pub origin: String,
+    pub origin: Origin,
     pub message_id: Option<String>,
     pub steps: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -209,7 +208,7 @@ impl Run {
     }
 
     pub fn is_active(&self) -> bool {
-        matches!(self.status.as_str(), "queued" | "running" | "waiting")
+        self.status.is_active()
     }
 }
 
@@ -218,7 +217,7 @@ pub struct Pending {
     pub id: String,
     pub conversation_id: String,
     pub text: String,
-    pub state: String,
+    pub state: PendingState,
     pub created: String,
     /// The files sent with it (see `Message::attachments`).
     #[serde(skip_serializing_if = "Option::is_none")]

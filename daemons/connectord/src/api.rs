@@ -69,7 +69,10 @@ async fn health(State(cd): State<Arc<Connectord>>) -> Json<Value> {
         let links = lock(&cd.links);
         (
             links.len(),
-            links.values().filter(|l| l.state == "connected").count(),
+            links
+                .values()
+                .filter(|l| l.state == crate::states::BindingState::Connected)
+                .count(),
         )
     };
     Json(json!({

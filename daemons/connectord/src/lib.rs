@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod pacer;
 pub mod platform;
 pub mod slack;
+pub mod states;
 pub mod store;
 pub mod telegram;
 pub mod tls;
@@ -43,6 +44,7 @@ use tandem_shared::sync::lock;
 use crate::bindings::{Kind, Settings};
 use crate::config::ConnectorsConfig;
 use crate::platform::{Inbound, Link, Posted, SendError, Sink, Target};
+use crate::states::{BindingState, InboundState};
 use crate::store::{Store, Stored, Verdict};
 
 /// The most characters a message may have; a longer one gets a notice.
@@ -76,7 +78,7 @@ pub struct Connectord {
 
 /// One binding's reader.
 pub struct LinkState {
-    pub state: &'static str,
+    pub state: BindingState,
     pub reason: Option<String>,
     pub since: String,
     /// Stops the reader (a binding switched off, changed or deleted).
@@ -189,13 +191,13 @@ impl Connectord {
     pub fn status(&self, b: &Stored) -> Value {
         if !b.enabled {
             return match &b.off_reason {
-                Some(reason) => json!({"state": "off", "reason": reason}),
-                None => json!({"state": "disabled"}),
+                Some(reason) => json!({"state": BindingState::Off, "reason": reason}),
+                None => json!({"state": BindingState::Disabled}),
             };
         }
         match lock(&self.links).get(&b.id) {
             Some(link) => json!({"state": link.state, "reason": link.reason, "since": link.since}),
-            None => json!({"state": "starting"}),
+            None => json!({"state": BindingState::Starting}),
         }
     }
 
@@ -311,16 +313,16 @@ impl Sink for Core {
         Box::pin(async move {
             let cd = &self.0;
             let (state, reason) = match &link {
-                Link::Connected => ("connected", None),
-                Link::Retrying(r) => ("retrying", Some(r.clone())),
-                Link::Fatal(r) => ("off", Some(r.clone())),
+                Link::Connected => (BindingState::Connected, None),
+                Link::Retrying(r) => (BindingState::Retrying, Some(r.clone())),
+                Link::Fatal(r) => (BindingState::Off, Some(r.clone())),
             };
             if let Some(l) = lock(&cd.links).get_mut(&binding) {
                 l.state = state;
                 l.reason = reason.clone();
                 l.since = tandem_shared::time::now_rfc3339();
             }
-            tracing::info!(binding = %binding, state, reason = reason.as_deref().unwrap_or(""), "link");
+            tracing::info!(binding = %binding, state = state.as_str(), reason = reason.as_deref().unwrap_or(""), "link");
             if let Link::Fatal(reason) = link {
                 switch_off(cd, &binding, &reason).await;
             }
@@ -423,7 +425,7 @@ fn start_link(cd: &Arc<Connectord>, b: Stored) {
         lock(&cd.links).insert(
             b.id.clone(),
             LinkState {
-                state: "off",
+                state: BindingState::Off,
                 reason: Some(
                     "its token does not open with this connectors.key: save the token again".into(),
                 ),
@@ -445,7 +447,7 @@ fn start_link(cd: &Arc<Connectord>, b: Stored) {
     lock(&cd.links).insert(
         b.id.clone(),
         LinkState {
-            state: "starting",
+            state: BindingState::Starting,
             reason: None,
             since: tandem_shared::time::now_rfc3339(),
             stop,
@@ -489,7 +491,11 @@ async fn dispatch(cd: Arc<Connectord>) {
             tracing::warn!(error = %format!("{err:#}"), "delivering messages");
         }
         // A chat left unanswered by a restart (or a worker that stopped).
-        match cd.store.call(|conn| store::messages_in(conn, "sent")).await {
+        match cd
+            .store
+            .call(|conn| store::messages_in(conn, InboundState::Sent))
+            .await
+        {
             Ok(sent) => {
                 for m in sent {
                     if let Some(chat) = &m.conversation_id {

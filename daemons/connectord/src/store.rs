@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::platform::{Inbound, Target};
+use crate::states::InboundState;
 
 const MIGRATIONS: &[&str] = &[r#"
 CREATE TABLE bindings (
@@ -241,8 +242,8 @@ pub fn accept(
             }
             Verdict::In | Verdict::Refused(_) => {
                 let (state, note) = match verdict {
-                    Verdict::Refused(note) => ("refused", Some(note.as_str())),
-                    _ => ("queued", None),
+                    Verdict::Refused(note) => (InboundState::Refused, Some(note.as_str())),
+                    _ => (InboundState::Queued, None),
                 };
                 // The text of a refused message is not kept.
                 let mut kept = message.clone();
@@ -280,7 +281,7 @@ pub struct Message {
     pub id: i64,
     pub binding_id: String,
     pub message: Inbound,
-    pub state: String,
+    pub state: InboundState,
     pub conversation_id: Option<String>,
     pub run_id: Option<String>,
     pub pending_id: Option<String>,
@@ -329,7 +330,7 @@ const MESSAGE_COLUMNS: &str =
     "id, binding_id, message, state, conversation_id, run_id, pending_id, note";
 
 /// Messages in `state` (of enabled bindings), oldest first.
-pub fn messages_in(conn: &Connection, state: &str) -> rusqlite::Result<Vec<Message>> {
+pub fn messages_in(conn: &Connection, state: InboundState) -> rusqlite::Result<Vec<Message>> {
     let mut stmt = conn.prepare(&format!(
         "SELECT {MESSAGE_COLUMNS} FROM inbound WHERE state = ?1
            AND binding_id IN (SELECT id FROM bindings WHERE enabled = 1) ORDER BY id"
@@ -346,9 +347,12 @@ pub fn unanswered(
 ) -> rusqlite::Result<Vec<Message>> {
     let mut stmt = conn.prepare(&format!(
         "SELECT {MESSAGE_COLUMNS} FROM inbound WHERE binding_id = ?1 AND conversation_id = ?2
-           AND state = 'sent' ORDER BY id"
+           AND state = ?3 ORDER BY id"
     ))?;
-    let rows = stmt.query_map(params![binding, conversation], message_of)?;
+    let rows = stmt.query_map(
+        params![binding, conversation, InboundState::Sent],
+        message_of,
+    )?;
     rows.collect()
 }
 
@@ -361,8 +365,8 @@ pub fn set_sent(
     pending_id: Option<&str>,
 ) -> rusqlite::Result<()> {
     conn.execute(
-        "UPDATE inbound SET state = 'sent', conversation_id = ?2, run_id = ?3, pending_id = ?4 WHERE id = ?1",
-        params![id, conversation, run_id, pending_id],
+        "UPDATE inbound SET state = ?5, conversation_id = ?2, run_id = ?3, pending_id = ?4 WHERE id = ?1",
+        params![id, conversation, run_id, pending_id, InboundState::Sent],
     )?;
     Ok(())
 }
@@ -379,9 +383,14 @@ pub fn set_conversation(conn: &Connection, id: i64, conversation: &str) -> rusql
 /// Messages of a chat chatd no longer has go back to the queue, to a new chat.
 pub fn requeue(conn: &Connection, binding: &str, conversation: &str) -> rusqlite::Result<()> {
     conn.execute(
-        "UPDATE inbound SET state = 'queued', conversation_id = NULL, run_id = NULL, pending_id = NULL
-         WHERE binding_id = ?1 AND conversation_id = ?2 AND state = 'sent'",
-        params![binding, conversation],
+        "UPDATE inbound SET state = ?3, conversation_id = NULL, run_id = NULL, pending_id = NULL
+         WHERE binding_id = ?1 AND conversation_id = ?2 AND state = ?4",
+        params![
+            binding,
+            conversation,
+            InboundState::Queued,
+            InboundState::Sent
+        ],
     )?;
     conn.execute(
         "DELETE FROM chats WHERE binding_id = ?1 AND conversation_id = ?2",
@@ -411,8 +420,8 @@ pub fn set_run_of_pending(
     run_id: &str,
 ) -> rusqlite::Result<()> {
     conn.execute(
-        "UPDATE inbound SET run_id = ?2 WHERE pending_id = ?1 AND state = 'sent'",
-        params![pending_id, run_id],
+        "UPDATE inbound SET run_id = ?2 WHERE pending_id = ?1 AND state = ?3",
+        params![pending_id, run_id, InboundState::Sent],
     )?;
     Ok(())
 }
@@ -422,9 +431,9 @@ pub fn set_answered(conn: &Connection, ids: &[i64]) -> rusqlite::Result<()> {
     let tx = conn.unchecked_transaction()?;
     for id in ids {
         tx.execute(
-            "UPDATE inbound SET state = 'answered',
+            "UPDATE inbound SET state = ?2,
                message = json_set(message, '$.text', '') WHERE id = ?1",
-            [id],
+            params![id, InboundState::Answered],
         )?;
     }
     tx.commit()
@@ -432,7 +441,10 @@ pub fn set_answered(conn: &Connection, ids: &[i64]) -> rusqlite::Result<()> {
 
 /// A refused message's notice went out (or was not due).
 pub fn set_noticed(conn: &Connection, id: i64) -> rusqlite::Result<()> {
-    conn.execute("UPDATE inbound SET state = 'noticed' WHERE id = ?1", [id])?;
+    conn.execute(
+        "UPDATE inbound SET state = ?2 WHERE id = ?1",
+        params![id, InboundState::Noticed],
+    )?;
     Ok(())
 }
 
@@ -440,8 +452,8 @@ pub fn set_noticed(conn: &Connection, id: i64) -> rusqlite::Result<()> {
 /// against a platform's redelivery, which comes within minutes.
 pub fn purge(conn: &Connection, before_unix: i64) -> rusqlite::Result<usize> {
     let a = conn.execute(
-        "DELETE FROM inbound WHERE state IN ('answered', 'noticed') AND created_unix < ?1",
-        [before_unix],
+        "DELETE FROM inbound WHERE state IN (?2, ?3) AND created_unix < ?1",
+        params![before_unix, InboundState::Answered, InboundState::Noticed],
     )?;
     let b = conn.execute("DELETE FROM followed WHERE until_unix < ?1", [before_unix])?;
     Ok(a + b)
@@ -625,7 +637,7 @@ mod tests {
                 let strangers = strangers(conn, "cn_1")?;
                 assert_eq!(strangers.len(), 1);
                 assert_eq!(strangers[0].count, 2);
-                let queued = messages_in(conn, "queued")?;
+                let queued = messages_in(conn, InboundState::Queued)?;
                 assert_eq!(queued.len(), 1);
                 set_sent(conn, queued[0].id, "c_1", Some("r_1"), None)?;
                 set_answered(conn, &[queued[0].id])?;

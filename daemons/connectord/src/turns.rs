@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use crate::bindings::{Conversation, ReplyMode, Settings};
 use crate::pacer::Pacer;
 use crate::platform::{Posted, SendError, Target};
+use crate::states::InboundState;
 use crate::store::{self, Message};
 use crate::{Connectord, Outbox};
 
@@ -34,7 +35,7 @@ const STREAM_TAIL: usize = 3500;
 pub async fn deliver_queued(cd: &Arc<Connectord>) -> anyhow::Result<()> {
     let queued = cd
         .store
-        .call(|conn| store::messages_in(conn, "queued"))
+        .call(|conn| store::messages_in(conn, InboundState::Queued))
         .await?;
     for message in queued {
         if cd.shutdown.is_begun() {
@@ -55,9 +56,9 @@ pub async fn deliver_queued(cd: &Arc<Connectord>) -> anyhow::Result<()> {
                     .call(move |conn| {
                         // Its text goes: only the notice is sent.
                         conn.execute(
-                            "UPDATE inbound SET state = 'refused', note = ?2,
+                            "UPDATE inbound SET state = ?3, note = ?2,
                                message = json_set(message, '$.text', '') WHERE id = ?1",
-                            rusqlite::params![id, note],
+                            rusqlite::params![id, note, InboundState::Refused],
                         )
                         .map(|_| ())
                     })
@@ -728,7 +729,7 @@ async fn post_answer(
 pub async fn send_notices(cd: &Arc<Connectord>) -> anyhow::Result<()> {
     let refused = cd
         .store
-        .call(|conn| store::messages_in(conn, "refused"))
+        .call(|conn| store::messages_in(conn, InboundState::Refused))
         .await?;
     for m in refused {
         let key = (m.binding_id.clone(), m.message.sender_id.clone());

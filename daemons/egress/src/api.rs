@@ -20,6 +20,7 @@ use tandem_shared::netpolicy;
 use crate::gate::{AnswerError, Answered, CardEvent};
 use crate::proxy::{is_chat_id, Preset};
 use crate::store::Filter;
+use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 use crate::Egress;
 
 pub fn router(egress: Arc<Egress>) -> Router {
@@ -170,9 +171,9 @@ async fn add_rule(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     check_chat(&id)?;
     let Json(body) = body.map_err(|e| ApiError::bad_input("body", e.body_text()))?;
-    if !["allow", "deny"].contains(&body.verdict.as_str()) {
+    let Some(verdict) = RuleVerdict::parse(&body.verdict) else {
         return Err(ApiError::bad_input("verdict", "use allow or deny"));
-    }
+    };
     if body.host.len() > 255 {
         return Err(ApiError::bad_input("host", "is over 255 characters"));
     }
@@ -203,7 +204,7 @@ async fn add_rule(
     };
     let rule = egress
         .gate()
-        .add_rule(&id, &body.verdict, &host, port, "api")?;
+        .add_rule(&id, verdict, &host, port, RuleSource::Api)?;
     Ok((StatusCode::CREATED, Json(json!(rule))))
 }
 
@@ -320,14 +321,16 @@ async fn audit(
             format!("{limit} is outside 1..=1000"),
         ));
     }
-    if let Some(v) = &q.verdict {
-        if !["allowed", "refused", "failed"].contains(&v.as_str()) {
+    let verdict = match q.verdict.as_deref().map(AuditVerdict::parse) {
+        None => None,
+        Some(Some(verdict)) => Some(verdict),
+        Some(None) => {
             return Err(ApiError::bad_input(
                 "verdict",
                 "use allowed, refused or failed",
-            ));
+            ))
         }
-    }
+    };
     // Hosts are kept in the spelling requests are compared in.
     let host = q.host.map(|h| match netpolicy::parse_host(&h) {
         Ok(netpolicy::Host::Ip(ip)) => ip.to_string(),
@@ -337,7 +340,7 @@ async fn audit(
     let rows = egress.store().audit(&Filter {
         chat: q.chat,
         host,
-        verdict: q.verdict,
+        verdict,
         limit,
     })?;
     Ok(Json(json!({ "audit": rows })))

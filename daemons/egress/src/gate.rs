@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::proxy::{Preset, Settings};
 use crate::store::{Rule, Store};
+use crate::verdicts::{RuleSource, RuleVerdict};
 
 /// A chat as the gate knows it.
 #[derive(Debug, Clone)]
@@ -231,10 +232,10 @@ impl Gate {
     pub fn add_rule(
         &self,
         chat: &str,
-        verdict: &str,
+        verdict: RuleVerdict,
         host: &str,
         port: u16,
-        source: &str,
+        source: RuleSource,
     ) -> rusqlite::Result<Rule> {
         let rule = self.store.add_rule(chat, verdict, host, port, source)?;
         let mut chats = self.chats();
@@ -306,7 +307,7 @@ impl Gate {
                     c.rules
                         .iter()
                         .find(|r| r.host == host_text && r.port == port)
-                        .map(|r| r.verdict.clone()),
+                        .map(|r| r.verdict),
                     c.once
                         .get(&(host_text.to_string(), port))
                         .is_some_and(|until| *until > Instant::now()),
@@ -315,14 +316,14 @@ impl Gate {
             }
         };
         let target = format!("{host_text}:{port}");
-        if rule.as_deref() == Some("deny") {
+        if rule == Some(RuleVerdict::Deny) {
             return Err(format!("{target} is denied by this chat's rule"));
         }
         if settings.always_allowed(host_text, port) {
             return Ok("always allowed by the administrator".into());
         }
         settings.inside_ceiling(host, host_text)?;
-        if rule.as_deref() == Some("allow") {
+        if rule == Some(RuleVerdict::Allow) {
             return Ok("allowed by this chat's rule".into());
         }
         match preset.capped(settings.ceiling) {
@@ -518,11 +519,11 @@ impl Gate {
         let rule = match wanted {
             Outcome::Always | Outcome::Deny => {
                 let verdict = if wanted == Outcome::Always {
-                    "allow"
+                    RuleVerdict::Allow
                 } else {
-                    "deny"
+                    RuleVerdict::Deny
                 };
-                match self.add_rule(chat, verdict, &card.host, card.port, "card") {
+                match self.add_rule(chat, verdict, &card.host, card.port, RuleSource::Card) {
                     Ok(rule) => Some(rule),
                     Err(e) => {
                         // Fail closed: without the saved rule the answer is a refusal.

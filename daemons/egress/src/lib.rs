@@ -21,6 +21,7 @@ pub mod nft;
 pub mod proxy;
 pub mod relay;
 pub mod store;
+pub mod verdicts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -20,6 +20,7 @@ use crate::framing;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::relay;
+use crate::verdicts::AuditVerdict;
 
 /// How far a chat's commands may reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,8 +127,7 @@ pub struct Decision {
     pub host: String,
     pub port: u16,
     pub address: Option<IpAddr>,
-    /// allowed | refused | failed
-    pub verdict: &'static str,
+    pub verdict: AuditVerdict,
     pub reason: String,
     pub bytes_up: u64,
     pub bytes_down: u64,
@@ -259,7 +259,7 @@ impl Proxy {
         decision.duration_ms = started.elapsed().as_millis() as u64;
         decision.at = tandem_shared::time::now_unix();
         tracing::info!(chat = %decision.chat, host = %decision.host, port = decision.port,
-            verdict = decision.verdict, up = decision.bytes_up,
+            verdict = decision.verdict.as_str(), up = decision.bytes_up,
             down = decision.bytes_down, ms = decision.duration_ms, "egress");
         self.metrics.record(&decision);
         self.audit.record(decision);
@@ -284,7 +284,7 @@ impl Proxy {
             host: String::new(),
             port: 0,
             address: None,
-            verdict: "refused",
+            verdict: AuditVerdict::Refused,
             reason: String::new(),
             bytes_up: 0,
             bytes_down: 0,
@@ -444,7 +444,7 @@ impl Proxy {
             return Some(fail(&mut client, decision, 502, &last_error).await);
         };
         let _ = upstream.set_nodelay(true);
-        decision.verdict = "allowed";
+        decision.verdict = AuditVerdict::Allowed;
         self.metrics.open.inc();
         let relayed = if ask.connect {
             if client
@@ -691,7 +691,7 @@ async fn refuse<S: AsyncWrite + Unpin>(
     status: u16,
     why: &str,
 ) -> Decision {
-    decision.verdict = "refused";
+    decision.verdict = AuditVerdict::Refused;
     decision.reason = why.to_string();
     write_status(client, status, why).await;
     decision
@@ -704,7 +704,7 @@ async fn fail<S: AsyncWrite + Unpin>(
     status: u16,
     why: &str,
 ) -> Decision {
-    decision.verdict = "failed";
+    decision.verdict = AuditVerdict::Failed;
     decision.reason = why.to_string();
     write_status(client, status, why).await;
     decision

@@ -12,6 +12,7 @@ use tandem_shared::db::Writer;
 use tandem_shared::sync::lock;
 
 use crate::proxy::{Audit, Decision};
+use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 
 const MIGRATIONS: &[&str] = &[
     r#"
@@ -61,11 +62,10 @@ pub struct Store {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Rule {
     pub id: String,
-    pub verdict: String,
+    pub verdict: RuleVerdict,
     pub host: String,
     pub port: u16,
-    /// card | api
-    pub source: String,
+    pub source: RuleSource,
     pub created: String,
 }
 
@@ -77,7 +77,7 @@ pub struct Row {
     pub host: String,
     pub port: u16,
     pub address: Option<String>,
-    pub verdict: String,
+    pub verdict: AuditVerdict,
     pub reason: String,
     pub bytes_up: u64,
     pub bytes_down: u64,
@@ -89,7 +89,7 @@ pub struct Row {
 pub struct Filter {
     pub chat: Option<String>,
     pub host: Option<String>,
-    pub verdict: Option<String>,
+    pub verdict: Option<AuditVerdict>,
     pub limit: usize,
 }
 
@@ -180,10 +180,10 @@ impl Store {
     pub fn add_rule(
         &self,
         chat: &str,
-        verdict: &str,
+        verdict: RuleVerdict,
         host: &str,
         port: u16,
-        source: &str,
+        source: RuleSource,
     ) -> rusqlite::Result<Rule> {
         let bytes: [u8; 6] = rand::random();
         let rule = Rule {
@@ -191,10 +191,10 @@ impl Store {
                 "er_{}",
                 bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
             ),
-            verdict: verdict.to_string(),
+            verdict,
             host: host.to_string(),
             port,
-            source: source.to_string(),
+            source,
             created: tandem_shared::time::now_rfc3339(),
         };
         self.db.call_now(|conn| {

@@ -8,23 +8,17 @@ use std::sync::{Arc, Mutex};
 use tandem_shared::sync::lock;
 use tokio::sync::Notify;
 
-/// Why hostexecd ended a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KilledBy {
-    Timeout,
-    Output,
-    Stop,
-    Shutdown,
-}
-
-impl KilledBy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KilledBy::Timeout => "timeout",
-            KilledBy::Output => "output",
-            KilledBy::Stop => "stop",
-            KilledBy::Shutdown => "shutdown",
-        }
+tandem_shared::words! {
+    /// Why hostexecd ended a call, as the audit keeps it.
+    pub enum KilledBy("killed by") {
+        Timeout => "timeout",
+        /// Its output passed the limit.
+        Output => "output",
+        Stop => "stop",
+        Shutdown => "shutdown",
+        /// hostexecd died while it ran; the next start ended it (only the
+        /// store writes this one).
+        Restart => "restart",
     }
 }
 
@@ -164,5 +158,10 @@ mod tests {
         drop(a);
         assert_eq!(calls.count(), 1);
         assert!(calls.reserve("c", "hx_5").is_ok());
+    }
+
+    #[test]
+    fn every_killed_by_reads_back_as_itself() {
+        tandem_shared::words::check_reads_back::<KilledBy>();
     }
 }

@@ -474,7 +474,7 @@ async fn finish(
         duration_ms,
         timed_out,
         truncated: ended.truncated,
-        killed_by: killed_by.map(|k| k.as_str().to_string()),
+        killed_by,
         bytes: ended.total,
         error: error.clone(),
     };

@@ -10,6 +10,8 @@ use rusqlite::params;
 use serde::Serialize;
 use tandem_shared::db::Writer;
 
+use crate::calls::KilledBy;
+
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE calls (
@@ -52,7 +54,7 @@ pub struct Ending {
     pub duration_ms: u64,
     pub timed_out: bool,
     pub truncated: bool,
-    pub killed_by: Option<String>,
+    pub killed_by: Option<KilledBy>,
     pub bytes: u64,
     pub error: Option<String>,
 }
@@ -70,7 +72,7 @@ pub struct Row {
     pub duration_ms: Option<u64>,
     pub timed_out: bool,
     pub truncated: bool,
-    pub killed_by: Option<String>,
+    pub killed_by: Option<KilledBy>,
     pub bytes: u64,
     pub error: Option<String>,
 }
@@ -193,9 +195,14 @@ impl Store {
         let now = now_ms();
         self.db.call_now(|conn| {
             conn.execute(
-                "UPDATE calls SET ended_ms = ?2, duration_ms = ?3, killed_by = 'restart', \
+                "UPDATE calls SET ended_ms = ?2, duration_ms = ?3, killed_by = ?4, \
                  error = 'interrupted by a restart of hostexecd' WHERE call_id = ?1",
-                params![call.call_id, now, (now - call.started_ms).max(0)],
+                params![
+                    call.call_id,
+                    now,
+                    (now - call.started_ms).max(0),
+                    KilledBy::Restart
+                ],
             )
         })?;
         Ok(())
@@ -281,7 +288,7 @@ mod tests {
         let rows = store.audit(None, 10).unwrap();
         assert_eq!(rows.len(), 2);
         let first = rows.iter().find(|r| r.call_id == "hx_1").unwrap();
-        assert_eq!(first.killed_by.as_deref(), Some("restart"));
+        assert_eq!(first.killed_by, Some(KilledBy::Restart));
         assert!(first.command.len() <= COMMAND_KEPT);
         assert!(first.command.chars().all(|c| c == 'é'));
         let c2 = store.audit(Some("c2"), 10).unwrap();

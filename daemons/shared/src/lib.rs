@@ -25,3 +25,4 @@ pub mod sse;
 pub mod sync;
 pub mod time;
 pub mod tls;
+pub mod words;

@@ -24,6 +24,7 @@ use tandem_shared::time::new_id;
 
 use crate::clock::{rfc3339, ts};
 use crate::scheduler::{new_run, Entry};
+use crate::status::RunStatus;
 use crate::store::{self, Kind, Trigger};
 use crate::triggers::{self, Checked};
 use crate::Triggerd;
@@ -62,7 +63,7 @@ async fn health(State(td): State<Arc<Triggerd>>) -> Json<Value> {
     };
     let queued = td
         .store
-        .call(|conn| store::count_with_status(conn, "queued"))
+        .call(|conn| store::count_with_status(conn, RunStatus::Queued))
         .await
         .ok();
     Json(json!({
@@ -387,8 +388,8 @@ async fn run_now(
         .store
         .call(move |conn| {
             let waiting: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM runs WHERE trigger_id = ?1 AND status IN ('queued', 'running')",
-                [&tid],
+                "SELECT COUNT(*) FROM runs WHERE trigger_id = ?1 AND status IN (?2, ?3)",
+                rusqlite::params![tid, RunStatus::Queued, RunStatus::Running],
                 |r| r.get(0),
             )?;
             if waiting > 0 {

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod runner;
 pub mod schedule;
 pub mod scheduler;
+pub mod status;
 pub mod store;
 pub mod triggers;
 
@@ -39,6 +40,7 @@ use tandem_shared::time::new_id;
 use crate::clock::Clock;
 use crate::config::TriggersConfig;
 use crate::scheduler::{Entry, Live};
+use crate::status::RunStatus;
 use crate::store::{Ending, Kind, Notice, Store};
 use tandem_shared::chatd::{self as chat, ChatClient};
 
@@ -154,14 +156,13 @@ pub async fn run(config: TriggersConfig, shutdown: Shutdown) -> anyhow::Result<(
 async fn recover(td: &Arc<Triggerd>) -> anyhow::Result<usize> {
     let running = td
         .store
-        .call(|conn| store::runs_with_status(conn, "running"))
+        .call(|conn| store::runs_with_status(conn, RunStatus::Running))
         .await?;
     let now = td.clock.now_ms();
     for run in &running {
         let mut ending = Ending {
-            status: "interrupted".into(),
             reason: Some("interrupted by a restart".into()),
-            ..Ending::default()
+            ..Ending::new(RunStatus::Interrupted)
         };
         let mut snapshot = None;
         if let Some(chat) = &run.chat_id {
@@ -174,12 +175,11 @@ async fn recover(td: &Arc<Triggerd>) -> anyhow::Result<usize> {
                 match ended {
                     Some(end) => {
                         ending = Ending {
-                            status: end.status,
                             reason: end.error,
                             summary: chat::last_answer(&s)
                                 .map(|a| runner::summary(&a))
                                 .filter(|t| !t.is_empty()),
-                            ..Ending::default()
+                            ..Ending::new(RunStatus::of_chat_end(&end.status))
                         }
                     }
                     None => {
@@ -211,7 +211,7 @@ async fn recover(td: &Arc<Triggerd>) -> anyhow::Result<usize> {
             .runs
             .get_or_create(&metrics::RunLabels {
                 cause: run.cause.clone(),
-                outcome: ending.status.clone(),
+                outcome: ending.status.as_str().into(),
             })
             .inc();
         tracing::info!(run = %run.id, trigger = %run.trigger_id, status = %ending.status,
@@ -285,32 +285,32 @@ async fn deliveries(td: Arc<Triggerd>) {
 /// The inbox entry of a finished run.
 pub fn run_notification(run: &store::Run) -> serde_json::Value {
     let name = &run.trigger_name;
-    let (kind, title, body) = match run.status.as_str() {
-        "done" => (
+    let (kind, title, body) = match run.status {
+        RunStatus::Done => (
             "run_ended",
             format!("{name} ran"),
             run.summary
                 .clone()
                 .unwrap_or_else(|| "The run ended.".into()),
         ),
-        "interrupted" => (
+        RunStatus::Interrupted => (
             "run_failed",
             format!("{name} was interrupted"),
             run.reason.clone().unwrap_or_else(|| "interrupted".into()),
         ),
-        "stopped" => (
+        RunStatus::Stopped => (
             "run_failed",
             format!("{name} was stopped"),
             run.reason.clone().unwrap_or_else(|| "stopped".into()),
         ),
-        "paused" => (
+        RunStatus::Paused => (
             "run_failed",
             format!("{name} paused"),
             run.reason
                 .clone()
                 .unwrap_or_else(|| "it reached its step limit: Continue goes on".into()),
         ),
-        _ => (
+        RunStatus::Failed | RunStatus::Queued | RunStatus::Running | RunStatus::Skipped => (
             "run_failed",
             format!("{name} failed"),
             run.reason

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::ts;
+use crate::status::RunStatus;
 use crate::store::{self, Ending, Run, Trigger};
 use crate::Triggerd;
 use tandem_shared::chatd::{self as chat, ChatClient, ChatError, Sent};
@@ -122,9 +123,8 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
             stop_chat(&td, &run.id, "deleted").await;
             (
                 Ending {
-                    status: "stopped".into(),
                     reason: Some("its trigger was deleted".into()),
-                    ..Ending::default()
+                    ..Ending::new(RunStatus::Stopped)
                 },
                 None,
             )
@@ -132,9 +132,8 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
         Some(Ok(Ok(ended))) => ended,
         Some(Ok(Err(reason))) => (
             Ending {
-                status: "failed".into(),
                 reason: Some(reason),
-                ..Ending::default()
+                ..Ending::new(RunStatus::Failed)
             },
             None,
         ),
@@ -142,13 +141,12 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
             stop_chat(&td, &run.id, "past its time").await;
             (
                 Ending {
-                    status: "failed".into(),
                     reason: Some(format!(
                         "stopped after {} (run_timeout_s {})",
                         span(td.config.run_timeout_s),
                         td.config.run_timeout_s
                     )),
-                    ..Ending::default()
+                    ..Ending::new(RunStatus::Failed)
                 },
                 None,
             )
@@ -171,7 +169,7 @@ pub async fn drive(td: Arc<Triggerd>, run: Run, trigger: Trigger) {
         .runs
         .get_or_create(&crate::metrics::RunLabels {
             cause: run.cause.clone(),
-            outcome: ending.status.clone(),
+            outcome: ending.status.as_str().into(),
         })
         .inc();
     td.metrics
@@ -325,7 +323,7 @@ async fn attempt(
     let answer = snapshot.as_ref().and_then(chat::last_answer);
     Ok((
         Ending {
-            status: end.status,
+            status: RunStatus::of_chat_end(&end.status),
             tokens: end.tokens,
             reason: end.error,
             summary: answer.map(|a| summary(&a)).filter(|s| !s.is_empty()),

@@ -17,6 +17,7 @@ use tandem_shared::time::new_id;
 use crate::clock::{rfc3339, ts};
 use crate::folders::Scan;
 use crate::schedule::{self, Schedule};
+use crate::status::RunStatus;
 use crate::store::{self, Ending, FileState, Kind, Run, Trigger};
 use crate::Triggerd;
 
@@ -193,7 +194,7 @@ pub fn new_run(
         cause: cause.to_string(),
         due_ms,
         file,
-        status: "queued".into(),
+        status: RunStatus::Queued,
         chat_id: None,
         chat_run_id: None,
         queued_ms: now,
@@ -619,7 +620,7 @@ async fn start_queued(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
         tracing::info!(run = %run.id, trigger = %trigger.id, cause = %run.cause,
             late_ms = now - run.due_ms, "trigger run started");
         let mut run = run;
-        run.status = "running".into();
+        run.status = RunStatus::Running;
         run.started_ms = Some(now);
         let td = td.clone();
         tokio::spawn(async move { crate::runner::drive(td, run, trigger).await });
@@ -633,16 +634,15 @@ async fn skip(td: &Arc<Triggerd>, run: &Run, reason: String, now: i64) -> anyhow
         .runs
         .get_or_create(&crate::metrics::RunLabels {
             cause: run.cause.clone(),
-            outcome: "skipped".into(),
+            outcome: RunStatus::Skipped.as_str().into(),
         })
         .inc();
     let id = run.id.clone();
     td.store
         .call(move |conn| {
             let ending = Ending {
-                status: "skipped".into(),
                 reason: Some(reason),
-                ..Ending::default()
+                ..Ending::new(RunStatus::Skipped)
             };
             store::finish(conn, &id, &ending, now)
         })

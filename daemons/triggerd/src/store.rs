@@ -9,6 +9,8 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
+use crate::status::RunStatus;
+
 const MIGRATIONS: &[&str] = &[r#"
 CREATE TABLE triggers (
     id TEXT PRIMARY KEY,
@@ -134,8 +136,7 @@ pub struct Run {
     pub cause: String,
     pub due_ms: i64,
     pub file: Option<String>,
-    /// queued | running | done | failed | interrupted | stopped | paused | skipped
-    pub status: String,
+    pub status: RunStatus,
     pub chat_id: Option<String>,
     pub chat_run_id: Option<String>,
     pub queued_ms: i64,
@@ -158,6 +159,7 @@ pub struct FileState {
     pub ran_ms: Option<i64>,
 }
 
+/// The runs that ended (`RunStatus::is_finished`; a test keeps the two the same).
 pub const FINISHED: &str = "status NOT IN ('queued', 'running')";
 
 /// triggers.sqlite3's one connection.
@@ -219,12 +221,24 @@ fn run_of(row: &Row) -> rusqlite::Result<Run> {
 }
 
 /// How a run ended, as it is recorded.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Ending {
-    pub status: String,
+    pub status: RunStatus,
     pub tokens: i64,
     pub reason: Option<String>,
     pub summary: Option<String>,
+}
+
+impl Ending {
+    /// An ending with `status` and nothing else said yet.
+    pub fn new(status: RunStatus) -> Ending {
+        Ending {
+            status,
+            tokens: 0,
+            reason: None,
+            summary: None,
+        }
+    }
 }
 
 pub fn all_triggers(conn: &Connection) -> rusqlite::Result<Vec<Trigger>> {
@@ -280,8 +294,8 @@ pub fn delete_trigger(conn: &mut Connection, id: &str) -> rusqlite::Result<bool>
     let tx = conn.transaction()?;
     let n = tx.execute("DELETE FROM triggers WHERE id = ?1", [id])?;
     tx.execute(
-        "DELETE FROM runs WHERE trigger_id = ?1 AND status = 'queued'",
-        [id],
+        "DELETE FROM runs WHERE trigger_id = ?1 AND status = ?2",
+        params![id, RunStatus::Queued],
     )?;
     tx.execute("DELETE FROM files WHERE trigger_id = ?1", [id])?;
     tx.commit()?;
@@ -313,7 +327,7 @@ pub fn disable(
 pub fn queue_run(conn: &Connection, run: &Run) -> rusqlite::Result<Option<Run>> {
     let n = conn.execute(
         "INSERT OR IGNORE INTO runs (id, trigger_id, trigger_name, due_key, cause, due_ms, file, \
-         status, queued_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)",
+         status, queued_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?8)",
         params![
             run.id,
             run.trigger_id,
@@ -322,7 +336,8 @@ pub fn queue_run(conn: &Connection, run: &Run) -> rusqlite::Result<Option<Run>> 
             run.cause,
             run.due_ms,
             run.file,
-            run.queued_ms
+            run.queued_ms,
+            RunStatus::Queued
         ],
     )?;
     if n == 0 {
@@ -344,7 +359,7 @@ pub fn runs_of(conn: &Connection, trigger_id: &str, limit: usize) -> rusqlite::R
     rows.collect()
 }
 
-pub fn runs_with_status(conn: &Connection, status: &str) -> rusqlite::Result<Vec<Run>> {
+pub fn runs_with_status(conn: &Connection, status: RunStatus) -> rusqlite::Result<Vec<Run>> {
     let mut stmt =
         conn.prepare_cached("SELECT * FROM runs WHERE status = ?1 ORDER BY queued_ms, rowid")?;
     let rows = stmt.query_map([status], run_of)?;
@@ -354,13 +369,13 @@ pub fn runs_with_status(conn: &Connection, status: &str) -> rusqlite::Result<Vec
 /// The oldest queued runs, at most `limit`: a check starts a few at most.
 pub fn queued_runs(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<Run>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT * FROM runs WHERE status = 'queued' ORDER BY queued_ms, rowid LIMIT ?1",
+        "SELECT * FROM runs WHERE status = ?2 ORDER BY queued_ms, rowid LIMIT ?1",
     )?;
-    let rows = stmt.query_map([limit as i64], run_of)?;
+    let rows = stmt.query_map(params![limit as i64, RunStatus::Queued], run_of)?;
     rows.collect()
 }
 
-pub fn count_with_status(conn: &Connection, status: &str) -> rusqlite::Result<i64> {
+pub fn count_with_status(conn: &Connection, status: RunStatus) -> rusqlite::Result<i64> {
     conn.query_row(
         "SELECT COUNT(*) FROM runs WHERE status = ?1",
         [status],
@@ -371,10 +386,10 @@ pub fn count_with_status(conn: &Connection, status: &str) -> rusqlite::Result<i6
 /// Finished runs whose notification has not reached chatd yet.
 pub fn unnotified(conn: &Connection) -> rusqlite::Result<Vec<Run>> {
     let mut stmt = conn.prepare(&format!(
-        "SELECT * FROM runs WHERE notified = 0 AND {FINISHED} AND status != 'skipped' \
+        "SELECT * FROM runs WHERE notified = 0 AND {FINISHED} AND status != ?1 \
          ORDER BY ended_ms, rowid LIMIT 100"
     ))?;
-    let rows = stmt.query_map([], run_of)?;
+    let rows = stmt.query_map([RunStatus::Skipped], run_of)?;
     rows.collect()
 }
 
@@ -395,8 +410,8 @@ pub fn started_since(conn: &Connection, trigger_id: &str, since_ms: i64) -> rusq
 
 pub fn mark_started(conn: &Connection, id: &str, now_ms: i64) -> rusqlite::Result<()> {
     conn.execute(
-        "UPDATE runs SET status = 'running', started_ms = ?2 WHERE id = ?1",
-        params![id, now_ms],
+        "UPDATE runs SET status = ?3, started_ms = ?2 WHERE id = ?1",
+        params![id, now_ms, RunStatus::Running],
     )?;
     Ok(())
 }
@@ -418,15 +433,18 @@ pub fn set_chat(
 pub fn finish(conn: &Connection, id: &str, ending: &Ending, now_ms: i64) -> rusqlite::Result<bool> {
     let n = conn.execute(
         "UPDATE runs SET status = ?2, tokens = ?3, reason = ?4, summary = ?5, ended_ms = ?6, \
-         notified = CASE WHEN ?2 = 'skipped' THEN 1 ELSE 0 END \
-         WHERE id = ?1 AND status IN ('queued', 'running')",
+         notified = CASE WHEN ?2 = ?7 THEN 1 ELSE 0 END \
+         WHERE id = ?1 AND status IN (?8, ?9)",
         params![
             id,
             ending.status,
             ending.tokens,
             ending.reason,
             ending.summary,
-            now_ms
+            now_ms,
+            RunStatus::Skipped,
+            RunStatus::Queued,
+            RunStatus::Running
         ],
     )?;
     Ok(n > 0)
@@ -628,8 +646,7 @@ mod tests {
                         &run(&format!("old{i:03}"), "a", &format!("a@{i}"), at),
                     )?;
                     let ending = Ending {
-                        status: "done".into(),
-                        ..Ending::default()
+                        ..Ending::new(RunStatus::Done)
                     };
                     finish(conn, &format!("old{i:03}"), &ending, at)?;
                 }
@@ -641,8 +658,7 @@ mod tests {
                         &run(&format!("new{i:03}"), "a", &format!("b@{i}"), at),
                     )?;
                     let ending = Ending {
-                        status: "failed".into(),
-                        ..Ending::default()
+                        ..Ending::new(RunStatus::Failed)
                     };
                     finish(conn, &format!("new{i:03}"), &ending, at)?;
                 }
@@ -653,8 +669,7 @@ mod tests {
                     conn,
                     "gone",
                     &Ending {
-                        status: "done".into(),
-                        ..Ending::default()
+                        ..Ending::new(RunStatus::Done)
                     },
                     ancient,
                 )?;
@@ -688,8 +703,7 @@ mod tests {
                         conn,
                         &format!("r{i:03}"),
                         &Ending {
-                            status: "done".into(),
-                            ..Ending::default()
+                            ..Ending::new(RunStatus::Done)
                         },
                         at,
                     )?;

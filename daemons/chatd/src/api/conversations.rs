@@ -20,6 +20,7 @@ use crate::runs::{announce_conversation, insert_message};
 use crate::settings::Settings;
 use crate::store::queries::{self, ListQuery, Trashed};
 use crate::store::Ctx;
+use crate::words::{MessageStatus, Origin, Role};
 use crate::App;
 
 pub const MAX_TITLE: usize = 200;
@@ -39,26 +40,12 @@ pub struct CreateBody {
     workspace: Option<String>,
 }
 
-/// The origins a chat may be created with (import and fork are chatd's own).
-const ORIGINS: &[&str] = &["user", "trigger", "connector"];
-
 fn check_workspace(workspace: Option<String>) -> Result<String, ApiError> {
     let workspace = workspace.unwrap_or_else(|| "own".into());
     if crate::folders::KINDS.contains(&workspace.as_str()) {
         Ok(workspace)
     } else {
         Err(ApiError::bad_input("workspace", "must be own or shared"))
-    }
-}
-
-pub(super) fn check_origin(origin: &str) -> Result<(), ApiError> {
-    if ORIGINS.contains(&origin) {
-        Ok(())
-    } else {
-        Err(ApiError::bad_input(
-            "origin",
-            "must be user, trigger or connector",
-        ))
     }
 }
 
@@ -103,7 +90,7 @@ pub struct NewConversation {
     pub model: String,
     pub settings: Settings,
     pub permission_mode: String,
-    pub origin: String,
+    pub origin: Origin,
     /// own | shared
     pub workspace: String,
     /// The saved agent it is made with.
@@ -178,8 +165,7 @@ pub async fn create(
         }
         None => super::system::default_mode_value(&app).await?,
     };
-    let origin = body.origin.unwrap_or_else(|| "user".into());
-    check_origin(&origin)?;
+    let origin = Origin::requested(body.origin.as_deref())?;
     let workspace = check_workspace(body.workspace)?;
     let new = NewConversation {
         title,
@@ -437,12 +423,12 @@ pub async fn export(
             conversation.model, conversation.created
         ));
         for m in &messages {
-            let who = match m.role.as_str() {
-                "user" => "You",
-                "assistant" => "Assistant",
-                "tool" => "Tool result",
-                "compacted" => "Summary of the earlier conversation",
-                other => other,
+            let who = match m.role {
+                Role::User => "You",
+                Role::Assistant => "Assistant",
+                Role::Tool => "Tool result",
+                Role::Compacted => "Summary of the earlier conversation",
+                Role::System | Role::Cleared => m.role.as_str(),
             };
             text.push_str(&format!("## {who}\n\n{}\n\n", m.text));
             for call in m.calls() {
@@ -539,11 +525,9 @@ pub async fn import(
             ),
         ));
     }
+    let mut roles: Vec<Role> = Vec::with_capacity(body.messages.len());
     for (i, m) in body.messages.iter().enumerate() {
-        if !matches!(
-            m.role.as_str(),
-            "user" | "assistant" | "system" | "tool" | "compacted" | "cleared"
-        ) {
+        let Some(role) = Role::parse(&m.role) else {
             return Err(ApiError::bad_input(
                 &format!("messages[{i}].role"),
                 format!(
@@ -551,7 +535,8 @@ pub async fn import(
                     m.role
                 ),
             ));
-        }
+        };
+        roles.push(role);
         if let Some(calls) = &m.tool_calls {
             let well_formed = calls.iter().all(|c| {
                 c.get("id").and_then(Value::as_str).is_some()
@@ -562,7 +547,7 @@ pub async fn import(
                         .and_then(Value::as_str)
                         .is_some()
             });
-            if m.role != "assistant" || calls.len() > 64 || !well_formed {
+            if role != Role::Assistant || calls.len() > 64 || !well_formed {
                 return Err(ApiError::bad_input(
                     &format!("messages[{i}].tool_calls"),
                     "go on assistant messages only, 64 at most, each {id, function: {name, arguments}}",
@@ -571,7 +556,7 @@ pub async fn import(
         }
         if m.tool_call_id
             .as_ref()
-            .is_some_and(|id| m.role != "tool" || id.len() > 200)
+            .is_some_and(|id| role != Role::Tool || id.len() > 200)
         {
             return Err(ApiError::bad_input(
                 &format!("messages[{i}].tool_call_id"),
@@ -579,7 +564,7 @@ pub async fn import(
             ));
         }
         if m.keep_from_index
-            .is_some_and(|k| m.role != "compacted" || k >= i)
+            .is_some_and(|k| role != Role::Compacted || k >= i)
         {
             return Err(ApiError::bad_input(
                 &format!("messages[{i}].keep_from_index"),
@@ -593,7 +578,7 @@ pub async fn import(
         model: body.model,
         settings,
         permission_mode,
-        origin: "import".into(),
+        origin: Origin::Import,
         workspace,
         agent_id: None,
     };
@@ -602,9 +587,9 @@ pub async fn import(
         .write(move |ctx| {
             let conversation = insert_conversation(ctx, &new)?;
             let mut ids: Vec<String> = Vec::with_capacity(body.messages.len());
-            for m in &body.messages {
-                let status = (m.role == "assistant").then_some("done");
-                let message = insert_message(ctx, &conversation.id, &m.role, &m.text, None, status)?;
+            for (m, &role) in body.messages.iter().zip(&roles) {
+                let status = (role == Role::Assistant).then_some(MessageStatus::Done);
+                let message = insert_message(ctx, &conversation.id, role, &m.text, None, status)?;
                 let keep_from = m.keep_from_index.and_then(|k| ids.get(k).cloned());
                 ctx.conn().execute(
                     "UPDATE messages SET tool_calls = ?1, tool_call_id = ?2, keep_from = ?3 WHERE id = ?4",
@@ -637,7 +622,7 @@ pub async fn clear(
                     "a run is working in this chat: stop it or wait, then clear",
                 ));
             }
-            let marker = insert_message(ctx, &id, "cleared", "", None, None)?;
+            let marker = insert_message(ctx, &id, Role::Cleared, "", None, None)?;
             ctx.emit(&id, EventKind::Cleared, json!({"message_id": marker.id}))?;
             Ok(())
         })

@@ -19,6 +19,7 @@ use super::Json;
 use crate::model::Message;
 use crate::runs::insert_row;
 use crate::store::queries::{self, Trashed};
+use crate::words::{MessageStatus, Origin};
 use crate::workspace::Workspace;
 use crate::App;
 
@@ -64,7 +65,7 @@ pub async fn fork(
                 model: source.model.clone(),
                 settings: source.settings.clone(),
                 permission_mode: source.permission_mode.clone(),
-                origin: "fork".into(),
+                origin: Origin::Fork,
                 // A fork of a shared chat works on the same shared folder.
                 workspace: source.workspace.clone(),
                 // A fork keeps its source's agent.
@@ -75,12 +76,12 @@ pub async fn fork(
             let mut ids: HashMap<String, String> = HashMap::new();
             let mut parent: Option<String> = None;
             for m in &path {
-                let mut copy = Message::draft(&m.role, &m.text);
+                let mut copy = Message::draft(m.role, &m.text);
                 copy.parent_id = parent.clone();
-                copy.status = m
-                    .status
-                    .as_deref()
-                    .map(|s| if s == "streaming" { "interrupted" } else { s }.to_string());
+                copy.status = m.status.map(|s| match s {
+                    MessageStatus::Streaming => MessageStatus::Interrupted,
+                    s => s,
+                });
                 copy.reasoning = m.reasoning.clone();
                 // Call ids are chatd's own, unique in a chat: the copies keep
                 // them, so every result still answers its call.

@@ -23,6 +23,7 @@ use crate::attachments;
 use crate::kinds::EventKind;
 use crate::runs::{insert_at_head, insert_message, insert_message_under, insert_run};
 use crate::store::queries::{self, Trashed};
+use crate::words::{Origin, PendingState, Role, RunMode, RunStatus};
 use crate::workspace::Workspace;
 use crate::App;
 
@@ -52,10 +53,8 @@ pub struct RunBody {
 }
 
 /// The origin of the run a request starts: `user` unless it says otherwise.
-fn run_origin(origin: Option<String>) -> Result<String, ApiError> {
-    let origin = origin.unwrap_or_else(|| "user".into());
-    super::conversations::check_origin(&origin)?;
-    Ok(origin)
+fn run_origin(origin: Option<String>) -> Result<Origin, ApiError> {
+    Origin::requested(origin.as_deref())
 }
 
 fn check_text(text: &str) -> Result<(), ApiError> {
@@ -157,7 +156,7 @@ pub async fn send(
                     ));
                 }
             }
-            let sent = send_in(ctx, &conversation, &cid, &text, records, &origin)?;
+            let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
             if let Some(key) = &key {
                 ctx.conn().execute(
                     "INSERT INTO send_keys (conversation_id, key, answer, created_unix) VALUES (?1, ?2, ?3, ?4)",
@@ -184,7 +183,7 @@ fn send_in(
     cid: &str,
     text: &str,
     records: Option<Value>,
-    origin: &str,
+    origin: Origin,
 ) -> Result<Sent, ApiError> {
     if queries::active_run(ctx.conn(), cid)?.is_some() {
         let pending_id = new_id("p_");
@@ -198,9 +197,9 @@ fn send_in(
     }
     let message = match records {
         Some(records) => insert_user_with_files(ctx, cid, text, records)?,
-        None => insert_message(ctx, cid, "user", text, None, None)?,
+        None => insert_message(ctx, cid, Role::User, text, None, None)?,
     };
-    let run = insert_run(ctx, conversation, "send", origin, None)?;
+    let run = insert_run(ctx, conversation, RunMode::Send, origin, None)?;
     Ok(Sent::Run {
         message_id: message.id,
         run_id: run.id,
@@ -214,7 +213,7 @@ fn insert_user_with_files(
     text: &str,
     records: Value,
 ) -> Result<crate::model::Message, ApiError> {
-    let mut message = crate::model::Message::draft("user", text);
+    let mut message = crate::model::Message::draft(Role::User, text);
     message.attachments = Some(records);
     insert_at_head(ctx, conversation_id, message)
 }
@@ -239,7 +238,7 @@ pub async fn update_pending(
         .store
         .write(move |ctx| {
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
-            if pending.state != "waiting" {
+            if pending.state != PendingState::Waiting {
                 return Err(ApiError::conflict(
                     "already_delivered",
                     "this message has reached the model already",
@@ -264,7 +263,7 @@ pub async fn remove_pending(
     app.store
         .write(move |ctx| {
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
-            if pending.state != "waiting" {
+            if pending.state != PendingState::Waiting {
                 return Err(ApiError::conflict(
                     "already_delivered",
                     "this message has reached the model already",
@@ -302,7 +301,9 @@ pub async fn stop(
     app.runs
         .wait_idle(&id, std::time::Duration::from_secs(5))
         .await;
-    Ok(axum::Json(json!({"run_id": run.id, "status": "stopped"})))
+    Ok(axum::Json(
+        json!({"run_id": run.id, "status": RunStatus::Stopped}),
+    ))
 }
 
 /// Starts a run of `origin` in a chat with none working; `prepare` adds
@@ -310,8 +311,8 @@ pub async fn stop(
 async fn start_run<F>(
     app: &Arc<App>,
     id: String,
-    mode: &'static str,
-    origin: String,
+    mode: RunMode,
+    origin: Origin,
     prepare: F,
 ) -> Result<Response, ApiError>
 where
@@ -334,7 +335,7 @@ where
                 ));
             }
             let message_id = prepare(ctx, &conversation)?;
-            insert_run(ctx, &conversation, mode, &origin, message_id.as_deref())
+            insert_run(ctx, &conversation, mode, origin, message_id.as_deref())
         })
         .await?;
     app.runs.spawn(run.id.clone(), id);
@@ -347,7 +348,7 @@ pub async fn send_now(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let origin = run_origin(body.origin)?;
-    start_run(&app, id, "send", origin, |ctx, conversation| {
+    start_run(&app, id, RunMode::Send, origin, |ctx, conversation| {
         if queries::waiting(ctx.conn(), &conversation.id)?.is_empty() {
             return Err(ApiError::conflict(
                 "nothing_waiting",
@@ -365,11 +366,14 @@ pub async fn resume(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let origin = run_origin(body.origin)?;
-    start_run(&app, id, "continue", origin, |ctx, conversation| {
+    start_run(&app, id, RunMode::Continue, origin, |ctx, conversation| {
         let last = queries::last_run(ctx.conn(), &conversation.id)?;
-        let Some(last) =
-            last.filter(|r| matches!(r.status.as_str(), "interrupted" | "paused" | "stopped"))
-        else {
+        let Some(last) = last.filter(|r| {
+            matches!(
+                r.status,
+                RunStatus::Interrupted | RunStatus::Paused | RunStatus::Stopped
+            )
+        }) else {
             return Err(ApiError::conflict(
                 "nothing_to_continue",
                 "the last run was not interrupted, paused or stopped",
@@ -387,7 +391,7 @@ pub async fn resume(
         let at_head = transcript
             .iter()
             .rposition(|m| m.id == message_id)
-            .is_some_and(|i| transcript[i + 1..].iter().all(|m| m.role == "tool"));
+            .is_some_and(|i| transcript[i + 1..].iter().all(|m| m.role == Role::Tool));
         if !at_head {
             return Err(ApiError::conflict(
                 "nothing_to_continue",
@@ -405,21 +409,27 @@ pub async fn regenerate(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let origin = run_origin(body.origin)?;
-    start_run(&app, id, "regenerate", origin, |ctx, conversation| {
-        let transcript = queries::transcript(ctx.conn(), conversation)?;
-        let Some(user) = transcript.iter().rev().find(|m| m.role == "user") else {
-            return Err(ApiError::conflict(
-                "nothing_to_regenerate",
-                "this chat has no message to answer again",
-            ));
-        };
-        // The new answer is a sibling of the old: the head moves back to the question.
-        ctx.conn().execute(
-            "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
-            params![user.id, conversation.id],
-        )?;
-        Ok(None)
-    })
+    start_run(
+        &app,
+        id,
+        RunMode::Regenerate,
+        origin,
+        |ctx, conversation| {
+            let transcript = queries::transcript(ctx.conn(), conversation)?;
+            let Some(user) = transcript.iter().rev().find(|m| m.role == Role::User) else {
+                return Err(ApiError::conflict(
+                    "nothing_to_regenerate",
+                    "this chat has no message to answer again",
+                ));
+            };
+            // The new answer is a sibling of the old: the head moves back to the question.
+            ctx.conn().execute(
+                "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
+                params![user.id, conversation.id],
+            )?;
+            Ok(None)
+        },
+    )
     .await
 }
 
@@ -439,9 +449,9 @@ pub async fn edit(
     check_text(&body.text)?;
     let origin = run_origin(body.origin)?;
     let text = body.text;
-    start_run(&app, id, "edit", origin, move |ctx, conversation| {
+    start_run(&app, id, RunMode::Edit, origin, move |ctx, conversation| {
         let original = queries::message(ctx.conn(), &conversation.id, &mid)?;
-        if original.role != "user" {
+        if original.role != Role::User {
             return Err(ApiError::bad_input(
                 "message_id",
                 "only your own messages can be edited",
@@ -451,7 +461,7 @@ pub async fn edit(
             ctx,
             &conversation.id,
             original.parent_id.as_deref(),
-            "user",
+            Role::User,
             &text,
             None,
             None,

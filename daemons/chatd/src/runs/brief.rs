@@ -20,6 +20,7 @@ use crate::permissions::Mode;
 use crate::prompt::{self, Commands, Network, Offer, Reach};
 use crate::settings::Settings;
 use crate::store::queries::{self, Trashed};
+use crate::words::Origin;
 
 /// What the last call the step limit allows is told (it gets no tools).
 const LAST_STEP: &str =
@@ -53,7 +54,7 @@ impl Chat {
         Ok(Chat {
             conversation: queries::conversation(conn, id, Trashed::Include)?,
             agent: crate::agents::of_conversation(conn, id)?,
-            watched: queries::active_run(conn, id)?.is_none_or(|r| r.origin == "user"),
+            watched: queries::active_run(conn, id)?.is_none_or(|r| r.origin == Origin::User),
         })
     }
 }

@@ -18,6 +18,7 @@ use crate::egress::{error_of, EgressCard, EgressClient};
 use crate::kinds::EventKind;
 use crate::store::queries;
 use crate::store::Ctx;
+use crate::words::{ChatState, Origin, RunStatus};
 
 impl Runs {
     /// Where egress cards are answered; set once at start.
@@ -34,7 +35,7 @@ impl Runs {
                 let Some(run) = queries::active_run(ctx.conn(), &card.chat)? else {
                     return Ok(false);
                 };
-                if run.origin != "user" {
+                if run.origin != Origin::User {
                     return Ok(false);
                 }
                 let known: i64 = ctx.conn().query_row(
@@ -63,7 +64,7 @@ impl Runs {
                            "summary": card.summary, "reason": reason, "choices": CHOICES,
                            "host": card.host, "port": card.port}),
                 )?;
-                set_state(ctx, &card.chat, "waiting")?;
+                set_state(ctx, &card.chat, ChatState::Waiting)?;
                 Ok(true)
             })
             .await
@@ -228,8 +229,8 @@ fn close_card(ctx: &mut Ctx, chat: &str, card_id: &str, outcome: &str) -> Result
         |r| r.get(0),
     )?;
     let run = queries::run(ctx.conn(), &run_id).ok();
-    if still_open == 0 && run.is_some_and(|r| r.status == "running") {
-        set_state(ctx, chat, "running")?;
+    if still_open == 0 && run.is_some_and(|r| r.status == RunStatus::Running) {
+        set_state(ctx, chat, ChatState::Running)?;
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::engine::Piece;
 use crate::kinds::EventKind;
 use crate::model::Message;
 use crate::store::queries::{self, Trashed};
+use crate::words::Role;
 
 const SUMMARY_PROMPT: &str = "You compact a conversation between a person and an assistant \
 so the assistant can go on with the work. Write a summary of the conversation below for the \
@@ -176,7 +177,7 @@ impl Runs {
                     ctx,
                     &cid,
                     leaf.as_deref(),
-                    "compacted",
+                    Role::Compacted,
                     &summary_text,
                     None,
                     None,

@@ -35,6 +35,7 @@ use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
 use crate::store::{Ctx, Delta, Store};
 use crate::tools::{self, Registry};
+use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +49,25 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    /// The run's status once it ended so.
+    pub fn run_status(self) -> RunStatus {
         match self {
-            Outcome::Done => "done",
-            Outcome::Failed => "failed",
-            Outcome::Stopped => "stopped",
-            Outcome::Interrupted => "interrupted",
-            Outcome::Paused => "paused",
+            Outcome::Done => RunStatus::Done,
+            Outcome::Failed => RunStatus::Failed,
+            Outcome::Stopped => RunStatus::Stopped,
+            Outcome::Interrupted => RunStatus::Interrupted,
+            Outcome::Paused => RunStatus::Paused,
+        }
+    }
+
+    /// The status of the answer it was writing, when the run ended so.
+    pub fn message_status(self) -> MessageStatus {
+        match self {
+            Outcome::Done => MessageStatus::Done,
+            Outcome::Failed => MessageStatus::Failed,
+            Outcome::Stopped => MessageStatus::Stopped,
+            Outcome::Interrupted => MessageStatus::Interrupted,
+            Outcome::Paused => MessageStatus::Paused,
         }
     }
 }
@@ -360,11 +373,11 @@ impl Runs {
             .write(|ctx| {
                 let open: Vec<Run> = {
                     let mut stmt = ctx.conn().prepare(&format!(
-                        "SELECT {} FROM runs WHERE status = 'running' ORDER BY rowid",
+                        "SELECT {} FROM runs WHERE status = ?1 ORDER BY rowid",
                         crate::model::RUN_COLUMNS
                     ))?;
                     let rows = stmt
-                        .query_map([], Run::from_row)?
+                        .query_map([RunStatus::Running], Run::from_row)?
                         .collect::<Result<Vec<_>, _>>()?;
                     rows
                 };
@@ -379,10 +392,12 @@ impl Runs {
                 }
                 // A run waiting for consent waits on: its card is stored.
                 let mut stmt = ctx.conn().prepare(
-                    "SELECT id, conversation_id FROM runs WHERE status IN ('queued', 'waiting') ORDER BY rowid",
+                    "SELECT id, conversation_id FROM runs WHERE status IN (?1, ?2) ORDER BY rowid",
                 )?;
                 let queued = stmt
-                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                    .query_map([RunStatus::Queued, RunStatus::Waiting], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })?
                     .collect::<Result<Vec<_>, _>>()?;
                 if !open.is_empty() {
                     tracing::info!(
@@ -415,15 +430,15 @@ impl Runs {
                         .metrics
                         .runs
                         .get_or_create(&RunLabels {
-                            origin,
-                            outcome: outcome.as_str().into(),
+                            origin: origin.as_str().into(),
+                            outcome: outcome.run_status().as_str().into(),
                         })
                         .inc();
                     runs.inner
                         .metrics
                         .run_seconds
                         .observe(started.elapsed().as_secs_f64());
-                    tracing::info!(run = %run_id, conversation = %conversation_id, outcome = outcome.as_str(),
+                    tracing::info!(run = %run_id, conversation = %conversation_id, outcome = outcome.run_status().as_str(),
                         seconds = started.elapsed().as_secs_f64(), "run ended");
                 }
                 Ok(None) => tracing::info!(run = %run_id, "run left queued for the next start"),
@@ -493,7 +508,7 @@ impl Runs {
         run_id: &str,
         conversation_id: &str,
         mut stop: watch::Receiver<EndRequest>,
-    ) -> Result<Option<(String, Outcome)>, ApiError> {
+    ) -> Result<Option<(Origin, Outcome)>, ApiError> {
         let inner = &self.inner;
         let store = &inner.store;
         let run = store
@@ -502,13 +517,13 @@ impl Runs {
                 move |conn| queries::run(conn, &id)
             })
             .await?;
-        let origin = run.origin.clone();
+        let origin = run.origin;
 
         // A run that waited for consent when chatd stopped goes on: it takes
         // a slot only for its next model call, and is `running` again until
         // it really asks (the mode or the rules may have changed meanwhile).
         let mut slot = None;
-        let resumed = run.status == "waiting";
+        let resumed = run.status == RunStatus::Waiting;
         if !resumed {
             match self.take_slot(run_id, &mut stop).await? {
                 Ok(permit) => slot = Some(permit),
@@ -522,14 +537,16 @@ impl Runs {
             store
                 .write(move |ctx| {
                     let run = queries::run(ctx.conn(), &rid)?;
-                    ctx.conn()
-                        .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
+                    ctx.conn().execute(
+                        "UPDATE runs SET status = ?1 WHERE id = ?2",
+                        params![RunStatus::Running, rid],
+                    )?;
                     ctx.emit(
                         &run.conversation_id,
                         EventKind::RunStarted,
                         json!({"run_id": rid, "mode": run.mode, "model": run.model}),
                     )?;
-                    set_state(ctx, &run.conversation_id, "running")?;
+                    set_state(ctx, &run.conversation_id, ChatState::Running)?;
                     Ok(())
                 })
                 .await?;
@@ -549,15 +566,15 @@ impl Runs {
 
         let max_steps = inner.config.max_steps;
         let mut steps = 0u32;
-        let mut continue_message = (run.mode == "continue")
+        let mut continue_message = (run.mode == RunMode::Continue)
             .then(|| run.message_id.clone())
             .flatten();
         // A continued, regenerated or edited answer belongs right under its
         // question: waiting messages join at the step after it, not before.
-        let mut deliver_now = run.mode == "send";
+        let mut deliver_now = run.mode == RunMode::Send;
         // A new run does not run the calls a stopped one left: they are
         // closed as not run (only Continue, or a resumed run, goes on with them).
-        if !resumed && run.mode != "continue" {
+        if !resumed && run.mode != RunMode::Continue {
             self.close_left_calls(&run).await?;
         }
         loop {
@@ -589,7 +606,7 @@ impl Runs {
                 }
                 let cid = conversation_id.to_string();
                 store
-                    .write(move |ctx| set_state(ctx, &cid, "running"))
+                    .write(move |ctx| set_state(ctx, &cid, ChatState::Running))
                     .await?;
             }
             steps += 1;
@@ -608,15 +625,16 @@ impl Runs {
                         // An answer that ended in tool calls, or ended whole
                         // (a paused run's last words), is not continued as
                         // text: the run goes on with a new step.
-                        Some(mid) => Some(queries::message(ctx.conn(), &cid, &mid)?)
-                            .filter(|m| m.tool_calls.is_none() && m.status.as_deref() != Some("done")),
+                        Some(mid) => Some(queries::message(ctx.conn(), &cid, &mid)?).filter(|m| {
+                            m.tool_calls.is_none() && m.status != Some(MessageStatus::Done)
+                        }),
                         None => None,
                     };
                     let message = match resume {
                         Some(message) => {
                             ctx.conn().execute(
-                                "UPDATE messages SET status = 'streaming', run_id = ?1 WHERE id = ?2",
-                                params![rid, message.id],
+                                "UPDATE messages SET status = ?1, run_id = ?2 WHERE id = ?3",
+                                params![MessageStatus::Streaming, rid, message.id],
                             )?;
                             let message = queries::message(ctx.conn(), &cid, &message.id)?;
                             ctx.emit(&cid, EventKind::MessageUpdated, json!({"message": message}))?;
@@ -658,8 +676,10 @@ impl Runs {
             let ended = store
                 .write(move |ctx| {
                     let run = queries::run(ctx.conn(), &rid)?;
-                    ctx.conn()
-                        .execute("UPDATE messages SET status = 'done' WHERE id = ?1", [&mid])?;
+                    ctx.conn().execute(
+                        "UPDATE messages SET status = ?1 WHERE id = ?2",
+                        params![MessageStatus::Done, mid],
+                    )?;
                     let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
                     ctx.emit(
                         &run.conversation_id,
@@ -718,7 +738,7 @@ impl Runs {
                     EventKind::RunQueued,
                     json!({"run_id": rid, "position": position}),
                 )?;
-                set_state(ctx, &run.conversation_id, "queued")?;
+                set_state(ctx, &run.conversation_id, ChatState::Queued)?;
                 Ok(())
             })
             .await?;
@@ -1125,10 +1145,10 @@ pub fn request_body(model: &str, mut messages: Vec<Value>, tools: &Value, prefil
 fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError> {
     for pending in queries::waiting(ctx.conn(), conversation_id)? {
         ctx.conn().execute(
-            "UPDATE pending SET state = 'delivered' WHERE id = ?1",
-            [&pending.id],
+            "UPDATE pending SET state = ?1 WHERE id = ?2",
+            params![PendingState::Delivered, pending.id],
         )?;
-        let mut message = Message::draft("user", &pending.text);
+        let mut message = Message::draft(Role::User, &pending.text);
         message.attachments = pending.attachments;
         let message = insert_at_head(ctx, conversation_id, message)?;
         ctx.emit(
@@ -1148,10 +1168,10 @@ fn new_assistant_message(
     insert_message(
         ctx,
         conversation_id,
-        "assistant",
+        Role::Assistant,
         "",
         Some(run_id),
-        Some("streaming"),
+        Some(MessageStatus::Streaming),
     )
 }
 
@@ -1159,14 +1179,14 @@ fn new_assistant_message(
 pub fn insert_message(
     ctx: &mut Ctx,
     conversation_id: &str,
-    role: &str,
+    role: Role,
     text: &str,
     run_id: Option<&str>,
-    status: Option<&str>,
+    status: Option<MessageStatus>,
 ) -> Result<Message, ApiError> {
     let mut message = Message::draft(role, text);
     message.run_id = run_id.map(str::to_string);
-    message.status = status.map(str::to_string);
+    message.status = status;
     insert_at_head(ctx, conversation_id, message)
 }
 
@@ -1189,15 +1209,15 @@ pub fn insert_message_under(
     ctx: &mut Ctx,
     conversation_id: &str,
     parent: Option<&str>,
-    role: &str,
+    role: Role,
     text: &str,
     run_id: Option<&str>,
-    status: Option<&str>,
+    status: Option<MessageStatus>,
 ) -> Result<Message, ApiError> {
     let mut message = Message::draft(role, text);
     message.parent_id = parent.map(str::to_string);
     message.run_id = run_id.map(str::to_string);
-    message.status = status.map(str::to_string);
+    message.status = status;
     insert_row(ctx, conversation_id, message)
 }
 
@@ -1222,7 +1242,7 @@ pub fn insert_row(
         EventKind::MessageCreated,
         json!({"message": message}),
     )?;
-    if message.role == "user" {
+    if message.role == Role::User {
         name_if_untitled(ctx, conversation_id, &message.text)?;
     }
     Ok(message)
@@ -1250,17 +1270,17 @@ fn name_if_untitled(ctx: &mut Ctx, conversation_id: &str, text: &str) -> Result<
 pub fn insert_run(
     ctx: &mut Ctx,
     conversation: &Conversation,
-    mode: &str,
-    origin: &str,
+    mode: RunMode,
+    origin: Origin,
     message_id: Option<&str>,
 ) -> Result<Run, ApiError> {
     let run = Run {
         id: new_id("r_"),
         conversation_id: conversation.id.clone(),
-        status: "queued".into(),
-        mode: mode.into(),
+        status: RunStatus::Queued,
+        mode,
         model: conversation.model.clone(),
-        origin: origin.into(),
+        origin,
         message_id: message_id.map(str::to_string),
         steps: 0,
         error: None,
@@ -1282,7 +1302,7 @@ pub fn insert_run(
             run.started
         ],
     )?;
-    set_state(ctx, &conversation.id, "queued")?;
+    set_state(ctx, &conversation.id, ChatState::Queued)?;
     Ok(run)
 }
 
@@ -1298,13 +1318,13 @@ pub fn finish_run(
     let ended = now_rfc3339();
     ctx.conn().execute(
         "UPDATE runs SET status = ?1, error = ?2, ended = ?3 WHERE id = ?4",
-        params![outcome.as_str(), error, ended, run.id],
+        params![outcome.run_status(), error, ended, run.id],
     )?;
     let current = queries::run(ctx.conn(), &run.id)?;
     if let Some(mid) = &current.message_id {
         let changed = ctx.conn().execute(
-            "UPDATE messages SET status = ?1 WHERE id = ?2 AND status = 'streaming'",
-            params![outcome.as_str(), mid],
+            "UPDATE messages SET status = ?1 WHERE id = ?2 AND status = ?3",
+            params![outcome.message_status(), mid, MessageStatus::Streaming],
         )?;
         if changed > 0 {
             let message = queries::message(ctx.conn(), &run.conversation_id, mid)?;
@@ -1315,12 +1335,12 @@ pub fn finish_run(
             )?;
         }
     }
-    let mut data = json!({"run_id": run.id, "status": outcome.as_str()});
+    let mut data = json!({"run_id": run.id, "status": outcome.run_status()});
     if let Some(error) = error {
         data["error"] = json!(error);
     }
     ctx.emit(&run.conversation_id, EventKind::RunFinished, data)?;
-    set_state(ctx, &run.conversation_id, "idle")?;
+    set_state(ctx, &run.conversation_id, ChatState::Idle)?;
     Ok(())
 }
 
@@ -1339,7 +1359,7 @@ pub fn announce_conversation(
 }
 
 /// Sets the conversation's state and says so with `conversation.updated`.
-pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: &str) -> Result<(), ApiError> {
+pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: ChatState) -> Result<(), ApiError> {
     let changed = ctx.conn().execute(
         "UPDATE conversations SET state = ?1 WHERE id = ?2 AND state != ?1",
         params![state, conversation_id],

@@ -18,6 +18,7 @@ use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
 use crate::store::queries::{self, Trashed};
 use crate::store::Ctx;
 use crate::tools::{self, ToolContext};
+use crate::words::{ChatState, MessageStatus, Role, RunStatus};
 use crate::workspace::Workspace;
 
 /// The answers a card offers.
@@ -105,7 +106,7 @@ impl Runs {
             .read(move |conn| queries::run(conn, &rid))
             .await?
             .status
-            == "waiting";
+            == RunStatus::Waiting;
         if calls.is_empty() {
             if waiting {
                 self.set_running(run).await?;
@@ -315,9 +316,11 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                ctx.conn()
-                    .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [&rid])?;
-                set_state(ctx, &cid, "running")
+                ctx.conn().execute(
+                    "UPDATE runs SET status = ?1 WHERE id = ?2",
+                    params![RunStatus::Running, rid],
+                )?;
+                set_state(ctx, &cid, ChatState::Running)
             })
             .await
     }
@@ -418,9 +421,11 @@ impl Runs {
                     }
                     ctx.emit(&cid, EventKind::ToolConsent, event)?;
                 }
-                ctx.conn()
-                    .execute("UPDATE runs SET status = 'waiting' WHERE id = ?1", [&rid])?;
-                set_state(ctx, &cid, "waiting")
+                ctx.conn().execute(
+                    "UPDATE runs SET status = ?1 WHERE id = ?2",
+                    params![RunStatus::Waiting, rid],
+                )?;
+                set_state(ctx, &cid, ChatState::Waiting)
             })
             .await?;
         let deadline = card.wait.map(|w| tokio::time::Instant::now() + w);
@@ -527,7 +532,7 @@ impl Runs {
                     .with("decision", given.clone()));
                 }
                 let run = queries::run(ctx.conn(), &card.run_id)?;
-                if run.status != "waiting" {
+                if run.status != RunStatus::Waiting {
                     return Err(ApiError::new(
                         axum::http::StatusCode::GONE,
                         "consent_expired",
@@ -777,7 +782,13 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                insert_tool_message(ctx, &cid, &rid, &call_id, &text, &summary, ok)?;
+                // The request builder shortens only calls that succeeded.
+                let status = if ok {
+                    MessageStatus::Done
+                } else {
+                    MessageStatus::Failed
+                };
+                insert_tool_message(ctx, &cid, &rid, &call_id, &text, &summary, status)?;
                 ctx.emit(
                     &cid,
                     EventKind::ToolFinished,
@@ -791,11 +802,11 @@ impl Runs {
 
 /// The calls of the last answer on `history` with no result after it.
 fn unanswered(history: &[Message]) -> Vec<ToolCall> {
-    let Some(at) = history.iter().rposition(|m| m.role == "assistant") else {
+    let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
         return Vec::new();
     };
     // Anything but results after it (a question, a summary) closes the step.
-    if history[at + 1..].iter().any(|m| m.role != "tool") {
+    if history[at + 1..].iter().any(|m| m.role != Role::Tool) {
         return Vec::new();
     }
     let answered: Vec<&str> = history[at + 1..]
@@ -827,13 +838,12 @@ fn insert_tool_message(
     call_id: &str,
     text: &str,
     summary: &str,
-    ok: bool,
+    status: MessageStatus,
 ) -> Result<Message, ApiError> {
-    let mut message = Message::draft("tool", text);
+    let mut message = Message::draft(Role::Tool, text);
     message.tool_call_id = Some(call_id.to_string());
     message.summary = (!summary.is_empty()).then(|| summary.to_string());
     message.run_id = Some(run_id.to_string());
-    // The request builder shortens only calls that succeeded.
-    message.status = Some(if ok { "done" } else { "failed" }.to_string());
+    message.status = Some(status);
     super::insert_at_head(ctx, conversation_id, message)
 }

@@ -10,6 +10,7 @@ use tandem_shared::http::ApiError;
 use crate::events::Event;
 use crate::kinds::EventKind;
 use crate::model::*;
+use crate::words::{PendingState, RunStatus};
 
 /// Whether a trashed conversation counts as found.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -103,9 +104,17 @@ pub fn active_run(conn: &Connection, conversation_id: &str) -> Result<Option<Run
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE conversation_id = ?1 \
-             AND status IN ('queued', 'running', 'waiting') ORDER BY rowid DESC LIMIT 1"
+             AND status IN (?2, ?3, ?4) ORDER BY rowid DESC LIMIT 1"
         ))?
-        .query_row([conversation_id], Run::from_row)
+        .query_row(
+            params![
+                conversation_id,
+                RunStatus::Queued,
+                RunStatus::Running,
+                RunStatus::Waiting
+            ],
+            Run::from_row,
+        )
         .optional()?)
 }
 
@@ -121,10 +130,13 @@ pub fn last_run(conn: &Connection, conversation_id: &str) -> Result<Option<Run>,
 
 pub fn waiting(conn: &Connection, conversation_id: &str) -> Result<Vec<Pending>, ApiError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {PENDING_COLUMNS} FROM pending WHERE conversation_id = ?1 AND state = 'waiting' ORDER BY rowid"
+        "SELECT {PENDING_COLUMNS} FROM pending WHERE conversation_id = ?1 AND state = ?2 ORDER BY rowid"
     ))?;
     let pending = stmt
-        .query_map([conversation_id], Pending::from_row)?
+        .query_map(
+            params![conversation_id, PendingState::Waiting],
+            Pending::from_row,
+        )?
         .collect::<Result<_, _>>()?;
     Ok(pending)
 }
@@ -168,10 +180,13 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
 pub fn open_consents(conn: &Connection, conversation_id: &str) -> Result<Vec<Consent>, ApiError> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {CONSENT_COLUMNS} FROM consents c WHERE conversation_id = ?1 AND decision IS NULL \
-         AND (c.tool = 'egress' OR EXISTS (SELECT 1 FROM runs r WHERE r.id = c.run_id AND r.status = 'waiting')) \
+         AND (c.tool = 'egress' OR EXISTS (SELECT 1 FROM runs r WHERE r.id = c.run_id AND r.status = ?2)) \
          ORDER BY rowid"
     ))?;
-    let rows = stmt.query_map([conversation_id], Consent::from_row)?;
+    let rows = stmt.query_map(
+        params![conversation_id, RunStatus::Waiting],
+        Consent::from_row,
+    )?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

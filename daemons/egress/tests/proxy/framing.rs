@@ -6,6 +6,7 @@
 
 use super::{ask, setup};
 use egressd::proxy::Preset;
+use egressd::verdicts::AuditVerdict;
 
 /// Each way to write a body's length that is refused: (headers, body,
 /// what the line must name).
@@ -100,7 +101,7 @@ async fn a_body_length_is_one_content_length_of_digits_only() {
     for (row, &(headers, _, named)) in rows.iter().zip(REFUSED) {
         assert_eq!(
             (row.verdict, row.host.as_str(), row.port, row.address),
-            ("refused", "127.0.0.2", p, None),
+            (AuditVerdict::Refused, "127.0.0.2", p, None),
             "{headers:?}"
         );
         assert!(row.reason.contains(named), "{headers:?}: {row:?}");

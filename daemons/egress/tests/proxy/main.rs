@@ -12,6 +12,7 @@ use egressd::gate::{CardEvent, Gate};
 use egressd::metrics::Metrics;
 use egressd::proxy::{Audit, Decision, Preset, Proxy, Settings};
 use egressd::store::Store;
+use egressd::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 use tandem_shared::interfaces::LivePolicy;
 use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -228,15 +229,22 @@ async fn connect_reaches_an_opened_address_and_only_that() {
     assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
 
     let log = s.log.all();
-    assert_eq!(log.iter().filter(|d| d.verdict == "allowed").count(), 1);
     assert_eq!(
-        log.iter().filter(|d| d.verdict == "failed").count(),
+        log.iter()
+            .filter(|d| d.verdict == AuditVerdict::Allowed)
+            .count(),
+        1
+    );
+    assert_eq!(
+        log.iter()
+            .filter(|d| d.verdict == AuditVerdict::Failed)
+            .count(),
         1,
         "{log:?}"
     );
     assert!(log.iter().all(|d| d.chat == "c_test"));
     let loopback = log.iter().find(|d| d.host == "127.0.0.1").unwrap();
-    assert_eq!(loopback.verdict, "refused");
+    assert_eq!(loopback.verdict, AuditVerdict::Refused);
     // Loopback is this box's own address too: either reason refuses it.
     assert!(
         loopback.reason.contains("loopback") || loopback.reason.contains("this box"),
@@ -315,7 +323,7 @@ async fn plain_http_goes_on_in_origin_form_and_a_lying_host_header_is_refused() 
         .unwrap();
     assert_eq!(
         (row.verdict, row.host.as_str(), row.port),
-        ("refused", "127.0.0.2", p)
+        (AuditVerdict::Refused, "127.0.0.2", p)
     );
 }
 
@@ -462,10 +470,10 @@ async fn the_loopback_listener_names_the_chat_by_its_token_only() {
     let log = s.log.all();
     assert!(log
         .iter()
-        .any(|d| d.chat == "c_off" && d.verdict == "refused"));
+        .any(|d| d.chat == "c_off" && d.verdict == AuditVerdict::Refused));
     assert!(log
         .iter()
-        .any(|d| d.chat == "c_test" && d.verdict == "allowed"));
+        .any(|d| d.chat == "c_test" && d.verdict == AuditVerdict::Allowed));
     // A 407 has no chat to be audited under.
     assert!(log.iter().all(|d| !d.chat.is_empty()));
 }
@@ -476,13 +484,19 @@ async fn rules_deny_before_the_preset_and_allow_inside_the_ceiling_only() {
     let p = s.origin_port;
     let connect = format!("CONNECT 127.0.0.2:{p} HTTP/1.1\r\n\r\n");
     s.gate
-        .add_rule("c_test", "allow", "127.0.0.2", p, "api")
+        .add_rule(
+            "c_test",
+            RuleVerdict::Allow,
+            "127.0.0.2",
+            p,
+            RuleSource::Api,
+        )
         .unwrap();
     let answer = ask(&s.socket, &connect, Some("ruled")).await;
     assert!(answer.contains("ORIGIN SAW: ruled"), "{answer}");
     // A deny rule for the same host:port replaces it, and beats preset all.
     s.gate
-        .add_rule("c_test", "deny", "127.0.0.2", p, "api")
+        .add_rule("c_test", RuleVerdict::Deny, "127.0.0.2", p, RuleSource::Api)
         .unwrap();
     s.gate.set_chat("c_test", Preset::All, true).unwrap();
     let answer = ask(&s.socket, &connect, None).await;
@@ -493,7 +507,13 @@ async fn rules_deny_before_the_preset_and_allow_inside_the_ceiling_only() {
     assert_eq!(s.gate.rules("c_test").len(), 1);
     // An allow rule never passes the ceiling.
     s.gate
-        .add_rule("c_test", "allow", "127.0.0.2", p, "api")
+        .add_rule(
+            "c_test",
+            RuleVerdict::Allow,
+            "127.0.0.2",
+            p,
+            RuleSource::Api,
+        )
         .unwrap();
     let mut lowered = settings(p);
     lowered.ceiling = Preset::Off;
@@ -608,7 +628,7 @@ async fn cards_ask_a_person_and_the_answer_holds() {
         answer.starts_with("HTTP/1.1 403") && answer.contains("denied by a person"),
         "{answer}"
     );
-    assert_eq!(s.gate.rules("c_two")[0].verdict, "deny");
+    assert_eq!(s.gate.rules("c_two")[0].verdict, RuleVerdict::Deny);
 
     // Always: saved as an allow rule.
     s.gate.set_chat("c_three", Preset::Off, true).unwrap();
@@ -621,7 +641,7 @@ async fn cards_ask_a_person_and_the_answer_holds() {
         Ok(Answered::Taken { rule: Some(_) })
     ));
     assert!(allowed.await.unwrap().contains("ORIGIN SAW: always"));
-    assert_eq!(s.gate.rules("c_three")[0].verdict, "allow");
+    assert_eq!(s.gate.rules("c_three")[0].verdict, RuleVerdict::Allow);
 
     // A chat nobody watches never shows a card: refused at once.
     s.gate.set_chat("c_unwatched", Preset::Off, false).unwrap();

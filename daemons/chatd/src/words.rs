@@ -1,0 +1,172 @@
+//! The words chatd stores and sends for a message's role and status, a
+//! run's status and mode, a chat's state, a waiting message's state and who asked:
+//! each a type, so only these can be written, and a stored one is read
+//! into its type where its row is read.
+
+tandem_shared::words! {
+    /// Who a message is from, or what it marks in the transcript.
+    pub enum Role("role") {
+        User => "user",
+        Assistant => "assistant",
+        Tool => "tool",
+        System => "system",
+        /// A summary of the turns before it (a compaction).
+        Compacted => "compacted",
+        /// The model sees nothing before it.
+        Cleared => "cleared",
+    }
+}
+
+tandem_shared::words! {
+    /// Where an assistant message or a tool result stands.
+    pub enum MessageStatus("message status") {
+        Streaming => "streaming",
+        Done => "done",
+        Failed => "failed",
+        Stopped => "stopped",
+        Interrupted => "interrupted",
+        Paused => "paused",
+    }
+}
+
+tandem_shared::words! {
+    /// Where a run stands.
+    pub enum RunStatus("run status") {
+        Queued => "queued",
+        Running => "running",
+        /// Waiting for a person to answer a card.
+        Waiting => "waiting",
+        Done => "done",
+        Failed => "failed",
+        Stopped => "stopped",
+        Interrupted => "interrupted",
+        /// The step limit was reached; Continue goes on.
+        Paused => "paused",
+    }
+}
+
+impl RunStatus {
+    /// Whether the run has not ended.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Queued | RunStatus::Running | RunStatus::Waiting
+        )
+    }
+}
+
+tandem_shared::words! {
+    /// What asked for a run.
+    pub enum RunMode("run mode") {
+        /// A message sent (or sent now, past the waiting ones).
+        Send => "send",
+        /// Continue: the last answer goes on.
+        Continue => "continue",
+        Regenerate => "regenerate",
+        /// A question edited: a new branch from it.
+        Edit => "edit",
+    }
+}
+
+tandem_shared::words! {
+    /// What a chat is doing, as devices show it.
+    pub enum ChatState("chat state") {
+        Idle => "idle",
+        Running => "running",
+        Queued => "queued",
+        Waiting => "waiting",
+    }
+}
+
+tandem_shared::words! {
+    /// Whether a message sent while a run went on has reached the model.
+    pub enum PendingState("pending state") {
+        Waiting => "waiting",
+        Delivered => "delivered",
+    }
+}
+
+tandem_shared::words! {
+    /// Who made a chat or asked for a run.
+    pub enum Origin("origin") {
+        User => "user",
+        Trigger => "trigger",
+        Connector => "connector",
+        /// A chat made from an exported transcript (chatd's own).
+        Import => "import",
+        /// A chat forked from another (chatd's own).
+        Fork => "fork",
+    }
+}
+
+impl Origin {
+    /// The origins a request may name (import and fork are chatd's own).
+    pub const REQUESTED: &'static [Origin] = &[Origin::User, Origin::Trigger, Origin::Connector];
+
+    /// The origin a request names: `user` when it names none; another
+    /// text, or one of chatd's own, is bad input naming the field.
+    pub fn requested(text: Option<&str>) -> Result<Origin, tandem_shared::http::ApiError> {
+        match text {
+            None => Ok(Origin::User),
+            Some(text) => Origin::parse(text)
+                .filter(|origin| Origin::REQUESTED.contains(origin))
+                .ok_or_else(|| {
+                    tandem_shared::http::ApiError::bad_input(
+                        "origin",
+                        "must be user, trigger or connector",
+                    )
+                }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_shared::words::check_reads_back;
+
+    #[test]
+    fn every_role_reads_back_as_itself() {
+        check_reads_back::<Role>();
+    }
+
+    #[test]
+    fn every_message_status_reads_back_as_itself() {
+        check_reads_back::<MessageStatus>();
+    }
+
+    #[test]
+    fn every_run_status_reads_back_as_itself() {
+        check_reads_back::<RunStatus>();
+        let active: Vec<_> = RunStatus::ALL.iter().filter(|s| s.is_active()).collect();
+        assert_eq!(
+            active,
+            [&RunStatus::Queued, &RunStatus::Running, &RunStatus::Waiting]
+        );
+    }
+
+    #[test]
+    fn every_run_mode_reads_back_as_itself() {
+        check_reads_back::<RunMode>();
+    }
+
+    #[test]
+    fn every_chat_state_reads_back_as_itself() {
+        check_reads_back::<ChatState>();
+    }
+
+    #[test]
+    fn every_pending_state_reads_back_as_itself() {
+        check_reads_back::<PendingState>();
+    }
+
+    #[test]
+    fn every_origin_reads_back_as_itself() {
+        check_reads_back::<Origin>();
+        assert_eq!(Origin::requested(None).unwrap(), Origin::User);
+        assert_eq!(Origin::requested(Some("trigger")).unwrap(), Origin::Trigger);
+        for refused in ["fork", "import", "api", ""] {
+            assert!(Origin::requested(Some(refused)).is_err(), "{refused}");
+        }
+    }
+}
