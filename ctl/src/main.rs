@@ -7,6 +7,7 @@
 mod commands;
 mod daemons;
 mod front;
+mod image;
 mod manager;
 mod paths;
 mod settings;
