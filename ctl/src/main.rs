@@ -5,6 +5,7 @@
 //! not start or is not healthy, a run did not end done); 2 bad usage.
 
 mod checks;
+mod client;
 mod commands;
 mod daemons;
 mod front;

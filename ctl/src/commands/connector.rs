@@ -12,8 +12,8 @@ use reqwest::Method;
 use serde_json::{json, Map, Value};
 use tandem_shared::secrets::Secret;
 
-use crate::commands::chat::Client;
-use crate::commands::trigger::{local, refusal};
+use crate::client::{refusal, Client};
+use crate::commands::trigger::local;
 use crate::tty;
 
 /// What connectord wants typed (or `--yes`) before anyone may write in.
