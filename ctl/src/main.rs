@@ -4,9 +4,12 @@
 //! Exit codes: 0 success; 1 the thing asked for did not happen (a daemon did
 //! not start or is not healthy, a run did not end done); 2 bad usage.
 
+mod checks;
+mod client;
 mod commands;
 mod daemons;
 mod front;
+mod image;
 mod manager;
 mod paths;
 mod settings;

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use crate::settings::Settings;
+use crate::client::Client;
 
 #[derive(clap::Subcommand)]
 pub enum ChatCommand {
@@ -281,77 +281,6 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             }
             follow(&client, &id, snapshot["seq"].as_i64().unwrap_or(0), None).await
         }
-    }
-}
-
-/// chatd's front door, `/v1/chat-app`, with the forward key: found as the
-/// daemons find it (settings, then the secrets file or chatd's forward.key).
-pub(crate) struct Client {
-    base: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Client {
-    pub(crate) fn new() -> anyhow::Result<Client> {
-        let settings = Settings::load()?;
-        let secrets =
-            tandem_shared::secrets::load(&settings.chatd.secrets, &settings.chatd.data_dir)
-                .context("reading the forward key")?;
-        let chatd = crate::daemons::by_name("chatd").context("chatd is in the daemon table")?;
-        Ok(Client {
-            base: format!("{}/v1/chat-app", settings.daemon_url(chatd)),
-            key: secrets.forward_key.expose().to_string(),
-            http: reqwest::Client::new(),
-        })
-    }
-
-    /// One request under `/v1/chat-app` (`path` starts with `/`): the
-    /// status and the JSON body (`Null` when there is none), whatever the
-    /// status; an error only when chatd does not answer.
-    pub(crate) async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        query: &[(&str, &str)],
-        body: Option<Value>,
-    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header("x-forward-key", &self.key);
-        if !query.is_empty() {
-            request = request.query(query);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.with_context(|| {
-            format!(
-                "chatd does not answer at {} (is it running? `tandem up`)",
-                self.base
-            )
-        })?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        Ok((status, body))
-    }
-
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let (status, body) = self.send(method, path, &[], body).await?;
-        if !status.is_success() {
-            let message = body
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .unwrap_or("no message");
-            bail!("chatd answered {status}: {message}");
-        }
-        Ok(body)
     }
 }
 

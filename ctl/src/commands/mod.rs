@@ -1,3 +1,5 @@
+//! One module per `tandem` verb: its arguments, its help and a call.
+
 pub mod chat;
 pub mod chat_settings;
 pub mod connector;

@@ -8,7 +8,7 @@ use anyhow::bail;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use crate::commands::chat::Client;
+use crate::client::{refusal, Client};
 
 pub const LONG_ABOUT: &str = "\
 Triggers: chats that start by themselves, on a schedule or when a file
@@ -275,22 +275,6 @@ async fn call(
         return Ok(answer);
     }
     bail!("{}", refusal(status.as_u16(), &answer))
-}
-
-/// `{"error": {"type", "message", "field"?}}` as one line.
-pub(crate) fn refusal(status: u16, answer: &Value) -> String {
-    let error = &answer["error"];
-    let kind = error["type"].as_str().unwrap_or("error");
-    let mut message = error["message"]
-        .as_str()
-        .unwrap_or("no message")
-        .replace('\n', " ");
-    if let Some(field) = error["field"].as_str() {
-        if !message.starts_with(&format!("{field}:")) {
-            message = format!("{field}: {message}");
-        }
-    }
-    format!("{message} ({kind}, HTTP {status})")
 }
 
 fn text(v: &Value) -> &str {
