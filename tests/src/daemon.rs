@@ -13,7 +13,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use crate::harness::bin_dir;
+/// The folder holding the built binaries (`target/<profile>/`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        if d.join("chatd").exists() && d.join("engine-sim").exists() {
+            return d;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    panic!("chatd and engine-sim are not built: run `cargo build --workspace` first");
+}
 
 pub struct Daemon {
     /// The binary's name (`triggerd`, `connectord`).

@@ -12,23 +12,11 @@ use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
+pub use crate::daemon::bin_dir;
 use crate::daemon::show_log;
 
 /// The forward key every test chatd is given.
 pub const FORWARD_KEY: &str = "test-forward-key-0123456789";
-
-/// The folder holding the built binaries (`target/<profile>/`).
-pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let mut dir = exe.parent().map(Path::to_path_buf);
-    while let Some(d) = dir {
-        if d.join("chatd").exists() && d.join("engine-sim").exists() {
-            return d;
-        }
-        dir = d.parent().map(Path::to_path_buf);
-    }
-    panic!("chatd and engine-sim are not built: run `cargo build --workspace` first");
-}
 
 /// Writes `text` to `path` with mode 0600, as ops/make-secrets.sh makes a
 /// secrets file (the daemons refuse one that others may read).

@@ -1,7 +1,6 @@
-//! chatd's side of egressd: a client of its API socket, the routes chatd
-//! forwards to it, and the card listener that turns egressd's consent cards
-//! into `tool.consent` events in the chat (and declines the cards of chats
-//! nobody can answer for).
+//! chatd's side of egressd: a client of its API socket (calls, the card
+//! stream, a card declined) and the errors of the routes chatd forwards to
+//! it. What a card becomes in a chat is the runs' (`runs/cards.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,9 +9,6 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 use tandem_shared::http::ApiError;
-use tandem_shared::shutdown::Shutdown;
-
-use crate::runs::Runs;
 
 /// egressd's API over its unix socket.
 #[derive(Clone)]
@@ -87,6 +83,24 @@ impl EgressClient {
         }
         Ok((status, value))
     }
+
+    /// egressd's card stream (NDJSON, open for as long as egressd runs);
+    /// `None` when egressd does not answer.
+    pub async fn card_stream(&self) -> Option<reqwest::Response> {
+        self.client
+            .get("http://egressd/cards/stream")
+            .send()
+            .await
+            .ok()
+    }
+
+    /// Declines a card nobody can answer for: egressd refuses at once.
+    pub async fn decline(&self, chat: &str, card_id: &str) {
+        let body = serde_json::json!({"chat": chat, "card_id": card_id, "decision": "decline"});
+        let _ = self
+            .call(reqwest::Method::POST, "/consent", Some(&body))
+            .await;
+    }
 }
 
 /// egressd's error body as chatd's error, its kind and message kept.
@@ -114,124 +128,4 @@ pub fn error_of(status: StatusCode, value: &Value) -> ApiError {
         }
     }
     error
-}
-
-/// An NDJSON stream cut into its JSON lines as chunks come (egressd's cards,
-/// hostexecd's output).
-#[derive(Default)]
-pub struct Lines {
-    buffer: Vec<u8>,
-}
-
-impl Lines {
-    /// The whole lines `chunk` completes; a line that is not JSON is skipped.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<Value> {
-        self.buffer.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
-            if let Ok(event) = serde_json::from_slice::<Value>(&line) {
-                out.push(event);
-            }
-        }
-        // No line of these streams comes near 1 MiB: a runaway one is dropped.
-        if self.buffer.len() > 1 << 20 {
-            self.buffer.clear();
-        }
-        out
-    }
-}
-
-/// Follows egressd's card stream for as long as chatd runs; reconnects
-/// (1 s, doubling to 30 s) while egressd is away.
-pub fn spawn_card_listener(client: EgressClient, runs: Runs, shutdown: Shutdown) {
-    tokio::spawn(async move {
-        let mut wait = Duration::from_secs(1);
-        loop {
-            let followed = tokio::select! {
-                r = follow(&client, &runs) => r,
-                _ = shutdown.wait() => return,
-            };
-            if followed {
-                wait = Duration::from_secs(1);
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = shutdown.wait() => return,
-            }
-            wait = (wait * 2).min(Duration::from_secs(30));
-        }
-    });
-}
-
-/// One connection to the stream; true when it was up at all.
-async fn follow(client: &EgressClient, runs: &Runs) -> bool {
-    let response = client
-        .client
-        .get("http://egressd/cards/stream")
-        .send()
-        .await;
-    let Ok(mut response) = response else {
-        return false;
-    };
-    tracing::info!("following egressd's cards");
-    let mut lines = Lines::default();
-    while let Ok(Some(chunk)) = response.chunk().await {
-        for event in lines.push(&chunk) {
-            handle(client, runs, event).await;
-        }
-    }
-    tracing::info!("egressd's card stream ended");
-    true
-}
-
-async fn handle(client: &EgressClient, runs: &Runs, event: Value) {
-    match event["event"].as_str() {
-        // The cards waiting now: the chat's open egress cards not among
-        // them ended while chatd was not listening.
-        Some("sync") => {
-            let live: Vec<String> = event["card_ids"]
-                .as_array()
-                .map(|ids| {
-                    ids.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if let Err(e) = runs.egress_cards_left(live).await {
-                tracing::warn!(error = %e, "old egress cards not closed");
-            }
-        }
-        Some("card") => {
-            let Ok(card) = serde_json::from_value::<EgressCard>(event) else {
-                return;
-            };
-            match runs.egress_card(&card).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Nobody can answer for this chat now: egressd refuses at once.
-                    let body = serde_json::json!({"chat": card.chat, "card_id": card.card_id, "decision": "decline"});
-                    let _ = client
-                        .call(reqwest::Method::POST, "/consent", Some(&body))
-                        .await;
-                }
-                Err(e) => {
-                    tracing::warn!(chat = %card.chat, card = %card.card_id, error = %e, "egress card not shown")
-                }
-            }
-        }
-        Some("closed") => {
-            let (Some(chat), Some(card), Some(outcome)) = (
-                event["chat"].as_str(),
-                event["card_id"].as_str(),
-                event["outcome"].as_str(),
-            ) else {
-                return;
-            };
-            if let Err(e) = runs.egress_card_closed(chat, card, outcome).await {
-                tracing::warn!(chat, card, error = %e, "egress card not closed");
-            }
-        }
-        _ => {}
-    }
 }

@@ -146,7 +146,7 @@ impl HostExec {
 async fn read_stream(mut response: reqwest::Response) -> (String, Option<Ended>) {
     let mut output = String::new();
     let mut ended = None;
-    let mut lines = crate::egress::Lines::default();
+    let mut lines = crate::ndjson::Lines::default();
     while let Ok(Some(chunk)) = response.chunk().await {
         for event in lines.push(&chunk) {
             match event["event"].as_str() {

@@ -23,6 +23,7 @@ pub mod kinds;
 pub mod listeners;
 pub mod metrics;
 pub mod model;
+pub mod ndjson;
 pub mod permissions;
 pub mod prompt;
 pub mod runs;
@@ -254,7 +255,7 @@ pub async fn run(
     // egressd may start before or after chatd: the listener waits for it.
     let egress = crate::egress::EgressClient::new(&config.egress_socket)?;
     runs.set_egress(egress.clone());
-    crate::egress::spawn_card_listener(egress.clone(), runs.clone(), shutdown.clone());
+    crate::runs::spawn_card_listener(egress.clone(), runs.clone(), shutdown.clone());
     let triggers = crate::forward::Forward::triggers(&config.triggers_socket)?;
     let connectors = crate::forward::Forward::connectors(&config.connectors_socket)?;
     let app = Arc::new(App {

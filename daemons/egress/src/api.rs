@@ -18,7 +18,8 @@ use tandem_shared::http::ApiError;
 use tandem_shared::netpolicy;
 
 use crate::gate::{AnswerError, Answered, CardEvent};
-use crate::proxy::{is_chat_id, Preset};
+use crate::policy::Preset;
+use crate::proxy::is_chat_id;
 use crate::store::Filter;
 use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 use crate::Egress;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use tandem_shared::config::EnvKey;
 use tandem_shared::netpolicy;
 
-use crate::proxy::{Preset, Settings};
+use crate::policy::{Preset, Settings};
 
 /// The whole tandem.toml as egressd reads it: its own section checked key
 /// by key, the other daemons' sections left to them.

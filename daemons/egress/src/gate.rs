@@ -13,7 +13,7 @@ use tandem_shared::netpolicy::Host;
 use tandem_shared::sync::{lock, read, write};
 use tokio::sync::{broadcast, watch};
 
-use crate::proxy::{Preset, Settings};
+use crate::policy::{Preset, Settings};
 use crate::store::{Rule, Store};
 use crate::verdicts::{RuleSource, RuleVerdict};
 

@@ -18,6 +18,7 @@ pub mod framing;
 pub mod gate;
 pub mod metrics;
 pub mod nft;
+pub mod policy;
 pub mod proxy;
 pub mod relay;
 pub mod store;
@@ -29,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tandem_shared::interfaces::LivePolicy;
+use tandem_shared::netpolicy::LivePolicy;
 use tandem_shared::shutdown::Shutdown;
 use tandem_shared::sync::lock;
 use tokio::sync::oneshot;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tandem_shared::db::Writer;
 use tandem_shared::sync::lock;
 
-use crate::proxy::{Audit, Decision};
+use crate::policy::{Audit, Decision};
 use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 
 const MIGRATIONS: &[&str] = &[

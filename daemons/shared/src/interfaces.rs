@@ -1,6 +1,6 @@
 //! This box's interfaces as the address policy sees them: every address the
 //! box has, and every network (address and netmask) a neighbour of the box
-//! can be on; and [`LivePolicy`], a [`Policy`] that follows them.
+//! can be on; and [`Watch`], the kernel's notices that they changed.
 //!
 //! On a dual-stack LAN every router, NAS and printer has a global IPv6
 //! address on the box's own prefix, and some LANs number their hosts from a
@@ -8,7 +8,7 @@
 //! the box's own networks too ([`Refusal::OwnNetwork`]).
 //!
 //! Interfaces change while a daemon runs (a laptop joins another network, a
-//! router hands out a new prefix), so [`LivePolicy`] subscribes to the
+//! router hands out a new prefix), so the policy (`netpolicy::LivePolicy`) subscribes to the
 //! kernel's address notices (a netlink route socket, [`Watch`]) and, before
 //! each decision, takes what the kernel queued since the last one: any
 //! notice, and the interfaces are read again before the decision is made.
@@ -23,14 +23,10 @@
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
 
 use ipnet::IpNet;
 use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol};
-
-use crate::netpolicy::Policy;
-use crate::sync::lock;
 
 /// A network the box is on: an interface's address with its netmask.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,66 +141,10 @@ impl Watch {
     }
 }
 
-/// An administrator's allow-ranges and this box's interfaces, as one
-/// [`Policy`] that is read again whenever the interfaces change.
-pub struct LivePolicy {
-    allow_ranges: Vec<IpNet>,
-    watch: Watch,
-    state: Mutex<State>,
-}
-
-struct State {
-    policy: Arc<Policy>,
-    /// The last read after a notice failed: try again at the next decision.
-    stale: bool,
-}
-
-impl LivePolicy {
-    pub fn open(allow_ranges: Vec<IpNet>) -> io::Result<LivePolicy> {
-        // The watch before the first read: a change while it runs leaves a
-        // notice, taken at the first decision.
-        let watch = Watch::open()?;
-        let own = Interfaces::read()?;
-        Ok(LivePolicy {
-            state: Mutex::new(State {
-                policy: Arc::new(Policy::new(allow_ranges.clone(), own)),
-                stale: false,
-            }),
-            allow_ranges,
-            watch,
-        })
-    }
-
-    /// The policy for a decision now: with the interfaces read again first
-    /// if any changed since the last decision.
-    pub fn current(&self) -> Arc<Policy> {
-        let mut state = lock(&self.state);
-        if self.watch.changed() || state.stale {
-            match Interfaces::read() {
-                Ok(own) => {
-                    tracing::info!(
-                        addresses = own.addresses.len(),
-                        networks = own.networks.len(),
-                        "this box's interfaces changed: read again"
-                    );
-                    state.policy = Arc::new(Policy::new(self.allow_ranges.clone(), own));
-                    state.stale = false;
-                }
-                Err(e) => {
-                    // The last interfaces read stay in force until a read works.
-                    tracing::warn!(error = %e, "this box's interfaces changed but could not be read");
-                    state.stale = true;
-                }
-            }
-        }
-        state.policy.clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netpolicy::Refusal;
+    use crate::netpolicy::{Policy, Refusal};
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
@@ -336,11 +276,5 @@ mod tests {
             "a neighbour on this box's own network 2a00:7:7:7::/64 (interface wlp2s0), \
              which only the administrator's allow_ranges opens"
         );
-    }
-
-    #[test]
-    fn interfaces_a_live_policy_starts_with_this_boxs_interfaces() {
-        let live = LivePolicy::open(vec![]).unwrap();
-        assert_eq!(live.current().check(ip("127.0.0.1")), Err(Refusal::ThisBox));
     }
 }

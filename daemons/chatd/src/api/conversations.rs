@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::time::{new_id, now_rfc3339, now_unix};
 
-use super::system::check_mode;
+use super::defaults::{check_mode, check_window, default_mode_value};
 use super::Json;
 use crate::kinds::EventKind;
 use crate::model::Conversation;
@@ -70,18 +70,6 @@ fn check_model(model: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-/// Refuses a `context_size` above what the engine says the model holds
-/// (when it says): a chat cannot plan with room the model does not have.
-pub(super) fn check_window(app: &App, model: &str, settings: &Settings) -> Result<(), ApiError> {
-    match (settings.context_size, app.runs.model_window(model)) {
-        (Some(size), Some(window)) if size > window => Err(ApiError::bad_input(
-            "settings.context_size",
-            format!("{size} is more than the {window} tokens the engine gives {model}"),
-        )),
-        _ => Ok(()),
-    }
 }
 
 /// The values a new conversation starts with, checked.
@@ -163,7 +151,7 @@ pub async fn create(
             check_mode("permission_mode", &mode)?;
             mode
         }
-        None => super::system::default_mode_value(&app).await?,
+        None => default_mode_value(&app).await?,
     };
     let origin = Origin::requested(body.origin.as_deref())?;
     let workspace = check_workspace(body.workspace)?;
@@ -572,7 +560,7 @@ pub async fn import(
             ));
         }
     }
-    let permission_mode = super::system::default_mode_value(&app).await?;
+    let permission_mode = default_mode_value(&app).await?;
     let new = NewConversation {
         title: body.title,
         model: body.model,

@@ -1,6 +1,7 @@
 //! What a new chat starts with: `GET|PATCH /defaults` (its model settings
-//! and its permission mode). A chat made with a saved agent takes the
-//! agent's settings instead of the box's.
+//! and its permission mode), and the checks of a mode and a context size
+//! every route that sets one makes. A chat made with a saved agent takes
+//! the agent's settings instead of the box's.
 
 use std::sync::Arc;
 
@@ -10,7 +11,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
-use super::system::{check_mode, default_mode_value};
 use super::Json;
 use crate::settings::Settings;
 use crate::App;
@@ -60,7 +60,7 @@ pub async fn update(
             if let Some(patch) = &body.settings {
                 current = current.patched("settings", patch)?;
                 // New chats get chatd's default model unless they name one.
-                super::conversations::check_window(&windows, &windows.default_model(), &current)?;
+                check_window(&windows, &windows.default_model(), &current)?;
                 ctx.conn().execute(
                     "INSERT INTO meta (key, value) VALUES (?1, ?2) \
                      ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -86,4 +86,44 @@ pub async fn update(
         "settings": settings.to_value(),
         "permission_mode": mode,
     })))
+}
+
+/// Refuses a `context_size` above what the engine says the model holds
+/// (when it says): a chat cannot plan with room the model does not have.
+pub fn check_window(app: &App, model: &str, settings: &Settings) -> Result<(), ApiError> {
+    match (settings.context_size, app.runs.model_window(model)) {
+        (Some(size), Some(window)) if size > window => Err(ApiError::bad_input(
+            "settings.context_size",
+            format!("{size} is more than the {window} tokens the engine gives {model}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+const MODES: &[&str] = &["ask", "auto", "yolo"];
+
+pub fn check_mode(field: &str, mode: &str) -> Result<(), ApiError> {
+    if MODES.contains(&mode) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_input(
+            field,
+            format!("{mode:?} is not one of ask, auto, yolo"),
+        ))
+    }
+}
+
+pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
+    app.store
+        .read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'permission_mode'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .unwrap_or_else(|| "auto".to_string()))
+        })
+        .await
 }

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use axum::extract::{Extension, State};
-use rusqlite::OptionalExtension;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
+use super::defaults::{check_mode, default_mode_value};
 use super::{Json, SignedIn};
 use crate::App;
 
@@ -93,34 +93,6 @@ pub async fn capabilities(
             "inbox": true,
         },
     }))
-}
-
-const MODES: &[&str] = &["ask", "auto", "yolo"];
-
-pub fn check_mode(field: &str, mode: &str) -> Result<(), ApiError> {
-    if MODES.contains(&mode) {
-        Ok(())
-    } else {
-        Err(ApiError::bad_input(
-            field,
-            format!("{mode:?} is not one of ask, auto, yolo"),
-        ))
-    }
-}
-
-pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
-    app.store
-        .read(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'permission_mode'",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()?
-                .unwrap_or_else(|| "auto".to_string()))
-        })
-        .await
 }
 
 pub async fn default_mode(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {

@@ -3,22 +3,110 @@
 //! answer goes to egressd first, and a card egressd closed (expired, the
 //! ceiling lowered, answered elsewhere) is closed here too. A chat with no
 //! run, or a run nobody watches (a trigger's, a connector's), never shows
-//! one: the listener declines it and the host stays blocked.
+//! one: the listener declines it and the host stays blocked. The listener
+//! follows egressd's card stream for as long as chatd runs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rusqlite::params;
-use serde_json::json;
+use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
+use tandem_shared::shutdown::Shutdown;
 use tandem_shared::time::now_rfc3339;
 
 use super::steps::CHOICES;
 use super::{set_state, Runs};
 use crate::egress::{error_of, EgressCard, EgressClient};
 use crate::kinds::EventKind;
+use crate::ndjson::Lines;
 use crate::store::queries;
 use crate::store::Ctx;
 use crate::words::{ChatState, Origin, RunStatus};
+
+/// Follows egressd's card stream for as long as chatd runs; reconnects
+/// (1 s, doubling to 30 s) while egressd is away.
+pub fn spawn_card_listener(client: EgressClient, runs: Runs, shutdown: Shutdown) {
+    tokio::spawn(async move {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            let followed = tokio::select! {
+                r = follow(&client, &runs) => r,
+                _ = shutdown.wait() => return,
+            };
+            if followed {
+                wait = Duration::from_secs(1);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.wait() => return,
+            }
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    });
+}
+
+/// One connection to the stream; true when it was up at all.
+async fn follow(client: &EgressClient, runs: &Runs) -> bool {
+    let Some(mut response) = client.card_stream().await else {
+        return false;
+    };
+    tracing::info!("following egressd's cards");
+    let mut lines = Lines::default();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        for event in lines.push(&chunk) {
+            handle(client, runs, event).await;
+        }
+    }
+    tracing::info!("egressd's card stream ended");
+    true
+}
+
+async fn handle(client: &EgressClient, runs: &Runs, event: Value) {
+    match event["event"].as_str() {
+        // The cards waiting now: the chat's open egress cards not among
+        // them ended while chatd was not listening.
+        Some("sync") => {
+            let live: Vec<String> = event["card_ids"]
+                .as_array()
+                .map(|ids| {
+                    ids.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Err(e) = runs.egress_cards_left(live).await {
+                tracing::warn!(error = %e, "old egress cards not closed");
+            }
+        }
+        Some("card") => {
+            let Ok(card) = serde_json::from_value::<EgressCard>(event) else {
+                return;
+            };
+            match runs.egress_card(&card).await {
+                Ok(true) => {}
+                // Nobody can answer for this chat now: egressd refuses at once.
+                Ok(false) => client.decline(&card.chat, &card.card_id).await,
+                Err(e) => {
+                    tracing::warn!(chat = %card.chat, card = %card.card_id, error = %e, "egress card not shown")
+                }
+            }
+        }
+        Some("closed") => {
+            let (Some(chat), Some(card), Some(outcome)) = (
+                event["chat"].as_str(),
+                event["card_id"].as_str(),
+                event["outcome"].as_str(),
+            ) else {
+                return;
+            };
+            if let Err(e) = runs.egress_card_closed(chat, card, outcome).await {
+                tracing::warn!(chat, card, error = %e, "egress card not closed");
+            }
+        }
+        _ => {}
+    }
+}
 
 impl Runs {
     /// Where egress cards are answered; set once at start.

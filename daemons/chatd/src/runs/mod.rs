@@ -13,6 +13,8 @@ mod cards;
 mod compaction;
 mod steps;
 
+pub use cards::spawn_card_listener;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};

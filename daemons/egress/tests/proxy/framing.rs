@@ -5,7 +5,7 @@
 //! audited, and nothing reaches the origin.
 
 use super::{ask, setup};
-use egressd::proxy::Preset;
+use egressd::policy::Preset;
 use egressd::verdicts::AuditVerdict;
 
 /// Each way to write a body's length that is refused: (headers, body,

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use egressd::gate::{CardEvent, Gate};
 use egressd::metrics::Metrics;
-use egressd::proxy::{Audit, Decision, Preset, Proxy, Settings};
+use egressd::policy::{Audit, Decision, Preset, Settings};
+use egressd::proxy::Proxy;
 use egressd::store::Store;
 use egressd::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
-use tandem_shared::interfaces::LivePolicy;
+use tandem_shared::netpolicy::LivePolicy;
 use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener, UnixStream};

@@ -64,10 +64,12 @@ pub use crate::interfaces::Interfaces;
 use crate::interfaces::Network;
 
 mod host;
+mod live;
 #[cfg(test)]
 mod tests;
 
 pub use host::{is_metadata_name, parse_host, split_authority, Host};
+pub use live::LivePolicy;
 
 /// Why an address may not be reached. [`Refusal::kind`] is the audit row's
 /// reason, the `Display` text the proxy's one line to the command.
@@ -342,7 +344,7 @@ pub fn classify(ip: IpAddr) -> Option<Refusal> {
 /// What the proxy checks every address against: the classes, an
 /// administrator's allow-ranges and this box's own addresses and networks.
 /// Built at start and again when the box's interfaces change
-/// ([`crate::interfaces::LivePolicy`]); cheap to share.
+/// ([`LivePolicy`]); cheap to share.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     allow_ranges: Vec<IpNet>,
