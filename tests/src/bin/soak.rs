@@ -173,7 +173,7 @@ impl Inv {
             Inv::Answers => "stored answers: no token lost or doubled, done ones whole",
             Inv::Runs => "every run ended (none queued or running after the drain)",
             Inv::Rss => "chatd's RSS at the end within 20 % of its RSS after warm-up",
-            Inv::Health => "no panic, no ERROR line without an id, chatd back after every kill",
+            Inv::Health => "no panic, no ERROR line without an id, chatd back after every kill, a second chatd on its data refused",
             Inv::Integrity => "PRAGMA integrity_check = ok",
         }
     }
@@ -1272,6 +1272,25 @@ async fn killer(
             "  t={killed_at:6.1}s  chatd SIGKILLed; back as pid {pid} in {:.2} s",
             back - killed_at
         ));
+        // A second chatd on the same data (a careless restart, a unit and a
+        // terminal at once) must go at once, naming the one that runs.
+        shared.fault("second chatd on the same data");
+        match chatd.run_second(Duration::from_secs(10)).await {
+            Ok(second)
+                if !second.status.success() && second.stderr.contains(&format!("(pid {pid})")) => {}
+            Ok(second) => shared.violate(
+                Inv::Health,
+                format!(
+                    "a second chatd on the data of pid {pid} ended {} saying {}",
+                    second.status,
+                    excerpt(&second.stderr)
+                ),
+            ),
+            Err(err) => shared.violate(
+                Inv::Health,
+                format!("a second chatd on the data of pid {pid}: {err:#}"),
+            ),
+        }
         drop(chatd);
         // The answers the kill interrupted: continue them (the others refuse).
         let c = &shared.c;
