@@ -26,6 +26,11 @@ struct Box {
 /// An origin on 127.0.0.2 (echoing what it reads), egressd with the ceiling
 /// `all` and that address opened, chatd following egressd's cards.
 async fn start(extra: &str) -> anyhow::Result<Box> {
+    start_with(extra, &[]).await
+}
+
+/// The same, with more of chatd's environment.
+async fn start_with(extra: &str, chatd_env: &[(&str, &str)]) -> anyhow::Result<Box> {
     let origin = TcpListener::bind("127.0.0.2:0").await?;
     let origin_port = origin.local_addr()?.port();
     tokio::spawn(async move {
@@ -44,11 +49,9 @@ async fn start(extra: &str) -> anyhow::Result<Box> {
     // chatd's folder first: egressd puts the chats' sockets in its data.
     let sockets = tempfile::tempdir()?;
     let egress_socket = sockets.path().join("egress.sock");
-    let chatd = Chatd::start(
-        &sim.url(),
-        &[("QSE_EGRESS_SOCKET", egress_socket.to_str().unwrap_or(""))],
-    )
-    .await?;
+    let mut env = vec![("QSE_EGRESS_SOCKET", egress_socket.to_str().unwrap_or(""))];
+    env.extend_from_slice(chatd_env);
+    let chatd = Chatd::start(&sim.url(), &env).await?;
     let egressd = Egressd::start_at(
         &chatd.data_dir(),
         &chatd.dir.path().join("secrets.env"),
@@ -277,6 +280,73 @@ async fn an_egress_card_is_shown_in_the_chat_and_its_answer_opens_the_way() -> a
     // Once covers the next connection too, without a card.
     let again = command(socket.clone(), target.clone()).await;
     assert!(again.ends_with("ping"), "{again}");
+    b.client
+        .post(&format!("/conversations/{chat}/stop"), json!({}))
+        .await?;
+    b.client
+        .wait_run(&chat, &run, &["stopped", "done"], QUICK)
+        .await?;
+    Ok(())
+}
+
+/// A card can come before its run writes `running` (the run waits in line
+/// for the one engine slot here; on a loaded machine its task may just be
+/// late): the chat stays `waiting` for the person until they answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_shown_before_its_run_starts_keeps_the_chat_waiting() -> anyhow::Result<()> {
+    let b = start_with("", &[("QSE_CHAT_MAX_RUNS", "1")]).await?;
+    let (first, chat) = (b.client.create_chat().await?, b.client.create_chat().await?);
+    b.client
+        .call(
+            Method::PUT,
+            &format!("/conversations/{chat}/egress"),
+            Some(json!({"preset": "off"})),
+        )
+        .await?;
+    // Both runs' model calls stay busy: the first holds the slot.
+    b._sim
+        .faults(json!([{ "first_token_ms": 20_000, "tokens": 2 }]))
+        .await?;
+    let holder = busy_run(&b, &first, 20_000).await?;
+    b.client
+        .wait_run(&first, &holder, &["running"], QUICK)
+        .await?;
+    let run = b.client.send(&chat, "wait for me").await?["run_id"]
+        .as_str()
+        .context("run id")?
+        .to_string();
+    b.client.wait_run(&chat, &run, &["queued"], QUICK).await?;
+    let mut events = b.client.events(&chat, 0).await?;
+    let waiting = tokio::spawn(command(
+        socket_of(&b.chatd.data_dir(), &chat),
+        format!("127.0.0.2:{}", b.origin_port),
+    ));
+    let card = open_card(&b.client, &chat).await?;
+    let state = |snapshot: Value| snapshot["conversation"]["state"].clone();
+    assert_eq!(state(b.client.snapshot(&chat).await?), "waiting");
+
+    // The slot comes free: the run starts, its card still waits.
+    b.client
+        .post(&format!("/conversations/{first}/stop"), json!({}))
+        .await?;
+    events
+        .read_until(QUICK, |e| e.kind == "run.started")
+        .await?;
+    let snapshot = b.client.snapshot(&chat).await?;
+    assert_eq!(state(snapshot.clone()), "waiting", "{snapshot}");
+
+    let taken = b
+        .client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card["card_id"], "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(taken.status, 200, "{taken:?}");
+    let through = waiting.await?;
+    assert!(through.ends_with("ping"), "{through}");
+    let snapshot = b.client.snapshot(&chat).await?;
+    assert_eq!(state(snapshot.clone()), "running", "{snapshot}");
     b.client
         .post(&format!("/conversations/{chat}/stop"), json!({}))
         .await?;

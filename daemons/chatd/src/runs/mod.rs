@@ -536,22 +536,7 @@ impl Runs {
                 }
             }
             let rid = run_id.to_string();
-            store
-                .write(move |ctx| {
-                    let run = queries::run(ctx.conn(), &rid)?;
-                    ctx.conn().execute(
-                        "UPDATE runs SET status = ?1 WHERE id = ?2",
-                        params![RunStatus::Running, rid],
-                    )?;
-                    ctx.emit(
-                        &run.conversation_id,
-                        EventKind::RunStarted,
-                        json!({"run_id": rid, "mode": run.mode, "model": run.model}),
-                    )?;
-                    set_state(ctx, &run.conversation_id, ChatState::Running)?;
-                    Ok(())
-                })
-                .await?;
+            store.write(move |ctx| record_start(ctx, &rid)).await?;
         }
         let (run, conversation) = store
             .read({
@@ -1308,6 +1293,21 @@ pub fn insert_run(
     Ok(run)
 }
 
+/// A run that took its slot: `running`, `run.started`, and the chat running.
+fn record_start(ctx: &mut Ctx, run_id: &str) -> Result<(), ApiError> {
+    let run = queries::run(ctx.conn(), run_id)?;
+    ctx.conn().execute(
+        "UPDATE runs SET status = ?1 WHERE id = ?2",
+        params![RunStatus::Running, run_id],
+    )?;
+    ctx.emit(
+        &run.conversation_id,
+        EventKind::RunStarted,
+        json!({"run_id": run_id, "mode": run.mode, "model": run.model}),
+    )?;
+    set_state(ctx, &run.conversation_id, ChatState::Running)
+}
+
 /// Ends a run: its status, its message's status, `run.finished`, and the
 /// conversation back to idle.
 pub fn finish_run(
@@ -1361,7 +1361,17 @@ pub fn announce_conversation(
 }
 
 /// Sets the conversation's state and says so with `conversation.updated`.
+/// While a card of the chat's live run waits for the person, `running` and
+/// `queued` leave it `waiting`: egressd's cards come whenever a command
+/// reaches out, also before the run's own `running` or while it goes on.
+/// The last card's answer, or the run's end, moves it on.
 pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: ChatState) -> Result<(), ApiError> {
+    let state = match state {
+        ChatState::Running | ChatState::Queued if card_waits(ctx.conn(), conversation_id)? => {
+            ChatState::Waiting
+        }
+        state => state,
+    };
     let changed = ctx.conn().execute(
         "UPDATE conversations SET state = ?1 WHERE id = ?2 AND state != ?1",
         params![state, conversation_id],
@@ -1370,4 +1380,14 @@ pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: ChatState) -> Resu
         announce_conversation(ctx, conversation_id)?;
     }
     Ok(())
+}
+
+/// Whether the chat's live run has a card open (what the snapshot shows).
+fn card_waits(conn: &rusqlite::Connection, conversation_id: &str) -> Result<bool, ApiError> {
+    let Some(run) = queries::active_run(conn, conversation_id)? else {
+        return Ok(false);
+    };
+    Ok(queries::open_consents(conn, conversation_id)?
+        .iter()
+        .any(|card| card.run_id == run.id))
 }
