@@ -448,9 +448,8 @@ async fn route(
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         request = request.header(header::CONTENT_TYPE, ct.clone());
     }
-    let answer = match request.send().await {
-        Ok(a) => a,
-        Err(_) => return (StatusCode::BAD_GATEWAY, "fake unreachable").into_response(),
+    let Ok(answer) = request.send().await else {
+        return (StatusCode::BAD_GATEWAY, "fake unreachable").into_response();
     };
     let status = answer.status();
     let ct = answer.headers().get(header::CONTENT_TYPE).cloned();

@@ -957,7 +957,7 @@ pub async fn figure(sizes: &Sizes, say: &dyn Fn(String)) -> anyhow::Result<Vec<L
 
     // 1. Throughput, the ways taking turns in each round.
     let bound = Duration::from_secs(120);
-    let per_mib = |d: Duration| sizes.bytes as f64 / (1 << 20) as f64 / d.as_secs_f64();
+    let per_mib = |d: Duration| sizes.bytes as f64 / f64::from(1 << 20) / d.as_secs_f64();
     for round in 0..sizes.transfer_reps {
         for way in &mut ways {
             let name = way.route.name();

@@ -203,7 +203,7 @@ fn plan_all(pairs: &[(String, &str)], after: Timestamp) -> anyhow::Result<Planne
     for (when, tz) in pairs {
         let s = Schedule::parse(when).map_err(|e| anyhow::anyhow!("{when:?}: {e}"))?;
         let z = schedule::zone(tz).map_err(|e| anyhow::anyhow!("{tz:?}: {e}"))?;
-        found += black_box(s.next_after(after, &z)).is_some() as usize;
+        found += usize::from(black_box(s.next_after(after, &z)).is_some());
     }
     let total = started.elapsed();
     ensure!(

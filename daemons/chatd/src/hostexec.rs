@@ -103,21 +103,18 @@ impl HostExec {
         if let Some(t) = timeout {
             body["timeout_s"] = json!(t);
         }
-        let response = match self
+        let Ok(response) = self
             .client
             .post("http://hostexecd/exec")
             .json(&body)
             .send()
             .await
-        {
-            Ok(r) => r,
-            Err(_) => {
-                return ToolOutput::failed(
-                    "bash",
-                    "hostexecd is not running, so commands cannot run on this machine now \
-                     (the person can start it with `tandem hostexec start`)",
-                )
-            }
+        else {
+            return ToolOutput::failed(
+                "bash",
+                "hostexecd is not running, so commands cannot run on this machine now \
+                 (the person can start it with `tandem hostexec start`)",
+            );
         };
         let status = response.status();
         if !status.is_success() {

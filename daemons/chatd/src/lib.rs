@@ -242,16 +242,16 @@ pub async fn run(
         }
         Some(reason) => tracing::info!(%reason, "no sandboxes"),
     }
-    let runs = Runs::new(
-        store.clone(),
-        engine.clone(),
-        config.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-        secrets.forward_key.clone(),
-        sandboxes.clone(),
-        folders.clone(),
-    );
+    let runs = Runs::new(crate::runs::RunsParts {
+        store: store.clone(),
+        engine: engine.clone(),
+        config: config.clone(),
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+        forward_key: secrets.forward_key.clone(),
+        sandboxes: sandboxes.clone(),
+        folders: folders.clone(),
+    });
     // egressd may start before or after chatd: the listener waits for it.
     let egress = crate::egress::EgressClient::new(&config.egress_socket)?;
     runs.set_egress(egress.clone());

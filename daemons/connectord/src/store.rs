@@ -168,7 +168,7 @@ pub fn put_binding(conn: &Connection, b: &Stored) -> rusqlite::Result<()> {
             b.kind,
             b.name,
             b.agent_id,
-            b.enabled as i64,
+            i64::from(b.enabled),
             b.settings.to_string(),
             b.token,
             b.app_token,
@@ -196,7 +196,7 @@ pub fn set_enabled(
 ) -> rusqlite::Result<bool> {
     Ok(conn.execute(
         "UPDATE bindings SET enabled = ?2, off_reason = ?3, updated = ?4 WHERE id = ?1",
-        params![id, enabled as i64, reason, now],
+        params![id, i64::from(enabled), reason, now],
     )? > 0)
 }
 

@@ -239,7 +239,7 @@ fn kept_flags(path: &Path) -> MsFlags {
     };
     // SAFETY: statvfs fills the struct we give it.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+    if unsafe { libc::statvfs(c.as_ptr(), &raw mut st) } != 0 {
         return MsFlags::empty();
     }
     let mut flags = MsFlags::empty();

@@ -259,10 +259,10 @@ fn run() -> Status {
 fn wait_signal(set: &nix::sys::signal::SigSet, left: Duration) -> i32 {
     let timeout = libc::timespec {
         tv_sec: left.as_secs().min(3600) as libc::time_t,
-        tv_nsec: left.subsec_nanos() as libc::c_long,
+        tv_nsec: libc::c_long::from(left.subsec_nanos()),
     };
     // SAFETY: sigtimedwait on a set we built; no siginfo wanted.
-    unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &timeout) }
+    unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &raw const timeout) }
 }
 
 /// Points this process's stdout and stderr at /dev/null.

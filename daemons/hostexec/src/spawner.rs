@@ -42,7 +42,7 @@ impl Keeper {
                         revents: 0,
                     };
                     // SAFETY: poll on one descriptor we own.
-                    unsafe { libc::poll(&mut p, 1, 10) > 0 }
+                    unsafe { libc::poll(&raw mut p, 1, 10) > 0 }
                 }
                 None => {
                     std::thread::sleep(Duration::from_millis(10));

@@ -345,13 +345,13 @@ mod tests {
             .iter()
             .map(|p| p.pid)
             .collect();
-        got.sort();
+        got.sort_unstable();
         assert_eq!(got, vec![11, 12, 20, 21]);
         let mut got: Vec<i32> = descendants(10, &procs, &|pid| pid == 20)
             .iter()
             .map(|p| p.pid)
             .collect();
-        got.sort();
+        got.sort_unstable();
         assert_eq!(got, vec![11, 12]);
     }
 

@@ -469,7 +469,7 @@ struct Found {
 /// Finds the innermost key whose key or value span holds `span`.
 fn find_key(table: &DeTable<'_>, span: &Range<usize>) -> Option<Found> {
     let holds = |outer: Range<usize>| outer.start <= span.start && span.end <= outer.end;
-    for (key, value) in table.iter() {
+    for (key, value) in table {
         if holds(key.span()) {
             return Some(Found {
                 path: vec![key.get_ref().to_string()],
@@ -486,7 +486,7 @@ fn find_key(table: &DeTable<'_>, span: &Range<usize>) -> Option<Found> {
         }
     }
     // A header span (`[chatd]`) may not sit inside the value span: look deeper.
-    for (key, value) in table.iter() {
+    for (key, value) in table {
         if let Some(mut found) = find_in_value(value.get_ref(), span) {
             found.path.insert(0, key.get_ref().to_string());
             return Some(found);
@@ -651,21 +651,18 @@ fn valid_name(name: &str) -> bool {
 
 fn parse_value(rest: &str) -> Result<String, &'static str> {
     let trimmed = rest.trim_start();
-    let quote = match trimmed.chars().next() {
-        Some(q @ ('"' | '\'')) => q,
-        _ => {
-            // Unquoted: a `#` after a blank starts a comment.
-            let mut end = rest.len();
-            let mut prev_blank = false;
-            for (i, c) in rest.char_indices() {
-                if c == '#' && prev_blank {
-                    end = i;
-                    break;
-                }
-                prev_blank = c == ' ' || c == '\t';
+    let Some(quote @ ('"' | '\'')) = trimmed.chars().next() else {
+        // Unquoted: a `#` after a blank starts a comment.
+        let mut end = rest.len();
+        let mut prev_blank = false;
+        for (i, c) in rest.char_indices() {
+            if c == '#' && prev_blank {
+                end = i;
+                break;
             }
-            return Ok(rest[..end].trim().to_string());
+            prev_blank = c == ' ' || c == '\t';
         }
+        return Ok(rest[..end].trim().to_string());
     };
     let mut value = String::new();
     let mut chars = trimmed[1..].char_indices();

@@ -239,7 +239,7 @@ impl Docker {
             .client
             .post(Self::url(&format!("/containers/{name}/stop")))
             .query(&[("t", grace_s.to_string())])
-            .timeout(CALL_LIMIT + Duration::from_secs(grace_s as u64));
+            .timeout(CALL_LIMIT + Duration::from_secs(u64::from(grace_s)));
         self.send(request, name).await.map(drop)
     }
 

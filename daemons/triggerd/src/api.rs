@@ -208,11 +208,15 @@ async fn check_agent(td: &Arc<Triggerd>, agent: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Stores `trigger` (and its baseline) and puts it in the checks.
-async fn save(td: &Arc<Triggerd>, trigger: Trigger, rebaseline: bool) -> Result<Value, ApiError> {
-    if rebaseline {
-        baseline(td, &trigger).await?;
-    }
+/// Takes `trigger`'s baseline afresh, then stores it (`save`): for a new
+/// trigger, or one switched on or moved to another schedule or folder.
+async fn save_from_now(td: &Arc<Triggerd>, trigger: Trigger) -> Result<Value, ApiError> {
+    baseline(td, &trigger).await?;
+    save(td, trigger).await
+}
+
+/// Stores `trigger` and puts it in the checks; its baseline stays.
+async fn save(td: &Arc<Triggerd>, trigger: Trigger) -> Result<Value, ApiError> {
     let stored = trigger.clone();
     td.store
         .call(move |conn| store::put_trigger(conn, &stored))
@@ -268,7 +272,7 @@ async fn create(State(td): State<Arc<Triggerd>>, body: Bytes) -> Result<Response
     };
     fill(&mut trigger, checked);
     check_agent(&td, &trigger.agent_id).await?;
-    let view = save(&td, trigger, true).await?;
+    let view = save_from_now(&td, trigger).await?;
     tracing::info!(trigger = %view["id"].as_str().unwrap_or(""), kind = %view["kind"].as_str().unwrap_or(""), "trigger created");
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
@@ -304,7 +308,11 @@ async fn replace(
     if trigger.enabled {
         trigger.disabled_reason = None;
     }
-    let view = save(&td, trigger, switched_on || moved).await?;
+    let view = if switched_on || moved {
+        save_from_now(&td, trigger).await?
+    } else {
+        save(&td, trigger).await?
+    };
     tracing::info!(trigger = %id, "trigger replaced");
     Ok(Json(view))
 }
@@ -355,7 +363,7 @@ async fn enable(
     trigger.checked_ms = now;
     trigger.disabled_reason = None;
     trigger.updated_ms = now;
-    let view = save(&td, trigger, true).await?;
+    let view = save_from_now(&td, trigger).await?;
     tracing::info!(trigger = %id, "trigger switched on");
     Ok(Json(view))
 }
@@ -372,7 +380,7 @@ async fn disable(
     }
     trigger.enabled = false;
     trigger.updated_ms = td.clock.now_ms();
-    let view = save(&td, trigger, false).await?;
+    let view = save(&td, trigger).await?;
     tracing::info!(trigger = %id, "trigger switched off");
     Ok(Json(view))
 }

@@ -43,14 +43,11 @@ pub fn resolve(workspace: &Path, folder: &str) -> Result<(String, PathBuf), Stri
     let canonical_ws = workspace
         .canonicalize()
         .map_err(|e| format!("the workspace {} cannot be read: {e}", workspace.display()))?;
-    let canonical = match absolute.canonicalize() {
-        Ok(path) => path,
-        Err(_) => {
-            return Err(format!(
-                "{folder:?} does not exist in the workspace ({})",
-                workspace.display()
-            ))
-        }
+    let Ok(canonical) = absolute.canonicalize() else {
+        return Err(format!(
+            "{folder:?} does not exist in the workspace ({})",
+            workspace.display()
+        ));
     };
     if !canonical.starts_with(&canonical_ws) {
         return Err(format!(

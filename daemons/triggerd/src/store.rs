@@ -188,7 +188,9 @@ fn trigger_of(row: &Row) -> rusqlite::Result<Trigger> {
         prompt: row.get("prompt")?,
         model: row.get("model")?,
         agent_id: row.get("agent_id")?,
-        daily_cap: row.get::<_, i64>("daily_cap")?.clamp(0, u32::MAX as i64) as u32,
+        daily_cap: row
+            .get::<_, i64>("daily_cap")?
+            .clamp(0, i64::from(u32::MAX)) as u32,
         enabled: row.get::<_, i64>("enabled")? != 0,
         enabled_ms: row.get("enabled_ms")?,
         checked_ms: row.get("checked_ms")?,
@@ -275,8 +277,8 @@ pub fn put_trigger(conn: &Connection, t: &Trigger) -> rusqlite::Result<()> {
             t.min_gap_seconds as i64,
             t.prompt,
             t.model,
-            t.daily_cap as i64,
-            t.enabled as i64,
+            i64::from(t.daily_cap),
+            i64::from(t.enabled),
             t.enabled_ms,
             t.checked_ms,
             t.disabled_reason,

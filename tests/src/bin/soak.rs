@@ -2300,9 +2300,8 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         });
-        let mut sse = match Sse::open(port, "c", 0, false, false).await {
-            Ok(sse) => sse,
-            Err(_) => panic!("the stream did not open"),
+        let Ok(mut sse) = Sse::open(port, "c", 0, false, false).await else {
+            panic!("the stream did not open");
         };
         let mut got = sse.frames();
         while sse.read(usize::MAX).await.unwrap() {

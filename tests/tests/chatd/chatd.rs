@@ -1686,7 +1686,7 @@ async fn a_send_with_a_key_sent_twice_stores_one_message() -> anyhow::Result<()>
         .chain(snap["pending"].as_array().into_iter().flatten())
         .filter_map(|m| m["text"].as_str())
         .collect();
-    texts.sort();
+    texts.sort_unstable();
     assert_eq!(texts, ["hello", "more"], "{snap}");
     assert_eq!(snap["runs"].as_array().map(Vec::len), Some(1), "{snap}");
     let bad = client

@@ -34,12 +34,9 @@ impl SimProc {
             // Drain whatever else comes so the child never blocks on a full pipe.
             let _ = std::io::copy(&mut reader.take(u64::MAX), &mut std::io::sink());
         });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("engine-sim printed no address within 30 s");
-            }
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            panic!("engine-sim printed no address within 30 s");
         };
         let base = line
             .trim_end()

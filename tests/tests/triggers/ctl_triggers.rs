@@ -186,7 +186,7 @@ async fn add_list_show_switch_run_and_remove() {
     // instant of the held clock, so their order is their ids'.)
     let listed = b.ok(&["trigger", "list"]);
     let mut lines: Vec<&str> = listed.lines().collect();
-    lines.sort();
+    lines.sort_unstable();
     let mut want = vec![
         format!("{news}  Morning news  schedule  next Tue 2026-12-01 08:30 UTC  on"),
         format!("{contracts}  Contracts     file      watches Contracts  on"),

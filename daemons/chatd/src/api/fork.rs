@@ -164,15 +164,12 @@ async fn copy_files(app: &App, source: &str, fork: &str, files: Vec<String>) {
 async fn copy_egress(app: &App, source: &str, fork: &str) {
     let get =
         |path: String| async move { app.egress.forward(reqwest::Method::GET, &path, None).await };
-    let (preset, rules) = match (
+    let (Ok((_, preset)), Ok((_, rules))) = (
         get(format!("/chats/{source}/egress")).await,
         get(format!("/chats/{source}/rules")).await,
-    ) {
-        (Ok((_, preset)), Ok((_, rules))) => (preset, rules),
-        _ => {
-            tracing::warn!(conversation = %fork, "egressd did not answer: the fork has the default egress preset and no rules");
-            return;
-        }
+    ) else {
+        tracing::warn!(conversation = %fork, "egressd did not answer: the fork has the default egress preset and no rules");
+        return;
     };
     let no_rules = rules["rules"].as_array().is_none_or(Vec::is_empty);
     if preset["socket"].is_null() && no_rules {

@@ -68,11 +68,8 @@ impl EngineForward {
             .unwrap_or("/");
         let url = format!("{}{path}", self.base);
         // Bodies are read whole: some engines refuse a chunked request.
-        let body = match axum::body::to_bytes(body, MAX_BODY).await {
-            Ok(body) => body,
-            Err(_) => {
-                return ApiError::too_large("a request to the engine", MAX_BODY).into_response()
-            }
+        let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
+            return ApiError::too_large("a request to the engine", MAX_BODY).into_response();
         };
         let mut headers = parts.headers;
         for name in HOP {

@@ -303,12 +303,9 @@ async fn sign_in(State(front): State<Arc<Front>>, request: Request) -> Response 
         .into_response();
     }
     // A body that is not a sign-in is no guess: its try comes back.
-    let bytes = match axum::body::to_bytes(request.into_body(), 4096).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            front.limiter.refund();
-            return ApiError::too_large("the sign-in body", 4096).into_response();
-        }
+    let Ok(bytes) = axum::body::to_bytes(request.into_body(), 4096).await else {
+        front.limiter.refund();
+        return ApiError::too_large("the sign-in body", 4096).into_response();
     };
     let body: SignIn = match tandem_shared::http::parse_body(&bytes) {
         Ok(body) => body,

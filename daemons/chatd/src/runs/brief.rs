@@ -129,7 +129,7 @@ impl Runs {
             .iter()
             .any(|n| matches!(*n, "bash" | "web_fetch" | "web_search"));
         let network = if needs_network {
-            self.network_of(&conversation.id, chat.watched).await
+            self.network_of(chat).await
         } else {
             Network::Unavailable
         };
@@ -169,11 +169,11 @@ impl Runs {
 
     /// The chat's network as egressd says it; `Unavailable` when it does
     /// not answer (then nothing goes out).
-    async fn network_of(&self, conversation_id: &str, watched: bool) -> Network {
+    async fn network_of(&self, chat: &Chat) -> Network {
         let Some(egress) = self.inner.egress.get() else {
             return Network::Unavailable;
         };
-        let path = format!("/chats/{conversation_id}/egress");
+        let path = format!("/chats/{}/egress", chat.conversation.id);
         let asked =
             tokio::time::timeout(NETWORK_WAIT, egress.call(reqwest::Method::GET, &path, None))
                 .await;
@@ -190,7 +190,7 @@ impl Runs {
                 ceiling,
                 // egressd's switch, and chatd's own rule: a card is shown
                 // only for a run a person started (runs/cards.rs).
-                cards: watched && value["cards"].as_bool().unwrap_or(true),
+                cards: chat.watched && value["cards"].as_bool().unwrap_or(true),
             },
             _ => Network::Unavailable,
         }

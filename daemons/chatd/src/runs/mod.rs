@@ -104,6 +104,37 @@ enum StepEnd {
     End(Outcome, Option<String>),
 }
 
+/// Where one answer is written: its run, its chat and its assistant message.
+#[derive(Clone, Copy)]
+struct Answering<'a> {
+    run: &'a Run,
+    conversation: &'a Conversation,
+    message: &'a Message,
+}
+
+impl Answering<'_> {
+    /// A delta of this answer's text (not its reasoning) holding `text`.
+    fn delta(&self, text: String) -> Delta {
+        Delta {
+            conversation_id: self.conversation.id.clone(),
+            run_id: self.run.id.clone(),
+            message_id: self.message.id.clone(),
+            reasoning: false,
+            text,
+        }
+    }
+}
+
+/// What an answer's requests have received so far, kept across retries.
+struct Received {
+    /// The answer's text: the message's stored text, then what streamed.
+    text: String,
+    /// When the current streak of engine faults began (the retry window).
+    streak_started: Option<Instant>,
+    /// The last request's tool calls, merged from their chunks.
+    tool_calls: Vec<Value>,
+}
+
 /// A sized request.
 pub struct Request {
     pub body: Value,
@@ -161,18 +192,32 @@ struct Inner {
     folders: crate::folders::Folders,
 }
 
+/// What `Runs` is made from: chatd's store, engine, config, metrics and
+/// shutdown, the forward key (each chat's egressd token), the sandboxes when
+/// there is a runtime, and where each chat's workspace is.
+pub struct RunsParts {
+    pub store: Store,
+    pub engine: Engine,
+    pub config: Arc<ChatdConfig>,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: Shutdown,
+    pub forward_key: tandem_shared::secrets::Secret,
+    pub sandboxes: Option<crate::sandbox::Sandboxes>,
+    pub folders: crate::folders::Folders,
+}
+
 impl Runs {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        store: Store,
-        engine: Engine,
-        config: Arc<ChatdConfig>,
-        metrics: Arc<Metrics>,
-        shutdown: Shutdown,
-        forward_key: tandem_shared::secrets::Secret,
-        sandboxes: Option<crate::sandbox::Sandboxes>,
-        folders: crate::folders::Folders,
-    ) -> Runs {
+    pub fn new(parts: RunsParts) -> Runs {
+        let RunsParts {
+            store,
+            engine,
+            config,
+            metrics,
+            shutdown,
+            forward_key,
+            sandboxes,
+            folders,
+        } = parts;
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         // `bash` runs in the chat's sandbox when there is a runtime;
         // otherwise on this machine through hostexecd, unless host commands
@@ -778,9 +823,17 @@ impl Runs {
     ) -> Result<bool, (Outcome, Option<String>)> {
         let inner = &self.inner;
         let session = format!("chat-{}", conversation.id);
-        let mut text = message.text.clone();
+        let answering = Answering {
+            run,
+            conversation,
+            message,
+        };
+        let mut received = Received {
+            text: message.text.clone(),
+            streak_started: None,
+            tool_calls: Vec::new(),
+        };
         let mut wait = Duration::from_secs(1);
-        let mut streak_started: Option<Instant> = None;
         let mut busy_retried = false;
         let mut compacted_for_memory = false;
         let mut compacted_for_size = false;
@@ -795,7 +848,7 @@ impl Runs {
         };
         loop {
             let mut request = self
-                .request(&conversation.id, &run.model, message, &text, step)
+                .request(&conversation.id, &run.model, message, &received.text, step)
                 .await
                 .map_err(store_err)?;
             let sizes = request.window;
@@ -807,7 +860,7 @@ impl Runs {
                     .is_some_and(|c| c.cut)
                 {
                     request = self
-                        .request(&conversation.id, &run.model, message, &text, step)
+                        .request(&conversation.id, &run.model, message, &received.text, step)
                         .await
                         .map_err(store_err)?;
                 }
@@ -826,11 +879,10 @@ impl Runs {
                     )),
                 ));
             }
-            let mut calls = Vec::new();
             let fault = tokio::select! {
-                result = self.stream_once(&session, &request.body, run, conversation, message, &mut text, &mut streak_started, &mut calls, sizes.window) => {
+                result = self.stream_once(&session, &request.body, &answering, &mut received, sizes.window) => {
                     match result {
-                        Ok(()) => return Ok(!calls.is_empty()),
+                        Ok(()) => return Ok(!received.tool_calls.is_empty()),
                         Err(fault) => fault,
                     }
                 }
@@ -885,7 +937,7 @@ impl Runs {
                     Duration::from_secs(retry_after.unwrap_or(1).clamp(1, 120))
                 }
                 Fault::Unreachable(_) | Fault::Cut(_) | Fault::Server { .. } => {
-                    let began = *streak_started.get_or_insert_with(Instant::now);
+                    let began = *received.streak_started.get_or_insert_with(Instant::now);
                     if began.elapsed() >= window {
                         return Err((Outcome::Interrupted, Some(reason)));
                     }
@@ -936,23 +988,29 @@ impl Runs {
         }
     }
 
-    /// One request. Text received is appended to `text` and written as deltas.
-    #[allow(clippy::too_many_arguments)]
+    /// One request. Text received is appended to `received.text` and
+    /// written as deltas; `received.tool_calls` holds this answer's calls.
     async fn stream_once(
         &self,
         session: &str,
         body: &Value,
-        run: &Run,
-        conversation: &Conversation,
-        message: &Message,
-        text: &mut String,
-        streak_started: &mut Option<Instant>,
-        tool_calls: &mut Vec<Value>,
+        answering: &Answering<'_>,
+        received: &mut Received,
         limit: u64,
     ) -> Result<(), Fault> {
         let inner = &self.inner;
-        let mut stream = inner.engine.stream(session, body).await?;
+        let Answering {
+            run,
+            conversation,
+            message,
+        } = *answering;
+        let Received {
+            text,
+            streak_started,
+            tool_calls,
+        } = received;
         tool_calls.clear();
+        let mut stream = inner.engine.stream(session, body).await?;
         let result = loop {
             let piece = match stream.next().await {
                 Ok(Some(piece)) => piece,
@@ -964,11 +1022,11 @@ impl Runs {
                 Piece::Text(t) => {
                     *streak_started = None;
                     text.push_str(&t);
-                    self.delta(run, conversation, message, false, t).await;
+                    self.answer_delta(answering, t).await;
                 }
                 Piece::Reasoning(t) => {
                     *streak_started = None;
-                    self.delta(run, conversation, message, true, t).await;
+                    self.reasoning_delta(answering, t).await;
                 }
                 Piece::ToolCall {
                     index,
@@ -1039,23 +1097,24 @@ impl Runs {
         result
     }
 
-    async fn delta(
-        &self,
-        run: &Run,
-        conversation: &Conversation,
-        message: &Message,
-        reasoning: bool,
-        text: String,
-    ) {
+    /// A piece of the answer's text, appended to the message.
+    async fn answer_delta(&self, answering: &Answering<'_>, text: String) {
+        self.write_delta(answering.delta(text)).await;
+    }
+
+    /// A piece of the model's reasoning, sent to devices only.
+    async fn reasoning_delta(&self, answering: &Answering<'_>, text: String) {
         let delta = Delta {
-            conversation_id: conversation.id.clone(),
-            run_id: run.id.clone(),
-            message_id: message.id.clone(),
-            reasoning,
-            text,
+            reasoning: true,
+            ..answering.delta(text)
         };
+        self.write_delta(delta).await;
+    }
+
+    async fn write_delta(&self, delta: Delta) {
+        let run_id = delta.run_id.clone();
         if self.inner.store.delta(delta).await.is_err() {
-            tracing::warn!(run = %run.id, "delta not written: the store is closing");
+            tracing::warn!(run = %run_id, "delta not written: the store is closing");
         }
     }
 }

@@ -42,6 +42,17 @@ enum Answer {
 
 const HOST_ASK_REASON: &str = "commands on this machine ask first (host_exec = ask)";
 
+/// A call cleared to run: what it is, how it was approved, and the room its
+/// result gets in the request.
+struct AllowedCall<'a> {
+    run: &'a Run,
+    call: &'a ToolCall,
+    /// The call in one line, for `tool.started`.
+    summary: &'a str,
+    approved: Approval,
+    budget: usize,
+}
+
 /// How a command on this machine ended for the run.
 enum HostEnd {
     Done,
@@ -143,7 +154,7 @@ impl Runs {
                     call.name.chars().take(60).collect::<String>(),
                     agent.tools.as_deref().unwrap_or_default().join(", ")
                 );
-                self.record_result(run, &call, false, &text, "not granted", text.len() as u64)
+                self.record_failure(run, &call, &text, "not granted", text.len() as u64)
                     .await?;
                 continue;
             }
@@ -159,7 +170,7 @@ impl Runs {
                         "there is no tool `{}` here; the tools are: {known}",
                         call.name.chars().take(60).collect::<String>()
                     );
-                    self.record_result(run, &call, false, &text, "unknown tool", text.len() as u64)
+                    self.record_failure(run, &call, &text, "unknown tool", text.len() as u64)
                         .await?;
                     continue;
                 }
@@ -201,8 +212,7 @@ impl Runs {
                 Decision::Run(approval) => approval,
                 Decision::Refuse { reason } => {
                     let text = format!("refused: {reason}; this call did not run");
-                    self.record_result(run, &call, false, &text, &text, 0)
-                        .await?;
+                    self.record_failure(run, &call, &text, &text, 0).await?;
                     continue;
                 }
                 Decision::Ask { reason } => {
@@ -227,7 +237,7 @@ impl Runs {
                         Answer::Expired => {
                             let text = "nobody answered the card in time; the command \
                                         did not run. Ask the person, or go on without it.";
-                            self.record_result(run, &call, false, text, "not answered", 0)
+                            self.record_failure(run, &call, text, "not answered", 0)
                                 .await?;
                             continue;
                         }
@@ -235,8 +245,7 @@ impl Runs {
                             "deny" => {
                                 let text = "the person declined this call; it did not run. \
                                             Ask them what they want instead, or go on without it.";
-                                self.record_result(run, &call, false, text, "declined", 0)
-                                    .await?;
+                                self.record_failure(run, &call, text, "declined", 0).await?;
                                 continue;
                             }
                             "always" if host => {
@@ -264,36 +273,28 @@ impl Runs {
                 // back meanwhile.
                 slot.take();
             }
+            let allowed = AllowedCall {
+                run,
+                call: &call,
+                summary: &summary,
+                approved,
+                budget,
+            };
             if sandboxed {
-                match self
-                    .execute_sandboxed(run, &call, &summary, approved, budget, stop)
-                    .await?
-                {
+                match self.execute_sandboxed(&allowed, stop).await? {
                     HostEnd::Done => continue,
                     HostEnd::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
                     HostEnd::Shutdown => return Ok(StepEnd::Left),
                 }
             }
             if host {
-                match self
-                    .execute_host(
-                        run,
-                        &call,
-                        &summary,
-                        approved,
-                        &workspace_root,
-                        budget,
-                        stop,
-                    )
-                    .await?
-                {
+                match self.execute_host(&allowed, &workspace_root, stop).await? {
                     HostEnd::Done => continue,
                     HostEnd::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
                     HostEnd::Shutdown => return Ok(StepEnd::Left),
                 }
             }
-            self.execute(run, &call, &summary, approved, &workspace_root, budget)
-                .await?;
+            self.execute(&allowed, &workspace_root).await?;
         }
         Ok(StepEnd::Go)
     }
@@ -304,8 +305,7 @@ impl Runs {
         let history = self.head_path(&run.conversation_id).await?;
         for call in unanswered(&history) {
             let text = "not run: the run that asked for it was stopped first";
-            self.record_result(run, &call, false, text, "not run", 0)
-                .await?;
+            self.record_failure(run, &call, text, "not run", 0).await?;
         }
         Ok(())
     }
@@ -559,17 +559,19 @@ impl Runs {
 
     /// Runs one allowed `bash` call through hostexecd. A stop or chatd's
     /// shutdown drops the request, and hostexecd kills the command's tree.
-    #[allow(clippy::too_many_arguments)]
     async fn execute_host(
         &self,
-        run: &Run,
-        call: &ToolCall,
-        summary: &str,
-        approved: Approval,
+        allowed: &AllowedCall<'_>,
         workspace_root: &std::path::Path,
-        budget: usize,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<HostEnd, ApiError> {
+        let AllowedCall {
+            run,
+            call,
+            summary,
+            approved,
+            budget,
+        } = *allowed;
         self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
         let Some(hostexec) = self.inner.hostexec.clone() else {
@@ -597,7 +599,7 @@ impl Runs {
             Err(HostEnd::Stopped) => {
                 let text = "stopped: the run was stopped while the command ran; hostexecd \
                             kills it and everything it started";
-                self.record_result(run, call, false, text, "bash: stopped", 0)
+                self.record_failure(run, call, text, "bash: stopped", 0)
                     .await?;
                 Ok(HostEnd::Stopped)
             }
@@ -610,13 +612,16 @@ impl Runs {
     /// shutdown kills the command inside before the call is answered.
     async fn execute_sandboxed(
         &self,
-        run: &Run,
-        call: &ToolCall,
-        summary: &str,
-        approved: Approval,
-        budget: usize,
+        allowed: &AllowedCall<'_>,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<HostEnd, ApiError> {
+        let AllowedCall {
+            run,
+            call,
+            summary,
+            approved,
+            budget,
+        } = *allowed;
         use crate::sandbox::exec::{self, Cancel};
         self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
@@ -652,7 +657,7 @@ impl Runs {
                      everything it started were killed",
                     output.text
                 );
-                self.record_result(run, call, false, &text, "bash: stopped", output.bytes)
+                self.record_failure(run, call, &text, "bash: stopped", output.bytes)
                     .await?;
                 Ok(HostEnd::Stopped)
             }
@@ -664,13 +669,16 @@ impl Runs {
     /// Runs one allowed call and records its result.
     async fn execute(
         &self,
-        run: &Run,
-        call: &ToolCall,
-        summary: &str,
-        approved: Approval,
+        allowed: &AllowedCall<'_>,
         workspace_root: &std::path::Path,
-        budget: usize,
     ) -> Result<(), ApiError> {
+        let AllowedCall {
+            run,
+            call,
+            summary,
+            approved,
+            budget,
+        } = *allowed;
         self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
         let registry = self.inner.registry.clone();
@@ -756,15 +764,26 @@ impl Runs {
             .inc();
         tracing::info!(run = %run.id, call = %call.id, tool = %call.name, ok = output.ok,
             bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
-        self.record_result(
-            run,
-            call,
-            output.ok,
-            &output.text,
-            &output.summary,
-            output.bytes,
-        )
-        .await
+        self.record_result(run, call, output).await
+    }
+
+    /// The `tool` message and `tool.finished` of a call that did not run or
+    /// did not finish: `text` is what the model reads, `summary` the event's.
+    async fn record_failure(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        text: &str,
+        summary: &str,
+        bytes: u64,
+    ) -> Result<(), ApiError> {
+        let output = tools::ToolOutput {
+            ok: false,
+            text: text.to_string(),
+            summary: summary.to_string(),
+            bytes,
+        };
+        self.record_result(run, call, output).await
     }
 
     /// The call's `tool` message and `tool.finished`.
@@ -772,13 +791,15 @@ impl Runs {
         &self,
         run: &Run,
         call: &ToolCall,
-        ok: bool,
-        text: &str,
-        summary: &str,
-        bytes: u64,
+        output: tools::ToolOutput,
     ) -> Result<(), ApiError> {
         let (rid, cid, call_id) = (run.id.clone(), run.conversation_id.clone(), call.id.clone());
-        let (text, summary) = (text.to_string(), summary.to_string());
+        let tools::ToolOutput {
+            ok,
+            text,
+            summary,
+            bytes,
+        } = output;
         self.inner
             .store
             .write(move |ctx| {

@@ -16,7 +16,7 @@ impl Sandboxes {
         let total_cap = if settings.total_gb > 0.0 {
             guard::bytes_of_gb(settings.total_gb)
         } else {
-            settings.max_running as u64 * limit
+            u64::from(settings.max_running) * limit
         };
         loop {
             let (count, used, idle) = {

@@ -209,7 +209,7 @@ pub async fn run_command(
     tokio::pin!(cancel);
     // After a kill the stream ends at once; if it does not (the kill failed,
     // the runtime hangs), the container is stopped 10 s later.
-    let hard_stop = tokio::time::sleep(Duration::from_secs(u32::MAX as u64));
+    let hard_stop = tokio::time::sleep(Duration::from_secs(u64::from(u32::MAX)));
     tokio::pin!(hard_stop);
     let mut killed_at: Option<Instant> = None;
     loop {

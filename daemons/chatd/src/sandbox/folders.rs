@@ -125,9 +125,8 @@ fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     let mut pending: Vec<OwnedFd> = vec![root];
     let mut seen = 0usize;
     while let Some(folder) = pending.pop() {
-        let listing = match Dir::from_fd(folder.try_clone()?) {
-            Ok(d) => d,
-            Err(_) => continue,
+        let Ok(listing) = Dir::from_fd(folder.try_clone()?) else {
+            continue;
         };
         let mut names = Vec::new();
         let mut listing = listing;

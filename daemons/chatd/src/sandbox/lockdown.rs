@@ -92,7 +92,7 @@ impl Sandboxes {
                 .to_string()
         };
         host["Memory"].as_u64() == Some(fit.limit)
-            && host["PidsLimit"].as_u64() == Some(self.inner.settings.pids as u64)
+            && host["PidsLimit"].as_u64() == Some(u64::from(self.inner.settings.pids))
             && host["NanoCpus"].as_u64() == Some((self.inner.cpus * 1e9) as u64)
             && host["ReadonlyRootfs"].as_bool() == Some(true)
             && found["Config"]["User"].as_str() == Some(self.user().as_str())

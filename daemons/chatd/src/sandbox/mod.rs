@@ -109,10 +109,16 @@ impl Chats {
         self.epochs.get(chat).map(|e| e.0).unwrap_or(0)
     }
 
-    fn bump(&mut self, chat: &str, removed: bool) {
+    /// A stop: a start that began before gives up.
+    fn bump(&mut self, chat: &str) {
+        self.epochs.entry(chat.to_string()).or_insert((0, false)).0 += 1;
+    }
+
+    /// A removal: as a stop, and the sandbox is marked removed.
+    fn bump_removed(&mut self, chat: &str) {
         let entry = self.epochs.entry(chat.to_string()).or_insert((0, false));
         entry.0 += 1;
-        entry.1 |= removed;
+        entry.1 = true;
     }
 }
 
@@ -423,7 +429,7 @@ impl Sandboxes {
     pub async fn stop(&self, chat: &str, why: &str) {
         let was = {
             let mut chats = self.lock_running();
-            chats.bump(chat, false);
+            chats.bump(chat);
             chats.running.remove(chat)
         };
         self.stop_taken(chat, why, was).await;
@@ -491,7 +497,7 @@ impl Sandboxes {
     pub async fn remove(&self, chat: &str) {
         {
             let mut chats = self.lock_running();
-            chats.bump(chat, true);
+            chats.bump_removed(chat);
             chats.running.remove(chat);
         }
         let name = container_name(chat);

@@ -36,12 +36,21 @@ fn incomplete_tail(b: &[u8]) -> usize {
     0
 }
 
-/// The text of `carry` + `chunk` up to the last complete character (all of
-/// it when `last`); the rest stays in `carry`.
-pub(super) fn take_text(carry: &mut Vec<u8>, chunk: &[u8], last: bool) -> String {
+/// The text of `carry` + `chunk` up to the last complete character; the
+/// rest stays in `carry`.
+pub(super) fn take_text(carry: &mut Vec<u8>, chunk: &[u8]) -> String {
     carry.extend_from_slice(chunk);
-    let keep = if last { 0 } else { incomplete_tail(carry) };
-    let upto = carry.len() - keep;
+    let upto = carry.len() - incomplete_tail(carry);
+    drain_text(carry, upto)
+}
+
+/// All of `carry` as text at the end of the output, an unfinished
+/// character as U+FFFD.
+pub(super) fn take_rest(carry: &mut Vec<u8>) -> String {
+    drain_text(carry, carry.len())
+}
+
+fn drain_text(carry: &mut Vec<u8>, upto: usize) -> String {
     let text = String::from_utf8_lossy(&carry[..upto]).into_owned();
     carry.drain(..upto);
     text
@@ -128,7 +137,7 @@ pub(super) async fn drive(
                     if !truncated {
                         // The bound is on the text sent: a byte that is not
                         // UTF-8 is sent as U+FFFD, three bytes.
-                        let text = take_text(&mut carry, &buf[..n], false);
+                        let text = take_text(&mut carry, &buf[..n]);
                         let room = limit.saturating_sub(sent) as usize;
                         let kept = crate::store::cut(&text, room);
                         if !kept.is_empty() {
@@ -177,7 +186,7 @@ pub(super) async fn drive(
         // A character cut by the limit is left out, not shown as U+FFFD.
         carry.clear();
     }
-    let rest = take_text(&mut carry, &[], true);
+    let rest = take_rest(&mut carry);
     let room = limit.saturating_sub(sent) as usize;
     let kept = crate::store::cut(&rest, room);
     if !kept.is_empty() {

@@ -171,7 +171,7 @@ async fn schedules(td: &Arc<Triggerd>, now: i64) -> anyhow::Result<()> {
             let mut queued = 0usize;
             for (id, name, at) in &stored {
                 let run = new_run(id, name, schedule_key(id, *at), "schedule", *at, None, now);
-                queued += store::queue_run(&tx, &run)?.is_some() as usize;
+                queued += usize::from(store::queue_run(&tx, &run)?.is_some());
                 store::set_checked(&tx, id, now)?;
             }
             tx.commit()?;

@@ -65,8 +65,11 @@ pub struct Part {
 /// The answer as MarkdownV2 messages of at most `limit` UTF-16 units each.
 pub fn parts(markdown: &str, limit: usize) -> Vec<Part> {
     let units = units(markdown, limit);
-    pack(&units, limit, true)
+    pack(&units, limit)
         .into_iter()
+        // A part whose plain text is empty (an empty code block) is left
+        // out: Telegram refuses a message with nothing to show.
+        .filter(|(_, plain)| !plain.trim().is_empty())
         .map(|(v2, plain)| Part { v2, plain })
         .collect()
 }
@@ -113,7 +116,7 @@ pub fn split(text: &str, limit: usize) -> Vec<String> {
             units.push(Unit::new(piece, None, Kind::Text));
         }
     }
-    pack(&units, limit, false)
+    pack(&units, limit)
         .into_iter()
         .map(|(out, _)| out)
         .collect()

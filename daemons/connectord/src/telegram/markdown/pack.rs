@@ -5,9 +5,8 @@
 use super::units::{Kind, Unit};
 
 /// Units into parts of at most `limit`: (the sent text, its plain text).
-/// With `visible`, a part whose plain text is empty (an empty code block)
-/// is left out: Telegram refuses a message with nothing to show.
-pub(super) fn pack(units: &[Unit], limit: usize, visible: bool) -> Vec<(String, String)> {
+/// A part with nothing but blanks in its sent text is left out.
+pub(super) fn pack(units: &[Unit], limit: usize) -> Vec<(String, String)> {
     let mut parts = Vec::new();
     let mut i = 0;
     // The Open unit of the block units[i] is inside, if any.
@@ -68,7 +67,7 @@ pub(super) fn pack(units: &[Unit], limit: usize, visible: bool) -> Vec<(String, 
         i = end;
         open = end_open;
     }
-    parts.retain(|(out, plain)| !out.trim().is_empty() && (!visible || !plain.trim().is_empty()));
+    parts.retain(|(out, _)| !out.trim().is_empty());
     parts
 }
 
