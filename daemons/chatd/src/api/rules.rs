@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rusqlite::Connection;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
@@ -84,23 +83,6 @@ fn check(app: &App, body: &RuleBody) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn list(conn: &Connection, conversation_id: Option<&str>) -> Result<Vec<Value>, ApiError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, tool, pattern, verdict, created FROM rules \
-         WHERE conversation_id IS ?1 ORDER BY rowid",
-    )?;
-    let rows = stmt.query_map([conversation_id], |r| {
-        Ok(json!({
-            "id": r.get::<_, String>(0)?,
-            "tool": r.get::<_, String>(1)?,
-            "pattern": r.get::<_, String>(2)?,
-            "verdict": r.get::<_, String>(3)?,
-            "created": r.get::<_, String>(4)?,
-        }))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
 async fn add(
     app: &App,
     conversation_id: Option<String>,
@@ -149,7 +131,7 @@ pub async fn chat_list(
         .store
         .read(move |conn| {
             queries::conversation(conn, &id, Trashed::Exclude)?;
-            list(conn, Some(&id))
+            store::rules::list(conn, Some(&id))
         })
         .await?;
     Ok(axum::Json(json!({ "rules": rules })))
@@ -171,7 +153,10 @@ pub async fn chat_remove(
 }
 
 pub async fn global_list(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
-    let rules = app.store.read(move |conn| list(conn, None)).await?;
+    let rules = app
+        .store
+        .read(move |conn| store::rules::list(conn, None))
+        .await?;
     Ok(axum::Json(json!({ "rules": rules })))
 }
 

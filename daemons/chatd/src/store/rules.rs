@@ -1,13 +1,31 @@
-//! Writes of permission rules made through the API: a rule added (to a
-//! chat, or to every chat's) and one removed. ("Always" on a card adds its
-//! rule in `runs/steps.rs`, still to move here.)
+//! Permission rules as the API lists, adds and removes them (a chat's own,
+//! or every chat's). "Always" on a card adds its rule in `runs/steps.rs`,
+//! still to move here.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Ctx;
+
+/// The rules of a chat (`None`: every chat's), oldest first, as the API shows them.
+pub fn list(conn: &Connection, conversation_id: Option<&str>) -> Result<Vec<Value>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, tool, pattern, verdict, created FROM rules \
+         WHERE conversation_id IS ?1 ORDER BY rowid",
+    )?;
+    let rows = stmt.query_map([conversation_id], |r| {
+        Ok(json!({
+            "id": r.get::<_, String>(0)?,
+            "tool": r.get::<_, String>(1)?,
+            "pattern": r.get::<_, String>(2)?,
+            "verdict": r.get::<_, String>(3)?,
+            "created": r.get::<_, String>(4)?,
+        }))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
 
 /// A rule to add: `conversation_id` `None` is every chat's.
 pub struct NewRule<'a> {
