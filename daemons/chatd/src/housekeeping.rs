@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::params;
 use tandem_shared::http::ApiError;
 use tandem_shared::time::now_unix;
 
+use crate::store::{conversations, inbox, messages};
 use crate::App;
 
 pub fn spawn(app: Arc<App>) {
@@ -38,21 +38,7 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
     let cutoff = now_unix() - (app.config.trash_days * 86_400) as i64;
     let purged: Vec<String> = app
         .store
-        .write(move |ctx| {
-            let ids: Vec<String> = {
-                let mut stmt = ctx.conn().prepare(
-                    "SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at < ?1",
-                )?;
-                let ids = stmt
-                    .query_map([cutoff], |r| r.get(0))?
-                    .collect::<Result<_, _>>()?;
-                ids
-            };
-            for id in &ids {
-                crate::api::delete_forever(ctx, id)?;
-            }
-            Ok(ids)
-        })
+        .write(move |ctx| conversations::purge_trash(ctx, cutoff))
         .await?;
     for id in &purged {
         app.remove_folders(id).await;
@@ -60,28 +46,18 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
     let delta_cutoff = now_unix() - (app.config.delta_days * 86_400) as i64;
     let dropped = app
         .store
-        .write(move |ctx| {
-            Ok(ctx.conn().execute(
-                "DELETE FROM events WHERE kind IN ('text.delta', 'reasoning.delta') AND created < ?1",
-                params![delta_cutoff],
-            )?)
-        })
+        .write(move |ctx| messages::drop_deltas_before(ctx, delta_cutoff))
         .await?;
     // A send's key guards against a sender asking twice after a crash,
     // which comes within minutes: a week is plenty.
     let key_cutoff = now_unix() - 7 * 86_400;
     let keys_dropped = app
         .store
-        .write(move |ctx| {
-            Ok(ctx.conn().execute(
-                "DELETE FROM send_keys WHERE created_unix < ?1",
-                params![key_cutoff],
-            )?)
-        })
+        .write(move |ctx| messages::drop_send_keys_before(ctx, key_cutoff))
         .await?;
     let notifications_dropped = app
         .store
-        .write(|ctx| Ok(crate::inbox::prune(ctx.conn(), now_unix())?))
+        .write(|ctx| Ok(inbox::prune(ctx.conn(), now_unix())?))
         .await?;
     tracing::info!(
         purged = purged.len(),

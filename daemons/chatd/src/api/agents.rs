@@ -6,15 +6,14 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
-use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Json;
 use crate::agents::{self, Agent};
 use crate::settings::Settings;
+use crate::store::{self, agents::AgentFields};
 use crate::App;
 
 pub const MAX_NAME: usize = 100;
@@ -32,17 +31,7 @@ pub struct AgentBody {
     settings: Option<Value>,
 }
 
-/// A checked body: name, instructions, model, tools (JSON text or NULL),
-/// settings.
-struct Checked {
-    name: String,
-    instructions: String,
-    model: String,
-    tools: Option<Vec<String>>,
-    settings: Settings,
-}
-
-fn check(app: &App, body: AgentBody) -> Result<Checked, ApiError> {
+fn check(app: &App, body: AgentBody) -> Result<AgentFields, ApiError> {
     let name = body.name.unwrap_or_default();
     let chars = name.chars().count();
     if chars == 0 || chars > MAX_NAME {
@@ -98,17 +87,13 @@ fn check(app: &App, body: AgentBody) -> Result<Checked, ApiError> {
         Some(value) => Settings::check("settings", value)?,
         None => Settings::default(),
     };
-    Ok(Checked {
+    Ok(AgentFields {
         name,
         instructions,
         model,
         tools,
         settings,
     })
-}
-
-fn tools_text(tools: &Option<Vec<String>>) -> Option<String> {
-    tools.as_ref().map(|t| json!(t).to_string())
 }
 
 pub async fn list(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
@@ -132,9 +117,7 @@ pub async fn create(
     let agent = app
         .store
         .write(move |ctx| {
-            let count: i64 = ctx
-                .conn()
-                .query_row("SELECT COUNT(*) FROM agents", [], |r| r.get(0))?;
+            let count = store::agents::count(ctx)?;
             if count >= MAX_AGENTS {
                 return Err(ApiError::conflict(
                     "too_many_agents",
@@ -144,21 +127,7 @@ pub async fn create(
                 )
                 .with("limit", MAX_AGENTS));
             }
-            let id = new_id("a_");
-            let now = now_rfc3339();
-            ctx.conn().execute(
-                "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
-                params![
-                    id,
-                    new.name,
-                    new.instructions,
-                    new.model,
-                    tools_text(&new.tools),
-                    now,
-                    new.settings.to_text()
-                ],
-            )?;
+            let id = store::agents::insert(ctx, &new)?;
             agents::get(ctx.conn(), &id)
         })
         .await?;
@@ -176,11 +145,7 @@ pub async fn replace(
         .store
         .write(move |ctx| {
             agents::get(ctx.conn(), &id)?;
-            ctx.conn().execute(
-                "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7 \
-                 WHERE id = ?1",
-                params![id, new.name, new.instructions, new.model, tools_text(&new.tools), now_rfc3339(), new.settings.to_text()],
-            )?;
+            store::agents::replace(ctx, &id, &new)?;
             agents::get(ctx.conn(), &id)
         })
         .await?;
@@ -196,8 +161,7 @@ pub async fn remove(
     app.store
         .write(move |ctx| {
             agents::get(ctx.conn(), &id)?;
-            ctx.conn()
-                .execute("DELETE FROM agents WHERE id = ?1", [&id])?;
+            store::agents::delete(ctx, &id)?;
             Ok(())
         })
         .await?;

@@ -6,11 +6,10 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
-use tandem_shared::time::{new_id, now_rfc3339, now_unix};
+use tandem_shared::time::now_unix;
 
 use super::defaults::{check_mode, check_window, default_mode_value};
 use super::Json;
@@ -18,8 +17,9 @@ use crate::kinds::EventKind;
 use crate::model::Conversation;
 use crate::runs::{announce_conversation, insert_message};
 use crate::settings::Settings;
+use crate::store::conversations::{self, ConversationChange, NewConversation};
 use crate::store::queries::{self, ListQuery, Trashed};
-use crate::store::Ctx;
+use crate::store::{messages, meta, Ctx};
 use crate::words::{MessageStatus, Origin, Role};
 use crate::App;
 
@@ -72,29 +72,10 @@ fn check_model(model: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The values a new conversation starts with, checked.
-pub struct NewConversation {
-    pub title: String,
-    pub model: String,
-    pub settings: Settings,
-    pub permission_mode: String,
-    pub origin: Origin,
-    /// own | shared
-    pub workspace: String,
-    /// The saved agent it is made with.
-    pub agent_id: Option<String>,
-}
-
-/// Stores a new conversation. The caller notes a shared one in
-/// `App::folders` once the write committed.
+/// Stores a new conversation and announces it. The caller notes a shared
+/// one in `App::folders` once the write committed.
 pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conversation, ApiError> {
-    let id = new_id("c_");
-    let now = now_rfc3339();
-    ctx.conn().execute(
-        "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace, agent_id) \
-         VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![id, new.title, new.model, now, new.permission_mode, new.settings.to_text(), new.origin, new.workspace, new.agent_id],
-    )?;
+    let id = conversations::insert(ctx, new)?;
     announce_conversation(ctx, &id)
 }
 
@@ -139,7 +120,7 @@ pub async fn create(
     // settings are laid over that.
     let base = match &agent {
         Some(_) => Settings::default(),
-        None => app.store.read(super::defaults::settings).await?,
+        None => app.store.read(meta::default_settings).await?,
     };
     let settings = match &body.settings {
         Some(patch) => base.patched("settings", patch)?,
@@ -276,16 +257,16 @@ pub async fn update(
                     let settings = conversation.settings.patched("settings", patch)?;
                     let model = body.model.as_deref().unwrap_or(&conversation.model);
                     check_window(&windows, model, &settings)?;
-                    Some(settings.to_text())
+                    Some(settings)
                 }
                 None => None,
             };
-            let now = now_rfc3339();
-            ctx.conn().execute(
-                "UPDATE conversations SET title = COALESCE(?1, title), model = COALESCE(?2, model), \
-                 settings = COALESCE(?3, settings), updated = ?4 WHERE id = ?5",
-                params![body.title, body.model, settings, now, conversation.id],
-            )?;
+            let change = ConversationChange {
+                title: body.title.as_deref(),
+                model: body.model.as_deref(),
+                settings: settings.as_ref(),
+            };
+            conversations::update(ctx, &conversation.id, &change)?;
             let conversation = announce_conversation(ctx, &id)?;
             Ok(conversation)
         })
@@ -316,12 +297,9 @@ pub async fn remove(
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
             if forever {
-                delete_forever(ctx, &cid)?;
+                conversations::delete_forever(ctx, &cid)?;
             } else {
-                ctx.conn().execute(
-                    "UPDATE conversations SET deleted_at = ?1 WHERE id = ?2",
-                    params![now_unix(), cid],
-                )?;
+                conversations::trash(ctx, &cid, now_unix())?;
                 announce_conversation(ctx, &cid)?;
             }
             Ok(())
@@ -338,20 +316,6 @@ pub async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Removes a conversation and everything of it from the database.
-pub fn delete_forever(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
-    for table in ["events", "pending", "runs", "messages"] {
-        ctx.conn().execute(
-            &format!("DELETE FROM {table} WHERE conversation_id = ?1"),
-            [id],
-        )?;
-    }
-    ctx.conn()
-        .execute("DELETE FROM conversations WHERE id = ?1", [id])?;
-    ctx.forget(id);
-    Ok(())
-}
-
 pub async fn restore(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
@@ -360,10 +324,7 @@ pub async fn restore(
         .store
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &id, Trashed::Include)?;
-            ctx.conn().execute(
-                "UPDATE conversations SET deleted_at = NULL WHERE id = ?1",
-                [&id],
-            )?;
+            conversations::restore(ctx, &id)?;
             let conversation = announce_conversation(ctx, &id)?;
             Ok(conversation)
         })
@@ -579,14 +540,12 @@ pub async fn import(
                 let status = (role == Role::Assistant).then_some(MessageStatus::Done);
                 let message = insert_message(ctx, &conversation.id, role, &m.text, None, status)?;
                 let keep_from = m.keep_from_index.and_then(|k| ids.get(k).cloned());
-                ctx.conn().execute(
-                    "UPDATE messages SET tool_calls = ?1, tool_call_id = ?2, keep_from = ?3 WHERE id = ?4",
-                    params![
-                        m.tool_calls.as_ref().map(|c| Value::Array(c.clone()).to_string()),
-                        m.tool_call_id,
-                        keep_from,
-                        message.id
-                    ],
+                messages::set_imported_parts(
+                    ctx,
+                    &message.id,
+                    m.tool_calls.as_deref(),
+                    m.tool_call_id.as_deref(),
+                    keep_from.as_deref(),
                 )?;
                 ids.push(message.id);
             }
@@ -673,10 +632,7 @@ pub async fn set_permission_mode(
     app.store
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            ctx.conn().execute(
-                "UPDATE conversations SET permission_mode = ?1 WHERE id = ?2",
-                params![mode, id],
-            )?;
+            conversations::set_permission_mode(ctx, &id, &mode)?;
             announce_conversation(ctx, &id)?;
             Ok(())
         })

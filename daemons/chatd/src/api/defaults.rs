@@ -6,29 +6,17 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use rusqlite::{Connection, OptionalExtension};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
 use super::Json;
 use crate::settings::Settings;
+use crate::store::meta;
 use crate::App;
 
-const KEY: &str = "default_settings";
-
-/// The settings a new chat starts with.
-pub fn settings(conn: &Connection) -> Result<Settings, ApiError> {
-    let text: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = ?1", [KEY], |r| r.get(0))
-        .optional()?;
-    Ok(text
-        .map(|t| Settings::from_stored_text(&t))
-        .unwrap_or_default())
-}
-
 pub async fn show(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
-    let settings = app.store.read(settings).await?;
+    let settings = app.store.read(meta::default_settings).await?;
     let mode = default_mode_value(&app).await?;
     Ok(axum::Json(json!({
         "settings": settings.to_value(),
@@ -56,23 +44,15 @@ pub async fn update(
     let (settings, mode) = app
         .store
         .write(move |ctx| {
-            let mut current = settings(ctx.conn())?;
+            let mut current = meta::default_settings(ctx.conn())?;
             if let Some(patch) = &body.settings {
                 current = current.patched("settings", patch)?;
                 // New chats get chatd's default model unless they name one.
                 check_window(&windows, &windows.default_model(), &current)?;
-                ctx.conn().execute(
-                    "INSERT INTO meta (key, value) VALUES (?1, ?2) \
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [KEY, &current.to_text()],
-                )?;
+                meta::set_default_settings(ctx, &current)?;
             }
             if let Some(mode) = &body.permission_mode {
-                ctx.conn().execute(
-                    "INSERT INTO meta (key, value) VALUES ('permission_mode', ?1) \
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [mode],
-                )?;
+                meta::set_default_mode(ctx, mode)?;
             }
             Ok((current, body.permission_mode.clone()))
         })
@@ -114,16 +94,5 @@ pub fn check_mode(field: &str, mode: &str) -> Result<(), ApiError> {
 }
 
 pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
-    app.store
-        .read(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'permission_mode'",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()?
-                .unwrap_or_else(|| "auto".to_string()))
-        })
-        .await
+    app.store.read(meta::default_mode).await
 }

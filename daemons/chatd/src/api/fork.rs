@@ -9,15 +9,16 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rusqlite::params;
 use serde::Deserialize;
 use serde_json::Value;
 use tandem_shared::http::ApiError;
 
-use super::conversations::{check_title, insert_conversation, NewConversation};
+use super::conversations::{check_title, insert_conversation};
 use super::Json;
 use crate::model::Message;
 use crate::runs::insert_row;
+use crate::store::conversations::NewConversation;
+use crate::store::messages;
 use crate::store::queries::{self, Trashed};
 use crate::words::{MessageStatus, Origin};
 use crate::workspace::Workspace;
@@ -92,19 +93,20 @@ pub async fn fork(
                 copy.keep_from = m.keep_from.as_ref().and_then(|k| ids.get(k).cloned());
                 files.extend(attached_paths(m));
                 let copy = insert_row(ctx, &fork.id, copy)?;
-                ctx.conn().execute(
-                    "UPDATE messages SET tool_calls = ?1, reasoning = ?2, keep_from = ?3 WHERE id = ?4",
-                    params![
-                        copy.tool_calls.as_ref().map(Value::to_string),
-                        copy.reasoning,
-                        copy.keep_from,
-                        copy.id
-                    ],
+                messages::set_forked_parts(
+                    ctx,
+                    &copy.id,
+                    copy.tool_calls.as_ref(),
+                    copy.reasoning.as_deref(),
+                    copy.keep_from.as_deref(),
                 )?;
                 ids.insert(m.id.clone(), copy.id.clone());
                 parent = Some(copy.id);
             }
-            Ok((queries::conversation(ctx.conn(), &fork.id, Trashed::Include)?, files))
+            Ok((
+                queries::conversation(ctx.conn(), &fork.id, Trashed::Include)?,
+                files,
+            ))
         })
         .await?;
     app.folders.made(&conversation.id, &conversation.workspace);

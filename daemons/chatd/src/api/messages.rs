@@ -12,17 +12,17 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rusqlite::{params, OptionalExtension};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
-use tandem_shared::time::{new_id, now_rfc3339};
+use tandem_shared::time::new_id;
 
 use super::Json;
 use crate::attachments;
 use crate::kinds::EventKind;
 use crate::runs::{insert_at_head, insert_message, insert_message_under, insert_run};
 use crate::store::queries::{self, Trashed};
+use crate::store::{conversations, messages};
 use crate::words::{Origin, PendingState, Role, RunMode, RunStatus};
 use crate::workspace::Workspace;
 use crate::App;
@@ -142,14 +142,7 @@ pub async fn send(
         .write(move |ctx| {
             let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
             if let Some(key) = &key {
-                let before: Option<String> = ctx
-                    .conn()
-                    .query_row(
-                        "SELECT answer FROM send_keys WHERE conversation_id = ?1 AND key = ?2",
-                        params![cid, key],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
+                let before = messages::send_key_answer(ctx.conn(), &cid, key)?;
                 if let Some(before) = before {
                     return Ok(Sent::Again(
                         serde_json::from_str(&before).unwrap_or(Value::Null),
@@ -158,10 +151,7 @@ pub async fn send(
             }
             let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
             if let Some(key) = &key {
-                ctx.conn().execute(
-                    "INSERT INTO send_keys (conversation_id, key, answer, created_unix) VALUES (?1, ?2, ?3, ?4)",
-                    params![cid, key, sent.answer().to_string(), tandem_shared::time::now_unix()],
-                )?;
+                messages::insert_send_key(ctx, &cid, key, &sent.answer())?;
             }
             Ok(sent)
         })
@@ -187,10 +177,7 @@ fn send_in(
 ) -> Result<Sent, ApiError> {
     if queries::active_run(ctx.conn(), cid)?.is_some() {
         let pending_id = new_id("p_");
-        ctx.conn().execute(
-            "INSERT INTO pending (id, conversation_id, text, created, attachments) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![pending_id, cid, text, now_rfc3339(), records.as_ref().map(Value::to_string)],
-        )?;
+        messages::insert_pending(ctx, &pending_id, cid, text, records.as_ref())?;
         let pending = queries::pending(ctx.conn(), cid, &pending_id)?;
         ctx.emit(cid, EventKind::PendingAdded, json!({"pending": pending}))?;
         return Ok(Sent::Pending { pending_id });
@@ -244,10 +231,7 @@ pub async fn update_pending(
                     "this message has reached the model already",
                 ));
             }
-            ctx.conn().execute(
-                "UPDATE pending SET text = ?1 WHERE id = ?2",
-                params![body.text, pid],
-            )?;
+            messages::set_pending_text(ctx, &pid, &body.text)?;
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
             ctx.emit(&id, EventKind::PendingUpdated, json!({"pending": pending}))?;
             Ok(pending)
@@ -269,8 +253,7 @@ pub async fn remove_pending(
                     "this message has reached the model already",
                 ));
             }
-            ctx.conn()
-                .execute("DELETE FROM pending WHERE id = ?1", [&pid])?;
+            messages::delete_pending(ctx, &pid)?;
             ctx.emit(&id, EventKind::PendingRemoved, json!({"pending_id": pid}))?;
             Ok(())
         })
@@ -423,10 +406,7 @@ pub async fn regenerate(
                 ));
             };
             // The new answer is a sibling of the old: the head moves back to the question.
-            ctx.conn().execute(
-                "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
-                params![user.id, conversation.id],
-            )?;
+            conversations::set_head(ctx, &conversation.id, &user.id)?;
             Ok(None)
         },
     )

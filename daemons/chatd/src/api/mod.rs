@@ -28,7 +28,6 @@ use tandem_shared::http::ApiError;
 use crate::App;
 
 pub use body::Json;
-pub use conversations::delete_forever;
 
 pub fn router(app: Arc<App>) -> Router {
     let chat_app = Router::new()

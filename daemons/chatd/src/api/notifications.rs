@@ -18,8 +18,9 @@ use tandem_shared::http::ApiError;
 use tokio::sync::broadcast;
 
 use super::Json;
-use crate::inbox::{self, NewNotification, Source, Which};
+use crate::inbox;
 use crate::metrics::NotificationLabels;
+use crate::store::{self, inbox::NewNotification, inbox::Source, inbox::Which};
 use crate::App;
 
 #[derive(Deserialize)]
@@ -135,7 +136,7 @@ pub async fn create(
     let stored = app
         .store
         .write(move |ctx| {
-            Ok(inbox::insert(
+            Ok(store::inbox::insert(
                 ctx.conn(),
                 &new,
                 tandem_shared::time::now_unix(),
@@ -202,8 +203,8 @@ pub async fn list(
         .store
         .read(move |conn| {
             Ok((
-                inbox::list(conn, unread_only, limit, now)?,
-                inbox::counts(conn, now)?,
+                store::inbox::list(conn, unread_only, limit, now)?,
+                store::inbox::counts(conn, now)?,
             ))
         })
         .await?;
@@ -216,7 +217,7 @@ pub async fn count(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, Api
     let now = tandem_shared::time::now_unix();
     let (unread, total) = app
         .store
-        .read(move |conn| Ok(inbox::counts(conn, now)?))
+        .read(move |conn| Ok(store::inbox::counts(conn, now)?))
         .await?;
     Ok(axum::Json(json!({"unread": unread, "total": total})))
 }
@@ -274,7 +275,7 @@ pub async fn mark_read(
     let (updated, changed) = app
         .store
         .write(move |ctx| {
-            Ok(inbox::mark_read(
+            Ok(store::inbox::mark_read(
                 ctx.conn(),
                 &selection,
                 tandem_shared::time::now_unix(),
@@ -299,7 +300,7 @@ pub async fn remove(
     let (deleted, gone) = app
         .store
         .write(move |ctx| {
-            Ok(inbox::delete(
+            Ok(store::inbox::delete(
                 ctx.conn(),
                 &selection,
                 read_only,

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
-use tandem_shared::time::{new_id, now_rfc3339};
 
 use super::Json;
 use crate::store::queries::{self, Trashed};
+use crate::store::{self, rules::NewRule};
 use crate::App;
 
 #[derive(Deserialize)]
@@ -84,23 +83,6 @@ fn check(app: &App, body: &RuleBody) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn list(conn: &Connection, conversation_id: Option<&str>) -> Result<Vec<Value>, ApiError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, tool, pattern, verdict, created FROM rules \
-         WHERE conversation_id IS ?1 ORDER BY rowid",
-    )?;
-    let rows = stmt.query_map([conversation_id], |r| {
-        Ok(json!({
-            "id": r.get::<_, String>(0)?,
-            "tool": r.get::<_, String>(1)?,
-            "pattern": r.get::<_, String>(2)?,
-            "verdict": r.get::<_, String>(3)?,
-            "created": r.get::<_, String>(4)?,
-        }))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
 async fn add(
     app: &App,
     conversation_id: Option<String>,
@@ -113,15 +95,18 @@ async fn add(
             if let Some(cid) = &conversation_id {
                 queries::conversation(ctx.conn(), cid, Trashed::Exclude)?;
             }
-            let id = new_id("rule_");
-            let created = now_rfc3339();
-            let pattern = body.pattern.split_whitespace().collect::<Vec<_>>().join(" ");
-            ctx.conn().execute(
-                "INSERT INTO rules (id, conversation_id, tool, pattern, verdict, created) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, conversation_id, body.tool, pattern, body.verdict, created],
-            )?;
-            Ok(json!({"id": id, "tool": body.tool, "pattern": pattern, "verdict": body.verdict, "created": created}))
+            let pattern = body
+                .pattern
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let new = NewRule {
+                conversation_id: conversation_id.as_deref(),
+                tool: &body.tool,
+                pattern: &pattern,
+                verdict: &body.verdict,
+            };
+            store::rules::insert(ctx, &new)
         })
         .await?;
     Ok((StatusCode::CREATED, axum::Json(rule)).into_response())
@@ -133,22 +118,7 @@ async fn remove(
     rule_id: String,
 ) -> Result<StatusCode, ApiError> {
     app.store
-        .write(move |ctx| {
-            let found: Option<String> = ctx
-                .conn()
-                .query_row(
-                    "SELECT id FROM rules WHERE id = ?1 AND conversation_id IS ?2",
-                    params![rule_id, conversation_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if found.is_none() {
-                return Err(ApiError::not_found("rule", &rule_id));
-            }
-            ctx.conn()
-                .execute("DELETE FROM rules WHERE id = ?1", [&rule_id])?;
-            Ok(())
-        })
+        .write(move |ctx| store::rules::delete(ctx, conversation_id.as_deref(), &rule_id))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -161,7 +131,7 @@ pub async fn chat_list(
         .store
         .read(move |conn| {
             queries::conversation(conn, &id, Trashed::Exclude)?;
-            list(conn, Some(&id))
+            store::rules::list(conn, Some(&id))
         })
         .await?;
     Ok(axum::Json(json!({ "rules": rules })))
@@ -183,7 +153,10 @@ pub async fn chat_remove(
 }
 
 pub async fn global_list(State(app): State<Arc<App>>) -> Result<axum::Json<Value>, ApiError> {
-    let rules = app.store.read(move |conn| list(conn, None)).await?;
+    let rules = app
+        .store
+        .read(move |conn| store::rules::list(conn, None))
+        .await?;
     Ok(axum::Json(json!({ "rules": rules })))
 }
 

@@ -9,6 +9,7 @@ use tandem_shared::http::ApiError;
 
 use super::defaults::{check_mode, default_mode_value};
 use super::{Json, SignedIn};
+use crate::store::meta;
 use crate::App;
 
 pub async fn health(State(app): State<Arc<App>>) -> axum::Json<Value> {
@@ -60,7 +61,7 @@ pub async fn capabilities(
         .collect();
     let settings = app
         .store
-        .read(super::defaults::settings)
+        .read(meta::default_settings)
         .await
         .unwrap_or_default();
     axum::Json(json!({
@@ -113,14 +114,7 @@ pub async fn set_default_mode(
     check_mode("default", &body.default)?;
     let mode = body.default.clone();
     app.store
-        .write(move |ctx| {
-            ctx.conn().execute(
-                "INSERT INTO meta (key, value) VALUES ('permission_mode', ?1) \
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                [&mode],
-            )?;
-            Ok(())
-        })
+        .write(move |ctx| meta::set_default_mode(ctx, &mode))
         .await?;
     Ok(axum::Json(json!({"default": body.default})))
 }

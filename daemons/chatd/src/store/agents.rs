@@ -1,0 +1,70 @@
+//! Writes of saved agents: made, replaced, deleted, and the count the
+//! bound on how many are kept is checked against (read in the same job).
+
+use rusqlite::params;
+use serde_json::json;
+use tandem_shared::http::ApiError;
+use tandem_shared::time::{new_id, now_rfc3339};
+
+use super::Ctx;
+use crate::settings::Settings;
+
+/// A checked agent: what a made or replaced agent holds.
+pub struct AgentFields {
+    pub name: String,
+    pub instructions: String,
+    pub model: String,
+    /// The tools it is granted; `None` grants every tool.
+    pub tools: Option<Vec<String>>,
+    pub settings: Settings,
+}
+
+impl AgentFields {
+    /// The tools as stored: JSON text, or NULL.
+    fn tools_text(&self) -> Option<String> {
+        self.tools.as_ref().map(|t| json!(t).to_string())
+    }
+}
+
+/// How many agents are kept.
+pub fn count(ctx: &Ctx) -> Result<i64, ApiError> {
+    Ok(ctx
+        .conn()
+        .query_row("SELECT COUNT(*) FROM agents", [], |r| r.get(0))?)
+}
+
+/// Stores a new agent; answers its id.
+pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
+    let id = new_id("a_");
+    let now = now_rfc3339();
+    ctx.conn().execute(
+        "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
+        params![
+            id,
+            new.name,
+            new.instructions,
+            new.model,
+            new.tools_text(),
+            now,
+            new.settings.to_text()
+        ],
+    )?;
+    Ok(id)
+}
+
+/// Replaces everything the agent `id` holds with `new`.
+pub fn replace(ctx: &mut Ctx, id: &str, new: &AgentFields) -> Result<(), ApiError> {
+    ctx.conn().execute(
+        "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7 \
+         WHERE id = ?1",
+        params![id, new.name, new.instructions, new.model, new.tools_text(), now_rfc3339(), new.settings.to_text()],
+    )?;
+    Ok(())
+}
+
+pub fn delete(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
+    ctx.conn()
+        .execute("DELETE FROM agents WHERE id = ?1", [id])?;
+    Ok(())
+}
