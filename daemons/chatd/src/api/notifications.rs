@@ -188,9 +188,9 @@ pub async fn list(
             }
         },
     };
-    let unread_only = match params.unread.as_deref() {
-        None | Some("" | "0" | "false") => false,
-        Some("1" | "true") => true,
+    let listing = match params.unread.as_deref() {
+        None | Some("" | "0" | "false") => store::inbox::Listing::All,
+        Some("1" | "true") => store::inbox::Listing::Unread,
         Some(other) => {
             return Err(ApiError::bad_input(
                 "unread",
@@ -203,7 +203,7 @@ pub async fn list(
         .store
         .read(move |conn| {
             Ok((
-                store::inbox::list(conn, unread_only, limit, now)?,
+                store::inbox::list(conn, listing, limit, now)?,
                 store::inbox::counts(conn, now)?,
             ))
         })
@@ -296,6 +296,11 @@ pub async fn remove(
 ) -> Result<axum::Json<Value>, ApiError> {
     let which = which(&body)?;
     let read_only = body.read_only == Some(true);
+    let removal = if read_only {
+        store::inbox::Removal::ReadOnly
+    } else {
+        store::inbox::Removal::Any
+    };
     let selection = which.clone();
     let (deleted, gone) = app
         .store
@@ -303,7 +308,7 @@ pub async fn remove(
             Ok(store::inbox::delete(
                 ctx.conn(),
                 &selection,
-                read_only,
+                removal,
                 tandem_shared::time::now_unix(),
             )?)
         })

@@ -159,15 +159,33 @@ pub fn prune(conn: &Connection, now_unix: i64) -> rusqlite::Result<usize> {
     Ok(old + over)
 }
 
-/// Newest first, at most `limit`; only unread ones when asked. Nothing
-/// older than `KEEP_DAYS` at `now_unix`, dropped yet or not.
+/// Which notifications a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    All,
+    Unread,
+}
+
+/// Which of the named notifications a delete removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Any,
+    /// Only those already read (`read_only: true`).
+    ReadOnly,
+}
+
+/// Newest first, at most `limit`. Nothing older than `KEEP_DAYS` at
+/// `now_unix`, dropped yet or not.
 pub fn list(
     conn: &Connection,
-    unread_only: bool,
+    listing: Listing,
     limit: usize,
     now_unix: i64,
 ) -> rusqlite::Result<Vec<Notification>> {
-    let unread = if unread_only { "AND read = 0" } else { "" };
+    let unread = match listing {
+        Listing::All => "",
+        Listing::Unread => "AND read = 0",
+    };
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM notifications WHERE created_unix >= ?1 {unread} \
          ORDER BY rowid DESC LIMIT ?2"
@@ -223,16 +241,17 @@ pub fn mark_read(
     }
 }
 
-/// Deletes them (only read ones with `read_only`); answers the count and
-/// the ids that went (for `Ids`). What is past `KEEP_DAYS` is dropped first,
-/// so it is never counted.
+/// Deletes them (only read ones with `Removal::ReadOnly`); answers the
+/// count and the ids that went (for `Ids`). What is past `KEEP_DAYS` is
+/// dropped first, so it is never counted.
 pub fn delete(
     conn: &Connection,
     which: &Which,
-    read_only: bool,
+    removal: Removal,
     now_unix: i64,
 ) -> rusqlite::Result<(usize, Vec<String>)> {
     prune(conn, now_unix)?;
+    let read_only = removal == Removal::ReadOnly;
     match which {
         Which::All => {
             let sql = if read_only {
@@ -296,8 +315,8 @@ mod tests {
         insert(conn, n, at).unwrap().notification
     }
 
-    fn titles(conn: &Connection, unread_only: bool, now: i64) -> Vec<String> {
-        list(conn, unread_only, crate::inbox::MAX_LIMIT, now)
+    fn titles(conn: &Connection, listing: Listing, now: i64) -> Vec<String> {
+        list(conn, listing, crate::inbox::MAX_LIMIT, now)
             .unwrap()
             .into_iter()
             .map(|n| n.title)
@@ -331,7 +350,7 @@ mod tests {
         let stored = insert(&conn, &new("now"), now).unwrap();
         assert!(stored.created);
         assert_eq!(stored.pruned, 1);
-        let ids: Vec<String> = list(&conn, false, 10, now)
+        let ids: Vec<String> = list(&conn, Listing::All, 10, now)
             .unwrap()
             .into_iter()
             .map(|n| n.id)
@@ -343,7 +362,7 @@ mod tests {
             put(&conn, &new(&format!("n{i}")), now);
         }
         assert_eq!(counts(&conn, now).unwrap(), (500, 500));
-        let all = list(&conn, false, 500, now).unwrap();
+        let all = list(&conn, Listing::All, 500, now).unwrap();
         assert_eq!(all[0].title, "n599");
         assert_eq!(all[499].title, "n100");
     }
@@ -363,21 +382,21 @@ mod tests {
         // 89 days and a second back: still inside the bound.
         backdate(&conn, &edge.id, KEEP_DAYS - 1);
 
-        assert_eq!(titles(&conn, false, NOW), ["fresh", "edge"]);
-        assert_eq!(titles(&conn, true, NOW), ["fresh", "edge"]);
+        assert_eq!(titles(&conn, Listing::All, NOW), ["fresh", "edge"]);
+        assert_eq!(titles(&conn, Listing::Unread, NOW), ["fresh", "edge"]);
         assert_eq!(counts(&conn, NOW).unwrap(), (2, 2));
         assert_eq!(rows(&conn), 4, "the reads filter, they drop nothing");
 
         // A day later the edge one is past the bound too.
         let later = NOW + DAY;
-        assert_eq!(titles(&conn, false, later), ["fresh"]);
+        assert_eq!(titles(&conn, Listing::All, later), ["fresh"]);
         assert_eq!(counts(&conn, later).unwrap(), (1, 1));
 
         assert_eq!(prune(&conn, NOW).unwrap(), 2);
         assert_eq!(rows(&conn), 2);
         assert_eq!(prune(&conn, NOW).unwrap(), 0);
         assert_eq!(prune(&conn, later).unwrap(), 1);
-        assert_eq!(titles(&conn, false, later), ["fresh"]);
+        assert_eq!(titles(&conn, Listing::All, later), ["fresh"]);
     }
 
     /// Reads and deletes never count what is past the bound.
@@ -389,7 +408,7 @@ mod tests {
         backdate(&conn, &old.id, KEEP_DAYS);
         assert_eq!(mark_read(&conn, &Which::All, NOW).unwrap().0, 1);
         let ids = Which::Ids(vec![old.id.clone()]);
-        assert_eq!(delete(&conn, &ids, false, NOW).unwrap(), (0, vec![]));
+        assert_eq!(delete(&conn, &ids, Removal::Any, NOW).unwrap(), (0, vec![]));
         assert_eq!(rows(&conn), 1);
     }
 
@@ -445,12 +464,17 @@ mod tests {
         assert_eq!(counts(&conn, NOW).unwrap(), (2, 3));
         let both = Which::Ids(vec![a.id.clone(), b.id.clone()]);
         assert_eq!(
-            delete(&conn, &both, true, NOW).unwrap(),
+            delete(&conn, &both, Removal::ReadOnly, NOW).unwrap(),
             (1, vec![a.id.clone()])
         );
-        assert_eq!(delete(&conn, &Which::All, true, NOW).unwrap().0, 0);
+        assert_eq!(
+            delete(&conn, &Which::All, Removal::ReadOnly, NOW)
+                .unwrap()
+                .0,
+            0
+        );
         assert_eq!(mark_read(&conn, &Which::All, NOW).unwrap().0, 2);
-        assert_eq!(delete(&conn, &Which::All, false, NOW).unwrap().0, 2);
+        assert_eq!(delete(&conn, &Which::All, Removal::Any, NOW).unwrap().0, 2);
         assert_eq!(counts(&conn, NOW).unwrap(), (0, 0));
     }
 }
