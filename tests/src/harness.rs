@@ -82,35 +82,30 @@ pub struct Ended {
 
 /// Runs `command` (stdin and stdout closed, stderr kept) until it ends;
 /// fails, killing it, when it still runs after `bound`.
-pub async fn run_to_end(mut command: Command, bound: Duration) -> anyhow::Result<Ended> {
-    use std::io::Read;
-    let mut child = command
+pub async fn run_to_end(command: Command, bound: Duration) -> anyhow::Result<Ended> {
+    use tokio::io::AsyncReadExt as _;
+    let mut child = tokio::process::Command::from(command)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .context("starting the process")?;
     let mut stderr = child.stderr.take().context("stderr is piped")?;
     // Read beside the wait, so a chatty process never blocks on a full pipe.
-    let reader = std::thread::spawn(move || {
+    let reader = tokio::spawn(async move {
         let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
+        let _ = stderr.read_to_string(&mut text).await;
         text
     });
-    let deadline = Instant::now() + bound;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let said = reader.join().unwrap_or_default();
-            bail!("the process still ran after {bound:?}; its stderr:\n{said}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let Ok(status) = tokio::time::timeout(bound, child.wait()).await else {
+        // `kill` also reaps it, which closes its end of the pipe.
+        let _ = child.kill().await;
+        let said = reader.await.unwrap_or_default();
+        bail!("the process still ran after {bound:?}; its stderr:\n{said}");
     };
-    let stderr = reader.join().unwrap_or_default();
+    let status = status?;
+    let stderr = reader.await.unwrap_or_default();
     Ok(Ended { status, stderr })
 }
 
