@@ -1,0 +1,122 @@
+//! Figures 7 and 9 to 13, whose measuring lives in the `tandem_tests` library
+//! (egressbench, sandboxbench, triggerbench, connectorbench, webbench,
+//! requestbench): each prints its heading and turns the library's lines into
+//! rows of the table.
+
+use super::*;
+
+/// Figure 9: the measuring is in `tandem_tests::sandboxbench`. Skipped, with
+/// a line saying why, where podman cannot run (not root, no podman).
+pub(crate) async fn sandbox(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    use tandem_tests::sandboxbench;
+    say("\n## 9. sandbox: cold, stopped and warm starts to the first byte, per-call overhead");
+    if let Some(why) = sandboxbench::unavailable() {
+        say(format!("figure 9 SKIPPED: {why}"));
+        return Ok(());
+    }
+    let began = Instant::now();
+    let podman = sandboxbench::podman().await?;
+    say(format!(
+        "podman's API service and the busybox test image (`tandem sandbox build`): {:.1} s",
+        began.elapsed().as_secs_f64()
+    ));
+    let sizes = sandboxbench::Sizes::new(quick);
+    for l in sandboxbench::figure(&sizes, podman, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+// Figure 10: triggerd with 10,000 triggers
+
+/// Figure 10: the measuring is in `tandem_tests::triggerbench`.
+pub(crate) async fn triggers(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 10. triggerd: next times, start, lateness of a due minute, idle CPU and RSS");
+    let sizes = tandem_tests::triggerbench::Sizes::new(quick);
+    for l in tandem_tests::triggerbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+// Figure 11: connectord between a fake Bot API and chatd
+
+/// Figure 11: the measuring is in `tandem_tests::connectorbench`.
+pub(crate) async fn web(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 12. web page: chunk → DOM in headless Chromium, with other pages attached");
+    let sizes = tandem_tests::webbench::Sizes::new(quick);
+    for l in tandem_tests::webbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+pub(crate) async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 11. connectord: messages/s through a fake Bot API, idle CPU and RSS of 10 bindings");
+    let sizes = tandem_tests::connectorbench::Sizes::new(quick);
+    for l in tandem_tests::connectorbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+/// Figure 13: the measuring is in `tandem_tests::requestbench`.
+pub(crate) async fn requests(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 13. message sent → request at the engine: the brief's egressd call");
+    let sizes = tandem_tests::requestbench::Sizes::new(quick);
+    for l in tandem_tests::requestbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}
+
+// Figure 7: egressd against direct TCP and tinyproxy
+
+/// Figure 7: the measuring is in `tandem_tests::egressbench`.
+pub(crate) async fn egress(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 7. egressd: throughput, new CONNECTs/s, idle RSS");
+    let sizes = tandem_tests::egressbench::Sizes::new(quick);
+    for l in tandem_tests::egressbench::figure(&sizes, &|line| say(line)).await? {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! The soak's shared state: the phase of the run, the invariants and their
+//! violations, the counters, chatd's generations and RSS samples, and the
+//! small helpers every task uses (a lock, the clock, a bounded sleep).
+
+use super::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Messages, faults, devices.
+    Load,
+    /// No more messages or faults; devices go on; runs end.
+    Drain,
+    /// Every device catches up to the final seq of its chat.
+    CatchUp,
+    /// Everyone hands in what they have.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Inv {
+    Text,
+    Seqs,
+    Live,
+    Answers,
+    Runs,
+    Rss,
+    Health,
+    Integrity,
+}
+
+pub(crate) const INVARIANTS: [Inv; 8] = [
+    Inv::Text,
+    Inv::Seqs,
+    Inv::Live,
+    Inv::Answers,
+    Inv::Runs,
+    Inv::Rss,
+    Inv::Health,
+    Inv::Integrity,
+];
+
+impl Inv {
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Inv::Text => "every device's text of every message equals the stored text",
+            Inv::Seqs => "per chat, each device's seqs rise by one (jumps only across a reset)",
+            Inv::Live => "each message.updated carries the text the device rebuilt",
+            Inv::Answers => "stored answers: no token lost or doubled, done ones whole",
+            Inv::Runs => "every run ended (none queued or running after the drain)",
+            Inv::Rss => "chatd's RSS at the end within 20 % of its RSS after warm-up",
+            Inv::Health => "no panic, no ERROR line without an id, chatd back after every kill, a second chatd on its data refused",
+            Inv::Integrity => "PRAGMA integrity_check = ok",
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) sent_run: AtomicU64,
+    pub(crate) sent_pending: AtomicU64,
+    pub(crate) send_failed: AtomicU64,
+    pub(crate) stops: AtomicU64,
+    pub(crate) stops_idle: AtomicU64,
+    pub(crate) continues: AtomicU64,
+    pub(crate) continues_refused: AtomicU64,
+    pub(crate) send_now: AtomicU64,
+    pub(crate) send_now_refused: AtomicU64,
+    pub(crate) requests_failed: AtomicU64,
+    pub(crate) events: AtomicU64,
+    pub(crate) resets: AtomicU64,
+    pub(crate) connections: AtomicU64,
+    pub(crate) open_failed: AtomicU64,
+    pub(crate) snapshots: AtomicU64,
+    pub(crate) devices_up: AtomicI64,
+}
+
+pub(crate) fn inc(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// One chatd process (the first, or one started after a kill).
+#[derive(Clone, Debug)]
+pub(crate) struct Generation {
+    pub(crate) pid: u32,
+    pub(crate) started: f64,
+}
+
+pub(crate) struct RssSample {
+    pub(crate) t: f64,
+    pub(crate) pid: u32,
+    pub(crate) kib: u64,
+}
+
+pub(crate) struct Shared {
+    pub(crate) t0: Instant,
+    pub(crate) http: reqwest::Client,
+    pub(crate) chatd_url: String,
+    pub(crate) chatd_port: u16,
+    pub(crate) sim_url: String,
+    pub(crate) chats: Vec<String>,
+    pub(crate) phase: watch::Sender<Phase>,
+    /// The final seq of each chat, set before the catch-up.
+    pub(crate) targets: Mutex<HashMap<String, i64>>,
+    pub(crate) c: Counters,
+    pub(crate) faults: Mutex<BTreeMap<String, u64>>,
+    pub(crate) broken: Mutex<BTreeMap<Inv, (u64, Vec<String>)>>,
+    /// Answers nobody expected (`stop 500 internal`), by kind.
+    pub(crate) unexpected: Mutex<BTreeMap<String, u64>>,
+    pub(crate) generations: Mutex<Vec<Generation>>,
+    pub(crate) pid: AtomicU32,
+    pub(crate) rss: Mutex<Vec<RssSample>>,
+    /// Set when chatd could not be brought back: the load ends early.
+    pub(crate) abort: AtomicBool,
+    /// Events each chat must gain after a start for chatd's per-chat ring
+    /// of recent events to be full (the reset distance and a margin).
+    pub(crate) fill: i64,
+    /// The warm-up of the chatd measured at the end, once it is over.
+    pub(crate) warm: Mutex<Option<Warm>>,
+    /// Chats whose ring the warm-up is filling: their drivers wait meanwhile
+    /// (a later message would replace the long answer's cue, a stop cut it).
+    pub(crate) filling: Mutex<std::collections::HashSet<String>>,
+}
+
+/// The end of a chatd process's warm-up: every chat has gained `fill`
+/// events since it started (its rings are full) and ~10 % of the run has passed.
+#[derive(Clone, Debug)]
+pub(crate) struct Warm {
+    pub(crate) pid: u32,
+    pub(crate) t: f64,
+    pub(crate) kib: u64,
+    /// Seconds from the process's start until the rings were full.
+    pub(crate) filled_s: f64,
+}
+
+impl Shared {
+    pub(crate) fn t(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        *self.phase.borrow()
+    }
+
+    pub(crate) fn violate(&self, inv: Inv, detail: String) {
+        let mut broken = lock(&self.broken);
+        let entry = broken.entry(inv).or_default();
+        entry.0 += 1;
+        if entry.1.len() < 8 {
+            entry.1.push(detail);
+        }
+    }
+
+    pub(crate) fn fault(&self, kind: &str) {
+        *lock(&self.faults).entry(kind.to_string()).or_default() += 1;
+    }
+
+    pub(crate) fn unexpected(&self, what: String) {
+        *lock(&self.unexpected).entry(what).or_default() += 1;
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .request(method, format!("{}/v1/chat-app{path}", self.chatd_url))
+            .header("x-forward-key", FORWARD_KEY)
+            .timeout(Duration::from_secs(15));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    pub(crate) async fn snapshot(&self, chat: &str) -> anyhow::Result<Value> {
+        let (status, body) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/conversations/{chat}"),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            bail!("snapshot of {chat} answered {status}: {body}");
+        }
+        Ok(body)
+    }
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn say(line: impl AsRef<str>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", line.as_ref());
+    let _ = out.flush();
+}
+
+/// Sleeps `d` unless the phase leaves `keep` first; says whether it is still in `keep`.
+pub(crate) async fn sleep_in(
+    phase: &mut watch::Receiver<Phase>,
+    d: Duration,
+    keep: impl Fn(Phase) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + d;
+    loop {
+        if !keep(*phase.borrow_and_update()) {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return keep(*phase.borrow()),
+            changed = phase.changed() => if changed.is_err() { return false; },
+        }
+    }
+}
+
+pub(crate) fn live(p: Phase) -> bool {
+    matches!(p, Phase::Load | Phase::Drain)
+}
+
+/// A sample of an exponential distribution with `mean`.
+pub(crate) fn exponential(rng: &mut StdRng, mean: f64) -> f64 {
+    -mean * (1.0 - rng.random::<f64>()).ln()
+}
+
+/// Resident memory of a process in KiB (`VmRSS`).
+pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+pub(crate) fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// Raises the soft open-files limit towards `want` (at most the hard limit).
+pub(crate) fn raise_nofile(want: u64) -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 0;
+    };
+    let target = want.min(hard);
+    if target > soft && setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_ok() {
+        return target;
+    }
+    soft
+}

@@ -1,0 +1,139 @@
+//! Podman for the sandbox tests: the API service and the busybox test
+//! image, found or built once per test binary.
+
+use super::*;
+
+/// A real container runtime for the sandbox tests: podman's Docker Engine API
+/// service (runc, sandbox/containers.conf) on a socket of this test process,
+/// and the busybox test image made by `tandem sandbox build --base busybox`.
+/// One a test process; it ends with the process.
+pub struct Podman {
+    pub socket: PathBuf,
+    pub image: String,
+    _dir: tempfile::TempDir,
+}
+
+/// The image the sandbox tests run.
+pub const TEST_IMAGE: &str = "localhost/tandem-sandbox-test:1";
+
+pub(crate) static PODMAN: std::sync::OnceLock<Result<Podman, String>> = std::sync::OnceLock::new();
+
+impl Podman {
+    /// The shared runtime, started at the first call; `None` (the test is
+    /// skipped, or fails in CI: `needs`) where there is none to start: not
+    /// root, or no podman. CI runs as root with podman and runc installed.
+    #[track_caller]
+    pub fn shared() -> Option<&'static Podman> {
+        if !crate::needs::root("the sandbox tests run podman as root")
+            || !crate::needs::tools(&[("podman", "podman"), ("runc", "runc")])
+        {
+            return None;
+        }
+        match PODMAN.get_or_init(|| Podman::start().map_err(|e| format!("{e:#}"))) {
+            Ok(podman) => Some(podman),
+            Err(e) => panic!("podman could not start: {e} (.ci/run installs podman and runc)"),
+        }
+    }
+
+    pub(crate) fn start() -> anyhow::Result<Podman> {
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("podman.sock");
+        let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox/containers.conf");
+        anyhow::ensure!(conf.exists(), "{} is missing", conf.display());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let url = format!("unix://{}", socket.display());
+        // The service dies with this process (PDEATHSIG), so it is started
+        // from a thread that lives as long as the process does.
+        std::thread::spawn(move || {
+            use std::os::unix::process::CommandExt;
+            let mut command = Command::new("podman");
+            command
+                .args(["system", "service", "--time=0", &url])
+                .env("CONTAINERS_CONF", &conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: prctl is async-signal-safe; nothing else runs between
+            // fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            let spawned = command.spawn();
+            let ok = spawned.is_ok();
+            let _ = tx.send(spawned.map(|_| ()).map_err(|e| e.to_string()));
+            if ok {
+                loop {
+                    std::thread::park();
+                }
+            }
+        });
+        rx.recv()?
+            .map_err(|e| anyhow::anyhow!("starting podman system service: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "podman's API socket did not appear in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The socket is there before the service answers on it (seen on a
+        // loaded machine): a build refused for that is asked again, bounded.
+        let out = loop {
+            let out = Command::new(bin_dir().join("tandem"))
+                .args([
+                    "sandbox", "build", "--base", "busybox", "--tag", TEST_IMAGE, "--socket",
+                ])
+                .arg(&socket)
+                .output()
+                .context("running tandem sandbox build")?;
+            let not_yet =
+                String::from_utf8_lossy(&out.stderr).contains("no container runtime answers");
+            if out.status.success() || !not_yet || Instant::now() >= deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        anyhow::ensure!(
+            out.status.success(),
+            "tandem sandbox build --base busybox failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(Podman {
+            socket,
+            image: TEST_IMAGE.to_string(),
+            _dir: dir,
+        })
+    }
+
+    /// The environment a chatd needs to use it.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "QSE_SANDBOX_SOCKET".into(),
+                self.socket.display().to_string(),
+            ),
+            ("QSE_SANDBOX_IMAGE".into(), self.image.clone()),
+        ]
+    }
+
+    /// `podman` against this service's storage (for what the tests check
+    /// from outside); a failing podman is an error, with what it said.
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox/containers.conf");
+        let out = Command::new("podman")
+            .args(args)
+            .env("CONTAINERS_CONF", conf)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "podman {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
