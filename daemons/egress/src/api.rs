@@ -18,7 +18,7 @@ use tandem_shared::http::ApiError;
 use tandem_shared::netpolicy;
 
 use crate::gate::{AnswerError, Answered, CardEvent};
-use crate::policy::Preset;
+use crate::policy::{Cards, Preset};
 use crate::proxy::is_chat_id;
 use crate::store::Filter;
 use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
@@ -126,7 +126,9 @@ async fn set_preset(
         .with("field", "preset")
         .with("ceiling", ceiling.as_str()));
     }
-    let cards = body.cards.unwrap_or_else(|| egress.gate().chat(&id).1);
+    let cards = body
+        .cards
+        .map_or_else(|| egress.gate().chat(&id).1, Cards::from_flag);
     // The socket first: when it cannot be made, nothing is saved.
     egress
         .open_chat(&id)
@@ -143,7 +145,7 @@ fn preset_answer(egress: &Egress, id: &str) -> Json<Value> {
         "preset": preset.as_str(),
         "effective": preset.capped(ceiling).as_str(),
         "ceiling": ceiling.as_str(),
-        "cards": cards,
+        "cards": cards.flag(),
         "socket": egress.gate().known(id).then(|| egress.socket_of(id)),
     }))
 }

@@ -13,7 +13,7 @@ use tandem_shared::netpolicy::Host;
 use tandem_shared::sync::{lock, read, write};
 use tokio::sync::{broadcast, watch};
 
-use crate::policy::{Preset, Settings};
+use crate::policy::{Cards, Preset, Settings};
 use crate::store::{Rule, Store};
 use crate::verdicts::{RuleSource, RuleVerdict};
 
@@ -23,7 +23,7 @@ struct Chat {
     /// `None`: none was set; the settings' `default_preset` holds.
     preset: Option<Preset>,
     /// Whether a person can be asked (runs nobody watches set it off).
-    cards: bool,
+    cards: Cards,
     rules: Vec<Rule>,
     /// host:port → until when "Allow once" covers it.
     once: HashMap<(String, u16), Instant>,
@@ -31,7 +31,7 @@ struct Chat {
 }
 
 impl Chat {
-    fn new(preset: Option<Preset>, cards: bool, rules: Vec<Rule>) -> Chat {
+    fn new(preset: Option<Preset>, cards: Cards, rules: Vec<Rule>) -> Chat {
         Chat {
             preset,
             cards,
@@ -196,7 +196,7 @@ impl Gate {
     }
 
     /// Sets a chat's preset and whether cards may be shown for it.
-    pub fn set_chat(&self, chat: &str, preset: Preset, cards: bool) -> rusqlite::Result<()> {
+    pub fn set_chat(&self, chat: &str, preset: Preset, cards: Cards) -> rusqlite::Result<()> {
         self.store.set_chat(chat, preset.as_str(), cards)?;
         let mut chats = self.chats();
         let entry = chats
@@ -209,12 +209,12 @@ impl Gate {
 
     /// A chat's preset and cards switch; a chat nobody set a preset for has
     /// the default preset and may ask.
-    pub fn chat(&self, chat: &str) -> (Preset, bool) {
+    pub fn chat(&self, chat: &str) -> (Preset, Cards) {
         let default = self.settings().default_preset;
         self.chats()
             .get(chat)
             .map(|c| (c.preset.unwrap_or(default), c.cards))
-            .unwrap_or((default, true))
+            .unwrap_or((default, Cards::Ask))
     }
 
     pub fn known(&self, chat: &str) -> bool {
@@ -241,7 +241,7 @@ impl Gate {
         let mut chats = self.chats();
         let entry = chats
             .entry(chat.to_string())
-            .or_insert_with(|| Chat::new(None, true, Vec::new()));
+            .or_insert_with(|| Chat::new(None, Cards::Ask, Vec::new()));
         entry
             .rules
             .retain(|r| !(r.host == rule.host && r.port == rule.port));
@@ -263,7 +263,7 @@ impl Gate {
         let mut chats = self.chats();
         let entry = chats
             .entry(chat.to_string())
-            .or_insert_with(|| Chat::new(None, true, Vec::new()));
+            .or_insert_with(|| Chat::new(None, Cards::Ask, Vec::new()));
         if entry.open >= most {
             return Err(entry.open);
         }
@@ -312,7 +312,7 @@ impl Gate {
                         .get(&(host_text.to_string(), port))
                         .is_some_and(|until| *until > Instant::now()),
                 ),
-                None => (settings.default_preset, true, None, false),
+                None => (settings.default_preset, Cards::Ask, None, false),
             }
         };
         let target = format!("{host_text}:{port}");
@@ -340,7 +340,7 @@ impl Gate {
             "{target} is not allowed for this chat (preset {})",
             preset.as_str()
         );
-        if !cards {
+        if cards == Cards::Never {
             return Err(format!(
                 "{not_allowed}, and nobody watches this chat's run to allow it"
             ));

@@ -11,6 +11,30 @@ use tandem_shared::netpolicy::Host;
 use crate::verdicts::AuditVerdict;
 
 /// How far a chat's commands may reach.
+/// Whether a person can be asked to allow a chat's connection with a card
+/// (runs nobody watches set it to `Never`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cards {
+    Ask,
+    Never,
+}
+
+impl Cards {
+    /// From the `cards` flag of the API and the chats table.
+    pub fn from_flag(flag: bool) -> Cards {
+        if flag {
+            Cards::Ask
+        } else {
+            Cards::Never
+        }
+    }
+
+    /// The `cards` flag the API answers and the chats table keeps.
+    pub fn flag(self) -> bool {
+        self == Cards::Ask
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
     /// Nowhere.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tandem_shared::db::Writer;
 use tandem_shared::sync::lock;
 
-use crate::policy::{Audit, Decision};
+use crate::policy::{Audit, Cards, Decision};
 use crate::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
 
 const MIGRATIONS: &[&str] = &[
@@ -137,22 +137,24 @@ impl Store {
         }
     }
 
-    pub fn set_chat(&self, chat: &str, preset: &str, cards: bool) -> rusqlite::Result<()> {
+    pub fn set_chat(&self, chat: &str, preset: &str, cards: Cards) -> rusqlite::Result<()> {
         self.db.call_now(|conn| {
             conn.execute(
                 "INSERT INTO chats (id, preset, cards, updated) VALUES (?1, ?2, ?3, ?4) \
                  ON CONFLICT(id) DO UPDATE SET preset = ?2, cards = ?3, updated = ?4",
-                params![chat, preset, cards, tandem_shared::time::now_unix()],
+                params![chat, preset, cards.flag(), tandem_shared::time::now_unix()],
             )
         })?;
         Ok(())
     }
 
     /// Every chat with a setting: id, preset, cards.
-    pub fn chats(&self) -> rusqlite::Result<Vec<(String, String, bool)>> {
+    pub fn chats(&self) -> rusqlite::Result<Vec<(String, String, Cards)>> {
         self.db.call_now(|conn| {
             let mut stmt = conn.prepare("SELECT id, preset, cards FROM chats ORDER BY id")?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            let rows = stmt.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, Cards::from_flag(r.get(2)?)))
+            })?;
             rows.collect()
         })
     }

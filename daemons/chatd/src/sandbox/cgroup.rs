@@ -6,6 +6,16 @@ use std::time::Duration;
 
 use super::{container_name, Sandboxes};
 
+/// How the call whose memory kills are asked about ended: only a failed one
+/// is worth an exec inside the container to ask.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CallEnded {
+    /// Exit 0 and not killed.
+    Cleanly,
+    /// A non-zero exit, or killed.
+    Failed,
+}
+
 #[derive(Clone)]
 pub(super) struct CgroupFiles {
     /// `memory.oom_control` (v1) or `memory.events` (v2).
@@ -55,8 +65,8 @@ impl Sandboxes {
 
     /// Whether the chat's sandbox lost a process to its memory limit since
     /// last asked. Without the cgroup file on this side, it is asked inside
-    /// (an exec) only when `failed`.
-    pub async fn oom_since_last(&self, chat: &str, failed: bool) -> bool {
+    /// (an exec) only when the call `CallEnded::Failed`.
+    pub async fn oom_since_last(&self, chat: &str, ended: CallEnded) -> bool {
         let file = self
             .lock_running()
             .running
@@ -64,7 +74,7 @@ impl Sandboxes {
             .and_then(|r| r.cgroup.as_ref().map(|c| c.oom.clone()));
         let count = match file {
             Some(file) => read_oom_count(&file),
-            None if failed => self.oom_kills(&container_name(chat)).await,
+            None if ended == CallEnded::Failed => self.oom_kills(&container_name(chat)).await,
             None => None,
         };
         let Some(count) = count else {

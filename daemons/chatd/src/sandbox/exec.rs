@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tandem_shared::docker::Demux;
 
+use super::cgroup::CallEnded;
 use super::{guard, Lease, Sandboxes};
 use crate::hostexec::Ended;
 use crate::tools::{self, Args, Effect, ToolOutput, ToolSpec};
@@ -268,7 +269,12 @@ pub async fn run_command(
     let failed = exit_code != Some(0) || killed_by.is_some();
     // A process killed at the limit may leave its shell going on (exit 0):
     // the cgroup's count says so either way.
-    let oom = cancelled.is_none() && sandboxes.oom_since_last(&lease.chat, failed).await;
+    let ended = if failed {
+        CallEnded::Failed
+    } else {
+        CallEnded::Cleanly
+    };
+    let oom = cancelled.is_none() && sandboxes.oom_since_last(&lease.chat, ended).await;
     if failed || oom {
         if let Some(why) = sandboxes.take_stop_reason(&lease.chat) {
             killed_by = Some("chatd");

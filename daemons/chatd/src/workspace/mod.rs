@@ -114,6 +114,15 @@ impl EntryKind {
     }
 }
 
+/// What opening a path's folders does with one that is missing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Fails with the folder named (reads, listings, deletes).
+    Fail,
+    /// Makes it, 0700 (a write's parent folders).
+    Create,
+}
+
 /// A regular file opened for reading through the checked walk.
 pub struct OpenFile {
     pub path: RelPath,
@@ -233,13 +242,18 @@ impl Workspace {
     }
 
     /// Opens the folders `rel.parts[..upto]` one at a time, never following a
-    /// link; with `create`, makes missing folders (0700) on the way.
-    fn open_dirs(&self, rel: &RelPath, upto: usize, create: bool) -> Result<OwnedFd, ToolError> {
+    /// link; with `Missing::Create`, makes missing folders (0700) on the way.
+    fn open_dirs(
+        &self,
+        rel: &RelPath,
+        upto: usize,
+        missing: Missing,
+    ) -> Result<OwnedFd, ToolError> {
         let mut dir = self.open_root()?;
         for (i, name) in rel.parts[..upto].iter().enumerate() {
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             let opened = match openat(&dir, name.as_str(), flags, Mode::empty()) {
-                Err(Errno::ENOENT) if create => {
+                Err(Errno::ENOENT) if missing == Missing::Create => {
                     match mkdirat(&dir, name.as_str(), Mode::from_bits_truncate(0o700)) {
                         // Someone else made it first: the O_NOFOLLOW open below checks what it is.
                         Ok(()) | Err(Errno::EEXIST) => {}
@@ -268,7 +282,7 @@ impl Workspace {
         if rel.is_root() {
             return self.open_root();
         }
-        let parent = self.open_dirs(rel, rel.parts.len() - 1, false)?;
+        let parent = self.open_dirs(rel, rel.parts.len() - 1, Missing::Fail)?;
         let i = rel.parts.len() - 1;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         match openat(&parent, rel.parts[i].as_str(), flags, Mode::empty()) {
@@ -297,7 +311,7 @@ impl Workspace {
         let Some(last) = rel.parts.last() else {
             return Ok((rel, EntryKind::Dir, 0));
         };
-        let parent = self.open_dirs(&rel, rel.parts.len() - 1, false)?;
+        let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
         match fstatat(&parent, last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let kind = EntryKind::of(&st);
@@ -320,7 +334,7 @@ impl Workspace {
                 "`.` is the workspace folder, not a file; list_files shows what it holds",
             ));
         };
-        let parent = self.open_dirs(&rel, rel.parts.len() - 1, false)?;
+        let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
         // Look first so a device or FIFO is not even opened.
         match fstatat(&parent, last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => check_regular(&rel, EntryKind::of(&st))?,
@@ -402,7 +416,7 @@ impl Workspace {
                 "`.` is the workspace folder, not a file; give a file path like notes/a.md",
             ));
         };
-        let dir = self.open_dirs(&rel, rel.parts.len() - 1, true)?;
+        let dir = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Create)?;
         let mode = match fstatat(&dir, last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => match EntryKind::of(&st) {
                 // Permission bits only: never carry setuid/setgid over.

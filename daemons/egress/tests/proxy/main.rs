@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use egressd::gate::{CardEvent, Gate};
 use egressd::metrics::Metrics;
-use egressd::policy::{Audit, Decision, Preset, Settings};
+use egressd::policy::{Audit, Cards, Decision, Preset, Settings};
 use egressd::proxy::Proxy;
 use egressd::store::Store;
 use egressd::verdicts::{AuditVerdict, RuleSource, RuleVerdict};
@@ -107,7 +107,7 @@ async fn setup(preset: Preset, change: impl FnOnce(&mut Settings)) -> Setup {
     change(&mut s);
     let store = Arc::new(Store::open(&dir.path().join("egress.sqlite3")).unwrap());
     let gate = Gate::new(s, store).unwrap();
-    gate.set_chat("c_test", preset, true).unwrap();
+    gate.set_chat("c_test", preset, Cards::Ask).unwrap();
     let policy = LivePolicy::open(vec!["127.0.0.2/32".parse().unwrap()]).unwrap();
     let log = Arc::new(Log::default());
     let proxy = Arc::new(Proxy::new(
@@ -456,7 +456,7 @@ async fn the_loopback_listener_names_the_chat_by_its_token_only() {
         assert!(answer.contains("Proxy-Authenticate: Basic"), "{answer}");
     }
     // The chat named by the token gets its own preset: c_off is off.
-    s.gate.set_chat("c_off", Preset::Off, false).unwrap();
+    s.gate.set_chat("c_off", Preset::Off, Cards::Never).unwrap();
     let off = tandem_shared::secrets::egress_token(&key, "c_off");
     let answer = ask_loopback(
         &s.proxy,
@@ -499,7 +499,7 @@ async fn rules_deny_before_the_preset_and_allow_inside_the_ceiling_only() {
     s.gate
         .add_rule("c_test", RuleVerdict::Deny, "127.0.0.2", p, RuleSource::Api)
         .unwrap();
-    s.gate.set_chat("c_test", Preset::All, true).unwrap();
+    s.gate.set_chat("c_test", Preset::All, Cards::Ask).unwrap();
     let answer = ask(&s.socket, &connect, None).await;
     assert!(
         answer.starts_with("HTTP/1.1 403") && answer.contains("denied by this chat's rule"),
@@ -530,7 +530,7 @@ async fn rules_deny_before_the_preset_and_allow_inside_the_ceiling_only() {
     always.ceiling = Preset::Off;
     always.always = vec![("127.0.0.2".into(), None), ("127.0.0.1".into(), None)];
     s.gate.reload(always);
-    s.gate.set_chat("c_test", Preset::Off, true).unwrap();
+    s.gate.set_chat("c_test", Preset::Off, Cards::Ask).unwrap();
     let answer = ask(&s.socket, &connect, Some("always")).await;
     assert!(answer.contains("ORIGIN SAW: always"), "{answer}");
     let answer = ask(
@@ -610,7 +610,7 @@ async fn cards_ask_a_person_and_the_answer_holds() {
     assert!(s.gate.rules("c_test").is_empty(), "once saves no rule");
 
     // Deny: saved as a rule, the connection refused.
-    s.gate.set_chat("c_two", Preset::Off, true).unwrap();
+    s.gate.set_chat("c_two", Preset::Off, Cards::Ask).unwrap();
     let two = s.dir_socket("c_two").await;
     let c = connect.clone();
     let refused = tokio::spawn(async move { ask(&two, &c, None).await });
@@ -632,7 +632,7 @@ async fn cards_ask_a_person_and_the_answer_holds() {
     assert_eq!(s.gate.rules("c_two")[0].verdict, RuleVerdict::Deny);
 
     // Always: saved as an allow rule.
-    s.gate.set_chat("c_three", Preset::Off, true).unwrap();
+    s.gate.set_chat("c_three", Preset::Off, Cards::Ask).unwrap();
     let three = s.dir_socket("c_three").await;
     let c = connect.clone();
     let allowed = tokio::spawn(async move { ask(&three, &c, Some("always")).await });
@@ -645,7 +645,9 @@ async fn cards_ask_a_person_and_the_answer_holds() {
     assert_eq!(s.gate.rules("c_three")[0].verdict, RuleVerdict::Allow);
 
     // A chat nobody watches never shows a card: refused at once.
-    s.gate.set_chat("c_unwatched", Preset::Off, false).unwrap();
+    s.gate
+        .set_chat("c_unwatched", Preset::Off, Cards::Never)
+        .unwrap();
     let unwatched = s.dir_socket("c_unwatched").await;
     let answer = ask(&unwatched, &connect, None).await;
     assert!(answer.contains("nobody watches"), "{answer}");
@@ -653,7 +655,7 @@ async fn cards_ask_a_person_and_the_answer_holds() {
 
     // Nobody listening for cards (chatd down): refused at once, too.
     drop(events);
-    s.gate.set_chat("c_four", Preset::Off, true).unwrap();
+    s.gate.set_chat("c_four", Preset::Off, Cards::Ask).unwrap();
     let four = s.dir_socket("c_four").await;
     let answer = ask(&four, &connect, None).await;
     assert!(answer.contains("no one can be asked now"), "{answer}");
@@ -789,7 +791,9 @@ async fn the_registries_preset_opens_registries_and_the_ceiling_caps_all() {
     let ok = s.gate.admit("c_test", &pypi, "pypi.org", 443, "x").await;
     assert_eq!(ok, Ok("allowed by the preset (registries)".to_string()));
     // A chat set to `all` under a `registries` ceiling reaches registries only.
-    s.gate.set_chat("c_test", Preset::All, false).unwrap();
+    s.gate
+        .set_chat("c_test", Preset::All, Cards::Never)
+        .unwrap();
     let mut capped = settings(s.origin_port);
     capped.ceiling = Preset::Registries;
     s.gate.reload(capped);
