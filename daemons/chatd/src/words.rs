@@ -29,31 +29,9 @@ tandem_shared::words! {
     }
 }
 
-tandem_shared::words! {
-    /// Where a run stands.
-    pub enum RunStatus("run status") {
-        Queued => "queued",
-        Running => "running",
-        /// Waiting for a person to answer a card.
-        Waiting => "waiting",
-        Done => "done",
-        Failed => "failed",
-        Stopped => "stopped",
-        Interrupted => "interrupted",
-        /// The step limit was reached; Continue goes on.
-        Paused => "paused",
-    }
-}
-
-impl RunStatus {
-    /// Whether the run has not ended.
-    pub fn is_active(self) -> bool {
-        matches!(
-            self,
-            RunStatus::Queued | RunStatus::Running | RunStatus::Waiting
-        )
-    }
-}
+/// Where a run stands: the word is the shared crate's, so the daemons that
+/// read chatd's runs (connectord, triggerd) spell it as chatd writes it.
+pub use tandem_shared::words::ChatRunStatus as RunStatus;
 
 tandem_shared::words! {
     /// What asked for a run.

@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tandem_shared::chatd::{ChatError, Sent};
+use tandem_shared::chatd::{active_run, ChatError, Sent};
 use tandem_shared::sync::lock;
+use tandem_shared::words::ChatRunStatus;
 use tokio::sync::mpsc;
 
 use crate::bindings::{Conversation, ReplyMode, Settings};
@@ -390,11 +391,7 @@ async fn next_run(
         Err(err) => anyhow::bail!("{err}"),
     };
     let runs = snapshot["runs"].as_array().cloned().unwrap_or_default();
-    if let Some(active) = runs
-        .iter()
-        .rev()
-        .find(|r| matches!(r["status"].as_str(), Some("queued" | "running" | "waiting")))
-    {
+    if let Some(active) = active_run(&snapshot) {
         return Ok(Some(active["id"].as_str().map(str::to_string)));
     }
     let waiting: HashSet<&str> = snapshot["pending"]
@@ -544,11 +541,11 @@ async fn follow(
             "\n\n(Stopped: an answer may take {} at most.)",
             span(cd.config.turn_timeout_s)
         )),
-        Some(end) => match end.status.as_str() {
-            "done" => {}
-            "interrupted" => text
+        Some(end) => match ChatRunStatus::parse(&end.status) {
+            Some(ChatRunStatus::Done) => {}
+            Some(ChatRunStatus::Interrupted) => text
                 .push_str("\n\n(The answer was cut short by a restart. Send a message to go on.)"),
-            "stopped" => text.push_str("\n\n(Stopped.)"),
+            Some(ChatRunStatus::Stopped) => text.push_str("\n\n(Stopped.)"),
             _ => text.push_str(&format!(
                 "\n\n(That failed: {}.)",
                 end.error.as_deref().unwrap_or("the run did not finish")

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::secrets::Secret;
 use crate::sse;
+use crate::words::ChatRunStatus;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
@@ -387,6 +388,24 @@ fn id_field(value: &Value, field: &str) -> Result<String, ChatError> {
         })
 }
 
+/// Whether a run of a snapshot has not ended (its `status` one of chatd's
+/// active words; a word this build does not know counts as ended).
+pub fn run_is_active(run: &Value) -> bool {
+    run["status"]
+        .as_str()
+        .and_then(ChatRunStatus::parse)
+        .is_some_and(ChatRunStatus::is_active)
+}
+
+/// The chat's newest run that has not ended, from its snapshot.
+pub fn active_run(snapshot: &Value) -> Option<&Value> {
+    snapshot["runs"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|r| run_is_active(r))
+}
+
 /// The run's ending if the snapshot shows it ended.
 pub fn ended_in_snapshot(snapshot: &Value, run_id: &str) -> Option<RunEnd> {
     let run = snapshot["runs"]
@@ -394,7 +413,7 @@ pub fn ended_in_snapshot(snapshot: &Value, run_id: &str) -> Option<RunEnd> {
         .iter()
         .find(|r| r["id"] == run_id)?;
     let status = run["status"].as_str()?;
-    if matches!(status, "queued" | "running" | "waiting") {
+    if run_is_active(run) {
         return None;
     }
     Some(RunEnd {

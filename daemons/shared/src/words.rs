@@ -166,6 +166,33 @@ macro_rules! words {
     };
 }
 
+crate::words! {
+    /// Where a chat run stands: chatd writes these, and the daemons that
+    /// start runs through chatd read them (one spelling for all).
+    pub enum ChatRunStatus("run status") {
+        Queued => "queued",
+        Running => "running",
+        /// Waiting for a person to answer a card.
+        Waiting => "waiting",
+        Done => "done",
+        Failed => "failed",
+        Stopped => "stopped",
+        Interrupted => "interrupted",
+        /// The step limit was reached; Continue goes on.
+        Paused => "paused",
+    }
+}
+
+impl ChatRunStatus {
+    /// Whether the run has not ended.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            ChatRunStatus::Queued | ChatRunStatus::Running | ChatRunStatus::Waiting
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     crate::words! {
@@ -180,6 +207,24 @@ mod tests {
     fn every_word_reads_back_as_itself() {
         super::check_reads_back::<Colour>();
         assert_eq!(Colour::DarkBlue.to_string(), "dark.blue");
+    }
+
+    #[test]
+    fn every_chat_run_status_reads_back_and_three_are_active() {
+        use super::ChatRunStatus;
+        super::check_reads_back::<ChatRunStatus>();
+        let active: Vec<_> = ChatRunStatus::ALL
+            .iter()
+            .filter(|s| s.is_active())
+            .collect();
+        assert_eq!(
+            active,
+            [
+                &ChatRunStatus::Queued,
+                &ChatRunStatus::Running,
+                &ChatRunStatus::Waiting
+            ]
+        );
     }
 
     #[test]

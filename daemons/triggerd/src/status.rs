@@ -2,6 +2,8 @@
 //! so only these words are written and a stored one is read into it where
 //! the run's row is read.
 
+use tandem_shared::words::ChatRunStatus;
+
 tandem_shared::words! {
     /// Where a trigger's run stands.
     pub enum RunStatus("trigger run status") {
@@ -21,14 +23,21 @@ tandem_shared::words! {
 
 impl RunStatus {
     /// The status a chat run's end gives the trigger's run. chatd ends a
-    /// run done, failed, stopped, interrupted or paused; any other word
-    /// (a newer chatd) counts as failed, as a missing one does.
+    /// run done, failed, stopped, interrupted or paused; an active word, any
+    /// other word (a newer chatd) or a missing one counts as failed.
     pub fn of_chat_end(text: &str) -> RunStatus {
-        match RunStatus::parse(text) {
-            Some(RunStatus::Queued | RunStatus::Running | RunStatus::Skipped) | None => {
-                RunStatus::Failed
-            }
-            Some(status) => status,
+        match ChatRunStatus::parse(text) {
+            Some(ChatRunStatus::Done) => RunStatus::Done,
+            Some(ChatRunStatus::Stopped) => RunStatus::Stopped,
+            Some(ChatRunStatus::Interrupted) => RunStatus::Interrupted,
+            Some(ChatRunStatus::Paused) => RunStatus::Paused,
+            Some(
+                ChatRunStatus::Failed
+                | ChatRunStatus::Queued
+                | ChatRunStatus::Running
+                | ChatRunStatus::Waiting,
+            )
+            | None => RunStatus::Failed,
         }
     }
 
