@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tandem_shared::http::ApiError;
+use tandem_shared::http::{check_chars, ApiError};
 
 use crate::store::Stored;
 
@@ -161,20 +161,9 @@ pub struct Checked {
     pub settings: Settings,
 }
 
-fn chars(field: &str, value: &str, min: usize, max: usize) -> Result<(), ApiError> {
-    let n = value.chars().count();
-    if n < min || n > max {
-        return Err(ApiError::bad_input(
-            field,
-            format!("must be {min} to {max} characters (it is {n})"),
-        ));
-    }
-    Ok(())
-}
-
 /// A token's shape, without saying the token back.
 fn token_shape(field: &str, token: &str, kind: Kind) -> Result<(), ApiError> {
-    chars(field, token, 10, 512)?;
+    check_chars(field, token, 10, 512)?;
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(ApiError::bad_input(
             field,
@@ -225,7 +214,7 @@ pub fn check(body: Body, before: Option<&Stored>) -> Result<Checked, ApiError> {
         (None, Some(b)) => b.name.clone(),
         (None, None) => return Err(ApiError::bad_input("name", "is required")),
     };
-    chars("name", &name, 1, 100)?;
+    check_chars("name", &name, 1, 100)?;
     if let Some(token) = &body.token {
         token_shape("token", token, kind)?;
     } else if before.is_none() {
@@ -280,7 +269,7 @@ pub fn check(body: Body, before: Option<&Stored>) -> Result<Checked, ApiError> {
     for (i, entry) in allowlist.iter().enumerate() {
         let entry = entry.trim();
         let field = format!("allowlist[{i}]");
-        chars(&field, entry, 1, 100)?;
+        check_chars(&field, entry, 1, 100)?;
         if entry.chars().any(char::is_whitespace) {
             return Err(ApiError::bad_input(
                 &field,

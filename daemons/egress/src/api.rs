@@ -317,13 +317,7 @@ async fn audit(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_input("query", e.body_text()))?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_input(
-            "limit",
-            format!("{limit} is outside 1..=1000"),
-        ));
-    }
+    let limit = tandem_shared::http::list_limit(q.limit)?;
     let verdict = match q.verdict.as_deref().map(AuditVerdict::parse) {
         None => None,
         Some(Some(verdict)) => Some(verdict),

@@ -206,13 +206,7 @@ async fn audit(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_input("query", e.body_text()))?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_input(
-            "limit",
-            format!("{limit} is outside 1..=1000"),
-        ));
-    }
+    let limit = tandem_shared::http::list_limit(q.limit)?;
     if let Some(chat) = &q.chat {
         if !is_chat_id(chat) {
             return Err(ApiError::bad_input(

@@ -146,6 +146,32 @@ pub fn is_chat_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// A text field of `min` to `max` characters, or a 400 naming the field, the
+/// bounds and its length.
+pub fn check_chars(field: &str, value: &str, min: usize, max: usize) -> Result<(), ApiError> {
+    let n = value.chars().count();
+    if n < min || n > max {
+        return Err(ApiError::bad_input(
+            field,
+            format!("must be {min} to {max} characters (it is {n})"),
+        ));
+    }
+    Ok(())
+}
+
+/// A listing's `limit` query parameter (the audits'): 100 when absent, else
+/// within 1..=1000, or a 400 naming `limit` and the bound.
+pub fn list_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_input(
+            "limit",
+            format!("{limit} is outside 1..=1000"),
+        ));
+    }
+    Ok(limit)
+}
+
 /// Parses a JSON request body, naming the field at fault (400 `bad_input`
 /// with `field`); an empty body reads as `{}` so all-optional bodies may be
 /// left out.
@@ -197,4 +223,27 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
             .with("field", "body")
     })?;
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_chars, list_limit};
+
+    #[test]
+    fn a_text_fields_length_is_counted_in_characters() {
+        assert!(check_chars("name", "é", 1, 1).is_ok());
+        let err = check_chars("name", "", 1, 100).unwrap_err();
+        assert_eq!(err.message, "name: must be 1 to 100 characters (it is 0)");
+    }
+
+    #[test]
+    fn a_listings_limit_is_100_by_default_and_names_its_bound() {
+        assert_eq!(list_limit(None).unwrap(), 100);
+        assert_eq!(list_limit(Some(1000)).unwrap(), 1000);
+        for bad in [0, 1001] {
+            let err = list_limit(Some(bad)).unwrap_err();
+            assert_eq!(err.message, format!("limit: {bad} is outside 1..=1000"));
+            assert_eq!(err.extra["field"], "limit");
+        }
+    }
 }

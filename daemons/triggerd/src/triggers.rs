@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tandem_shared::http::ApiError;
+use tandem_shared::http::{check_chars, ApiError};
 
 use crate::clock::{rfc3339, ts};
 use crate::schedule::{self, Schedule};
@@ -81,17 +81,6 @@ pub struct Checked {
     pub schedule: Option<Schedule>,
 }
 
-fn text_field(field: &str, value: &str, min: usize, max: usize) -> Result<(), ApiError> {
-    let n = value.chars().count();
-    if n < min || n > max {
-        return Err(ApiError::bad_input(
-            field,
-            format!("must be {min} to {max} characters (it is {n})"),
-        ));
-    }
-    Ok(())
-}
-
 fn number(
     field: &str,
     value: Option<u64>,
@@ -112,12 +101,12 @@ fn number(
 /// Checks every field of `body`; `now_ms` decides whether a `once` is past.
 pub fn check(body: Body, workspace: &Path, now_ms: i64) -> Result<Checked, ApiError> {
     let name = body.name.unwrap_or_default();
-    text_field("name", &name, 1, MAX_NAME)?;
+    check_chars("name", &name, 1, MAX_NAME)?;
     if name.chars().any(char::is_control) {
         return Err(ApiError::bad_input("name", "holds control characters"));
     }
     let prompt = body.prompt.unwrap_or_default();
-    text_field("prompt", &prompt, 1, MAX_PROMPT)?;
+    check_chars("prompt", &prompt, 1, MAX_PROMPT)?;
     let model = body.model.unwrap_or_default();
     if model.len() > MAX_MODEL || model.chars().any(char::is_control) {
         return Err(ApiError::bad_input(
