@@ -319,8 +319,15 @@ pub fn last_lines(path: &Path, n: usize) -> Vec<String> {
     lines.split_off(skip)
 }
 
-/// Prints the log's last `n` lines, then follows it when `follow`.
-pub async fn logs(manager: Manager, daemon: Daemon, n: usize, follow: bool) -> anyhow::Result<()> {
+/// Whether `logs` stops after the last lines or follows the log.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    Once,
+    Follow,
+}
+
+/// Prints the log's last `n` lines, then follows it with `Tail::Follow`.
+pub async fn logs(manager: Manager, daemon: Daemon, n: usize, tail: Tail) -> anyhow::Result<()> {
     if manager == Manager::Systemd {
         let mut args = vec![
             "--user".to_string(),
@@ -330,7 +337,7 @@ pub async fn logs(manager: Manager, daemon: Daemon, n: usize, follow: bool) -> a
             n.to_string(),
             "--no-pager".into(),
         ];
-        if follow {
+        if tail == Tail::Follow {
             args.push("-f".into());
         }
         let status = Command::new("journalctl")
@@ -349,7 +356,7 @@ pub async fn logs(manager: Manager, daemon: Daemon, n: usize, follow: bool) -> a
     for line in last_lines(&path, n) {
         println!("{line}");
     }
-    if !follow {
+    if tail == Tail::Once {
         return Ok(());
     }
     let mut position = std::fs::metadata(&path)?.len();

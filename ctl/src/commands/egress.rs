@@ -52,20 +52,33 @@ pub async fn exec(command: EgressCommand) -> anyhow::Result<ExitCode> {
                 crate::daemons::by_name("egressd").context("egressd is in the daemon table")?;
             crate::commands::service::exec(egressd, verb).await
         }
-        EgressCommand::Rules { user, apply } => rules(user, apply),
+        EgressCommand::Rules { user, apply: false } => print_rules(user),
+        EgressCommand::Rules { user, apply: true } => apply_rules(user),
     }
 }
 
-fn rules(user: Option<String>, apply: bool) -> anyhow::Result<ExitCode> {
+/// Whom the nftables rules are for: the sandbox user (`user`, else the
+/// configured one), its uid, and egressd's proxy address it may reach.
+fn rules_for(user: Option<String>) -> anyhow::Result<(String, u32, std::net::SocketAddr)> {
     let settings = Settings::load()?;
     let user = user.unwrap_or_else(|| settings.egress.sandbox_user.clone());
     let proxy = egressd::nft::proxy_addr(&settings.egress.listen)?;
     let uid = egressd::nft::uid_of(&user)?;
+    Ok((user, uid, proxy))
+}
+
+/// `tandem egress rules`: the ruleset as JSON, loaded nowhere.
+fn print_rules(user: Option<String>) -> anyhow::Result<ExitCode> {
+    let (_, uid, proxy) = rules_for(user)?;
     let ruleset = egressd::nft::ruleset(uid, proxy);
-    if !apply {
-        println!("{}", serde_json::to_string_pretty(&ruleset)?);
-        return Ok(ExitCode::SUCCESS);
-    }
+    println!("{}", serde_json::to_string_pretty(&ruleset)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tandem egress rules --apply`: the ruleset loaded into nftables.
+fn apply_rules(user: Option<String>) -> anyhow::Result<ExitCode> {
+    let (user, uid, proxy) = rules_for(user)?;
+    let ruleset = egressd::nft::ruleset(uid, proxy);
     egressd::nft::apply(&ruleset)?;
     println!(
         "nftables table inet {} loaded: {user} (uid {uid}) may reach only {proxy}; \

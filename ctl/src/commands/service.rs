@@ -93,7 +93,12 @@ pub async fn exec(daemon: Daemon, verb: ServiceVerb) -> anyhow::Result<ExitCode>
         }
         ServiceVerb::Status => status(&settings, manager, daemon).await,
         ServiceVerb::Logs { lines, follow } => {
-            manager::logs(manager, daemon, lines, follow).await?;
+            let tail = if follow {
+                manager::Tail::Follow
+            } else {
+                manager::Tail::Once
+            };
+            manager::logs(manager, daemon, lines, tail).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -148,7 +148,10 @@ pub async fn build(args: Build) -> anyhow::Result<ExitCode> {
         .clone()
         .or_else(|| std::env::var_os("TMPDIR").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("/var/tmp"));
-    let work = WorkDir::make(&workdir, args.keep)?;
+    let mut work = WorkDir::make(&workdir)?;
+    if args.keep {
+        work.keep();
+    }
     let rootfs = work.path.join("rootfs");
     fs::create_dir(&rootfs).with_context(|| format!("making {}", rootfs.display()))?;
     let tar = work.path.join("rootfs.tar");

@@ -16,7 +16,7 @@ pub(super) struct WorkDir {
 }
 
 impl WorkDir {
-    pub(super) fn make(parent: &Path, keep: bool) -> anyhow::Result<WorkDir> {
+    pub(super) fn make(parent: &Path) -> anyhow::Result<WorkDir> {
         fs::create_dir_all(parent).with_context(|| format!("making {}", parent.display()))?;
         let path = parent.join(format!("tandem-sandbox-build-{}", std::process::id()));
         if path.exists() {
@@ -24,7 +24,12 @@ impl WorkDir {
         }
         fs::create_dir(&path).with_context(|| format!("making {}", path.display()))?;
         fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
-        Ok(WorkDir { path, keep })
+        Ok(WorkDir { path, keep: false })
+    }
+
+    /// Leaves the folder in place when the build ends (`--keep`).
+    pub(super) fn keep(&mut self) {
+        self.keep = true;
     }
 }
 

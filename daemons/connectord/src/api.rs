@@ -366,7 +366,15 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn switch(cd: &Arc<Connectord>, id: &str, on: bool) -> Result<Json<Value>, ApiError> {
+/// Which way `switch` turns a binding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    On,
+    Off,
+}
+
+async fn switch(cd: &Arc<Connectord>, id: &str, turn: Turn) -> Result<Json<Value>, ApiError> {
+    let on = turn == Turn::On;
     let i = id.to_string();
     let now = now_rfc3339();
     let found = cd
@@ -386,14 +394,14 @@ async fn enable(
     State(cd): State<Arc<Connectord>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    switch(&cd, &id, true).await
+    switch(&cd, &id, Turn::On).await
 }
 
 async fn disable(
     State(cd): State<Arc<Connectord>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    switch(&cd, &id, false).await
+    switch(&cd, &id, Turn::Off).await
 }
 
 async fn test(
