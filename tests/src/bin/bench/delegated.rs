@@ -5,6 +5,23 @@
 
 use super::*;
 
+use tandem_tests::egressbench::Line;
+
+/// The library's lines of a figure as rows of the table (a line without an
+/// aim, as figure 13's, makes a row without one).
+fn push_lines(rows: &mut Vec<Row>, lines: Vec<Line>) {
+    for l in lines {
+        let mut r = row(l.figure, l.measured);
+        if let Some((aim, met)) = l.aim {
+            r = r.aim(aim, met);
+        }
+        if let Some((baseline, ratio)) = l.baseline {
+            r = r.baseline(baseline, ratio);
+        }
+        rows.push(r);
+    }
+}
+
 /// Figure 9: the measuring is in `tandem_tests::sandboxbench`. Skipped, with
 /// a line saying why, where podman cannot run (not root, no podman).
 pub(crate) async fn sandbox(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
@@ -21,16 +38,10 @@ pub(crate) async fn sandbox(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<
         began.elapsed().as_secs_f64()
     ));
     let sizes = sandboxbench::Sizes::new(quick);
-    for l in sandboxbench::figure(&sizes, podman, &|line| say(line)).await? {
-        let mut r = row(l.figure, l.measured);
-        if let Some((aim, met)) = l.aim {
-            r = r.aim(aim, met);
-        }
-        if let Some((baseline, ratio)) = l.baseline {
-            r = r.baseline(baseline, ratio);
-        }
-        rows.push(r);
-    }
+    push_lines(
+        rows,
+        sandboxbench::figure(&sizes, podman, &|line| say(line)).await?,
+    );
     Ok(())
 }
 
@@ -40,16 +51,10 @@ pub(crate) async fn sandbox(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<
 pub(crate) async fn triggers(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 10. triggerd: next times, start, lateness of a due minute, idle CPU and RSS");
     let sizes = tandem_tests::triggerbench::Sizes::new(quick);
-    for l in tandem_tests::triggerbench::figure(&sizes, &|line| say(line)).await? {
-        let mut r = row(l.figure, l.measured);
-        if let Some((aim, met)) = l.aim {
-            r = r.aim(aim, met);
-        }
-        if let Some((baseline, ratio)) = l.baseline {
-            r = r.baseline(baseline, ratio);
-        }
-        rows.push(r);
-    }
+    push_lines(
+        rows,
+        tandem_tests::triggerbench::figure(&sizes, &|line| say(line)).await?,
+    );
     Ok(())
 }
 
@@ -59,32 +64,20 @@ pub(crate) async fn triggers(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result
 pub(crate) async fn web(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 12. web page: chunk → DOM in headless Chromium, with other pages attached");
     let sizes = tandem_tests::webbench::Sizes::new(quick);
-    for l in tandem_tests::webbench::figure(&sizes, &|line| say(line)).await? {
-        let mut r = row(l.figure, l.measured);
-        if let Some((aim, met)) = l.aim {
-            r = r.aim(aim, met);
-        }
-        if let Some((baseline, ratio)) = l.baseline {
-            r = r.baseline(baseline, ratio);
-        }
-        rows.push(r);
-    }
+    push_lines(
+        rows,
+        tandem_tests::webbench::figure(&sizes, &|line| say(line)).await?,
+    );
     Ok(())
 }
 
 pub(crate) async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 11. connectord: messages/s through a fake Bot API, idle CPU and RSS of 10 bindings");
     let sizes = tandem_tests::connectorbench::Sizes::new(quick);
-    for l in tandem_tests::connectorbench::figure(&sizes, &|line| say(line)).await? {
-        let mut r = row(l.figure, l.measured);
-        if let Some((aim, met)) = l.aim {
-            r = r.aim(aim, met);
-        }
-        if let Some((baseline, ratio)) = l.baseline {
-            r = r.baseline(baseline, ratio);
-        }
-        rows.push(r);
-    }
+    push_lines(
+        rows,
+        tandem_tests::connectorbench::figure(&sizes, &|line| say(line)).await?,
+    );
     Ok(())
 }
 
@@ -92,13 +85,10 @@ pub(crate) async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Resu
 pub(crate) async fn requests(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 13. message sent → request at the engine: the brief's egressd call");
     let sizes = tandem_tests::requestbench::Sizes::new(quick);
-    for l in tandem_tests::requestbench::figure(&sizes, &|line| say(line)).await? {
-        let mut r = row(l.figure, l.measured);
-        if let Some((baseline, ratio)) = l.baseline {
-            r = r.baseline(baseline, ratio);
-        }
-        rows.push(r);
-    }
+    push_lines(
+        rows,
+        tandem_tests::requestbench::figure(&sizes, &|line| say(line)).await?,
+    );
     Ok(())
 }
 
@@ -108,15 +98,9 @@ pub(crate) async fn requests(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result
 pub(crate) async fn egress(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     say("\n## 7. egressd: throughput, new CONNECTs/s, idle RSS");
     let sizes = tandem_tests::egressbench::Sizes::new(quick);
-    for l in tandem_tests::egressbench::figure(&sizes, &|line| say(line)).await? {
-        let mut r = row(l.figure, l.measured);
-        if let Some((aim, met)) = l.aim {
-            r = r.aim(aim, met);
-        }
-        if let Some((baseline, ratio)) = l.baseline {
-            r = r.baseline(baseline, ratio);
-        }
-        rows.push(r);
-    }
+    push_lines(
+        rows,
+        tandem_tests::egressbench::figure(&sizes, &|line| say(line)).await?,
+    );
     Ok(())
 }
