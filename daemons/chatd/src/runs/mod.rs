@@ -13,6 +13,7 @@ mod cards;
 mod compaction;
 mod steps;
 
+pub use crate::store::runs::Outcome;
 pub use cards::spawn_card_listener;
 
 use std::collections::{HashMap, VecDeque};
@@ -20,12 +21,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rusqlite::params;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::shutdown::Shutdown;
 use tandem_shared::sync::lock;
-use tandem_shared::time::{new_id, now_rfc3339};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ChatdConfig;
@@ -35,44 +34,9 @@ use crate::kinds::EventKind;
 use crate::metrics::{Metrics, RunLabels};
 use crate::model::{Conversation, Message, Run};
 use crate::store::queries::{self, Trashed};
-use crate::store::{Ctx, Delta, Store};
+use crate::store::{self, conversations, messages, Delta, Store};
 use crate::tools::{self, Registry};
-use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Done,
-    Failed,
-    Stopped,
-    Interrupted,
-    /// The step limit was reached; Continue goes on.
-    Paused,
-}
-
-impl Outcome {
-    /// The run's status once it ended so.
-    pub fn run_status(self) -> RunStatus {
-        match self {
-            Outcome::Done => RunStatus::Done,
-            Outcome::Failed => RunStatus::Failed,
-            Outcome::Stopped => RunStatus::Stopped,
-            Outcome::Interrupted => RunStatus::Interrupted,
-            Outcome::Paused => RunStatus::Paused,
-        }
-    }
-
-    /// The status of the answer it was writing, when the run ended so.
-    pub fn message_status(self) -> MessageStatus {
-        match self {
-            Outcome::Done => MessageStatus::Done,
-            Outcome::Failed => MessageStatus::Failed,
-            Outcome::Stopped => MessageStatus::Stopped,
-            Outcome::Interrupted => MessageStatus::Interrupted,
-            Outcome::Paused => MessageStatus::Paused,
-        }
-    }
-}
+use crate::words::{ChatState, MessageStatus, Origin, RunMode, RunStatus};
 
 /// Whether a model call may still use tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -417,43 +381,7 @@ impl Runs {
         let queued = self
             .inner
             .store
-            .write(|ctx| {
-                let open: Vec<Run> = {
-                    let mut stmt = ctx.conn().prepare(&format!(
-                        "SELECT {} FROM runs WHERE status = ?1 ORDER BY rowid",
-                        crate::model::RUN_COLUMNS
-                    ))?;
-                    let rows = stmt
-                        .query_map([RunStatus::Running], Run::from_row)?
-                        .collect::<Result<Vec<_>, _>>()?;
-                    rows
-                };
-                for run in &open {
-                    finish_run(
-                        ctx,
-                        run,
-                        Outcome::Interrupted,
-                        Some("chatd stopped while the run worked"),
-                        None,
-                    )?;
-                }
-                // A run waiting for consent waits on: its card is stored.
-                let mut stmt = ctx.conn().prepare(
-                    "SELECT id, conversation_id FROM runs WHERE status IN (?1, ?2) ORDER BY rowid",
-                )?;
-                let queued = stmt
-                    .query_map([RunStatus::Queued, RunStatus::Waiting], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-                    })?
-                    .collect::<Result<Vec<_>, _>>()?;
-                if !open.is_empty() {
-                    tracing::info!(
-                        runs = open.len(),
-                        "ended runs left open by a stop as interrupted"
-                    );
-                }
-                Ok(queued)
-            })
+            .write(store::runs::recover)
             .await
             .map_err(|e| anyhow::anyhow!("recovering runs: {e}"))?;
         for (run_id, conversation_id) in queued {
@@ -581,7 +509,9 @@ impl Runs {
                 }
             }
             let rid = run_id.to_string();
-            store.write(move |ctx| record_start(ctx, &rid)).await?;
+            store
+                .write(move |ctx| store::runs::record_start(ctx, &rid))
+                .await?;
         }
         let (run, conversation) = store
             .read({
@@ -638,7 +568,7 @@ impl Runs {
                 }
                 let cid = conversation_id.to_string();
                 store
-                    .write(move |ctx| set_state(ctx, &cid, ChatState::Running))
+                    .write(move |ctx| conversations::set_state(ctx, &cid, ChatState::Running))
                     .await?;
             }
             steps += 1;
@@ -650,7 +580,7 @@ impl Runs {
                 .write(move |ctx| {
                     // Waiting messages reach the model at this request.
                     if deliver {
-                        deliver_waiting(ctx, &cid)?;
+                        messages::deliver_waiting(ctx, &cid)?;
                     }
                     // An answer that ended in tool calls is not continued as text.
                     let resume = match resume {
@@ -663,21 +593,10 @@ impl Runs {
                         None => None,
                     };
                     let message = match resume {
-                        Some(message) => {
-                            ctx.conn().execute(
-                                "UPDATE messages SET status = ?1, run_id = ?2 WHERE id = ?3",
-                                params![MessageStatus::Streaming, rid, message.id],
-                            )?;
-                            let message = queries::message(ctx.conn(), &cid, &message.id)?;
-                            ctx.emit(&cid, EventKind::MessageUpdated, json!({"message": message}))?;
-                            message
-                        }
-                        None => new_assistant_message(ctx, &cid, &rid)?,
+                        Some(message) => messages::resume_answer(ctx, &cid, &rid, &message.id)?,
+                        None => messages::new_assistant_message(ctx, &cid, &rid)?,
                     };
-                    ctx.conn().execute(
-                        "UPDATE runs SET message_id = ?1, steps = steps + 1 WHERE id = ?2",
-                        params![message.id, rid],
-                    )?;
+                    store::runs::count_step(ctx, &rid, &message.id)?;
                     Ok(message)
                 })
                 .await?;
@@ -708,16 +627,7 @@ impl Runs {
             let ended = store
                 .write(move |ctx| {
                     let run = queries::run(ctx.conn(), &rid)?;
-                    ctx.conn().execute(
-                        "UPDATE messages SET status = ?1 WHERE id = ?2",
-                        params![MessageStatus::Done, mid],
-                    )?;
-                    let message = queries::message(ctx.conn(), &run.conversation_id, &mid)?;
-                    ctx.emit(
-                        &run.conversation_id,
-                        EventKind::MessageUpdated,
-                        json!({"message": message}),
-                    )?;
+                    messages::set_status(ctx, &run.conversation_id, &mid, MessageStatus::Done)?;
                     if step == Step::Last {
                         let why = format!("paused after {max_steps} model calls; Continue goes on");
                         ctx.emit(
@@ -725,7 +635,7 @@ impl Runs {
                             EventKind::Paused,
                             json!({"run_id": run.id, "steps": steps, "reason": why}),
                         )?;
-                        finish_run(ctx, &run, Outcome::Paused, Some(&why), None)?;
+                        store::runs::finish_run(ctx, &run, Outcome::Paused, Some(&why), None)?;
                         return Ok(Some(Outcome::Paused));
                     }
                     if called_tools
@@ -733,7 +643,7 @@ impl Runs {
                     {
                         return Ok(None);
                     }
-                    finish_run(ctx, &run, Outcome::Done, None, None)?;
+                    store::runs::finish_run(ctx, &run, Outcome::Done, None, None)?;
                     Ok(Some(Outcome::Done))
                 })
                 .await?;
@@ -770,7 +680,7 @@ impl Runs {
                     EventKind::RunQueued,
                     json!({"run_id": rid, "position": position}),
                 )?;
-                set_state(ctx, &run.conversation_id, ChatState::Queued)?;
+                conversations::set_state(ctx, &run.conversation_id, ChatState::Queued)?;
                 Ok(())
             })
             .await?;
@@ -805,7 +715,7 @@ impl Runs {
             .store
             .write(move |ctx| {
                 let run = queries::run(ctx.conn(), &rid)?;
-                finish_run(ctx, &run, outcome, error.as_deref(), None)
+                store::runs::finish_run(ctx, &run, outcome, error.as_deref(), None)
             })
             .await
     }
@@ -1053,10 +963,7 @@ impl Runs {
                     let _ = inner
                         .store
                         .write(move |ctx| {
-                            ctx.conn().execute(
-                                "UPDATE runs SET usage = ?1 WHERE id = ?2",
-                                params![usage.to_string(), rid],
-                            )?;
+                            store::runs::set_usage(ctx, &rid, &usage)?;
                             Ok(ctx.emit(&cid, EventKind::Usage, data).map(|_| ())?)
                         })
                         .await;
@@ -1079,13 +986,7 @@ impl Runs {
             let calls = Value::Array(tool_calls.clone()).to_string();
             let saved = inner
                 .store
-                .write(move |ctx| {
-                    ctx.conn().execute(
-                        "UPDATE messages SET tool_calls = ?1 WHERE id = ?2",
-                        params![calls, mid],
-                    )?;
-                    Ok(())
-                })
+                .write(move |ctx| messages::set_tool_calls(ctx, &mid, &calls))
                 .await;
             if let Err(e) = saved {
                 return Err(Fault::Cut(format!(
@@ -1185,268 +1086,4 @@ pub fn request_body(model: &str, mut messages: Vec<Value>, tools: &Value, prefil
     }
     body["messages"] = Value::Array(messages);
     body
-}
-
-/// Turns every waiting message into a user message on the active path.
-fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError> {
-    for pending in queries::waiting(ctx.conn(), conversation_id)? {
-        ctx.conn().execute(
-            "UPDATE pending SET state = ?1 WHERE id = ?2",
-            params![PendingState::Delivered, pending.id],
-        )?;
-        let mut message = Message::draft(Role::User, &pending.text);
-        message.attachments = pending.attachments;
-        let message = insert_at_head(ctx, conversation_id, message)?;
-        ctx.emit(
-            conversation_id,
-            EventKind::PendingDelivered,
-            json!({"pending_id": pending.id, "message_id": message.id}),
-        )?;
-    }
-    Ok(())
-}
-
-fn new_assistant_message(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-    run_id: &str,
-) -> Result<Message, ApiError> {
-    insert_message(
-        ctx,
-        conversation_id,
-        Role::Assistant,
-        "",
-        Some(run_id),
-        Some(MessageStatus::Streaming),
-    )
-}
-
-/// Adds a message under the conversation's head and makes it the head.
-pub fn insert_message(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-    role: Role,
-    text: &str,
-    run_id: Option<&str>,
-    status: Option<MessageStatus>,
-) -> Result<Message, ApiError> {
-    let mut message = Message::draft(role, text);
-    message.run_id = run_id.map(str::to_string);
-    message.status = status;
-    insert_at_head(ctx, conversation_id, message)
-}
-
-/// Adds `message` under the conversation's head and makes it the head.
-pub fn insert_at_head(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-    mut message: Message,
-) -> Result<Message, ApiError> {
-    message.parent_id = ctx.conn().query_row(
-        "SELECT head_id FROM conversations WHERE id = ?1",
-        [conversation_id],
-        |r| r.get(0),
-    )?;
-    insert_row(ctx, conversation_id, message)
-}
-
-/// Adds a message under `parent` and makes it the head.
-pub fn insert_message_under(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-    parent: Option<&str>,
-    role: Role,
-    text: &str,
-    run_id: Option<&str>,
-    status: Option<MessageStatus>,
-) -> Result<Message, ApiError> {
-    let mut message = Message::draft(role, text);
-    message.parent_id = parent.map(str::to_string);
-    message.run_id = run_id.map(str::to_string);
-    message.status = status;
-    insert_row(ctx, conversation_id, message)
-}
-
-/// Stores `message` (its parent set), makes it the head and says so.
-pub fn insert_row(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-    message: Message,
-) -> Result<Message, ApiError> {
-    ctx.conn().execute(
-        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created, attachments, summary) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        params![message.id, conversation_id, message.parent_id, message.role, message.text, message.tool_call_id, message.run_id, message.status, message.created,
-                message.attachments.as_ref().map(Value::to_string), message.summary],
-    )?;
-    ctx.conn().execute(
-        "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",
-        params![message.id, message.created, conversation_id],
-    )?;
-    ctx.emit(
-        conversation_id,
-        EventKind::MessageCreated,
-        json!({"message": message}),
-    )?;
-    if message.role == Role::User {
-        name_if_untitled(ctx, conversation_id, &message.text)?;
-    }
-    Ok(message)
-}
-
-/// A chat with no title is named after the first line of its first user
-/// message, whoever made it: a list of "New chat"s says nothing.
-fn name_if_untitled(ctx: &mut Ctx, conversation_id: &str, text: &str) -> Result<(), ApiError> {
-    let Some(title) = crate::titles::from_message(text) else {
-        return Ok(());
-    };
-    let named = ctx.conn().execute(
-        "UPDATE conversations SET title = ?1 WHERE id = ?2 AND title = ''",
-        params![title, conversation_id],
-    )?;
-    if named > 0 {
-        announce_conversation(ctx, conversation_id)?;
-    }
-    Ok(())
-}
-
-/// Records a new run `queued` for the conversation (its task starts it).
-/// Its origin is the request's (`user`, `trigger`, `connector`), not the
-/// chat's: a person's follow-up in a trigger's chat is a person's run.
-pub fn insert_run(
-    ctx: &mut Ctx,
-    conversation: &Conversation,
-    mode: RunMode,
-    origin: Origin,
-    message_id: Option<&str>,
-) -> Result<Run, ApiError> {
-    let run = Run {
-        id: new_id("r_"),
-        conversation_id: conversation.id.clone(),
-        status: RunStatus::Queued,
-        mode,
-        model: conversation.model.clone(),
-        origin,
-        message_id: message_id.map(str::to_string),
-        steps: 0,
-        error: None,
-        started: now_rfc3339(),
-        ended: None,
-        usage: None,
-    };
-    ctx.conn().execute(
-        "INSERT INTO runs (id, conversation_id, status, mode, model, origin, message_id, started) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            run.id,
-            run.conversation_id,
-            run.status,
-            run.mode,
-            run.model,
-            run.origin,
-            run.message_id,
-            run.started
-        ],
-    )?;
-    set_state(ctx, &conversation.id, ChatState::Queued)?;
-    Ok(run)
-}
-
-/// A run that took its slot: `running`, `run.started`, and the chat running.
-fn record_start(ctx: &mut Ctx, run_id: &str) -> Result<(), ApiError> {
-    let run = queries::run(ctx.conn(), run_id)?;
-    ctx.conn().execute(
-        "UPDATE runs SET status = ?1 WHERE id = ?2",
-        params![RunStatus::Running, run_id],
-    )?;
-    ctx.emit(
-        &run.conversation_id,
-        EventKind::RunStarted,
-        json!({"run_id": run_id, "mode": run.mode, "model": run.model}),
-    )?;
-    set_state(ctx, &run.conversation_id, ChatState::Running)
-}
-
-/// Ends a run: its status, its message's status, `run.finished`, and the
-/// conversation back to idle.
-pub fn finish_run(
-    ctx: &mut Ctx,
-    run: &Run,
-    outcome: Outcome,
-    error: Option<&str>,
-    _usage: Option<&Value>,
-) -> Result<(), ApiError> {
-    let ended = now_rfc3339();
-    ctx.conn().execute(
-        "UPDATE runs SET status = ?1, error = ?2, ended = ?3 WHERE id = ?4",
-        params![outcome.run_status(), error, ended, run.id],
-    )?;
-    let current = queries::run(ctx.conn(), &run.id)?;
-    if let Some(mid) = &current.message_id {
-        let changed = ctx.conn().execute(
-            "UPDATE messages SET status = ?1 WHERE id = ?2 AND status = ?3",
-            params![outcome.message_status(), mid, MessageStatus::Streaming],
-        )?;
-        if changed > 0 {
-            let message = queries::message(ctx.conn(), &run.conversation_id, mid)?;
-            ctx.emit(
-                &run.conversation_id,
-                EventKind::MessageUpdated,
-                json!({"message": message}),
-            )?;
-        }
-    }
-    let mut data = json!({"run_id": run.id, "status": outcome.run_status()});
-    if let Some(error) = error {
-        data["error"] = json!(error);
-    }
-    ctx.emit(&run.conversation_id, EventKind::RunFinished, data)?;
-    set_state(ctx, &run.conversation_id, ChatState::Idle)?;
-    Ok(())
-}
-
-/// Says what the conversation is now with `conversation.updated`, and returns it.
-pub fn announce_conversation(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-) -> Result<Conversation, ApiError> {
-    let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
-    ctx.emit(
-        conversation_id,
-        EventKind::ConversationUpdated,
-        json!({ "conversation": conversation }),
-    )?;
-    Ok(conversation)
-}
-
-/// Sets the conversation's state and says so with `conversation.updated`.
-/// While a card of the chat's live run waits for the person, `running` and
-/// `queued` leave it `waiting`: egressd's cards come whenever a command
-/// reaches out, also before the run's own `running` or while it goes on.
-/// The last card's answer, or the run's end, moves it on.
-pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: ChatState) -> Result<(), ApiError> {
-    let state = match state {
-        ChatState::Running | ChatState::Queued if card_waits(ctx.conn(), conversation_id)? => {
-            ChatState::Waiting
-        }
-        state => state,
-    };
-    let changed = ctx.conn().execute(
-        "UPDATE conversations SET state = ?1 WHERE id = ?2 AND state != ?1",
-        params![state, conversation_id],
-    )?;
-    if changed > 0 {
-        announce_conversation(ctx, conversation_id)?;
-    }
-    Ok(())
-}
-
-/// Whether the chat's live run has a card open (what the snapshot shows).
-fn card_waits(conn: &rusqlite::Connection, conversation_id: &str) -> Result<bool, ApiError> {
-    let Some(run) = queries::active_run(conn, conversation_id)? else {
-        return Ok(false);
-    };
-    Ok(queries::open_consents(conn, conversation_id)?
-        .iter()
-        .any(|card| card.run_id == run.id))
 }
