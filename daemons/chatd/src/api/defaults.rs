@@ -71,7 +71,7 @@ pub async fn update(
 /// Refuses a `context_size` above what the engine says the model holds
 /// (when it says): a chat cannot plan with room the model does not have.
 pub fn check_window(app: &App, model: &str, settings: &Settings) -> Result<(), ApiError> {
-    match (settings.context_size, app.runs.model_window(model)) {
+    match (settings.context_size, app.models.window(model)) {
         (Some(size), Some(window)) if size > window => Err(ApiError::bad_input(
             "settings.context_size",
             format!("{size} is more than the {window} tokens the engine gives {model}"),

@@ -125,7 +125,7 @@ pub async fn send(
             .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
             .await?;
         let room = app.runs.free_tokens(&id, &conversation.model).await? / 4;
-        let vision = app.runs.reads_images(&conversation.model);
+        let vision = app.models.reads_images(&conversation.model);
         let root = app.runs.workspace_root(&id);
         let saved = tokio::task::spawn_blocking(move || {
             let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;

@@ -137,7 +137,11 @@ impl Runs {
                 {"role": "user", "content": "Write the summary now."},
             ],
         });
-        let (summary_prompt, _) = self.count(model, &summary_body, sizes.line).await;
+        let (summary_prompt, _) = self
+            .inner
+            .models
+            .count(model, &summary_body, sizes.line)
+            .await;
         // A summary call that fails (the engine away, busy, loading) writes
         // nothing: the chat keeps its history and the caller goes on without.
         let (summary, summary_tokens) = match self.summarise(conversation_id, &summary_body).await {
@@ -232,7 +236,7 @@ impl Runs {
             &|_| Vec::new(),
         );
         let body = super::request_body(model, messages, tools, prefill);
-        self.count(model, &body, line).await.0
+        self.inner.models.count(model, &body, line).await.0
     }
 
     /// The summary call: its text and its completion tokens.

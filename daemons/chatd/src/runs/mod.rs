@@ -17,7 +17,6 @@ pub use crate::store::runs::Outcome;
 pub use cards::spawn_card_listener;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +32,7 @@ use crate::engine::{Engine, Fault, Piece};
 use crate::kinds::EventKind;
 use crate::metrics::{Metrics, RunLabels};
 use crate::model::{Conversation, Message, Run};
+use crate::models::Models;
 use crate::store::queries::{self, Trashed};
 use crate::store::{self, conversations, messages, Delta, Store};
 use crate::tools::{self, Registry};
@@ -128,10 +128,8 @@ struct Inner {
     /// Tasks still running, and a bell rung when one ends.
     tasks: Mutex<usize>,
     task_ended: Notify,
-    /// Context windows by model, from the engine, for `usage.limit`.
-    windows: Mutex<HashMap<String, u64>>,
-    /// The models that read images.
-    vision: Mutex<std::collections::HashSet<String>>,
+    /// What the engine says of its models (windows, vision, token counts).
+    models: Arc<Models>,
     /// Finished calls' stubbed arguments by call id (ids are chatd's, unique):
     /// made once, not at every request.
     stubs: Mutex<HashMap<String, Option<String>>>,
@@ -149,19 +147,17 @@ struct Inner {
     egress: std::sync::OnceLock<Arc<crate::egress::EgressClient>>,
     /// The forward key: each chat's egressd token is made from it (web tools).
     forward_key: tandem_shared::secrets::Secret,
-    /// Whether the engine counts tokens (`POST /v1/tokenize`): 0 not yet
-    /// known, 1 yes, 2 no.
-    tokenize: AtomicU8,
     /// Where each chat's workspace is (its own or the shared folder).
     folders: crate::folders::Folders,
 }
 
-/// What `Runs` is made from: chatd's store, engine, config, metrics and
-/// shutdown, the forward key (each chat's egressd token), the sandboxes when
+/// What `Runs` is made from: chatd's store, engine, what it knows of the
+/// engine's models, config, metrics and shutdown, the forward key (each chat's egressd token), the sandboxes when
 /// there is a runtime, and where each chat's workspace is.
 pub struct RunsParts {
     pub store: Store,
     pub engine: Engine,
+    pub models: Arc<Models>,
     pub config: Arc<ChatdConfig>,
     pub metrics: Arc<Metrics>,
     pub shutdown: Shutdown,
@@ -175,6 +171,7 @@ impl Runs {
         let RunsParts {
             store,
             engine,
+            models,
             config,
             metrics,
             shutdown,
@@ -205,8 +202,7 @@ impl Runs {
                 shutdown,
                 tasks: Mutex::new(0),
                 task_ended: Notify::new(),
-                windows: Mutex::new(HashMap::new()),
-                vision: Mutex::new(Default::default()),
+                models,
                 stubs: Mutex::new(HashMap::new()),
                 refused: Mutex::new(HashMap::new()),
                 registry: Arc::new(registry),
@@ -215,28 +211,9 @@ impl Runs {
                 consent_bell: Notify::new(),
                 egress: std::sync::OnceLock::new(),
                 forward_key,
-                tokenize: AtomicU8::new(0),
                 folders,
             }),
         }
-    }
-
-    /// What the engine says of a model: its window, whether it reads images.
-    pub fn remember_model(&self, model: &crate::engine::ModelInfo) {
-        if let Some(window) = model.context_window {
-            lock(&self.inner.windows).insert(model.id.clone(), window);
-        }
-        let mut vision = lock(&self.inner.vision);
-        if model.vision {
-            vision.insert(model.id.clone());
-        } else {
-            vision.remove(&model.id);
-        }
-    }
-
-    /// Whether `model` reads images (`/v1/models` says so).
-    pub fn reads_images(&self, model: &str) -> bool {
-        lock(&self.inner.vision).contains(model)
     }
 
     /// The chat's active path, root to head.
@@ -294,7 +271,7 @@ impl Runs {
         model: &str,
         conversation_id: &str,
     ) -> HashMap<String, Vec<Value>> {
-        if !self.reads_images(model) {
+        if !self.inner.models.reads_images(model) {
             return HashMap::new();
         }
         let wanted: Vec<(String, String, String)> = transcript
@@ -335,44 +312,6 @@ impl Runs {
         })
         .await
         .unwrap_or_default()
-    }
-
-    /// The prompt tokens of `body`: the engine's count when it has
-    /// `/v1/tokenize` and the request is near enough the chat's line to need
-    /// it, else the estimate.
-    pub(crate) async fn count(&self, model: &str, body: &Value, line: u64) -> (u64, bool) {
-        let empty = Vec::new();
-        let messages = body["messages"].as_array().unwrap_or(&empty);
-        let tools = body.get("tools");
-        let estimate = context::estimate(messages, tools);
-        // Far under the line the estimate decides alike, and the count costs
-        // a round trip with the whole chat. A tokenizer can find up to a
-        // third more than characters/4: under half the line, no request can
-        // be near it.
-        if estimate < line / 2 {
-            return (estimate, false);
-        }
-        if self.inner.tokenize.load(Ordering::Relaxed) != 2 {
-            match self
-                .inner
-                .engine
-                .tokenize(model, &body["messages"], tools)
-                .await
-            {
-                Ok(Some(count)) => {
-                    self.inner.tokenize.store(1, Ordering::Relaxed);
-                    return (count, true);
-                }
-                Ok(None) => {
-                    tracing::info!(
-                        "the engine has no /v1/tokenize: requests are sized by estimate"
-                    );
-                    self.inner.tokenize.store(2, Ordering::Relaxed);
-                }
-                Err(e) => tracing::warn!(error = %e, "token count failed; using the estimate"),
-            }
-        }
-        (estimate, false)
     }
 
     /// Ends runs a crash left open (`interrupted`, text kept) and starts the
