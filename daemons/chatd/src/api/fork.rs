@@ -65,7 +65,7 @@ pub async fn fork(
                 title,
                 model: source.model.clone(),
                 settings: source.settings.clone(),
-                permission_mode: source.permission_mode.clone(),
+                permission_mode: source.permission_mode,
                 origin: Origin::Fork,
                 // A fork of a shared chat works on the same shared folder.
                 workspace: source.workspace.clone(),

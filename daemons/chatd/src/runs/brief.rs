@@ -135,7 +135,7 @@ impl Runs {
             tools: names,
             commands,
             network,
-            writes_ask: Mode::parse(&conversation.permission_mode) == Ok(Mode::Ask),
+            writes_ask: conversation.permission_mode == Mode::Ask,
         };
         let instructions = agent.map(|a| a.instructions.as_str());
         let system = prompt::system_block(

@@ -330,8 +330,7 @@ impl Runs {
             .store
             .read(move |conn| {
                 let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
-                // A mode stored by an older build that this one does not know asks.
-                let mode = Mode::parse(&conversation.permission_mode).unwrap_or(Mode::Ask);
+                let mode = conversation.permission_mode;
                 let rules = queries::rules(conn, &cid)?
                     .into_iter()
                     .map(|(tool, pattern, verdict)| Rule {

@@ -13,6 +13,7 @@ use super::queries::{self, Trashed};
 use super::Ctx;
 use crate::kinds::EventKind;
 use crate::model::Conversation;
+use crate::permissions::Mode;
 use crate::settings::Settings;
 use crate::words::{ChatState, Origin};
 
@@ -21,7 +22,7 @@ pub struct NewConversation {
     pub title: String,
     pub model: String,
     pub settings: Settings,
-    pub permission_mode: String,
+    pub permission_mode: Mode,
     pub origin: Origin,
     /// own | shared
     pub workspace: String,
@@ -36,7 +37,7 @@ pub fn insert(ctx: &mut Ctx, new: &NewConversation) -> Result<String, ApiError> 
     ctx.conn().execute(
         "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace, agent_id) \
          VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![id, new.title, new.model, now, new.permission_mode, new.settings.to_text(), new.origin, new.workspace, new.agent_id],
+        params![id, new.title, new.model, now, new.permission_mode.as_str(), new.settings.to_text(), new.origin, new.workspace, new.agent_id],
     )?;
     Ok(id)
 }
@@ -74,10 +75,10 @@ pub fn set_head(ctx: &mut Ctx, id: &str, message_id: &str) -> Result<(), ApiErro
     Ok(())
 }
 
-pub fn set_permission_mode(ctx: &mut Ctx, id: &str, mode: &str) -> Result<(), ApiError> {
+pub fn set_permission_mode(ctx: &mut Ctx, id: &str, mode: Mode) -> Result<(), ApiError> {
     ctx.conn().execute(
         "UPDATE conversations SET permission_mode = ?1 WHERE id = ?2",
-        params![mode, id],
+        params![mode.as_str(), id],
     )?;
     Ok(())
 }
