@@ -18,6 +18,7 @@ use crate::egress::{error_of, EgressCard, EgressClient};
 use crate::kinds::EventKind;
 use crate::ndjson::Lines;
 use crate::store::consents::{close_card, close_left_egress_cards, show_card};
+use crate::words::Choice;
 
 /// Follows egressd's card stream for as long as chatd runs; reconnects
 /// (1 s, doubling to 30 s) while egressd is away.
@@ -148,7 +149,7 @@ impl Runs {
         &self,
         conversation_id: &str,
         card_id: &str,
-        decision: &str,
+        decision: Choice,
     ) -> Result<bool, ApiError> {
         let Some(egress) = self.inner.egress.get().cloned() else {
             return Err(ApiError::new(
@@ -181,15 +182,11 @@ impl Runs {
             }
             _ => return Err(error_of(status, &value)),
         }
-        let (cid, card, decision) = (
-            conversation_id.to_string(),
-            card_id.to_string(),
-            decision.to_string(),
-        );
-        let always = decision == "always";
+        let (cid, card) = (conversation_id.to_string(), card_id.to_string());
+        let always = decision == Choice::Always;
         self.inner
             .store
-            .write(move |ctx| close_card(ctx, &cid, &card, &decision))
+            .write(move |ctx| close_card(ctx, &cid, &card, decision.as_str()))
             .await?;
         if always {
             // egressd saved an allow rule for the host.

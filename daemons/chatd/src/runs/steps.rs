@@ -18,7 +18,7 @@ use crate::store::messages::{self, ToolResult};
 use crate::store::queries::{self, Trashed};
 use crate::store::{conversations, rules as stored_rules, runs};
 use crate::tools::{self, ToolContext};
-use crate::words::{ChatState, MessageStatus, Role, RunStatus};
+use crate::words::{ChatState, Choice, MessageStatus, Role, RunStatus};
 use crate::workspace::Workspace;
 
 /// One call of an answer, as the model sent it.
@@ -30,7 +30,7 @@ struct ToolCall {
 
 /// How a call that asked was answered.
 enum Answer {
-    Decided(String),
+    Decided(Choice),
     Stopped,
     Shutdown,
     /// Nobody answered within the card's wait.
@@ -238,14 +238,14 @@ impl Runs {
                                 .await?;
                             continue;
                         }
-                        Answer::Decided(decision) => match decision.as_str() {
-                            "deny" => {
+                        Answer::Decided(choice) => match choice {
+                            Choice::Deny => {
                                 let text = "the person declined this call; it did not run. \
                                             Ask them what they want instead, or go on without it.";
                                 self.record_failure(run, &call, text, "declined", 0).await?;
                                 continue;
                             }
-                            "always" if host => {
+                            Choice::Always if host => {
                                 // "Always on this instance": this exact
                                 // command line, in every chat of this chatd
                                 // (never its first word: `python3 x.py`
@@ -254,12 +254,12 @@ impl Runs {
                                 self.save_rules(None, vec![rule]).await?;
                                 Approval::User
                             }
-                            "always" => {
+                            Choice::Always => {
                                 let rules = permissions::rules_for_always(&permission);
                                 self.save_rules(Some(&run.conversation_id), rules).await?;
                                 Approval::User
                             }
-                            _ => Approval::User,
+                            Choice::Once => Approval::User,
                         },
                     }
                 }
@@ -407,7 +407,12 @@ impl Runs {
                 .await?;
             if let Some(decision) = card.and_then(|c| c.decision) {
                 self.set_running(run).await?;
-                return Ok(Answer::Decided(decision));
+                // A card closed without a choice (expired before a restart)
+                // ran nothing: the call is answered as not answered.
+                return Ok(match Choice::parse(&decision) {
+                    Some(choice) => Answer::Decided(choice),
+                    None => Answer::Expired,
+                });
             }
             let expiry = async {
                 match deadline {
@@ -445,7 +450,7 @@ impl Runs {
         &self,
         conversation_id: &str,
         card_id: &str,
-        decision: &str,
+        decision: Choice,
     ) -> Result<bool, ApiError> {
         // An egress card is egressd's: it takes the answer first.
         if card_id.starts_with("eg_") {
@@ -453,15 +458,11 @@ impl Runs {
                 .answer_egress_card(conversation_id, card_id, decision)
                 .await;
         }
-        let (cid, card_id, decision) = (
-            conversation_id.to_string(),
-            card_id.to_string(),
-            decision.to_string(),
-        );
+        let (cid, card_id) = (conversation_id.to_string(), card_id.to_string());
         let changed = self
             .inner
             .store
-            .write(move |ctx| consents::answer(ctx, &cid, &card_id, &decision))
+            .write(move |ctx| consents::answer(ctx, &cid, &card_id, decision))
             .await?;
         if changed {
             self.inner.consent_bell.notify_waiters();

@@ -14,10 +14,7 @@ use super::runs::set_status;
 use super::{queries, Ctx};
 use crate::egress::EgressCard;
 use crate::kinds::EventKind;
-use crate::words::{ChatState, Origin, RunStatus};
-
-/// The answers a card offers.
-pub const CHOICES: [&str; 3] = ["once", "always", "deny"];
+use crate::words::{ChatState, Choice, Origin, RunStatus};
 
 /// A tool call's card, as a run asks it.
 pub struct NewCard<'a> {
@@ -48,11 +45,11 @@ pub fn ask(ctx: &mut Ctx, conversation_id: &str, card: NewCard) -> Result<(), Ap
         ctx.conn().execute(
             "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created, labels) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![card_id, cid, rid, call_id, name, summary, reason, json!(CHOICES).to_string(), now_rfc3339(),
+            params![card_id, cid, rid, call_id, name, summary, reason, json!(Choice::ALL).to_string(), now_rfc3339(),
                 labels.as_ref().map(|l| l.to_string())],
         )?;
         let mut event = json!({"run_id": rid, "card_id": card_id, "call_id": call_id,
-            "name": name, "summary": summary, "reason": reason, "choices": CHOICES});
+            "name": name, "summary": summary, "reason": reason, "choices": Choice::ALL});
         if let Some(labels) = labels {
             event["labels"] = labels;
         }
@@ -96,7 +93,7 @@ pub fn answer(
     ctx: &mut Ctx,
     conversation_id: &str,
     card_id: &str,
-    decision: &str,
+    decision: Choice,
 ) -> Result<bool, ApiError> {
     let cid = conversation_id;
     let card = queries::consent(ctx.conn(), cid, card_id)?;
@@ -108,7 +105,7 @@ pub fn answer(
         ));
     }
     if let Some(given) = &card.decision {
-        if *given == decision {
+        if given == decision.as_str() {
             return Ok(false);
         }
         return Err(ApiError::conflict(
@@ -166,13 +163,13 @@ pub fn show_card(ctx: &mut Ctx, card: &EgressCard) -> Result<bool, ApiError> {
         "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created) \
          VALUES (?1, ?2, ?3, ?1, 'egress', ?4, ?5, ?6, ?7)",
         params![card.card_id, card.chat, run.id, card.summary, reason,
-                json!(CHOICES).to_string(), now_rfc3339()],
+                json!(Choice::ALL).to_string(), now_rfc3339()],
     )?;
     ctx.emit(
         &card.chat,
         EventKind::ToolConsent,
         json!({"run_id": run.id, "card_id": card.card_id, "call_id": null, "name": "egress",
-               "summary": card.summary, "reason": reason, "choices": CHOICES,
+               "summary": card.summary, "reason": reason, "choices": Choice::ALL,
                "host": card.host, "port": card.port}),
     )?;
     set_state(ctx, &card.chat, ChatState::Waiting)?;
