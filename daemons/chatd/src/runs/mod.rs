@@ -121,8 +121,9 @@ struct Inner {
 }
 
 /// What `Runs` is made from: chatd's store, engine, what it knows of the
-/// engine's models, config, metrics and shutdown, the forward key (each chat's egressd token), the sandboxes when
-/// there is a runtime, and where each chat's workspace is.
+/// engine's models, config, metrics and shutdown, the forward key (each
+/// chat's egressd token), the sandboxes when there is a runtime, and where
+/// each chat's workspace is.
 pub struct RunsParts {
     pub store: Store,
     pub engine: Engine,
