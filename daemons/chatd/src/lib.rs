@@ -23,6 +23,7 @@ pub mod kinds;
 pub mod listeners;
 pub mod metrics;
 pub mod model;
+pub mod models;
 pub mod ndjson;
 pub mod permissions;
 pub mod prompt;
@@ -57,6 +58,8 @@ pub struct App {
     pub config: Arc<ChatdConfig>,
     pub store: Store,
     pub runs: Runs,
+    /// What the engine says of its models (windows, vision, token counts).
+    pub models: Arc<crate::models::Models>,
     /// egressd's API: chats' egress presets, rules, audit.
     pub egress: crate::egress::EgressClient,
     /// triggerd's API: `/v1/chat-app/triggers*` is forwarded there.
@@ -117,7 +120,7 @@ impl App {
         let state = match self.engine.models(Duration::from_secs(2)).await {
             Ok(models) => {
                 for m in &models {
-                    self.runs.remember_model(m);
+                    self.models.remember(m);
                 }
                 EngineState {
                     reachable: true,
@@ -242,9 +245,14 @@ pub async fn run(
         }
         Some(reason) => tracing::info!(%reason, "no sandboxes"),
     }
+    let models = Arc::new(crate::models::Models::new(
+        engine.clone(),
+        config.context_window,
+    ));
     let runs = Runs::new(crate::runs::RunsParts {
         store: store.clone(),
         engine: engine.clone(),
+        models: models.clone(),
         config: config.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
@@ -262,6 +270,7 @@ pub async fn run(
         config: config.clone(),
         store: store.clone(),
         runs: runs.clone(),
+        models,
         egress,
         triggers,
         connectors,

@@ -4,6 +4,7 @@ use rusqlite::Row;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::permissions::Mode;
 use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
 
 #[derive(Debug, Clone, Serialize)]
@@ -14,7 +15,7 @@ pub struct Conversation {
     pub created: String,
     pub updated: String,
     pub state: ChatState,
-    pub permission_mode: String,
+    pub permission_mode: Mode,
     pub settings: crate::settings::Settings,
     /// Who made it (for listing and showing; each run has its own origin,
     /// from its request).
@@ -47,7 +48,8 @@ impl Conversation {
             created: row.get(3)?,
             updated: row.get(4)?,
             state: row.get(5)?,
-            permission_mode: row.get(6)?,
+            // A mode an older build stored that this one does not know asks.
+            permission_mode: Mode::parse(&row.get::<_, String>(6)?).unwrap_or(Mode::Ask),
             settings: crate::settings::Settings::from_stored_text(&settings),
             deleted: deleted_at.map(|t| {
                 jiff::Timestamp::from_second(t)

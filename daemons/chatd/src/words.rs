@@ -1,5 +1,6 @@
 //! The words chatd stores and sends for a message's role and status, a
-//! run's status and mode, a chat's state, a waiting message's state and who asked:
+//! run's status and mode, a chat's state, a waiting message's state, who
+//! asked, and a person's answer on a consent card:
 //! each a type, so only these can be written, and a stored one is read
 //! into its type where its row is read.
 
@@ -98,6 +99,18 @@ impl Origin {
     }
 }
 
+tandem_shared::words! {
+    /// A person's answer on a consent card: the buttons every card offers.
+    pub enum Choice("card choice") {
+        /// Run the call this once.
+        Once => "once",
+        /// Run it, and from now on the like without asking (a saved rule).
+        Always => "always",
+        /// Do not run it.
+        Deny => "deny",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +149,16 @@ mod tests {
     #[test]
     fn every_pending_state_reads_back_as_itself() {
         check_reads_back::<PendingState>();
+    }
+
+    #[test]
+    fn every_card_choice_reads_back_as_itself() {
+        check_reads_back::<Choice>();
+        assert_eq!(
+            serde_json::to_string(Choice::ALL).unwrap(),
+            r#"["once","always","deny"]"#,
+            "the choices a card shows, in their order"
+        );
     }
 
     #[test]

@@ -15,9 +15,10 @@ use super::defaults::{check_mode, check_window, default_mode_value};
 use super::Json;
 use crate::kinds::EventKind;
 use crate::model::Conversation;
-use crate::runs::{announce_conversation, insert_message};
 use crate::settings::Settings;
+use crate::store::conversations::announce_conversation;
 use crate::store::conversations::{self, ConversationChange, NewConversation};
+use crate::store::messages::insert_message;
 use crate::store::queries::{self, ListQuery, Trashed};
 use crate::store::{messages, meta, Ctx};
 use crate::words::{MessageStatus, Origin, Role};
@@ -128,10 +129,7 @@ pub async fn create(
     };
     check_window(&app, &model, &settings)?;
     let permission_mode = match body.permission_mode {
-        Some(mode) => {
-            check_mode("permission_mode", &mode)?;
-            mode
-        }
+        Some(mode) => check_mode("permission_mode", &mode)?,
         None => default_mode_value(&app).await?,
     };
     let origin = Origin::requested(body.origin.as_deref())?;
@@ -627,12 +625,11 @@ pub async fn set_permission_mode(
     Path(id): Path<String>,
     Json(body): Json<ModeBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    check_mode("mode", &body.mode)?;
-    let mode = body.mode.clone();
+    let mode = check_mode("mode", &body.mode)?;
     app.store
         .write(move |ctx| {
             queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            conversations::set_permission_mode(ctx, &id, &mode)?;
+            conversations::set_permission_mode(ctx, &id, mode)?;
             announce_conversation(ctx, &id)?;
             Ok(())
         })

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
 use super::Json;
+use crate::permissions::Mode;
 use crate::settings::Settings;
 use crate::store::meta;
 use crate::App;
@@ -37,9 +38,10 @@ pub async fn update(
     State(app): State<Arc<App>>,
     Json(body): Json<DefaultsBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    if let Some(mode) = &body.permission_mode {
-        check_mode("permission_mode", mode)?;
-    }
+    let asked = match &body.permission_mode {
+        Some(mode) => Some(check_mode("permission_mode", mode)?),
+        None => None,
+    };
     let windows = app.clone();
     let (settings, mode) = app
         .store
@@ -51,10 +53,10 @@ pub async fn update(
                 check_window(&windows, &windows.default_model(), &current)?;
                 meta::set_default_settings(ctx, &current)?;
             }
-            if let Some(mode) = &body.permission_mode {
+            if let Some(mode) = asked {
                 meta::set_default_mode(ctx, mode)?;
             }
-            Ok((current, body.permission_mode.clone()))
+            Ok((current, asked))
         })
         .await?;
     let mode = match mode {
@@ -71,7 +73,7 @@ pub async fn update(
 /// Refuses a `context_size` above what the engine says the model holds
 /// (when it says): a chat cannot plan with room the model does not have.
 pub fn check_window(app: &App, model: &str, settings: &Settings) -> Result<(), ApiError> {
-    match (settings.context_size, app.runs.model_window(model)) {
+    match (settings.context_size, app.models.window(model)) {
         (Some(size), Some(window)) if size > window => Err(ApiError::bad_input(
             "settings.context_size",
             format!("{size} is more than the {window} tokens the engine gives {model}"),
@@ -80,19 +82,40 @@ pub fn check_window(app: &App, model: &str, settings: &Settings) -> Result<(), A
     }
 }
 
-const MODES: &[&str] = &["ask", "auto", "yolo"];
-
-pub fn check_mode(field: &str, mode: &str) -> Result<(), ApiError> {
-    if MODES.contains(&mode) {
-        Ok(())
-    } else {
-        Err(ApiError::bad_input(
-            field,
-            format!("{mode:?} is not one of ask, auto, yolo"),
-        ))
-    }
+/// The mode a request names in `field`, spelled exactly as the API writes it.
+pub fn check_mode(field: &str, mode: &str) -> Result<Mode, ApiError> {
+    Mode::ALL
+        .into_iter()
+        .find(|known| known.as_str() == mode)
+        .ok_or_else(|| {
+            ApiError::bad_input(field, format!("{mode:?} is not one of ask, auto, yolo"))
+        })
 }
 
-pub async fn default_mode_value(app: &App) -> Result<String, ApiError> {
+pub async fn default_mode_value(app: &App) -> Result<Mode, ApiError> {
     app.store.read(meta::default_mode).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API takes a mode spelled exactly, and names the field and the
+    /// three words when it is not one.
+    #[test]
+    fn a_mode_is_one_of_three_words_spelled_exactly() {
+        for mode in Mode::ALL {
+            assert_eq!(check_mode("mode", mode.as_str()).unwrap(), mode);
+        }
+        for refused in ["Ask", " auto", "sometimes", ""] {
+            let err = check_mode("permission_mode", refused).unwrap_err();
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
+            assert_eq!(err.kind, "bad_input");
+            assert_eq!(
+                err.message,
+                format!("permission_mode: {refused:?} is not one of ask, auto, yolo")
+            );
+            assert_eq!(err.extra["field"], "permission_mode");
+        }
+    }
 }

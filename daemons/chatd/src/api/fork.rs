@@ -16,9 +16,9 @@ use tandem_shared::http::ApiError;
 use super::conversations::{check_title, insert_conversation};
 use super::Json;
 use crate::model::Message;
-use crate::runs::insert_row;
 use crate::store::conversations::NewConversation;
 use crate::store::messages;
+use crate::store::messages::insert_row;
 use crate::store::queries::{self, Trashed};
 use crate::words::{MessageStatus, Origin};
 use crate::workspace::Workspace;
@@ -65,7 +65,7 @@ pub async fn fork(
                 title,
                 model: source.model.clone(),
                 settings: source.settings.clone(),
-                permission_mode: source.permission_mode.clone(),
+                permission_mode: source.permission_mode,
                 origin: Origin::Fork,
                 // A fork of a shared chat works on the same shared folder.
                 workspace: source.workspace.clone(),

@@ -20,10 +20,11 @@ use tandem_shared::time::new_id;
 use super::Json;
 use crate::attachments;
 use crate::kinds::EventKind;
-use crate::runs::{insert_at_head, insert_message, insert_message_under, insert_run};
+use crate::store::messages::{insert_at_head, insert_message, insert_message_under};
 use crate::store::queries::{self, Trashed};
+use crate::store::runs::insert_run;
 use crate::store::{conversations, messages};
-use crate::words::{Origin, PendingState, Role, RunMode, RunStatus};
+use crate::words::{Choice, Origin, PendingState, Role, RunMode, RunStatus};
 use crate::workspace::Workspace;
 use crate::App;
 
@@ -124,7 +125,7 @@ pub async fn send(
             .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
             .await?;
         let room = app.runs.free_tokens(&id, &conversation.model).await? / 4;
-        let vision = app.runs.reads_images(&conversation.model);
+        let vision = app.models.reads_images(&conversation.model);
         let root = app.runs.workspace_root(&id);
         let saved = tokio::task::spawn_blocking(move || {
             let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;
@@ -464,7 +465,7 @@ pub async fn consent(
     Path(id): Path<String>,
     Json(body): Json<ConsentBody>,
 ) -> Result<Response, ApiError> {
-    if !["once", "always", "deny"].contains(&body.decision.as_str()) {
+    let Some(decision) = Choice::parse(&body.decision) else {
         return Err(ApiError::bad_input(
             "decision",
             format!(
@@ -472,13 +473,13 @@ pub async fn consent(
                 body.decision
             ),
         ));
-    }
+    };
     if body.card_id.is_empty() || body.card_id.len() > 64 {
         return Err(ApiError::bad_input("card_id", "is not a card id"));
     }
     let changed = app
         .runs
-        .answer_consent(&id, &body.card_id, &body.decision)
+        .answer_consent(&id, &body.card_id, decision)
         .await?;
     Ok(if changed {
         axum::Json(json!({"card_id": body.card_id, "decision": body.decision})).into_response()

@@ -50,7 +50,7 @@ pub async fn capabilities(
         .collect();
     let mode = default_mode_value(&app)
         .await
-        .unwrap_or_else(|_| "auto".into());
+        .unwrap_or(crate::permissions::Mode::Auto);
     let agents: Vec<Value> = app
         .store
         .read(crate::agents::list)
@@ -111,10 +111,9 @@ pub async fn set_default_mode(
     State(app): State<Arc<App>>,
     Json(body): Json<ModeBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    check_mode("default", &body.default)?;
-    let mode = body.default.clone();
+    let mode = check_mode("default", &body.default)?;
     app.store
-        .write(move |ctx| meta::set_default_mode(ctx, &mode))
+        .write(move |ctx| meta::set_default_mode(ctx, mode))
         .await?;
     Ok(axum::Json(json!({"default": body.default})))
 }

@@ -70,17 +70,6 @@ impl Brief {
 }
 
 impl Runs {
-    /// What the engine says a model holds (`None`: it did not say).
-    pub fn model_window(&self, model: &str) -> Option<u64> {
-        lock(&self.inner.windows).get(model).copied()
-    }
-
-    /// The model's window as chatd plans with it: the engine's, else the config's.
-    fn model_window_or_default(&self, model: &str) -> u64 {
-        self.model_window(model)
-            .unwrap_or(self.inner.config.context_window)
-    }
-
     /// The sizes a chat's requests to `model` are held to, with `settings`'
     /// `context_size` under the model's window.
     pub(crate) fn window_with(
@@ -89,7 +78,7 @@ impl Runs {
         model: &str,
         settings: &Settings,
     ) -> Window {
-        let window = settings.window(self.model_window_or_default(model));
+        let window = settings.window(self.inner.models.window_or_default(model));
         let refused = lock(&self.inner.refused).get(conversation_id).copied();
         Window::new(
             window,
@@ -146,7 +135,7 @@ impl Runs {
             tools: names,
             commands,
             network,
-            writes_ask: Mode::parse(&conversation.permission_mode) == Ok(Mode::Ask),
+            writes_ask: conversation.permission_mode == Mode::Ask,
         };
         let instructions = agent.map(|a| a.instructions.as_str());
         let system = prompt::system_block(
@@ -270,7 +259,11 @@ impl Runs {
         );
         let mut body = request_body(model, messages, &tools, prefill);
         brief.settings.apply(&mut body);
-        let (tokens, exact) = self.count(model, &body, brief.window.line).await;
+        let (tokens, exact) = self
+            .inner
+            .models
+            .count(model, &body, brief.window.line)
+            .await;
         Ok(Request {
             body,
             tokens,

@@ -3,17 +3,16 @@
 //! later requests; the last turns are kept word for word. The result lands
 //! under half the line.
 
-use rusqlite::params;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
-use super::{insert_message_under, Runs};
+use super::Runs;
 use crate::context::{self, Window};
 use crate::engine::Piece;
 use crate::kinds::EventKind;
 use crate::model::Message;
+use crate::store::messages::{self, NewSummary};
 use crate::store::queries::{self, Trashed};
-use crate::words::Role;
 
 const SUMMARY_PROMPT: &str = "You compact a conversation between a person and an assistant \
 so the assistant can go on with the work. Write a summary of the conversation below for the \
@@ -138,7 +137,11 @@ impl Runs {
                 {"role": "user", "content": "Write the summary now."},
             ],
         });
-        let (summary_prompt, _) = self.count(model, &summary_body, sizes.line).await;
+        let (summary_prompt, _) = self
+            .inner
+            .models
+            .count(model, &summary_body, sizes.line)
+            .await;
         // A summary call that fails (the engine away, busy, loading) writes
         // nothing: the chat keeps its history and the caller goes on without.
         let (summary, summary_tokens) = match self.summarise(conversation_id, &summary_body).await {
@@ -163,43 +166,13 @@ impl Runs {
         let marker = inner
             .store
             .write(move |ctx| {
-                // The chat must not have moved on during the summary call (a
-                // message sent meanwhile): the marker would cut it off.
-                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
-                let expected = moved.as_ref().or(leaf.as_ref());
-                if conversation.head_id.as_ref() != expected {
-                    return Err(ApiError::conflict(
-                        "chat_moved",
-                        "the chat changed while it was being compacted; nothing was compacted, try again",
-                    ));
-                }
-                let marker = insert_message_under(
-                    ctx,
-                    &cid,
-                    leaf.as_deref(),
-                    Role::Compacted,
-                    &summary_text,
-                    None,
-                    None,
-                )?;
-                ctx.conn().execute(
-                    "UPDATE messages SET keep_from = ?1 WHERE id = ?2",
-                    params![keep_from, marker.id],
-                )?;
-                // The answer being written stays the head, now under the summary.
-                if let Some(mid) = moved {
-                    ctx.conn().execute(
-                        "UPDATE messages SET parent_id = ?1 WHERE id = ?2",
-                        params![marker.id, mid],
-                    )?;
-                    ctx.conn().execute(
-                        "UPDATE conversations SET head_id = ?1 WHERE id = ?2",
-                        params![mid, cid],
-                    )?;
-                    let message = queries::message(ctx.conn(), &cid, &mid)?;
-                    ctx.emit(&cid, EventKind::MessageUpdated, json!({"message": message}))?;
-                }
-                Ok(marker)
+                let summary = NewSummary {
+                    leaf: leaf.as_deref(),
+                    answer: moved.as_deref(),
+                    text: &summary_text,
+                    keep_from: keep_from.as_deref(),
+                };
+                messages::insert_summary(ctx, &cid, &summary)
             })
             .await?;
 
@@ -263,7 +236,7 @@ impl Runs {
             &|_| Vec::new(),
         );
         let body = super::request_body(model, messages, tools, prefill);
-        self.count(model, &body, line).await.0
+        self.inner.models.count(model, &body, line).await.0
     }
 
     /// The summary call: its text and its completion tokens.

@@ -3,26 +3,23 @@
 //! workspace, and answered with a `tool` message. A run waiting for a card
 //! gives its engine slot back.
 
-use rusqlite::params;
 use serde_json::json;
 use tandem_shared::http::ApiError;
-use tandem_shared::time::{new_id, now_rfc3339};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
-use super::{set_state, EndRequest, Outcome, Runs, StepEnd};
+use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
 use crate::context;
 use crate::kinds::EventKind;
 use crate::model::{Message, Run};
 use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
+use crate::store::consents::{self, NewCard};
+use crate::store::messages::{self, ToolResult};
 use crate::store::queries::{self, Trashed};
-use crate::store::Ctx;
+use crate::store::{conversations, rules as stored_rules, runs};
 use crate::tools::{self, ToolContext};
-use crate::words::{ChatState, MessageStatus, Role, RunStatus};
+use crate::words::{ChatState, Choice, MessageStatus, Role, RunStatus};
 use crate::workspace::Workspace;
-
-/// The answers a card offers.
-pub(super) const CHOICES: [&str; 3] = ["once", "always", "deny"];
 
 /// One call of an answer, as the model sent it.
 struct ToolCall {
@@ -33,7 +30,7 @@ struct ToolCall {
 
 /// How a call that asked was answered.
 enum Answer {
-    Decided(String),
+    Decided(Choice),
     Stopped,
     Shutdown,
     /// Nobody answered within the card's wait.
@@ -241,14 +238,14 @@ impl Runs {
                                 .await?;
                             continue;
                         }
-                        Answer::Decided(decision) => match decision.as_str() {
-                            "deny" => {
+                        Answer::Decided(choice) => match choice {
+                            Choice::Deny => {
                                 let text = "the person declined this call; it did not run. \
                                             Ask them what they want instead, or go on without it.";
                                 self.record_failure(run, &call, text, "declined", 0).await?;
                                 continue;
                             }
-                            "always" if host => {
+                            Choice::Always if host => {
                                 // "Always on this instance": this exact
                                 // command line, in every chat of this chatd
                                 // (never its first word: `python3 x.py`
@@ -257,12 +254,12 @@ impl Runs {
                                 self.save_rules(None, vec![rule]).await?;
                                 Approval::User
                             }
-                            "always" => {
+                            Choice::Always => {
                                 let rules = permissions::rules_for_always(&permission);
                                 self.save_rules(Some(&run.conversation_id), rules).await?;
                                 Approval::User
                             }
-                            _ => Approval::User,
+                            Choice::Once => Approval::User,
                         },
                     }
                 }
@@ -316,11 +313,8 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                ctx.conn().execute(
-                    "UPDATE runs SET status = ?1 WHERE id = ?2",
-                    params![RunStatus::Running, rid],
-                )?;
-                set_state(ctx, &cid, ChatState::Running)
+                runs::set_status(ctx, &rid, RunStatus::Running)?;
+                conversations::set_state(ctx, &cid, ChatState::Running)
             })
             .await
     }
@@ -336,8 +330,7 @@ impl Runs {
             .store
             .read(move |conn| {
                 let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
-                // A mode stored by an older build that this one does not know asks.
-                let mode = Mode::parse(&conversation.permission_mode).unwrap_or(Mode::Ask);
+                let mode = conversation.permission_mode;
                 let rules = queries::rules(conn, &cid)?
                     .into_iter()
                     .map(|(tool, pattern, verdict)| Rule {
@@ -364,23 +357,7 @@ impl Runs {
         let cid = conversation_id.map(str::to_string);
         self.inner
             .store
-            .write(move |ctx| {
-                for rule in rules {
-                    ctx.conn().execute(
-                        "INSERT INTO rules (id, conversation_id, tool, pattern, verdict, created) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                        params![
-                            new_id("rule_"),
-                            cid,
-                            rule.tool,
-                            rule.pattern,
-                            rule.verdict.as_str(),
-                            now_rfc3339()
-                        ],
-                    )?;
-                }
-                Ok(())
-            })
+            .write(move |ctx| stored_rules::insert_always(ctx, cid.as_deref(), &rules))
             .await
     }
 
@@ -406,26 +383,15 @@ impl Runs {
         self.inner
             .store
             .write(move |ctx| {
-                if queries::consent_for_call(ctx.conn(), &cid, &rid, &call_id)?.is_none() {
-                    let card_id = new_id("card_");
-                    ctx.conn().execute(
-                        "INSERT INTO consents (id, conversation_id, run_id, call_id, tool, summary, reason, choices, created, labels) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                        params![card_id, cid, rid, call_id, name, summary, reason, json!(CHOICES).to_string(), now_rfc3339(),
-                            labels.as_ref().map(|l| l.to_string())],
-                    )?;
-                    let mut event = json!({"run_id": rid, "card_id": card_id, "call_id": call_id,
-                        "name": name, "summary": summary, "reason": reason, "choices": CHOICES});
-                    if let Some(labels) = labels {
-                        event["labels"] = labels;
-                    }
-                    ctx.emit(&cid, EventKind::ToolConsent, event)?;
-                }
-                ctx.conn().execute(
-                    "UPDATE runs SET status = ?1 WHERE id = ?2",
-                    params![RunStatus::Waiting, rid],
-                )?;
-                set_state(ctx, &cid, ChatState::Waiting)
+                let card = NewCard {
+                    run_id: &rid,
+                    call_id: &call_id,
+                    name: &name,
+                    summary: &summary,
+                    reason: &reason,
+                    labels,
+                };
+                consents::ask(ctx, &cid, card)
             })
             .await?;
         let deadline = card.wait.map(|w| tokio::time::Instant::now() + w);
@@ -441,7 +407,12 @@ impl Runs {
                 .await?;
             if let Some(decision) = card.and_then(|c| c.decision) {
                 self.set_running(run).await?;
-                return Ok(Answer::Decided(decision));
+                // A card closed without a choice (expired before a restart)
+                // ran nothing: the call is answered as not answered.
+                return Ok(match Choice::parse(&decision) {
+                    Some(choice) => Answer::Decided(choice),
+                    None => Answer::Expired,
+                });
             }
             let expiry = async {
                 match deadline {
@@ -468,24 +439,7 @@ impl Runs {
         let (rid, cid, call_id) = (run.id.clone(), run.conversation_id.clone(), call.id.clone());
         self.inner
             .store
-            .write(move |ctx| {
-                let Some(card) = queries::consent_for_call(ctx.conn(), &cid, &rid, &call_id)? else {
-                    return Ok(false);
-                };
-                if card.decision.is_some() {
-                    return Ok(false);
-                }
-                ctx.conn().execute(
-                    "UPDATE consents SET decision = 'expired', answered = ?1 WHERE id = ?2",
-                    params![now_rfc3339(), card.card_id],
-                )?;
-                ctx.emit(
-                    &cid,
-                    EventKind::ToolConsentAnswered,
-                    json!({"run_id": rid, "card_id": card.card_id, "call_id": call_id, "decision": "expired"}),
-                )?;
-                Ok(true)
-            })
+            .write(move |ctx| consents::expire(ctx, &cid, &rid, &call_id))
             .await
     }
 
@@ -496,7 +450,7 @@ impl Runs {
         &self,
         conversation_id: &str,
         card_id: &str,
-        decision: &str,
+        decision: Choice,
     ) -> Result<bool, ApiError> {
         // An egress card is egressd's: it takes the answer first.
         if card_id.starts_with("eg_") {
@@ -504,52 +458,11 @@ impl Runs {
                 .answer_egress_card(conversation_id, card_id, decision)
                 .await;
         }
-        let (cid, card_id, decision) = (
-            conversation_id.to_string(),
-            card_id.to_string(),
-            decision.to_string(),
-        );
+        let (cid, card_id) = (conversation_id.to_string(), card_id.to_string());
         let changed = self
             .inner
             .store
-            .write(move |ctx| {
-                let card = queries::consent(ctx.conn(), &cid, &card_id)?;
-                if card.decision.as_deref() == Some("expired") {
-                    return Err(ApiError::new(
-                        axum::http::StatusCode::GONE,
-                        "consent_expired",
-                        "nobody waits for this card any more: it was not answered in time",
-                    ));
-                }
-                if let Some(given) = &card.decision {
-                    if *given == decision {
-                        return Ok(false);
-                    }
-                    return Err(ApiError::conflict(
-                        "already_answered",
-                        format!("this card was answered \"{given}\" already"),
-                    )
-                    .with("decision", given.clone()));
-                }
-                let run = queries::run(ctx.conn(), &card.run_id)?;
-                if run.status != RunStatus::Waiting {
-                    return Err(ApiError::new(
-                        axum::http::StatusCode::GONE,
-                        "consent_expired",
-                        format!("nobody waits for this card any more: its run ended {}", run.status),
-                    ));
-                }
-                ctx.conn().execute(
-                    "UPDATE consents SET decision = ?1, answered = ?2 WHERE id = ?3",
-                    params![decision, now_rfc3339(), card_id],
-                )?;
-                ctx.emit(
-                    &cid,
-                    EventKind::ToolConsentAnswered,
-                    json!({"run_id": run.id, "card_id": card_id, "call_id": card.call_id, "decision": decision}),
-                )?;
-                Ok(true)
-            })
+            .write(move |ctx| consents::answer(ctx, &cid, &card_id, decision))
             .await?;
         if changed {
             self.inner.consent_bell.notify_waiters();
@@ -809,7 +722,14 @@ impl Runs {
                 } else {
                     MessageStatus::Failed
                 };
-                insert_tool_message(ctx, &cid, &rid, &call_id, &text, &summary, status)?;
+                let result = ToolResult {
+                    run_id: &rid,
+                    call_id: &call_id,
+                    text: &text,
+                    summary: &summary,
+                    status,
+                };
+                messages::insert_tool_message(ctx, &cid, &result)?;
                 ctx.emit(
                     &cid,
                     EventKind::ToolFinished,
@@ -849,22 +769,4 @@ fn unanswered(history: &[Message]) -> Vec<ToolCall> {
             },
         })
         .collect()
-}
-
-/// Adds a call's result under the head and makes it the head.
-fn insert_tool_message(
-    ctx: &mut Ctx,
-    conversation_id: &str,
-    run_id: &str,
-    call_id: &str,
-    text: &str,
-    summary: &str,
-    status: MessageStatus,
-) -> Result<Message, ApiError> {
-    let mut message = Message::draft(Role::Tool, text);
-    message.tool_call_id = Some(call_id.to_string());
-    message.summary = (!summary.is_empty()).then(|| summary.to_string());
-    message.run_id = Some(run_id.to_string());
-    message.status = Some(status);
-    super::insert_at_head(ctx, conversation_id, message)
 }

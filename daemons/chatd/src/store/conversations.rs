@@ -1,21 +1,28 @@
-//! Writes of a conversation's row: made, changed, its head moved, trashed
-//! and restored, its permission mode set, and deleted for good with
-//! everything of it (by a person, or by housekeeping once the trash is old).
+//! Writes of a conversation's row: made, changed, its head moved, its
+//! state set (a card of its live run keeps it waiting), named after its
+//! first question, trashed and restored, its permission mode set, and
+//! deleted for good with everything of it (by a person, or by housekeeping
+//! once the trash is old); each change said with `conversation.updated`.
 
 use rusqlite::params;
+use serde_json::json;
 use tandem_shared::http::ApiError;
 use tandem_shared::time::{new_id, now_rfc3339};
 
+use super::queries::{self, Trashed};
 use super::Ctx;
+use crate::kinds::EventKind;
+use crate::model::Conversation;
+use crate::permissions::Mode;
 use crate::settings::Settings;
-use crate::words::Origin;
+use crate::words::{ChatState, Origin};
 
 /// The values a new conversation starts with, checked.
 pub struct NewConversation {
     pub title: String,
     pub model: String,
     pub settings: Settings,
-    pub permission_mode: String,
+    pub permission_mode: Mode,
     pub origin: Origin,
     /// own | shared
     pub workspace: String,
@@ -30,7 +37,7 @@ pub fn insert(ctx: &mut Ctx, new: &NewConversation) -> Result<String, ApiError> 
     ctx.conn().execute(
         "INSERT INTO conversations (id, title, model, created, updated, permission_mode, settings, origin, workspace, agent_id) \
          VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![id, new.title, new.model, now, new.permission_mode, new.settings.to_text(), new.origin, new.workspace, new.agent_id],
+        params![id, new.title, new.model, now, new.permission_mode.as_str(), new.settings.to_text(), new.origin, new.workspace, new.agent_id],
     )?;
     Ok(id)
 }
@@ -68,10 +75,10 @@ pub fn set_head(ctx: &mut Ctx, id: &str, message_id: &str) -> Result<(), ApiErro
     Ok(())
 }
 
-pub fn set_permission_mode(ctx: &mut Ctx, id: &str, mode: &str) -> Result<(), ApiError> {
+pub fn set_permission_mode(ctx: &mut Ctx, id: &str, mode: Mode) -> Result<(), ApiError> {
     ctx.conn().execute(
         "UPDATE conversations SET permission_mode = ?1 WHERE id = ?2",
-        params![mode, id],
+        params![mode.as_str(), id],
     )?;
     Ok(())
 }
@@ -124,4 +131,66 @@ pub fn purge_trash(ctx: &mut Ctx, cutoff_unix: i64) -> Result<Vec<String>, ApiEr
         delete_forever(ctx, id)?;
     }
     Ok(ids)
+}
+
+/// Says what the conversation is now with `conversation.updated`, and returns it.
+pub fn announce_conversation(
+    ctx: &mut Ctx,
+    conversation_id: &str,
+) -> Result<Conversation, ApiError> {
+    let conversation = queries::conversation(ctx.conn(), conversation_id, Trashed::Include)?;
+    ctx.emit(
+        conversation_id,
+        EventKind::ConversationUpdated,
+        json!({ "conversation": conversation }),
+    )?;
+    Ok(conversation)
+}
+
+/// A chat with no title is named after the first line of its first user
+/// message, whoever made it: a list of "New chat"s says nothing.
+pub fn name_if_untitled(ctx: &mut Ctx, conversation_id: &str, text: &str) -> Result<(), ApiError> {
+    let Some(title) = crate::titles::from_message(text) else {
+        return Ok(());
+    };
+    let named = ctx.conn().execute(
+        "UPDATE conversations SET title = ?1 WHERE id = ?2 AND title = ''",
+        params![title, conversation_id],
+    )?;
+    if named > 0 {
+        announce_conversation(ctx, conversation_id)?;
+    }
+    Ok(())
+}
+
+/// Sets the conversation's state and says so with `conversation.updated`.
+/// While a card of the chat's live run waits for the person, `running` and
+/// `queued` leave it `waiting`: egressd's cards come whenever a command
+/// reaches out, also before the run's own `running` or while it goes on.
+/// The last card's answer, or the run's end, moves it on.
+pub fn set_state(ctx: &mut Ctx, conversation_id: &str, state: ChatState) -> Result<(), ApiError> {
+    let state = match state {
+        ChatState::Running | ChatState::Queued if card_waits(ctx.conn(), conversation_id)? => {
+            ChatState::Waiting
+        }
+        state => state,
+    };
+    let changed = ctx.conn().execute(
+        "UPDATE conversations SET state = ?1 WHERE id = ?2 AND state != ?1",
+        params![state, conversation_id],
+    )?;
+    if changed > 0 {
+        announce_conversation(ctx, conversation_id)?;
+    }
+    Ok(())
+}
+
+/// Whether the chat's live run has a card open (what the snapshot shows).
+fn card_waits(conn: &rusqlite::Connection, conversation_id: &str) -> Result<bool, ApiError> {
+    let Some(run) = queries::active_run(conn, conversation_id)? else {
+        return Ok(false);
+    };
+    Ok(queries::open_consents(conn, conversation_id)?
+        .iter()
+        .any(|card| card.run_id == run.id))
 }

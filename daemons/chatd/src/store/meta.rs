@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension};
 use tandem_shared::http::ApiError;
 
 use super::Ctx;
+use crate::permissions::Mode;
 use crate::settings::Settings;
 
 const SETTINGS_KEY: &str = "default_settings";
@@ -33,22 +34,25 @@ pub fn set_default_settings(ctx: &mut Ctx, settings: &Settings) -> Result<(), Ap
 }
 
 /// The permission mode a new chat starts with: `auto` unless one was set.
-pub fn default_mode(conn: &Connection) -> Result<String, ApiError> {
-    Ok(conn
+pub fn default_mode(conn: &Connection) -> Result<Mode, ApiError> {
+    let stored: Option<String> = conn
         .query_row(
             "SELECT value FROM meta WHERE key = 'permission_mode'",
             [],
             |r| r.get(0),
         )
-        .optional()?
-        .unwrap_or_else(|| "auto".to_string()))
+        .optional()?;
+    // Only the API sets it, with a mode it checked: one it does not know is `auto`.
+    Ok(stored
+        .and_then(|text| Mode::parse(&text).ok())
+        .unwrap_or(Mode::Auto))
 }
 
-pub fn set_default_mode(ctx: &mut Ctx, mode: &str) -> Result<(), ApiError> {
+pub fn set_default_mode(ctx: &mut Ctx, mode: Mode) -> Result<(), ApiError> {
     ctx.conn().execute(
         "INSERT INTO meta (key, value) VALUES ('permission_mode', ?1) \
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        [mode],
+        [mode.as_str()],
     )?;
     Ok(())
 }

@@ -1,6 +1,5 @@
 //! Permission rules as the API lists, adds and removes them (a chat's own,
-//! or every chat's). "Always" on a card adds its rule in `runs/steps.rs`,
-//! still to move here.
+//! or every chat's), and as "Always" on a card adds them.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
@@ -73,5 +72,28 @@ pub fn delete(ctx: &mut Ctx, conversation_id: Option<&str>, rule_id: &str) -> Re
     }
     ctx.conn()
         .execute("DELETE FROM rules WHERE id = ?1", [rule_id])?;
+    Ok(())
+}
+
+/// Stores the rules "Always" on a card adds, for one chat or (`None`) every chat.
+pub fn insert_always(
+    ctx: &mut Ctx,
+    conversation_id: Option<&str>,
+    rules: &[crate::permissions::Rule],
+) -> Result<(), ApiError> {
+    for rule in rules {
+        ctx.conn().execute(
+            "INSERT INTO rules (id, conversation_id, tool, pattern, verdict, created) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                new_id("rule_"),
+                conversation_id,
+                rule.tool,
+                rule.pattern,
+                rule.verdict.as_str(),
+                now_rfc3339()
+            ],
+        )?;
+    }
     Ok(())
 }

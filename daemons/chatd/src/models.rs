@@ -1,0 +1,103 @@
+//! What chatd knows of the engine's models (not its records: those are
+//! `model.rs`): each model's context window and whether it reads images,
+//! as `/v1/models` last said, whether the engine counts tokens
+//! (`/v1/tokenize`), and a request's prompt tokens, counted or estimated.
+//! The API and the runs ask it alike.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use serde_json::Value;
+use tandem_shared::sync::lock;
+
+use crate::context;
+use crate::engine::{Engine, ModelInfo};
+
+pub struct Models {
+    engine: Engine,
+    /// The window chatd plans with for a model the engine names none for.
+    default_window: u64,
+    /// Context windows by model, from the engine, for `usage.limit`.
+    windows: Mutex<HashMap<String, u64>>,
+    /// The models that read images.
+    vision: Mutex<HashSet<String>>,
+    /// Whether the engine counts tokens (`POST /v1/tokenize`): 0 not yet
+    /// known, 1 yes, 2 no.
+    tokenize: AtomicU8,
+}
+
+impl Models {
+    /// Nothing known yet; `default_window` stands for a model's window
+    /// until the engine says it.
+    pub fn new(engine: Engine, default_window: u64) -> Models {
+        Models {
+            engine,
+            default_window,
+            windows: Mutex::new(HashMap::new()),
+            vision: Mutex::new(HashSet::new()),
+            tokenize: AtomicU8::new(0),
+        }
+    }
+
+    /// What the engine says of a model: its window, whether it reads images.
+    pub fn remember(&self, model: &ModelInfo) {
+        if let Some(window) = model.context_window {
+            lock(&self.windows).insert(model.id.clone(), window);
+        }
+        let mut vision = lock(&self.vision);
+        if model.vision {
+            vision.insert(model.id.clone());
+        } else {
+            vision.remove(&model.id);
+        }
+    }
+
+    /// Whether `model` reads images (`/v1/models` says so).
+    pub fn reads_images(&self, model: &str) -> bool {
+        lock(&self.vision).contains(model)
+    }
+
+    /// What the engine says a model holds (`None`: it did not say).
+    pub fn window(&self, model: &str) -> Option<u64> {
+        lock(&self.windows).get(model).copied()
+    }
+
+    /// The model's window as chatd plans with it: the engine's, else the config's.
+    pub fn window_or_default(&self, model: &str) -> u64 {
+        self.window(model).unwrap_or(self.default_window)
+    }
+
+    /// The prompt tokens of `body`: the engine's count when it has
+    /// `/v1/tokenize` and the request is near enough the chat's line to need
+    /// it, else the estimate.
+    pub async fn count(&self, model: &str, body: &Value, line: u64) -> (u64, bool) {
+        let empty = Vec::new();
+        let messages = body["messages"].as_array().unwrap_or(&empty);
+        let tools = body.get("tools");
+        let estimate = context::estimate(messages, tools);
+        // Far under the line the estimate decides alike, and the count costs
+        // a round trip with the whole chat. A tokenizer can find up to a
+        // third more than characters/4: under half the line, no request can
+        // be near it.
+        if estimate < line / 2 {
+            return (estimate, false);
+        }
+        if self.tokenize.load(Ordering::Relaxed) != 2 {
+            match self.engine.tokenize(model, &body["messages"], tools).await {
+                Ok(Some(count)) => {
+                    self.tokenize.store(1, Ordering::Relaxed);
+                    return (count, true);
+                }
+                Ok(None) => {
+                    tracing::info!(
+                        "the engine has no /v1/tokenize: requests are sized by estimate"
+                    );
+                    self.tokenize.store(2, Ordering::Relaxed);
+                }
+                Err(e) => tracing::warn!(error = %e, "token count failed; using the estimate"),
+            }
+        }
+        (estimate, false)
+    }
+}
