@@ -8,11 +8,14 @@
 //! (`compaction.rs`). Its state lives in the transcript, so a run resumed
 //! after a restart picks up where the messages say it was.
 
+mod body;
 mod brief;
 mod cards;
 mod compaction;
+mod kept;
 mod steps;
 
+pub use body::{request_body, RequestBody};
 pub use cards::spawn_card_listener;
 
 use std::collections::{HashMap, VecDeque};
@@ -38,6 +41,7 @@ use crate::store::queries::{self, Trashed};
 use crate::store::{Ctx, Delta, Store};
 use crate::tools::{self, Registry};
 use crate::words::{ChatState, MessageStatus, Origin, PendingState, Role, RunMode, RunStatus};
+use kept::KeptPath;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +141,7 @@ struct Received {
 
 /// A sized request.
 pub struct Request {
-    pub body: Value,
+    pub body: RequestBody,
     /// Prompt tokens: the engine's count, or the estimate.
     pub tokens: u64,
     pub exact: bool,
@@ -379,8 +383,33 @@ impl Runs {
     pub(crate) async fn count(&self, model: &str, body: &Value, line: u64) -> (u64, bool) {
         let empty = Vec::new();
         let messages = body["messages"].as_array().unwrap_or(&empty);
-        let tools = body.get("tools");
-        let estimate = context::estimate(messages, tools);
+        let estimate = context::estimate(messages, body.get("tools"));
+        self.count_near_line(model, estimate, line, || Some(body.clone()))
+            .await
+    }
+
+    /// `count` of a body made as text.
+    pub(crate) async fn count_body(
+        &self,
+        model: &str,
+        body: &RequestBody,
+        line: u64,
+    ) -> (u64, bool) {
+        self.count_near_line(model, body.estimate, line, || {
+            serde_json::from_slice(&body.bytes).ok()
+        })
+        .await
+    }
+
+    /// The engine's count of the body `value` makes when the estimate is
+    /// near the line and the engine counts; else the estimate.
+    async fn count_near_line(
+        &self,
+        model: &str,
+        estimate: u64,
+        line: u64,
+        value: impl FnOnce() -> Option<Value>,
+    ) -> (u64, bool) {
         // Far under the line the estimate decides alike, and the count costs
         // a round trip with the whole chat. A tokenizer can find up to a
         // third more than characters/4: under half the line, no request can
@@ -388,6 +417,10 @@ impl Runs {
         if estimate < line / 2 {
             return (estimate, false);
         }
+        let Some(body) = value() else {
+            return (estimate, false);
+        };
+        let tools = body.get("tools");
         if self.inner.tokenize.load(Ordering::Relaxed) != 2 {
             match self
                 .inner
@@ -606,12 +639,16 @@ impl Runs {
         let mut deliver_now = run.mode == RunMode::Send;
         // A new run does not run the calls a stopped one left: they are
         // closed as not run (only Continue, or a resumed run, goes on with them).
+        let mut kept = KeptPath::new(conversation_id);
         if !resumed && run.mode != RunMode::Continue {
-            self.close_left_calls(&run).await?;
+            self.close_left_calls(&run, &mut kept).await?;
         }
         loop {
             // The calls of the last answer that have no result yet.
-            match self.run_tool_calls(&run, &mut slot, &mut stop).await? {
+            match self
+                .run_tool_calls(&run, &mut kept, &mut slot, &mut stop)
+                .await?
+            {
                 StepEnd::Go => {}
                 StepEnd::Left => return Ok(None),
                 StepEnd::End(outcome, error) => {
@@ -690,7 +727,7 @@ impl Runs {
                 Step::More
             };
             let called_tools = match self
-                .answer(&run, &conversation, &message, step, &mut stop)
+                .answer(&run, &conversation, &message, step, &mut kept, &mut stop)
                 .await
             {
                 Ok(called) => called,
@@ -819,6 +856,7 @@ impl Runs {
         conversation: &Conversation,
         message: &Message,
         step: Step,
+        kept: &mut KeptPath,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<bool, (Outcome, Option<String>)> {
         let inner = &self.inner;
@@ -848,7 +886,14 @@ impl Runs {
         };
         loop {
             let mut request = self
-                .request(&conversation.id, &run.model, message, &received.text, step)
+                .request(
+                    &conversation.id,
+                    &run.model,
+                    message,
+                    &received.text,
+                    step,
+                    kept,
+                )
                 .await
                 .map_err(store_err)?;
             let sizes = request.window;
@@ -860,7 +905,14 @@ impl Runs {
                     .is_some_and(|c| c.cut)
                 {
                     request = self
-                        .request(&conversation.id, &run.model, message, &received.text, step)
+                        .request(
+                            &conversation.id,
+                            &run.model,
+                            message,
+                            &received.text,
+                            step,
+                            kept,
+                        )
                         .await
                         .map_err(store_err)?;
                 }
@@ -880,7 +932,7 @@ impl Runs {
                 ));
             }
             let fault = tokio::select! {
-                result = self.stream_once(&session, &request.body, &answering, &mut received, sizes.window) => {
+                result = self.stream_once(&session, &request.body.bytes, &answering, &mut received, sizes.window) => {
                     match result {
                         Ok(()) => return Ok(!received.tool_calls.is_empty()),
                         Err(fault) => fault,
@@ -993,7 +1045,7 @@ impl Runs {
     async fn stream_once(
         &self,
         session: &str,
-        body: &Value,
+        body: &bytes::Bytes,
         answering: &Answering<'_>,
         received: &mut Received,
         limit: u64,
@@ -1010,7 +1062,7 @@ impl Runs {
             tool_calls,
         } = received;
         tool_calls.clear();
-        let mut stream = inner.engine.stream(session, body).await?;
+        let mut stream = inner.engine.stream(session, body.clone()).await?;
         let result = loop {
             let piece = match stream.next().await {
                 Ok(Some(piece)) => piece,
@@ -1168,24 +1220,6 @@ fn merge_tool_call(
 
 /// The chat-completions body around `messages`, with the answer's text so
 /// far as an assistant prefill the engine continues.
-pub fn request_body(model: &str, mut messages: Vec<Value>, tools: &Value, prefill: &str) -> Value {
-    let mut body = json!({
-        "model": model,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if tools.as_array().is_some_and(|t| !t.is_empty()) {
-        body["tools"] = tools.clone();
-    }
-    if !prefill.is_empty() {
-        messages.push(json!({"role": "assistant", "content": prefill}));
-        // vLLM continues a final assistant message with these; llama.cpp does by itself.
-        body["continue_final_message"] = json!(true);
-        body["add_generation_prompt"] = json!(false);
-    }
-    body["messages"] = Value::Array(messages);
-    body
-}
 
 /// Turns every waiting message into a user message on the active path.
 fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError> {
