@@ -80,7 +80,9 @@ fn prefill_message(prefill: &str) -> Value {
     json!({"role": "assistant", "content": prefill})
 }
 
-/// A request whose messages are made whole (a summary, a size check).
+/// The chat-completions body around `messages`, made whole (a summary, a
+/// size check), with the answer's text so far as an assistant prefill the
+/// engine continues.
 pub fn request_body(model: &str, mut messages: Vec<Value>, tools: &Value, prefill: &str) -> Value {
     let mut body = request_head(model, tools, prefill);
     if !prefill.is_empty() {

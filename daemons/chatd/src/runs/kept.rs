@@ -391,3 +391,6 @@ fn read_in(conn: &Connection, cid: &str, seq: i64, whole: bool) -> Result<Found,
         last,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1218,9 +1218,6 @@ fn merge_tool_call(
     }
 }
 
-/// The chat-completions body around `messages`, with the answer's text so
-/// far as an assistant prefill the engine continues.
-
 /// Turns every waiting message into a user message on the active path.
 fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiError> {
     for pending in queries::waiting(ctx.conn(), conversation_id)? {
