@@ -90,21 +90,30 @@ fn tokens_to_chars(tokens: u64) -> usize {
 /// The estimated tokens of a request's messages and tools: characters/4
 /// plus the template's share per message, with a 15 % margin.
 pub fn estimate(messages: &[Value], tools: Option<&Value>) -> u64 {
-    let mut chars = 0usize;
-    for m in messages {
-        chars += content_chars(m.get("content"));
-        if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
-            for call in calls {
-                chars += str_len(call.pointer("/function/name"));
-                chars += str_len(call.pointer("/function/arguments"));
-            }
+    let chars = messages.iter().map(message_chars).sum::<usize>() + tools_chars(tools);
+    tokens_of(chars, messages.len())
+}
+
+/// The characters of one request message the estimate counts.
+pub fn message_chars(m: &Value) -> usize {
+    let mut chars = content_chars(m.get("content"));
+    if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+        for call in calls {
+            chars += str_len(call.pointer("/function/name"));
+            chars += str_len(call.pointer("/function/arguments"));
         }
-        chars += str_len(m.get("tool_call_id"));
     }
-    if let Some(tools) = tools {
-        chars += tools.to_string().len();
-    }
-    let raw = chars as u64 / 4 + PER_MESSAGE * messages.len() as u64 + 1;
+    chars + str_len(m.get("tool_call_id"))
+}
+
+/// The characters of the offered tools the estimate counts.
+pub fn tools_chars(tools: Option<&Value>) -> usize {
+    tools.map_or(0, |t| t.to_string().len())
+}
+
+/// The estimate of `messages` messages holding `chars` characters in all.
+pub fn tokens_of(chars: usize, messages: usize) -> u64 {
+    let raw = chars as u64 / 4 + PER_MESSAGE * messages as u64 + 1;
     (raw as f64 * MARGIN).ceil() as u64
 }
 
@@ -205,102 +214,130 @@ pub fn request_messages(
     images: &dyn Fn(&Message) -> Vec<Value>,
 ) -> Vec<Value> {
     let mut out = Vec::with_capacity(transcript.messages.len() + 1);
+    out.extend(system_message(system, transcript.summary));
+    let mut i = 0;
+    while i < transcript.messages.len() {
+        let (group, next) = render_group(&transcript.messages, i, stub, images);
+        out.extend(group);
+        i = next;
+    }
+    out
+}
+
+/// The system message: the block, then the summary of what was compacted.
+pub fn system_message(system: &str, summary: Option<&str>) -> Option<Value> {
     let mut system = system.to_string();
-    if let Some(summary) = transcript.summary {
+    if let Some(summary) = summary {
         system.push_str("\n\nSummary of the conversation before the messages below:\n");
         system.push_str(summary);
     }
-    if !system.is_empty() {
-        out.push(json!({"role": "system", "content": system}));
-    }
-    let all = &transcript.messages;
-    let mut i = 0;
-    while i < all.len() {
-        let m = all[i];
-        i += 1;
-        match m.role {
-            Role::User => {
-                let parts = images(m);
-                if parts.is_empty() {
-                    out.push(json!({"role": "user", "content": m.text}));
-                } else {
-                    let mut content = vec![json!({"type": "text", "text": m.text})];
-                    content.extend(parts);
-                    out.push(json!({"role": "user", "content": content}));
-                }
-            }
-            // A result whose call is not before it (cut by a compaction): as text.
-            Role::Tool => {
-                out.push(json!({"role": "user", "content": format!("[tool result]\n{}", m.text)}))
-            }
-            Role::Assistant => {
-                let calls = m
-                    .tool_calls
-                    .as_ref()
-                    .and_then(Value::as_array)
-                    .filter(|c| !c.is_empty());
-                let Some(calls) = calls else {
-                    out.push(json!({"role": "assistant", "content": m.text}));
-                    continue;
-                };
-                // Its results follow it; only a call that succeeded is shortened.
-                let results: Vec<&Message> = all[i..]
-                    .iter()
-                    .take_while(|n| n.role == Role::Tool)
-                    .copied()
-                    .collect();
-                let succeeded = |id: &str| {
-                    results.iter().any(|r| {
-                        r.tool_call_id.as_deref() == Some(id)
-                            && r.status != Some(MessageStatus::Failed)
-                    })
-                };
-                let calls: Vec<Value> = calls
-                    .iter()
-                    .map(|call| {
-                        let mut call = call.clone();
-                        let id = call.get("id").and_then(Value::as_str).unwrap_or("");
-                        let name = call.pointer("/function/name").and_then(Value::as_str);
-                        let args = call.pointer("/function/arguments").and_then(Value::as_str);
-                        if let (true, Some(name), Some(args)) = (succeeded(id), name, args) {
-                            if let Some(short) = stub(id, name, args) {
-                                call["function"]["arguments"] = json!(short);
-                            }
-                        }
-                        call
-                    })
-                    .collect();
-                let content = if m.text.is_empty() {
-                    Value::Null
-                } else {
-                    json!(m.text)
-                };
-                out.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
-                // Its results follow it; a call the run never ran is said so.
-                let mut answered: Vec<&str> = Vec::new();
-                while i < all.len() && all[i].role == Role::Tool {
-                    let r = all[i];
-                    out.push(json!({
-                        "role": "tool",
-                        "tool_call_id": r.tool_call_id.clone().unwrap_or_default(),
-                        "content": r.text,
-                    }));
-                    answered.extend(r.tool_call_id.as_deref());
-                    i += 1;
-                }
-                for id in calls
-                    .iter()
-                    .filter_map(|c| c.get("id").and_then(Value::as_str))
-                {
-                    if !answered.contains(&id) {
-                        out.push(json!({"role": "tool", "tool_call_id": id, "content": "not run: the run ended before this call"}));
-                    }
-                }
-            }
-            Role::System | Role::Compacted | Role::Cleared => {}
+    (!system.is_empty()).then(|| json!({"role": "system", "content": system}))
+}
+
+/// Where the group of the transcript that begins at `i` ends: after an
+/// answer's results, or after the one message.
+pub fn group_end(all: &[&Message], i: usize) -> usize {
+    let mut end = i + 1;
+    if all[i].role == Role::Assistant && has_calls(all[i]) {
+        while end < all.len() && all[end].role == Role::Tool {
+            end += 1;
         }
     }
-    out
+    end
+}
+
+fn has_calls(m: &Message) -> bool {
+    m.tool_calls
+        .as_ref()
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// The request messages of the group that begins at `i` (a question, a
+/// result cut from its call, an answer with its results), and where the
+/// next group begins.
+pub fn render_group(
+    all: &[&Message],
+    i: usize,
+    stub: &dyn Fn(&str, &str, &str) -> Option<String>,
+    images: &dyn Fn(&Message) -> Vec<Value>,
+) -> (Vec<Value>, usize) {
+    let m = all[i];
+    let end = group_end(all, i);
+    let one = |v: Value| (vec![v], end);
+    match m.role {
+        Role::User => {
+            let parts = images(m);
+            if parts.is_empty() {
+                one(json!({"role": "user", "content": m.text}))
+            } else {
+                let mut content = vec![json!({"type": "text", "text": m.text})];
+                content.extend(parts);
+                one(json!({"role": "user", "content": content}))
+            }
+        }
+        // A result whose call is not before it (cut by a compaction): as text.
+        Role::Tool => one(json!({"role": "user", "content": format!("[tool result]\n{}", m.text)})),
+        Role::Assistant => {
+            let calls = m
+                .tool_calls
+                .as_ref()
+                .and_then(Value::as_array)
+                .filter(|c| !c.is_empty());
+            let Some(calls) = calls else {
+                return one(json!({"role": "assistant", "content": m.text}));
+            };
+            // Its results follow it; only a call that succeeded is shortened.
+            let results = &all[i + 1..end];
+            let succeeded = |id: &str| {
+                results.iter().any(|r| {
+                    r.tool_call_id.as_deref() == Some(id) && r.status != Some(MessageStatus::Failed)
+                })
+            };
+            let calls_out: Vec<Value> = calls
+                .iter()
+                .map(|call| {
+                    let mut call = call.clone();
+                    let id = call.get("id").and_then(Value::as_str).unwrap_or("");
+                    let name = call.pointer("/function/name").and_then(Value::as_str);
+                    let args = call.pointer("/function/arguments").and_then(Value::as_str);
+                    if let (true, Some(name), Some(args)) = (succeeded(id), name, args) {
+                        if let Some(short) = stub(id, name, args) {
+                            call["function"]["arguments"] = json!(short);
+                        }
+                    }
+                    call
+                })
+                .collect();
+            let content = if m.text.is_empty() {
+                Value::Null
+            } else {
+                json!(m.text)
+            };
+            let mut out =
+                vec![json!({"role": "assistant", "content": content, "tool_calls": calls_out})];
+            // Its results follow it; a call the run never ran is said so.
+            let mut answered: Vec<&str> = Vec::new();
+            for r in results {
+                out.push(json!({
+                    "role": "tool",
+                    "tool_call_id": r.tool_call_id.clone().unwrap_or_default(),
+                    "content": r.text,
+                }));
+                answered.extend(r.tool_call_id.as_deref());
+            }
+            for id in calls
+                .iter()
+                .filter_map(|c| c.get("id").and_then(Value::as_str))
+            {
+                if !answered.contains(&id) {
+                    out.push(json!({"role": "tool", "tool_call_id": id, "content": "not run: the run ended before this call"}));
+                }
+            }
+            (out, end)
+        }
+        Role::System | Role::Compacted | Role::Cleared => (Vec::new(), end),
+    }
 }
 
 /// Where a compaction cuts `messages` (a transcript's stored messages):

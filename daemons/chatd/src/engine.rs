@@ -206,12 +206,14 @@ impl Engine {
     }
 
     /// Starts a streamed chat completion for `session` (`x-session-id`).
-    pub async fn stream(&self, session: &str, body: &Value) -> Result<EngineStream, Fault> {
+    /// `body` is the request's JSON text.
+    pub async fn stream(&self, session: &str, body: bytes::Bytes) -> Result<EngineStream, Fault> {
         let response = self
             .http
             .post(format!("{}/v1/chat/completions", self.base))
             .header("x-session-id", session)
-            .json(body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
             .send()
             .await
             .map_err(|e| Fault::Unreachable(short(&e)))?;

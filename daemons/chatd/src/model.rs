@@ -1,7 +1,7 @@
 //! The records of the wire contract and how they are read from rows.
 
 use rusqlite::Row;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::permissions::Mode;
@@ -65,7 +65,7 @@ impl Conversation {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Message {
     pub id: String,
     pub parent_id: Option<String>,

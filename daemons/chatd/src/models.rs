@@ -74,8 +74,32 @@ impl Models {
     pub async fn count(&self, model: &str, body: &Value, line: u64) -> (u64, bool) {
         let empty = Vec::new();
         let messages = body["messages"].as_array().unwrap_or(&empty);
-        let tools = body.get("tools");
-        let estimate = context::estimate(messages, tools);
+        let estimate = context::estimate(messages, body.get("tools"));
+        self.count_near_line(model, estimate, line, || Some(body.clone()))
+            .await
+    }
+
+    /// `count` of a body made as JSON text, with the estimate made with it.
+    pub async fn count_text(
+        &self,
+        model: &str,
+        estimate: u64,
+        body: &[u8],
+        line: u64,
+    ) -> (u64, bool) {
+        self.count_near_line(model, estimate, line, || serde_json::from_slice(body).ok())
+            .await
+    }
+
+    /// The engine's count of the body `value` makes, when the estimate is
+    /// near the line and the engine counts; else the estimate.
+    async fn count_near_line(
+        &self,
+        model: &str,
+        estimate: u64,
+        line: u64,
+        value: impl FnOnce() -> Option<Value>,
+    ) -> (u64, bool) {
         // Far under the line the estimate decides alike, and the count costs
         // a round trip with the whole chat. A tokenizer can find up to a
         // third more than characters/4: under half the line, no request can
@@ -83,6 +107,10 @@ impl Models {
         if estimate < line / 2 {
             return (estimate, false);
         }
+        let Some(body) = value() else {
+            return (estimate, false);
+        };
+        let tools = body.get("tools");
         if self.tokenize.load(Ordering::Relaxed) != 2 {
             match self.engine.tokenize(model, &body["messages"], tools).await {
                 Ok(Some(count)) => {

@@ -12,6 +12,7 @@ use tandem_shared::sync::lock;
 use tokio::sync::watch;
 
 use super::compaction;
+use super::kept::KeptPath;
 use super::{EndRequest, Outcome, Runs, Step};
 use crate::engine::{Fault, Piece};
 use crate::kinds::EventKind;
@@ -59,6 +60,7 @@ impl Runs {
         conversation: &Conversation,
         message: &Message,
         step: Step,
+        kept: &mut KeptPath,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<bool, (Outcome, Option<String>)> {
         let inner = &self.inner;
@@ -88,7 +90,14 @@ impl Runs {
         };
         loop {
             let mut request = self
-                .request(&conversation.id, &run.model, message, &received.text, step)
+                .request(
+                    &conversation.id,
+                    &run.model,
+                    message,
+                    &received.text,
+                    step,
+                    kept,
+                )
                 .await
                 .map_err(store_err)?;
             let sizes = request.window;
@@ -100,7 +109,14 @@ impl Runs {
                     .is_some_and(|c| c.cut)
                 {
                     request = self
-                        .request(&conversation.id, &run.model, message, &received.text, step)
+                        .request(
+                            &conversation.id,
+                            &run.model,
+                            message,
+                            &received.text,
+                            step,
+                            kept,
+                        )
                         .await
                         .map_err(store_err)?;
                 }
@@ -120,7 +136,7 @@ impl Runs {
                 ));
             }
             let fault = tokio::select! {
-                result = self.stream_once(&session, &request.body, &answering, &mut received, sizes.window) => {
+                result = self.stream_once(&session, &request.body.bytes, &answering, &mut received, sizes.window) => {
                     match result {
                         Ok(()) => return Ok(!received.tool_calls.is_empty()),
                         Err(fault) => fault,
@@ -233,7 +249,7 @@ impl Runs {
     async fn stream_once(
         &self,
         session: &str,
-        body: &Value,
+        body: &bytes::Bytes,
         answering: &Answering<'_>,
         received: &mut Received,
         limit: u64,
@@ -250,7 +266,7 @@ impl Runs {
             tool_calls,
         } = received;
         tool_calls.clear();
-        let mut stream = inner.engine.stream(session, body).await?;
+        let mut stream = inner.engine.stream(session, body.clone()).await?;
         let result = loop {
             let piece = match stream.next().await {
                 Ok(Some(piece)) => piece,

@@ -4,14 +4,14 @@
 //! the model settings (the chat's over its agent's) and the window the chat
 //! plans with.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
 use tandem_shared::http::ApiError;
 use tandem_shared::sync::lock;
 
-use super::{request_body, Request, Runs, Step};
+use super::kept::{KeptPath, Rendered};
+use super::{Request, RequestBody, Runs, Step};
 use crate::agents::Agent;
 use crate::config::HostExec;
 use crate::context::{self, Window};
@@ -227,23 +227,22 @@ impl Runs {
         message: &Message,
         prefill: &str,
         step: Step,
+        kept: &mut KeptPath,
     ) -> Result<Request, ApiError> {
         let cid = conversation_id.to_string();
-        let mid = message.id.clone();
-        // Its parent now: a compaction may have moved it under its summary.
-        let (history, chat) = self
+        let chat = self
             .inner
             .store
-            .read(move |conn| {
-                let parent = queries::message(conn, &cid, &mid)?.parent_id;
-                let history = queries::path_to(conn, &cid, parent.as_deref())?;
-                Ok((history, Chat::read(conn, &cid)?))
-            })
+            .read(move |conn| Chat::read(conn, &cid))
             .await?;
         let brief = self.brief_of(&chat, model).await;
-        let transcript = context::transcript(&history);
-        let images: HashMap<String, Vec<Value>> =
-            self.images_of(&transcript, model, conversation_id).await;
+        // The path above the answer: a compaction may have moved it under
+        // its summary since the step began.
+        let at = kept
+            .current(&self.inner.store)
+            .await?
+            .iter()
+            .position(|m| m.id == message.id);
         let (system, tools) = match step {
             Step::More => (brief.system.clone(), brief.tools.clone()),
             Step::Last => (
@@ -251,18 +250,35 @@ impl Runs {
                 Value::Array(Vec::new()),
             ),
         };
-        let messages = context::request_messages(
-            &system,
-            &transcript,
-            &|id, name, args| self.stub(id, name, args),
-            &|m: &Message| images.get(&m.id).cloned().unwrap_or_default(),
-        );
-        let mut body = request_body(model, messages, &tools, prefill);
-        brief.settings.apply(&mut body);
+        let stub = |id: &str, name: &str, args: &str| self.stub(id, name, args);
+        let rendered = match at {
+            Some(at) => {
+                let transcript = context::transcript(&kept.path()[..at]);
+                let images = self.images_of(&transcript, model, conversation_id).await;
+                let images = |m: &Message| images.get(&m.id).cloned().unwrap_or_default();
+                kept.render(at, &system, &stub, &images)
+            }
+            None => {
+                let (cid, mid) = (conversation_id.to_string(), message.id.clone());
+                let history = self
+                    .inner
+                    .store
+                    .read(move |conn| {
+                        let parent = queries::message(conn, &cid, &mid)?.parent_id;
+                        queries::path_to(conn, &cid, parent.as_deref())
+                    })
+                    .await?;
+                let transcript = context::transcript(&history);
+                let images = self.images_of(&transcript, model, conversation_id).await;
+                let images = |m: &Message| images.get(&m.id).cloned().unwrap_or_default();
+                Rendered::whole(&system, &transcript, &stub, &images)
+            }
+        };
+        let body = RequestBody::new(model, rendered, &tools, prefill, &brief.settings);
         let (tokens, exact) = self
             .inner
             .models
-            .count(model, &body, brief.window.line)
+            .count_text(model, body.estimate, &body.bytes, brief.window.line)
             .await;
         Ok(Request {
             body,

@@ -249,7 +249,7 @@ impl Runs {
         let mut stream = self
             .inner
             .engine
-            .stream(&session, body)
+            .stream(&session, super::RequestBody::of_value(body).bytes)
             .await
             .map_err(|f| f.reason())?;
         let mut text = String::new();

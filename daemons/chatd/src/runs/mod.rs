@@ -12,13 +12,16 @@
 //! function of `store/`.
 
 mod answer;
+mod body;
 mod brief;
 mod cards;
 mod compaction;
+mod kept;
 mod slots;
 mod steps;
 
 pub use crate::store::runs::Outcome;
+pub use body::{request_body, RequestBody};
 pub use cards::spawn_card_listener;
 
 use std::collections::{HashMap, VecDeque};
@@ -42,6 +45,7 @@ use crate::store::queries::{self, Trashed};
 use crate::store::{self, conversations, messages, Store};
 use crate::tools::{self, Registry};
 use crate::words::{ChatState, MessageStatus, Origin, RunMode, RunStatus};
+use kept::KeptPath;
 use slots::SlotLost;
 
 /// Whether a model call may still use tools.
@@ -70,7 +74,7 @@ enum StepEnd {
 
 /// A sized request.
 pub struct Request {
-    pub body: Value,
+    pub body: RequestBody,
     /// Prompt tokens: the engine's count, or the estimate.
     pub tokens: u64,
     pub exact: bool,
@@ -443,14 +447,18 @@ impl Runs {
         // A continued, regenerated or edited answer belongs right under its
         // question: waiting messages join at the step after it, not before.
         let mut deliver_now = run.mode == RunMode::Send;
+        let mut kept = KeptPath::new(conversation_id);
         // A new run does not run the calls a stopped one left: they are
         // closed as not run (only Continue, or a resumed run, goes on with them).
         if !resumed && run.mode != RunMode::Continue {
-            self.close_left_calls(&run).await?;
+            self.close_left_calls(&run, &mut kept).await?;
         }
         loop {
             // The calls of the last answer that have no result yet.
-            match self.run_tool_calls(&run, &mut slot, &mut stop).await? {
+            match self
+                .run_tool_calls(&run, &mut kept, &mut slot, &mut stop)
+                .await?
+            {
                 StepEnd::Go => {}
                 StepEnd::Left => return Ok(None),
                 StepEnd::End(outcome, error) => {
@@ -518,7 +526,7 @@ impl Runs {
                 Step::More
             };
             let called_tools = match self
-                .answer(&run, &conversation, &message, step, &mut stop)
+                .answer(&run, &conversation, &message, step, &mut kept, &mut stop)
                 .await
             {
                 Ok(called) => called,
@@ -578,25 +586,4 @@ impl Runs {
             })
             .await
     }
-}
-
-/// The chat-completions body around `messages`, with the answer's text so
-/// far as an assistant prefill the engine continues.
-pub fn request_body(model: &str, mut messages: Vec<Value>, tools: &Value, prefill: &str) -> Value {
-    let mut body = json!({
-        "model": model,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if tools.as_array().is_some_and(|t| !t.is_empty()) {
-        body["tools"] = tools.clone();
-    }
-    if !prefill.is_empty() {
-        messages.push(json!({"role": "assistant", "content": prefill}));
-        // vLLM continues a final assistant message with these; llama.cpp does by itself.
-        body["continue_final_message"] = json!(true);
-        body["add_generation_prompt"] = json!(false);
-    }
-    body["messages"] = Value::Array(messages);
-    body
 }

@@ -7,9 +7,9 @@ use serde_json::json;
 use tandem_shared::http::ApiError;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
+use super::kept::KeptPath;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
-use crate::context;
 use crate::kinds::EventKind;
 use crate::model::{Message, Run};
 use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
@@ -100,11 +100,11 @@ impl Runs {
     pub(super) async fn run_tool_calls(
         &self,
         run: &Run,
+        kept: &mut KeptPath,
         slot: &mut Option<OwnedSemaphorePermit>,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<StepEnd, ApiError> {
-        let history = self.head_path(&run.conversation_id).await?;
-        let calls = unanswered(&history);
+        let calls = unanswered(kept.current(&self.inner.store).await?);
         // A run resumed while `waiting` stays so (its card shown) until a
         // call runs without asking: the mode or the rules may have changed.
         let rid = run.id.clone();
@@ -126,16 +126,7 @@ impl Runs {
         let sizes = brief.window;
         // Sized from the stored messages (a written file counted whole:
         // on the safe side) without building the request.
-        let transcript = context::transcript(&history);
-        let used = brief.fixed_tokens()
-            + transcript
-                .summary
-                .map_or(0, |s| s.chars().count() as u64 / 3)
-            + transcript
-                .messages
-                .iter()
-                .map(|m| context::message_tokens(m))
-                .sum::<u64>();
+        let used = brief.fixed_tokens() + kept.transcript_tokens();
         let budget = sizes.result_chars(used, calls.len());
         let workspace_root = self.workspace_root(&run.conversation_id);
 
@@ -298,9 +289,13 @@ impl Runs {
 
     /// Answers "not run" to the calls a stopped or interrupted run left, so a
     /// new run starts from a closed step instead of running them.
-    pub(super) async fn close_left_calls(&self, run: &Run) -> Result<(), ApiError> {
-        let history = self.head_path(&run.conversation_id).await?;
-        for call in unanswered(&history) {
+    pub(super) async fn close_left_calls(
+        &self,
+        run: &Run,
+        kept: &mut KeptPath,
+    ) -> Result<(), ApiError> {
+        let history = kept.current(&self.inner.store).await?;
+        for call in unanswered(history) {
             let text = "not run: the run that asked for it was stopped first";
             self.record_failure(run, &call, text, "not run", 0).await?;
         }
