@@ -42,7 +42,7 @@ pub(crate) struct Brief {
 }
 
 /// What a brief is made from, read in one go.
-struct Chat {
+pub(super) struct Chat {
     conversation: Conversation,
     agent: Option<Agent>,
     /// A person started the chat's live run (or none runs): cards may be shown.
@@ -50,7 +50,7 @@ struct Chat {
 }
 
 impl Chat {
-    fn read(conn: &rusqlite::Connection, id: &str) -> Result<Chat, ApiError> {
+    pub(super) fn read(conn: &rusqlite::Connection, id: &str) -> Result<Chat, ApiError> {
         Ok(Chat {
             conversation: queries::conversation(conn, id, Trashed::Include)?,
             agent: crate::agents::of_conversation(conn, id)?,
@@ -103,7 +103,7 @@ impl Runs {
         Ok(self.brief_of(&chat, model).await)
     }
 
-    async fn brief_of(&self, chat: &Chat, model: &str) -> Brief {
+    pub(super) async fn brief_of(&self, chat: &Chat, model: &str) -> Brief {
         let (conversation, agent) = (&chat.conversation, chat.agent.as_ref());
         let tools = self.offered_tools(agent);
         let names: Vec<&'static str> = self
@@ -229,20 +229,14 @@ impl Runs {
         step: Step,
         kept: &mut KeptPath,
     ) -> Result<Request, ApiError> {
+        // The chat, and the path above the answer: a compaction may have
+        // moved it under its summary since the step began.
         let cid = conversation_id.to_string();
-        let chat = self
-            .inner
-            .store
-            .read(move |conn| Chat::read(conn, &cid))
+        let chat = kept
+            .current_and(&self.inner.store, move |conn| Chat::read(conn, &cid))
             .await?;
         let brief = self.brief_of(&chat, model).await;
-        // The path above the answer: a compaction may have moved it under
-        // its summary since the step began.
-        let at = kept
-            .current(&self.inner.store)
-            .await?
-            .iter()
-            .position(|m| m.id == message.id);
+        let at = kept.path().iter().position(|m| m.id == message.id);
         let (system, tools) = match step {
             Step::More => (brief.system.clone(), brief.tools.clone()),
             Step::Last => (

@@ -237,7 +237,18 @@ impl KeptPath {
 
     /// The path as the store has it now.
     pub(crate) async fn current(&mut self, store: &Store) -> Result<&[Message], ApiError> {
-        let found = self.read(store, false).await?;
+        self.current_and(store, |_| Ok(())).await?;
+        Ok(&self.messages)
+    }
+
+    /// Brings the path up to date, and reads `also` in the same trip to the
+    /// store (a request's chat, read with its path).
+    pub(crate) async fn current_and<R, F>(&mut self, store: &Store, also: F) -> Result<R, ApiError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, ApiError> + Send + 'static,
+    {
+        let (found, extra) = self.read(store, false, also).await?;
         let applied = match found {
             Found::Same => true,
             Found::Whole { messages, last } => {
@@ -251,14 +262,16 @@ impl KeptPath {
             }
         };
         if !applied {
-            if let Found::Whole { messages, last } = self.read(store, true).await? {
+            if let (Found::Whole { messages, last }, ()) =
+                self.read(store, true, |_| Ok(())).await?
+            {
                 self.replace_all(messages, last);
             }
         }
         self.loaded = true;
         #[cfg(debug_assertions)]
         self.check(store).await?;
-        Ok(&self.messages)
+        Ok(extra)
     }
 
     /// The path's end.
@@ -268,7 +281,11 @@ impl KeptPath {
 
     /// One read: the events since `seq`, or the whole path when `whole`,
     /// not yet loaded, or the events are too many or have a gap.
-    async fn read(&self, store: &Store, whole: bool) -> Result<Found, ApiError> {
+    async fn read<R, F>(&self, store: &Store, whole: bool, also: F) -> Result<(Found, R), ApiError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, ApiError> + Send + 'static,
+    {
         let cid = self.conversation_id.clone();
         let (seq, whole) = (self.seq, whole || !self.loaded);
         store
@@ -276,8 +293,9 @@ impl KeptPath {
                 // One snapshot: the head, the last seq and the events agree.
                 let tx = conn.unchecked_transaction()?;
                 let found = read_in(&tx, &cid, seq, whole)?;
+                let extra = also(&tx)?;
                 tx.finish()?;
-                Ok(found)
+                Ok((found, extra))
             })
             .await
     }
@@ -353,7 +371,7 @@ impl KeptPath {
     /// In debug builds (every test) the kept path must be the stored one.
     #[cfg(debug_assertions)]
     async fn check(&self, store: &Store) -> Result<(), ApiError> {
-        let Found::Whole { messages, .. } = self.read(store, true).await? else {
+        let (Found::Whole { messages, .. }, ()) = self.read(store, true, |_| Ok(())).await? else {
             return Ok(());
         };
         let kept = serde_json::to_value(&self.messages).unwrap_or_default();

@@ -7,6 +7,7 @@ use serde_json::json;
 use tandem_shared::http::ApiError;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
+use super::brief::Chat;
 use super::kept::KeptPath;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
@@ -104,17 +105,17 @@ impl Runs {
         slot: &mut Option<OwnedSemaphorePermit>,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<StepEnd, ApiError> {
-        let calls = unanswered(kept.current(&self.inner.store).await?);
+        // The path, the run and the chat in one trip to the store.
+        let (rid, cid) = (run.id.clone(), run.conversation_id.clone());
+        let (stored, chat) = kept
+            .current_and(&self.inner.store, move |conn| {
+                Ok((queries::run(conn, &rid)?, Chat::read(conn, &cid)?))
+            })
+            .await?;
+        let calls = unanswered(kept.path());
         // A run resumed while `waiting` stays so (its card shown) until a
         // call runs without asking: the mode or the rules may have changed.
-        let rid = run.id.clone();
-        let mut waiting = self
-            .inner
-            .store
-            .read(move |conn| queries::run(conn, &rid))
-            .await?
-            .status
-            == RunStatus::Waiting;
+        let mut waiting = stored.status == RunStatus::Waiting;
         if calls.is_empty() {
             if waiting {
                 self.set_running(run).await?;
@@ -122,7 +123,7 @@ impl Runs {
             return Ok(StepEnd::Go);
         }
         // The step's results share the room the request leaves.
-        let brief = self.brief(&run.conversation_id, &run.model).await?;
+        let brief = self.brief_of(&chat, &run.model).await;
         let sizes = brief.window;
         // Sized from the stored messages (a written file counted whole:
         // on the safe side) without building the request.
