@@ -22,6 +22,14 @@ pub fn all() -> Vec<Target> {
             name: "bash-rules",
             run: bash_rules,
         },
+        Target {
+            name: "slack-mrkdwn",
+            run: slack_mrkdwn,
+        },
+        Target {
+            name: "egress-address",
+            run: egress_address,
+        },
     ]
 }
 
@@ -104,6 +112,65 @@ fn telegram_markdown_v2(u: &mut Unstructured) -> Verdict {
         }
         if part.plain.trim().is_empty() {
             return Err(format!("part {i} shows nothing; markdown {markdown:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// An answer's Markdown as Slack messages: converting and cutting never
+/// panic, and every part is within the size asked (16 characters at the
+/// least, room for a reopened code fence) and says something.
+fn slack_mrkdwn(u: &mut Unstructured) -> Verdict {
+    const PIECES: &[&str] = &[
+        "word",
+        " ",
+        "\n",
+        "\n\n",
+        "*",
+        "**",
+        "_",
+        "`",
+        "```",
+        "```js\n",
+        "~~",
+        "[",
+        "]",
+        "(",
+        ")",
+        "](https://x.example/?a=1&b=<2>)",
+        "<",
+        ">",
+        "&",
+        "> ",
+        "# ",
+        "- ",
+        "1. ",
+        "|",
+        "\\",
+        "é",
+        "😀",
+        "\t",
+        "@here",
+        "<!channel>",
+    ];
+    let Ok(markdown) = text_of(u, PIECES, 400) else {
+        return Ok(());
+    };
+    let max = u.int_in_range(1..=4000).unwrap_or(4000);
+    let text = connectord::slack::mrkdwn::to_mrkdwn(&markdown);
+    for (i, part) in connectord::slack::mrkdwn::split(&text, max)
+        .iter()
+        .enumerate()
+    {
+        let chars = part.chars().count();
+        if chars > max.max(16) {
+            return Err(format!(
+                "part {i} is {chars} characters, over {}; markdown {markdown:?}",
+                max.max(16)
+            ));
+        }
+        if part.trim().is_empty() {
+            return Err(format!("part {i} is empty; markdown {markdown:?}"));
         }
     }
     Ok(())
@@ -318,4 +385,142 @@ fn bash_rules(u: &mut Unstructured) -> Verdict {
         }
     }
     Ok(())
+}
+
+/// An authority as a tunnel or a URL names it, in every spelling: whenever
+/// it reads as an address that the reference below calls not public, the
+/// egress policy refuses that address (no spelling slips a private, local
+/// or metadata address past it).
+fn egress_address(u: &mut Unstructured) -> Verdict {
+    use tandem_shared::netpolicy::{classify, split_authority, Host};
+    const PIECES: &[&str] = &[
+        "127",
+        "0",
+        "1",
+        "10",
+        "169",
+        "254",
+        "192",
+        "168",
+        "172",
+        "16",
+        "100",
+        "64",
+        "255",
+        ".",
+        "0x7f",
+        "0x",
+        "0177",
+        "00",
+        "2130706433",
+        "4294967295",
+        "[",
+        "]",
+        "::",
+        ":",
+        "ffff",
+        "::1",
+        "fe80",
+        "fc00",
+        "fd00",
+        "%2e",
+        "%31",
+        "localhost",
+        "metadata.google.internal",
+        "xn--",
+        ":80",
+        ":443",
+        "a",
+        "-",
+        "%25",
+        "::ffff:",
+        "0:0:0:0:0:ffff:7f00:1",
+    ];
+    let text = if u.ratio(1, 2).unwrap_or(true) {
+        let Ok(text) = text_of(u, PIECES, 16) else {
+            return Ok(());
+        };
+        text
+    } else {
+        let Ok(text) = spelled_address(u) else {
+            return Ok(());
+        };
+        text
+    };
+    let Ok((Host::Ip(ip), _)) = split_authority(&text, 443) else {
+        return Ok(());
+    };
+    if !public_by_reference(ip) && classify(ip).is_none() {
+        return Err(format!(
+            "{text:?} reads as {ip}, which is not public, yet it is allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// A v4 address near a class boundary, spelled one of the ways a URL host
+/// may spell it, sometimes inside an IPv6 form.
+fn spelled_address(u: &mut Unstructured) -> Built<String> {
+    const NEAR: &[u32] = &[
+        0x7f00_0001,
+        0x0a00_0000,
+        0xa9fe_a9fe,
+        0xc0a8_0001,
+        0xac10_0000,
+        0xac1f_ffff,
+        0x6440_0000,
+        0x647f_ffff,
+        0x0000_0000,
+        0xffff_ffff,
+        0xe000_0001,
+        0x0808_0808,
+        0x01_02_03_04,
+    ];
+    let v4 = if u.ratio(1, 2)? {
+        u.choose(NEAR)?
+            .wrapping_add(u.int_in_range(0..=3)?)
+            .wrapping_sub(1)
+    } else {
+        u.arbitrary::<u32>()?
+    };
+    let b = v4.to_be_bytes();
+    Ok(match u.int_in_range(0..=6)? {
+        0 => format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]),
+        1 => v4.to_string(),
+        2 => format!("0x{v4:x}"),
+        3 => format!("0{:o}.0{:o}.0{:o}.0{:o}", b[0], b[1], b[2], b[3]),
+        4 => format!("{}.{}", b[0], v4 & 0x00ff_ffff),
+        5 => format!("[::ffff:{}.{}.{}.{}]", b[0], b[1], b[2], b[3]),
+        _ => format!("[::ffff:{:x}:{:x}]", v4 >> 16, v4 & 0xffff),
+    })
+}
+
+/// The slow reference: what no chat may reach, from the standard library's
+/// own tests of an address, written apart from the policy's tables.
+fn public_by_reference(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b)))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(inner) = v6.to_ipv4_mapped() {
+                return public_by_reference(IpAddr::V4(inner));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || first & 0xfe00 == 0xfc00
+                || first & 0xffc0 == 0xfe80)
+        }
+    }
 }
