@@ -33,18 +33,23 @@ pub fn all() -> Vec<Target> {
     ]
 }
 
-/// A text of `pieces` chosen at random, now and then a random character.
-fn text_of(u: &mut Unstructured, pieces: &[&str], most: usize) -> Built<String> {
-    let n = u.int_in_range(0..=most)?;
+/// A text of `pieces` chosen at random, now and then a random character;
+/// what was built when the bytes give out.
+fn text_of(u: &mut Unstructured, pieces: &[&str], most: usize) -> String {
     let mut out = String::new();
+    let n = u.int_in_range(0..=most).unwrap_or(0);
     for _ in 0..n {
-        if u.ratio(1, 8)? {
-            out.push(u.arbitrary::<char>()?);
+        let piece = if u.ratio(1, 8).unwrap_or(false) {
+            u.arbitrary::<char>().map(String::from)
         } else {
-            out.push_str(u.choose(pieces)?);
+            u.choose(pieces).map(|p| (*p).to_string())
+        };
+        match piece {
+            Ok(piece) => out.push_str(&piece),
+            Err(_) => break,
         }
     }
-    Ok(out)
+    out
 }
 
 /// An answer's Markdown cut into Telegram messages: every part must parse
@@ -90,9 +95,7 @@ fn telegram_markdown_v2(u: &mut Unstructured) -> Verdict {
         "    ",
         "||",
     ];
-    let Ok(markdown) = text_of(u, PIECES, 400) else {
-        return Ok(());
-    };
+    let markdown = text_of(u, PIECES, 400);
     let limit = u.int_in_range(64..=4096).unwrap_or(4096);
     for (i, part) in connectord::telegram::markdown::parts(&markdown, limit)
         .iter()
@@ -153,9 +156,7 @@ fn slack_mrkdwn(u: &mut Unstructured) -> Verdict {
         "@here",
         "<!channel>",
     ];
-    let Ok(markdown) = text_of(u, PIECES, 400) else {
-        return Ok(());
-    };
+    let markdown = text_of(u, PIECES, 400);
     let max = u.int_in_range(1..=4000).unwrap_or(4000);
     let text = connectord::slack::mrkdwn::to_mrkdwn(&markdown);
     for (i, part) in connectord::slack::mrkdwn::split(&text, max)
@@ -274,7 +275,7 @@ fn schedule(u: &mut Unstructured) -> Verdict {
 /// fields (so most of them parse and reach the walks), else random pieces.
 fn when_text(u: &mut Unstructured, pieces: &[&str]) -> Built<String> {
     if u.ratio(1, 2)? {
-        return text_of(u, pieces, 12);
+        return Ok(text_of(u, pieces, 12));
     }
     let time = format!("{}:{:02}", u.int_in_range(0..=23)?, u.int_in_range(0..=59)?);
     let days = [
@@ -360,9 +361,7 @@ fn bash_rules(u: &mut Unstructured) -> Verdict {
         "}",
         "(",
     ];
-    let Ok(command) = text_of(u, PIECES, 40) else {
-        return Ok(());
-    };
+    let command = text_of(u, PIECES, 40);
     let _ = split_command(&command);
     let inside = u.arbitrary().unwrap_or(true);
     let rules = [Rule::exact("bash", &command)];
@@ -437,10 +436,7 @@ fn egress_address(u: &mut Unstructured) -> Verdict {
         "0:0:0:0:0:ffff:7f00:1",
     ];
     let text = if u.ratio(1, 2).unwrap_or(true) {
-        let Ok(text) = text_of(u, PIECES, 16) else {
-            return Ok(());
-        };
-        text
+        text_of(u, PIECES, 16)
     } else {
         let Ok(text) = spelled_address(u) else {
             return Ok(());
