@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -61,16 +61,20 @@ use tokio::sync::watch;
 
 mod chats;
 mod checks;
+mod daemons;
 mod devices;
 mod faults;
+mod parts;
 mod shared;
 mod sse;
 mod watchers;
 
 use chats::*;
 use checks::*;
+use daemons::*;
 use devices::*;
 use faults::*;
+use parts::*;
 use shared::*;
 use sse::*;
 use watchers::*;
@@ -100,6 +104,10 @@ struct Args {
     /// Mean time between engine outages of up to 20 s (every run has at least one).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     refuse_every: Duration,
+    /// The daemons driven beside chatd: `all`, `none`, or some of egressd,
+    /// hostexecd, triggerd, connectord (comma-separated).
+    #[arg(long, default_value = "all", value_parser = parse_parts)]
+    parts: Chosen,
 }
 
 /// `60s`, `30m`, `1h30m`, `90` (seconds).
@@ -200,7 +208,27 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         "--context-window",
         "100000000",
     ])?;
-    let chatd = Chatd::start(&sim.url(), &[("QSE_CHAT_MAX_RUNS", "2")]).await?;
+    // The other daemons' files; some start here, since chatd is told where they listen.
+    let dir = tempfile::Builder::new().prefix("soak-parts-").tempdir()?;
+    let parts = prepare(
+        &args.parts.0,
+        &Prepare {
+            seed,
+            duration,
+            sim_url: sim.url(),
+            dir: dir.path().to_path_buf(),
+        },
+    )
+    .await?;
+    let mut chatd_env: Vec<(String, String)> = vec![("QSE_CHAT_MAX_RUNS".into(), "2".into())];
+    for part in &parts {
+        chatd_env.extend(part.chatd_env());
+    }
+    let env: Vec<(&str, &str)> = chatd_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let chatd = Chatd::start(&sim.url(), &env).await?;
     let chatd_url = chatd.url();
     let chatd_port = chatd.port;
     let log_path = chatd.log_path();
@@ -212,6 +240,10 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         .build()?;
 
     let (phase, _) = watch::channel(Phase::Load);
+    // Kills stay clear of the first warm-up and of the last quarter of the
+    // run (at least twice the warm-up), so the process measured at the end
+    // warms up under load and then runs on a while.
+    let kill_to = duration - (0.25 * duration).max(2.0 * warm).max(15.0);
     let mut shared = Shared {
         t0: Instant::now(),
         http,
@@ -235,6 +267,10 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         fill: 0,
         warm: Mutex::new(None),
         filling: Mutex::new(std::collections::HashSet::new()),
+        warm_s: warm,
+        kill_to,
+        procs: Mutex::new(Vec::new()),
+        daemon_rss: Mutex::new(Vec::new()),
     };
     // The ring of recent events per chat holds a little more than the reset distance.
     let (status, capabilities) = shared
@@ -265,10 +301,7 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         shared.chatd_url, shared.sim_url
     ));
 
-    // Faults on a schedule. Kills stay clear of the first warm-up and of the
-    // last quarter of the run (at least twice the warm-up), so the chatd
-    // measured at the end warms up under load and then runs on a while.
-    let kill_to = duration - (0.25 * duration).max(2.0 * warm).max(15.0);
+    // Faults on a schedule (kills inside the window above).
     let forced_kill = duration * rng.random_range(0.25..0.5);
     let kill_times = schedule(
         &mut rng,
@@ -303,6 +336,7 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
             outages.clone(),
         )),
         tokio::spawn(sample_rss(shared.clone(), sample_every)),
+        tokio::spawn(sample_daemons(shared.clone(), sample_every)),
         tokio::spawn(progress(
             shared.clone(),
             Duration::from_secs_f64((duration / 6.0).clamp(10.0, 60.0)),
@@ -310,6 +344,10 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
     ];
     let drivers: Vec<_> = (0..args.chats)
         .map(|i| tokio::spawn(drive_chat(shared.clone(), i, rng.random())))
+        .collect();
+    let part_drivers: Vec<_> = parts
+        .iter()
+        .map(|part| tokio::spawn(part.clone().drive(shared.clone(), rng.random())))
         .collect();
     let chats = args.chats;
     let slow_every = 90;
@@ -389,6 +427,19 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         }
         last_active = active;
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Each part drains its own work, bounded by the same time.
+    let left = drain_bound.saturating_sub(drain_started.elapsed()) + Duration::from_secs(30);
+    for (part, driver) in parts.iter().zip(part_drivers) {
+        if tokio::time::timeout(left, driver).await.is_err() {
+            shared.violate(
+                Inv::Runs,
+                format!(
+                    "{}: its work had not ended {left:?} after chatd's drain",
+                    part.name().as_str()
+                ),
+            );
+        }
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
     if !drained {
@@ -507,7 +558,16 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         Err(_) => Value::Null,
     };
 
-    // Stop chatd, then its log and its database.
+    // The other daemons: their RSS while they run, then each part stops its
+    // own and checks what it promised.
+    let daemon_rss = check_daemons_rss(&shared);
+    let mut ends: Vec<(PartName, PartEnd)> = Vec::new();
+    for part in &parts {
+        let end = part.clone().finish(shared.clone()).await;
+        ends.push((part.name(), end));
+    }
+
+    // Stop chatd, then every log and every database.
     let stopped = {
         let mut chatd = chatd.lock().await;
         chatd.sigterm(Duration::from_secs(15))
@@ -520,41 +580,38 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         ),
         Err(err) => shared.violate(Inv::Health, format!("chatd did not stop: {err:#}")),
     }
+    let mut secrets = vec![FORWARD_KEY.to_string()];
+    secrets.extend(ends.iter().flat_map(|(_, e)| e.secrets.iter().cloned()));
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let mut warnings: BTreeMap<String, u64> = BTreeMap::new();
-    for line in log.lines() {
-        if line.contains("panicked at") {
-            shared.violate(Inv::Health, format!("a panic: {line}"));
-        }
-        if error_without_id(line) {
-            shared.violate(Inv::Health, format!("an ERROR line without an id: {line}"));
-        }
-        if line.split_whitespace().take(3).any(|w| w == "WARN") {
-            // The message: after the target, before the fields.
-            let message = line
-                .split_once(": ")
-                .map(|(_, rest)| rest)
-                .unwrap_or(line)
-                .split(" run=")
-                .next()
-                .unwrap_or("")
-                .to_string();
-            *warnings.entry(message).or_default() += 1;
+    let warnings = check_log(&shared, "chatd", &log, &secrets);
+    let mut part_warnings: BTreeMap<String, u64> = BTreeMap::new();
+    for (daemon, path) in ends.iter().flat_map(|(_, e)| e.logs.iter()) {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                for (message, n) in check_log(&shared, daemon, &text, &secrets) {
+                    *part_warnings
+                        .entry(format!("{daemon}: {message}"))
+                        .or_default() += n;
+                }
+            }
+            Err(err) => shared.violate(
+                Inv::Health,
+                format!("{daemon}'s log {} could not be read: {err}", path.display()),
+            ),
         }
     }
-    let integrity =
-        rusqlite::Connection::open_with_flags(&db_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .and_then(|db| {
-                let mut stmt = db.prepare("PRAGMA integrity_check")?;
-                let rows = stmt
-                    .query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(rows)
-            });
-    match &integrity {
-        Ok(rows) if rows.len() == 1 && rows[0] == "ok" => {}
-        Ok(rows) => shared.violate(Inv::Integrity, format!("integrity_check: {rows:?}")),
-        Err(err) => shared.violate(Inv::Integrity, format!("could not check: {err}")),
+    let mut data: Vec<PathBuf> = db_path
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    data.extend(ends.iter().flat_map(|(_, e)| e.data.iter().cloned()));
+    let databases = check_databases(&shared, &data);
+    if !databases.contains(&db_path) {
+        shared.violate(
+            Inv::Integrity,
+            format!("{} was not found to check", db_path.display()),
+        );
     }
 
     // RSS: the process alive at the end, against its own warm-up.
@@ -769,10 +826,43 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         let _ = writeln!(s, "  (after the drain, before the catch-up: {})", mib(kib));
     }
     let _ = writeln!(s, "RSS check: {rss_line}");
+    for line in &daemon_rss {
+        let _ = writeln!(s, "RSS check: {line}");
+    }
+    for (name, end) in &ends {
+        let _ = writeln!(s, "{}:", name.as_str());
+        for line in &end.totals {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    if !part_warnings.is_empty() {
+        let _ = writeln!(s, "other daemons' WARN lines:");
+        for (what, n) in &part_warnings {
+            let _ = writeln!(s, "  {n:5}  {what}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "databases checked: {}; logs checked for {} secrets: {}",
+        databases.len(),
+        secrets.len(),
+        1 + ends.iter().map(|(_, e)| e.logs.len()).sum::<usize>()
+    );
     let _ = writeln!(s, "invariants:");
     let broken = lock(&shared.broken).clone();
     let mut failed = 0;
+    let driven: Vec<PartName> = ends.iter().map(|(n, _)| *n).collect();
     for (n, inv) in INVARIANTS.iter().enumerate() {
+        if let Some(part) = inv.part().filter(|p| !driven.contains(p)) {
+            let _ = writeln!(
+                s,
+                "  {}. ----  {} ({} not driven)",
+                n + 1,
+                inv.title(),
+                part.as_str()
+            );
+            continue;
+        }
         match broken.get(inv) {
             None => {
                 let _ = writeln!(s, "  {}. PASS  {}", n + 1, inv.title());
@@ -786,11 +876,11 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
             }
         }
     }
-    let _ = write!(
-        s,
-        "soak: {} passed, {failed} failed",
-        INVARIANTS.len() - failed
-    );
+    let checked = INVARIANTS
+        .iter()
+        .filter(|i| i.part().is_none_or(|p| driven.contains(&p)))
+        .count();
+    let _ = write!(s, "soak: {} passed, {failed} failed", checked - failed);
     say(&s);
     if failed > 0 {
         let keep = std::env::temp_dir().join(format!("soak-{seed}-chatd.log"));
@@ -803,6 +893,7 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
             .with_context(|| format!("writing {}", out.display()))?;
     }
     drop(sim);
+    drop(dir);
     Ok(failed)
 }
 

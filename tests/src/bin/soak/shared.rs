@@ -26,9 +26,14 @@ pub(crate) enum Inv {
     Rss,
     Health,
     Integrity,
+    Ssrf,
+    Leftovers,
+    Triggers,
+    Bots,
+    Secrets,
 }
 
-pub(crate) const INVARIANTS: [Inv; 8] = [
+pub(crate) const INVARIANTS: [Inv; 13] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -37,6 +42,11 @@ pub(crate) const INVARIANTS: [Inv; 8] = [
     Inv::Rss,
     Inv::Health,
     Inv::Integrity,
+    Inv::Ssrf,
+    Inv::Leftovers,
+    Inv::Triggers,
+    Inv::Bots,
+    Inv::Secrets,
 ];
 
 impl Inv {
@@ -47,9 +57,25 @@ impl Inv {
             Inv::Live => "each message.updated carries the text the device rebuilt",
             Inv::Answers => "stored answers: no token lost or doubled, done ones whole",
             Inv::Runs => "every run ended (none queued or running after the drain)",
-            Inv::Rss => "chatd's RSS at the end within 20 % of its RSS after warm-up",
-            Inv::Health => "no panic, no ERROR line without an id, chatd back after every kill, a second chatd on its data refused",
-            Inv::Integrity => "PRAGMA integrity_check = ok",
+            Inv::Rss => "every daemon's RSS at the end within 20 % of its RSS after warm-up",
+            Inv::Health => "no panic and no ERROR line without an id in any log; every daemon back after every kill, a second one on its data refused, exit 0 on SIGTERM",
+            Inv::Integrity => "PRAGMA integrity_check = ok for every SQLite file",
+            Inv::Ssrf => "no SSRF attempt reached a refused address (the origins count what reached them)",
+            Inv::Leftovers => "no process a host command started is alive after its call ended",
+            Inv::Triggers => "every due trigger minute ran exactly once; every run ended and has its inbox entry",
+            Inv::Bots => "every bot message answered exactly once: none twice, none lost",
+            Inv::Secrets => "no secret in any log",
+        }
+    }
+
+    /// The part an invariant belongs to, when only that part checks it.
+    pub(crate) fn part(self) -> Option<PartName> {
+        match self {
+            Inv::Ssrf => Some(PartName::Egressd),
+            Inv::Leftovers => Some(PartName::Hostexecd),
+            Inv::Triggers => Some(PartName::Triggerd),
+            Inv::Bots => Some(PartName::Connectord),
+            _ => None,
         }
     }
 }
@@ -123,6 +149,13 @@ pub(crate) struct Shared {
     /// Chats whose ring the warm-up is filling: their drivers wait meanwhile
     /// (a later message would replace the long answer's cue, a stop cut it).
     pub(crate) filling: Mutex<std::collections::HashSet<String>>,
+    /// The warm-up after a start, and the end of the window for kills (s).
+    pub(crate) warm_s: f64,
+    pub(crate) kill_to: f64,
+    /// The processes of the other daemons, in the order they started.
+    pub(crate) procs: Mutex<Vec<Proc>>,
+    /// Their RSS samples, by daemon.
+    pub(crate) daemon_rss: Mutex<Vec<(String, RssSample)>>,
 }
 
 /// The end of a chatd process's warm-up: every chat has gained `fill`
