@@ -13,7 +13,9 @@
 //! - faults at random: streams cut mid-answer (`cut_after`), 503 with
 //!   Retry-After, the engine refusing connections for up to 20 s
 //!   (`/sim/refuse`), chatd SIGKILLed and restarted (every `--kill-every` on
-//!   average, and at least once in every run).
+//!   average, and at least once in every run);
+//! - the box's other daemons, each a part (`parts.rs`, `--parts`) with its
+//!   own load and faults: egressd, hostexecd, triggerd, connectord.
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -25,16 +27,21 @@
 //! 4. every stored answer is a run of the engine's tokens with none lost or
 //!    doubled, and a `done` one is whole;
 //! 5. every run ended (done, stopped, failed or interrupted);
-//! 6. chatd's RSS at the end is within 20 % of its RSS after warm-up: the
-//!    chatd measured is the one alive at the end (started by the last
-//!    kill); its warm-up lasts ~10 % of the run (5..60 s) and until every
-//!    chat has gained the reset distance + 200 events since it started
-//!    (the soak asks each chat for one long answer then), because chatd
-//!    keeps a ring of ~2,100 recent events per attached chat and its RSS
-//!    grows until those rings are full;
-//! 7. no panic and no `ERROR` line without an id in chatd's log, and chatd
-//!    came back after every kill;
-//! 8. `PRAGMA integrity_check` of chat.sqlite3 says ok.
+//! 6. every daemon's RSS at the end is within 20 % of its RSS after
+//!    warm-up: the process measured is the one alive at the end (started by
+//!    the last kill). chatd's warm-up lasts ~10 % of the run (5..60 s) and
+//!    until every chat has gained the reset distance + 200 events since it
+//!    started (the soak asks each chat for one long answer then), because
+//!    chatd keeps a ring of ~2,100 recent events per attached chat and its
+//!    RSS grows until those rings are full; the others' is a sample ~10 % of
+//!    the run after their start (`daemons.rs`);
+//! 7. no panic and no `ERROR` line without an id in any daemon's log, and
+//!    every daemon came back after every kill;
+//! 8. `PRAGMA integrity_check` says ok for every SQLite file of every daemon;
+//! 9. – 12. each part's own: no SSRF attempt reached a refused origin, no
+//!    process of a host command outlived its call, every due trigger minute
+//!    ran once, every bot message was answered once;
+//! 13. no secret (the forward key, the parts' tokens and keys) in any log.
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
