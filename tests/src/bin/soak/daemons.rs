@@ -233,6 +233,70 @@ fn is_sqlite(path: &Path) -> bool {
         && &head == b"SQLite format 3\0"
 }
 
+/// What the checks of the logs and the databases found, for the summary.
+pub(crate) struct Files {
+    /// chatd's WARN lines by message, and the other daemons' (`daemon: message`).
+    pub(crate) warnings: BTreeMap<String, u64>,
+    pub(crate) part_warnings: BTreeMap<String, u64>,
+    /// Every log checked, by daemon (kept when an invariant breaks).
+    pub(crate) logs: Vec<(String, PathBuf)>,
+    pub(crate) databases: usize,
+    pub(crate) secrets: usize,
+}
+
+/// Every daemon's log (chatd's and the parts'), searched for panics, id-less
+/// ERROR lines and every secret of the run; every SQLite file under chatd's
+/// data folder and the parts' checked. chatd's own database must be among them.
+pub(crate) fn check_files(
+    shared: &Shared,
+    chatd_log: &Path,
+    chatd_db: &Path,
+    ends: &[(PartName, PartEnd)],
+) -> Files {
+    let mut secrets = vec![FORWARD_KEY.to_string()];
+    secrets.extend(ends.iter().flat_map(|(_, e)| e.secrets.iter().cloned()));
+    let log = std::fs::read_to_string(chatd_log).unwrap_or_default();
+    let warnings = check_log(shared, "chatd", &log, &secrets);
+    let mut logs = vec![("chatd".to_string(), chatd_log.to_path_buf())];
+    let mut part_warnings: BTreeMap<String, u64> = BTreeMap::new();
+    for (daemon, path) in ends.iter().flat_map(|(_, e)| e.logs.iter()) {
+        logs.push((daemon.clone(), path.clone()));
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                for (message, n) in check_log(shared, daemon, &text, &secrets) {
+                    *part_warnings
+                        .entry(format!("{daemon}: {message}"))
+                        .or_default() += n;
+                }
+            }
+            Err(err) => shared.violate(
+                Inv::Health,
+                format!("{daemon}'s log {} could not be read: {err}", path.display()),
+            ),
+        }
+    }
+    let mut data: Vec<PathBuf> = chatd_db
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    data.extend(ends.iter().flat_map(|(_, e)| e.data.iter().cloned()));
+    let databases = check_databases(shared, &data);
+    if !databases.iter().any(|d| d == chatd_db) {
+        shared.violate(
+            Inv::Integrity,
+            format!("{} was not found to check", chatd_db.display()),
+        );
+    }
+    Files {
+        warnings,
+        part_warnings,
+        logs,
+        databases: databases.len(),
+        secrets: secrets.len(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -587,89 +587,11 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
         ),
         Err(err) => shared.violate(Inv::Health, format!("chatd did not stop: {err:#}")),
     }
-    let mut secrets = vec![FORWARD_KEY.to_string()];
-    secrets.extend(ends.iter().flat_map(|(_, e)| e.secrets.iter().cloned()));
-    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let warnings = check_log(&shared, "chatd", &log, &secrets);
-    let mut part_warnings: BTreeMap<String, u64> = BTreeMap::new();
-    for (daemon, path) in ends.iter().flat_map(|(_, e)| e.logs.iter()) {
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                for (message, n) in check_log(&shared, daemon, &text, &secrets) {
-                    *part_warnings
-                        .entry(format!("{daemon}: {message}"))
-                        .or_default() += n;
-                }
-            }
-            Err(err) => shared.violate(
-                Inv::Health,
-                format!("{daemon}'s log {} could not be read: {err}", path.display()),
-            ),
-        }
-    }
-    let mut data: Vec<PathBuf> = db_path
-        .parent()
-        .map(Path::to_path_buf)
-        .into_iter()
-        .collect();
-    data.extend(ends.iter().flat_map(|(_, e)| e.data.iter().cloned()));
-    let databases = check_databases(&shared, &data);
-    if !databases.contains(&db_path) {
-        shared.violate(
-            Inv::Integrity,
-            format!("{} was not found to check", db_path.display()),
-        );
-    }
+    let files = check_files(&shared, &log_path, &db_path, &ends);
 
     // RSS: the process alive at the end, against its own warm-up.
-    let generations = lock(&shared.generations).clone();
     let samples = std::mem::take(&mut *lock(&shared.rss));
-    let current = generations
-        .iter()
-        .rev()
-        .find(|g| g.pid == end_pid)
-        .cloned()
-        .unwrap_or(Generation {
-            pid: end_pid,
-            started: 0.0,
-        });
-    let which = if generations.len() > 1 {
-        format!(
-            "pid {} (started at {:.1} s, after kill #{})",
-            current.pid,
-            current.started,
-            generations.len() - 1
-        )
-    } else {
-        format!("pid {} (the only chatd of the run)", current.pid)
-    };
-    let warmed = lock(&shared.warm).clone().filter(|w| w.pid == current.pid);
-    let rss_line = match (warmed, rss_end) {
-        (Some(w), Some(end)) => {
-            let change = (end as f64 - w.kib as f64) / w.kib as f64 * 100.0;
-            let verdict = format!(
-                "chatd {which}: after warm-up (t={:.1} s: its rings full {:.1} s after its start, \
-                 at least {warm:.0} s) {}, at the end (t={end_t:.1} s, after drain and catch-up) {} ({change:+.1} %)",
-                w.t,
-                w.filled_s,
-                mib(w.kib),
-                mib(end)
-            );
-            if change.abs() > 20.0 {
-                shared.violate(Inv::Rss, verdict.clone());
-            }
-            verdict
-        }
-        _ => {
-            let verdict = format!(
-                "chatd {which}: its warm-up (every chat +{} events, at least {warm:.0} s) did not end before the drain did (end sample: {:?})",
-                shared.fill,
-                rss_end.map(mib)
-            );
-            shared.violate(Inv::Rss, verdict.clone());
-            verdict
-        }
-    };
+    let rss_line = check_chatd_rss(&shared, end_pid, rss_end, end_t);
 
     // The summary.
     let c = &shared.c;
@@ -788,9 +710,9 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
             let _ = writeln!(s, "  {n:5}  {what}");
         }
     }
-    if !warnings.is_empty() {
+    if !files.warnings.is_empty() {
         let _ = writeln!(s, "chatd WARN lines:");
-        for (what, n) in &warnings {
+        for (what, n) in &files.warnings {
             let _ = writeln!(s, "  {n:5}  {what}");
         }
     }
@@ -842,57 +764,28 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
             let _ = writeln!(s, "  {line}");
         }
     }
-    if !part_warnings.is_empty() {
+    if !files.part_warnings.is_empty() {
         let _ = writeln!(s, "other daemons' WARN lines:");
-        for (what, n) in &part_warnings {
+        for (what, n) in &files.part_warnings {
             let _ = writeln!(s, "  {n:5}  {what}");
         }
     }
     let _ = writeln!(
         s,
         "databases checked: {}; logs checked for {} secrets: {}",
-        databases.len(),
-        secrets.len(),
-        1 + ends.iter().map(|(_, e)| e.logs.len()).sum::<usize>()
+        files.databases,
+        files.secrets,
+        files.logs.len()
     );
-    let _ = writeln!(s, "invariants:");
-    let broken = lock(&shared.broken).clone();
-    let mut failed = 0;
     let driven: Vec<PartName> = ends.iter().map(|(n, _)| *n).collect();
-    for (n, inv) in INVARIANTS.iter().enumerate() {
-        if let Some(part) = inv.part().filter(|p| !driven.contains(p)) {
-            let _ = writeln!(
-                s,
-                "  {}. ----  {} ({} not driven)",
-                n + 1,
-                inv.title(),
-                part.as_str()
-            );
-            continue;
-        }
-        match broken.get(inv) {
-            None => {
-                let _ = writeln!(s, "  {}. PASS  {}", n + 1, inv.title());
-            }
-            Some((count, examples)) => {
-                failed += 1;
-                let _ = writeln!(s, "  {}. FAIL  {} ({count} times)", n + 1, inv.title());
-                for e in examples {
-                    let _ = writeln!(s, "          {e}");
-                }
-            }
-        }
-    }
-    let checked = INVARIANTS
-        .iter()
-        .filter(|i| i.part().is_none_or(|p| driven.contains(&p)))
-        .count();
-    let _ = write!(s, "soak: {} passed, {failed} failed", checked - failed);
+    let failed = verdicts(&shared, &driven, &mut s);
     say(&s);
     if failed > 0 {
-        let keep = std::env::temp_dir().join(format!("soak-{seed}-chatd.log"));
-        if std::fs::copy(&log_path, &keep).is_ok() {
-            eprintln!("soak: chatd's log is kept at {}", keep.display());
+        for (daemon, path) in &files.logs {
+            let keep = std::env::temp_dir().join(format!("soak-{seed}-{daemon}.log"));
+            if std::fs::copy(path, &keep).is_ok() {
+                eprintln!("soak: {daemon}'s log is kept at {}", keep.display());
+            }
         }
     }
     if let Some(out) = &args.out {

@@ -230,6 +230,44 @@ impl Shared {
     }
 }
 
+/// Writes each invariant's verdict (`----` for a part not driven) and the
+/// last line; returns how many broke.
+pub(crate) fn verdicts(shared: &Shared, driven: &[PartName], s: &mut String) -> usize {
+    let _ = writeln!(s, "invariants:");
+    let broken = lock(&shared.broken).clone();
+    let mut failed = 0;
+    for (n, inv) in INVARIANTS.iter().enumerate() {
+        if let Some(part) = inv.part().filter(|p| !driven.contains(p)) {
+            let _ = writeln!(
+                s,
+                "  {}. ----  {} ({} not driven)",
+                n + 1,
+                inv.title(),
+                part.as_str()
+            );
+            continue;
+        }
+        match broken.get(inv) {
+            None => {
+                let _ = writeln!(s, "  {}. PASS  {}", n + 1, inv.title());
+            }
+            Some((count, examples)) => {
+                failed += 1;
+                let _ = writeln!(s, "  {}. FAIL  {} ({count} times)", n + 1, inv.title());
+                for e in examples {
+                    let _ = writeln!(s, "          {e}");
+                }
+            }
+        }
+    }
+    let checked = INVARIANTS
+        .iter()
+        .filter(|i| i.part().is_none_or(|p| driven.contains(&p)))
+        .count();
+    let _ = write!(s, "soak: {} passed, {failed} failed", checked - failed);
+    failed
+}
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -41,3 +41,61 @@ pub(crate) async fn progress(shared: Arc<Shared>, every: Duration) {
         ));
     }
 }
+
+/// chatd's RSS check: the process alive at the end, against its own warm-up
+/// (its rings full, see `faults::warm_up`). Returns the summary's line.
+pub(crate) fn check_chatd_rss(
+    shared: &Shared,
+    end_pid: u32,
+    rss_end: Option<u64>,
+    end_t: f64,
+) -> String {
+    let warm = shared.warm_s;
+    let generations = lock(&shared.generations).clone();
+    let current = generations
+        .iter()
+        .rev()
+        .find(|g| g.pid == end_pid)
+        .cloned()
+        .unwrap_or(Generation {
+            pid: end_pid,
+            started: 0.0,
+        });
+    let which = if generations.len() > 1 {
+        format!(
+            "pid {} (started at {:.1} s, after kill #{})",
+            current.pid,
+            current.started,
+            generations.len() - 1
+        )
+    } else {
+        format!("pid {} (the only chatd of the run)", current.pid)
+    };
+    let warmed = lock(&shared.warm).clone().filter(|w| w.pid == current.pid);
+    match (warmed, rss_end) {
+        (Some(w), Some(end)) => {
+            let change = (end as f64 - w.kib as f64) / w.kib as f64 * 100.0;
+            let verdict = format!(
+                "chatd {which}: after warm-up (t={:.1} s: its rings full {:.1} s after its start, \
+                 at least {warm:.0} s) {}, at the end (t={end_t:.1} s, after drain and catch-up) {} ({change:+.1} %)",
+                w.t,
+                w.filled_s,
+                mib(w.kib),
+                mib(end)
+            );
+            if change.abs() > 20.0 {
+                shared.violate(Inv::Rss, verdict.clone());
+            }
+            verdict
+        }
+        _ => {
+            let verdict = format!(
+                "chatd {which}: its warm-up (every chat +{} events, at least {warm:.0} s) did not end before the drain did (end sample: {:?})",
+                shared.fill,
+                rss_end.map(mib)
+            );
+            shared.violate(Inv::Rss, verdict.clone());
+            verdict
+        }
+    }
+}
