@@ -54,6 +54,10 @@ pub(crate) struct Tally {
     seconds: AtomicU64,
 }
 
+/// Attempts of one spelling egressd let through: how many, by which chats
+/// and forms, its first answer line.
+type NotRefused = (u64, std::collections::BTreeSet<String>, String);
+
 pub(crate) struct Egress {
     lab: tokio::sync::Mutex<Lab>,
     api: PathBuf,
@@ -73,7 +77,7 @@ pub(crate) struct Egress {
     cards: Mutex<Vec<(String, String, &'static str, bool)>>,
     /// SSRF attempts egressd did not refuse, by spelling: (count, chats and
     /// forms, the first answer line).
-    not_refused: Mutex<BTreeMap<usize, (u64, std::collections::BTreeSet<String>, String)>>,
+    not_refused: Mutex<BTreeMap<usize, NotRefused>>,
     /// Card names per chat (the lab's /etc/hosts has them).
     card_names: usize,
 }
