@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::harness::{bin_dir, wait_until};
 use crate::needs;
+use anyhow::Context as _;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -494,47 +495,21 @@ impl Lab {
             ),
         )
         .unwrap();
-        let log = std::fs::File::create(d.join("egressd.log")).unwrap();
-        let script = format!(
-            "mount --bind {etc}/hosts /etc/hosts && mount --bind {etc}/resolv.conf /etc/resolv.conf \
-             && mount --bind {etc}/nsswitch.conf /etc/nsswitch.conf && exec {bin} --config {config}",
-            etc = etc.display(),
-            bin = bin_dir().join("egressd").display(),
-            config = config.display(),
-        );
-        let child = std::process::Command::new("ip")
-            .args(["netns", "exec", &host.name])
-            .args([
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .current_dir(d)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", d)
-            .env("QSE_LOG_TO", "stderr")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("egressd starts");
         let mut lab = Lab {
             dir,
             host,
             _origins: origins,
             lan,
-            egressd: Some(Proc { child }),
+            egressd: None,
             api,
             config,
             key,
             hits,
             dns,
         };
+        lab.egressd = Some(Proc {
+            child: lab.spawn_egressd(),
+        });
         let api = lab.api.clone();
         let up = wait_until("egressd's /health", Duration::from_secs(10), || {
             let api = api.clone();
@@ -556,6 +531,116 @@ impl Lab {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("egressd.log")).unwrap_or_default()
+    }
+
+    /// Starts egressd in the box (its namespace, its mount namespace with
+    /// the lab's `/etc` files), its output appended to `egressd.log`.
+    fn spawn_egressd(&self) -> std::process::Child {
+        let d = self.dir.path();
+        let etc = d.join("etc");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("egressd.log"))
+            .expect("egressd's log opens");
+        // `ip netns exec`, `unshare` and `sh` each exec the next: the
+        // child's pid ends up egressd's.
+        let script = format!(
+            "mount --bind {etc}/hosts /etc/hosts && mount --bind {etc}/resolv.conf /etc/resolv.conf \
+             && mount --bind {etc}/nsswitch.conf /etc/nsswitch.conf && exec {bin} --config {config}",
+            etc = etc.display(),
+            bin = bin_dir().join("egressd").display(),
+            config = self.config.display(),
+        );
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &self.host.name])
+            .args([
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .current_dir(d)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", d)
+            .env("QSE_LOG_TO", "stderr")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("the log's handle clones"))
+            .stderr(log)
+            .spawn()
+            .expect("egressd starts")
+    }
+
+    /// The origins' namespace (203.0.113.10 and .11), for more origins.
+    pub fn origins(&self) -> &Netns {
+        &self._origins
+    }
+
+    /// egressd's pid, while it runs.
+    pub fn egressd_pid(&self) -> Option<u32> {
+        self.egressd.as_ref().map(|p| p.child.id())
+    }
+
+    /// SIGKILLs egressd and reaps it (a crash: its sockets stay behind).
+    pub fn kill_egressd(&mut self) {
+        drop(self.egressd.take());
+    }
+
+    /// Starts egressd again on the same config and data; waits (bounded)
+    /// for its `/health`.
+    pub async fn restart_egressd(&mut self, bound: Duration) -> anyhow::Result<u32> {
+        self.kill_egressd();
+        let child = self.spawn_egressd();
+        let pid = child.id();
+        self.egressd = Some(Proc { child });
+        let api = self.api.clone();
+        wait_until("egressd's /health after a restart", bound, || {
+            let api = api.clone();
+            async move {
+                let (status, body) = call(&api, "GET", "/health", None).await?;
+                (status == 200 && body["ok"] == true).then_some(())
+            }
+        })
+        .await?;
+        Ok(pid)
+    }
+
+    /// SIGTERMs egressd and waits (bounded) for it to exit: its status.
+    pub async fn stop_egressd(
+        &mut self,
+        bound: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let mut proc = self.egressd.take().context("egressd is not running")?;
+        let pid = nix::unistd::Pid::from_raw(proc.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+        let status = wait_until("egressd to exit after SIGTERM", bound, || {
+            let status = proc.child.try_wait().ok().flatten();
+            async move { status }
+        })
+        .await;
+        // On failure, dropping `proc` SIGKILLs it.
+        status
+    }
+
+    /// A second egressd on this one's config and data, in the box, run
+    /// until it ends (it must refuse: one egressd per data folder).
+    pub async fn run_second(&self, bound: Duration) -> anyhow::Result<crate::harness::Ended> {
+        let mut command = std::process::Command::new("ip");
+        command
+            .args(["netns", "exec", &self.host.name])
+            .arg(bin_dir().join("egressd"))
+            .arg("--config")
+            .arg(&self.config)
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("QSE_LOG_TO", "stderr");
+        crate::harness::run_to_end(command, bound).await
     }
 
     pub fn socket(&self, chat: &str) -> PathBuf {

@@ -128,7 +128,7 @@ pub(crate) async fn prepare(
             dir,
         };
         let part: Option<Arc<dyn Part>> = match name {
-            PartName::Egressd => None,
+            PartName::Egressd => Some(Arc::new(Egress::prepare(&ctx).await?)),
             PartName::Hostexecd => None,
             PartName::Triggerd => None,
             PartName::Connectord => None,
