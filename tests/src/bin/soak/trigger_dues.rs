@@ -1,7 +1,7 @@
-//! What the triggerd part holds triggerd to (`Inv::Triggers`): the due
-//! minutes of each of its schedules, found by a reference of its own that
-//! looks at every minute's civil time in the trigger's zone (not triggerd's
-//! next-time function), and the rule triggerd states for a downtime
+//! The triggers the triggerd part makes (`plan`), and what it holds
+//! triggerd to (`Inv::Triggers`): the due minutes of each schedule, found
+//! by a reference of its own that looks at every minute's civil time in
+//! the trigger's zone (not triggerd's next-time function), and the rule triggerd states for a downtime
 //! (docs/triggers.md): a check at clock `x` queues one run for each
 //! schedule's latest due time in (its last check, `x`]; missed times before
 //! it never run. So, for a due minute `d` whose next due minute is `d2`:
@@ -90,6 +90,161 @@ impl Due {
         }
         out
     }
+}
+
+pub(crate) const TRIGGERS: usize = 500;
+pub(crate) const FOLDERS: usize = 8;
+pub(crate) const ZONES: [&str; 4] = [
+    "UTC",
+    "Europe/Rome",
+    "America/New_York",
+    "Australia/Lord_Howe",
+];
+
+/// A trigger the part makes.
+pub(crate) struct Planned {
+    pub(crate) name: String,
+    pub(crate) when: String,
+    pub(crate) tz: &'static str,
+    pub(crate) due: Option<Due>,
+    /// File triggers: the folder's index.
+    pub(crate) folder: Option<usize>,
+}
+
+/// The 500 triggers of a run: one due every minute, a few every 5 or 15,
+/// 40 hourly, 15 daily, 5 on weekdays, the rest rarely or never due within
+/// a day, and 8 on folders.
+pub(crate) fn plan(rng: &mut StdRng) -> Vec<Planned> {
+    let mut out = Vec::new();
+    let add = |out: &mut Vec<Planned>, name: String, when: String, tz: &'static str, due: Due| {
+        out.push(Planned {
+            name,
+            when,
+            tz,
+            due: Some(due),
+            folder: None,
+        })
+    };
+    add(
+        &mut out,
+        "every minute".into(),
+        "* * * * *".into(),
+        "UTC",
+        Due::Minutes {
+            minutes: (0..60).collect(),
+            hours: None,
+        },
+    );
+    for (i, step) in [5i8, 5, 15, 15].into_iter().enumerate() {
+        let o = rng.random_range(0..step);
+        add(
+            &mut out,
+            format!("every {step} #{i}"),
+            format!("{o}-59/{step} * * * *"),
+            "UTC",
+            Due::Minutes {
+                minutes: (o..60).step_by(step as usize).collect(),
+                hours: None,
+            },
+        );
+    }
+    for i in 0..40 {
+        let m = rng.random_range(0..60i8);
+        add(
+            &mut out,
+            format!("hourly #{i}"),
+            format!("{m} * * * *"),
+            "UTC",
+            Due::Minutes {
+                minutes: vec![m],
+                hours: None,
+            },
+        );
+    }
+    for i in 0..15 {
+        let (h, m) = (rng.random_range(0..24i8), rng.random_range(0..60i8));
+        let tz = ZONES[i % ZONES.len()];
+        add(
+            &mut out,
+            format!("daily #{i}"),
+            format!("daily {h:02}:{m:02}"),
+            tz,
+            Due::Daily { h, m },
+        );
+    }
+    for i in 0..5 {
+        let m = rng.random_range(0..60i8);
+        add(
+            &mut out,
+            format!("weekdays #{i}"),
+            format!("weekdays 09:{m:02}"),
+            "UTC",
+            Due::Weekdays { h: 9, m },
+        );
+    }
+    use jiff::civil::Weekday;
+    let rare = TRIGGERS - FOLDERS - out.len();
+    for i in 0..rare {
+        let (h, m) = (rng.random_range(0..24i8), rng.random_range(0..60i8));
+        let tz = ZONES[i % ZONES.len()];
+        match i % 4 {
+            0 => add(
+                &mut out,
+                format!("weekend #{i}"),
+                format!("weekly sat,sun {h:02}:{m:02}"),
+                tz,
+                Due::Weekly {
+                    days: vec![Weekday::Saturday, Weekday::Sunday],
+                    h,
+                    m,
+                },
+            ),
+            1 => {
+                let day = rng.random_range(10..=31i8);
+                add(
+                    &mut out,
+                    format!("monthly #{i}"),
+                    format!("monthly {day} {h:02}:{m:02}"),
+                    tz,
+                    Due::Monthly { day, h, m },
+                )
+            }
+            2 => {
+                let day = rng.random_range(10..=28i8);
+                let at = jiff::civil::date(2026, 6, day).at(h, m, 0, 0);
+                add(
+                    &mut out,
+                    format!("once #{i}"),
+                    format!("once 2026-06-{day:02} {h:02}:{m:02}"),
+                    tz,
+                    Due::Once { at },
+                )
+            }
+            _ => {
+                let hours = vec![rng.random_range(0..24i8)];
+                add(
+                    &mut out,
+                    format!("cron #{i}"),
+                    format!("{m} {} * * *", hours[0]),
+                    "UTC",
+                    Due::Minutes {
+                        minutes: vec![m],
+                        hours: Some(hours),
+                    },
+                )
+            }
+        }
+    }
+    for f in 0..FOLDERS {
+        out.push(Planned {
+            name: format!("files #{f}"),
+            when: String::new(),
+            tz: "UTC",
+            due: None,
+            folder: Some(f),
+        });
+    }
+    out
 }
 
 /// One run of a trigger as triggers.sqlite3 holds it.

@@ -32,27 +32,9 @@ use crate::trigger_dues::*;
 
 /// Monday, before any daylight-saving change of the zones used.
 const T0: &str = "2026-03-02T09:00:20Z";
-const TRIGGERS: usize = 500;
-const FOLDERS: usize = 8;
-const ZONES: [&str; 4] = [
-    "UTC",
-    "Europe/Rome",
-    "America/New_York",
-    "Australia/Lord_Howe",
-];
 const MINUTE_MS: i64 = 60_000;
 /// Bound on triggerd checking a clock it was given.
 const CHECKED: Duration = Duration::from_secs(20);
-
-/// A trigger the part makes.
-struct Planned {
-    name: String,
-    when: String,
-    tz: &'static str,
-    due: Option<Due>,
-    /// File triggers: the folder's index.
-    folder: Option<usize>,
-}
 
 #[derive(Default)]
 struct State {
@@ -85,139 +67,6 @@ fn parse_ms(text: &str) -> i64 {
     text.parse::<jiff::Timestamp>()
         .map(|t| t.as_millisecond())
         .unwrap_or(0)
-}
-
-fn plan(rng: &mut StdRng) -> Vec<Planned> {
-    let mut out = Vec::new();
-    let add = |out: &mut Vec<Planned>, name: String, when: String, tz: &'static str, due: Due| {
-        out.push(Planned {
-            name,
-            when,
-            tz,
-            due: Some(due),
-            folder: None,
-        })
-    };
-    add(
-        &mut out,
-        "every minute".into(),
-        "* * * * *".into(),
-        "UTC",
-        Due::Minutes {
-            minutes: (0..60).collect(),
-            hours: None,
-        },
-    );
-    for (i, step) in [5i8, 5, 15, 15].into_iter().enumerate() {
-        let o = rng.random_range(0..step);
-        add(
-            &mut out,
-            format!("every {step} #{i}"),
-            format!("{o}-59/{step} * * * *"),
-            "UTC",
-            Due::Minutes {
-                minutes: (o..60).step_by(step as usize).collect(),
-                hours: None,
-            },
-        );
-    }
-    for i in 0..40 {
-        let m = rng.random_range(0..60i8);
-        add(
-            &mut out,
-            format!("hourly #{i}"),
-            format!("{m} * * * *"),
-            "UTC",
-            Due::Minutes {
-                minutes: vec![m],
-                hours: None,
-            },
-        );
-    }
-    for i in 0..15 {
-        let (h, m) = (rng.random_range(0..24i8), rng.random_range(0..60i8));
-        let tz = ZONES[i % ZONES.len()];
-        add(
-            &mut out,
-            format!("daily #{i}"),
-            format!("daily {h:02}:{m:02}"),
-            tz,
-            Due::Daily { h, m },
-        );
-    }
-    for i in 0..5 {
-        let m = rng.random_range(0..60i8);
-        add(
-            &mut out,
-            format!("weekdays #{i}"),
-            format!("weekdays 09:{m:02}"),
-            "UTC",
-            Due::Weekdays { h: 9, m },
-        );
-    }
-    use jiff::civil::Weekday;
-    let rare = TRIGGERS - FOLDERS - out.len();
-    for i in 0..rare {
-        let (h, m) = (rng.random_range(0..24i8), rng.random_range(0..60i8));
-        let tz = ZONES[i % ZONES.len()];
-        match i % 4 {
-            0 => add(
-                &mut out,
-                format!("weekend #{i}"),
-                format!("weekly sat,sun {h:02}:{m:02}"),
-                tz,
-                Due::Weekly {
-                    days: vec![Weekday::Saturday, Weekday::Sunday],
-                    h,
-                    m,
-                },
-            ),
-            1 => {
-                let day = rng.random_range(10..=31i8);
-                add(
-                    &mut out,
-                    format!("monthly #{i}"),
-                    format!("monthly {day} {h:02}:{m:02}"),
-                    tz,
-                    Due::Monthly { day, h, m },
-                )
-            }
-            2 => {
-                let day = rng.random_range(10..=28i8);
-                let at = jiff::civil::date(2026, 6, day).at(h, m, 0, 0);
-                add(
-                    &mut out,
-                    format!("once #{i}"),
-                    format!("once 2026-06-{day:02} {h:02}:{m:02}"),
-                    tz,
-                    Due::Once { at },
-                )
-            }
-            _ => {
-                let hours = vec![rng.random_range(0..24i8)];
-                add(
-                    &mut out,
-                    format!("cron #{i}"),
-                    format!("{m} {} * * *", hours[0]),
-                    "UTC",
-                    Due::Minutes {
-                        minutes: vec![m],
-                        hours: Some(hours),
-                    },
-                )
-            }
-        }
-    }
-    for f in 0..FOLDERS {
-        out.push(Planned {
-            name: format!("files #{f}"),
-            when: String::new(),
-            tz: "UTC",
-            due: None,
-            folder: Some(f),
-        });
-    }
-    out
 }
 
 impl TriggersPart {
@@ -511,8 +360,12 @@ impl TriggersPart {
             },
         )
         .await;
-        if let Err(err) = drained {
-            shared.violate(Inv::Triggers, format!("triggerd: {err:#}"));
+        match drained {
+            Ok(()) => say(format!(
+                "  t={:6.1}s  triggerd: every run ended and is in chatd's inbox",
+                shared.t()
+            )),
+            Err(err) => shared.violate(Inv::Triggers, format!("triggerd: {err:#}")),
         }
     }
 
