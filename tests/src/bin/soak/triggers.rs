@@ -354,9 +354,16 @@ impl TriggersPart {
             "every trigger run to end and reach the inbox",
             Duration::from_secs(120),
             || async {
-                let (code, h) = td.call("GET", "/health", None).await.ok()?;
-                let idle = code == 200 && h["running"] == 0 && h["queued"] == 0;
-                (idle && self.unnotified().ok()? == 0).then_some(())
+                let idle = || async {
+                    let (code, h) = td.call("GET", "/health", None).await.ok()?;
+                    (code == 200 && h["running"] == 0 && h["queued"] == 0).then_some(())
+                };
+                idle().await?;
+                // Still idle two checks later: a file waiting for a run that
+                // just ended is queued by the next check.
+                checked(td).await.then_some(())?;
+                idle().await?;
+                (self.unnotified().ok()? == 0).then_some(())
             },
         )
         .await;
