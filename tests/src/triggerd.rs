@@ -10,6 +10,15 @@ use serde_json::Value;
 use crate::daemon::Daemon;
 use crate::harness::Chatd;
 
+/// Where triggerd finds its chatd: its address, data folder (its
+/// `forward.key`), secrets file (`QSE_FORWARD_KEY`) and shared workspace.
+pub struct ChatdAt {
+    pub url: String,
+    pub data: PathBuf,
+    pub secrets: PathBuf,
+    pub workspace: PathBuf,
+}
+
 pub struct Triggerd {
     pub daemon: Daemon,
     pub data: PathBuf,
@@ -62,7 +71,25 @@ impl Triggerd {
         dir: tempfile::TempDir,
         data: PathBuf,
     ) -> anyhow::Result<Triggerd> {
-        let workspace = shared_workspace(chatd);
+        let at = ChatdAt {
+            url: chatd.url(),
+            data: chatd.data_dir(),
+            secrets: chatd.dir.path().join("secrets.env"),
+            workspace: shared_workspace(chatd),
+        };
+        Triggerd::for_chatd_at(&at, extra, dir, data)
+    }
+
+    /// A triggerd in `dir` on the data folder `data` for the chatd at `at`
+    /// (one the harness did not start, as the soak's), checking every
+    /// 50 ms, with `extra` lines in `[triggers]`; not started.
+    pub fn for_chatd_at(
+        at: &ChatdAt,
+        extra: &str,
+        dir: tempfile::TempDir,
+        data: PathBuf,
+    ) -> anyhow::Result<Triggerd> {
+        let workspace = at.workspace.clone();
         std::fs::create_dir_all(&workspace)?;
         let clock = dir.path().join("clock");
         let socket = socket_in(dir.path());
@@ -84,9 +111,9 @@ impl Triggerd {
                  secrets = \"{}\"\nworkspace = \"{}\"\ncheck_ms = 50\n{clock_line}{extra}",
                 t.data.display(),
                 t.socket.display(),
-                chatd.url(),
-                chatd.data_dir().display(),
-                chatd.dir.path().join("secrets.env").display(),
+                at.url,
+                at.data.display(),
+                at.secrets.display(),
                 t.workspace.display(),
             ),
         )?;

@@ -76,6 +76,8 @@ mod faults;
 mod parts;
 mod shared;
 mod sse;
+mod trigger_dues;
+mod triggers;
 mod watchers;
 
 use chats::*;
@@ -87,6 +89,7 @@ use faults::*;
 use parts::*;
 use shared::*;
 use sse::*;
+use triggers::*;
 use watchers::*;
 
 /// A load and fault run of chatd and engine-sim that checks nothing was lost.

@@ -130,7 +130,7 @@ pub(crate) async fn prepare(
         let part: Option<Arc<dyn Part>> = match name {
             PartName::Egressd => Some(Arc::new(Egress::prepare(&ctx).await?)),
             PartName::Hostexecd => None,
-            PartName::Triggerd => None,
+            PartName::Triggerd => Some(Arc::new(TriggersPart::new(&ctx)?)),
             PartName::Connectord => None,
         };
         match part {
