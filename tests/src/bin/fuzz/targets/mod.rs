@@ -1,0 +1,56 @@
+//! The targets: each builds its input from the random bytes, mostly out of
+//! the pieces its parser cares about (so inputs reach past the first
+//! check), and says what must hold of the result. One module per area.
+
+mod chatd;
+mod connectors;
+mod egress;
+mod triggers;
+
+use arbitrary::Unstructured;
+
+use crate::Target;
+
+pub fn all() -> Vec<Target> {
+    vec![
+        Target {
+            name: "telegram-markdown-v2",
+            run: connectors::telegram_markdown_v2,
+        },
+        Target {
+            name: "schedule",
+            run: triggers::schedule,
+        },
+        Target {
+            name: "bash-rules",
+            run: chatd::bash_rules,
+        },
+        Target {
+            name: "slack-mrkdwn",
+            run: connectors::slack_mrkdwn,
+        },
+        Target {
+            name: "egress-address",
+            run: egress::egress_address,
+        },
+    ]
+}
+
+/// A text of `pieces` chosen at random, now and then a random character;
+/// what was built when the bytes give out.
+pub(crate) fn text_of(u: &mut Unstructured, pieces: &[&str], most: usize) -> String {
+    let mut out = String::new();
+    let n = u.int_in_range(0..=most).unwrap_or(0);
+    for _ in 0..n {
+        let piece = if u.ratio(1, 8).unwrap_or(false) {
+            u.arbitrary::<char>().map(String::from)
+        } else {
+            u.choose(pieces).map(|p| (*p).to_string())
+        };
+        match piece {
+            Ok(piece) => out.push_str(&piece),
+            Err(_) => break,
+        }
+    }
+    out
+}
