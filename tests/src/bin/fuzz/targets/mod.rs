@@ -5,6 +5,7 @@
 mod chatd;
 mod connectors;
 mod egress;
+mod sse;
 mod triggers;
 
 use arbitrary::Unstructured;
@@ -32,6 +33,10 @@ pub fn all() -> Vec<Target> {
         Target {
             name: "egress-address",
             run: egress::egress_address,
+        },
+        Target {
+            name: "sse-lines",
+            run: sse::sse_lines,
         },
     ]
 }
