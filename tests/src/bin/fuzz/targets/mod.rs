@@ -35,6 +35,10 @@ pub fn all() -> Vec<Target> {
             run: egress::egress_address,
         },
         Target {
+            name: "engine-stream",
+            run: chatd::engine_stream,
+        },
+        Target {
             name: "sse-lines",
             run: sse::sse_lines,
         },
@@ -58,4 +62,23 @@ pub(crate) fn text_of(u: &mut Unstructured, pieces: &[&str], most: usize) -> Str
         }
     }
     out
+}
+
+/// `bytes` cut at random places, now and then one byte at a time; a cut
+/// right after a `\r` or inside a character is as likely as any other.
+pub(crate) fn cut<'a>(u: &mut Unstructured, bytes: &'a [u8]) -> Vec<&'a [u8]> {
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    let bytewise = u.ratio(1, 10).unwrap_or(false);
+    while at < bytes.len() {
+        let len = if bytewise {
+            1
+        } else {
+            u.int_in_range(1..=(bytes.len() - at).min(64))
+                .unwrap_or(bytes.len() - at)
+        };
+        chunks.push(&bytes[at..at + len]);
+        at += len;
+    }
+    chunks
 }

@@ -6,7 +6,7 @@
 use arbitrary::{Result as Built, Unstructured};
 use futures_util::FutureExt;
 
-use super::text_of;
+use super::{cut, text_of};
 use crate::Verdict;
 
 /// A stream of frames split at random places (inside a UTF-8 character,
@@ -75,25 +75,6 @@ fn stream_text(u: &mut Unstructured) -> Built<String> {
         out.push_str(u.choose(ENDS)?);
     }
     Ok(out)
-}
-
-/// `bytes` cut at random places, now and then one byte at a time; a cut
-/// right after a `\r` or inside a character is as likely as any other.
-fn cut<'a>(u: &mut Unstructured, bytes: &'a [u8]) -> Vec<&'a [u8]> {
-    let mut chunks = Vec::new();
-    let mut at = 0;
-    let bytewise = u.ratio(1, 10).unwrap_or(false);
-    while at < bytes.len() {
-        let len = if bytewise {
-            1
-        } else {
-            u.int_in_range(1..=(bytes.len() - at).min(64))
-                .unwrap_or(bytes.len() - at)
-        };
-        chunks.push(&bytes[at..at + len]);
-        at += len;
-    }
-    chunks
 }
 
 fn lengths(chunks: &[&[u8]]) -> Vec<usize> {
