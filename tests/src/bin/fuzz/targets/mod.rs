@@ -39,6 +39,14 @@ pub fn all() -> Vec<Target> {
             run: chatd::engine_stream,
         },
         Target {
+            name: "proxy-head",
+            run: egress::proxy_head,
+        },
+        Target {
+            name: "egress-url",
+            run: egress::egress_url,
+        },
+        Target {
             name: "sse-lines",
             run: sse::sse_lines,
         },
