@@ -3,6 +3,7 @@
 //! check), and says what must hold of the result. One module per area.
 
 mod chatd;
+mod config;
 mod connectors;
 mod egress;
 mod sse;
@@ -49,6 +50,10 @@ pub fn all() -> Vec<Target> {
         Target {
             name: "sse-lines",
             run: sse::sse_lines,
+        },
+        Target {
+            name: "config",
+            run: config::config,
         },
     ]
 }
