@@ -48,6 +48,13 @@ fn keys() -> &'static [Key] {
     })
 }
 
+/// The one key that was changed: dotted, its line in the file, and how.
+struct Changed {
+    key: String,
+    line: usize,
+    change: Change,
+}
+
 /// What was done to the one key that was changed.
 enum Change {
     /// Its value replaced.
@@ -124,7 +131,7 @@ pub(super) fn config(u: &mut Unstructured) -> Verdict {
     // The defaults with one line changed: that line says what the input was.
     let changed_line = changed
         .as_ref()
-        .and_then(|(_, line, _)| text.lines().nth(line - 1))
+        .and_then(|c| text.lines().nth(c.line - 1))
         .unwrap_or("");
     let say = |what: String| {
         format!("config/tandem.toml's keys with {changed_line:?}, environment {env:?}: {what}")
@@ -146,7 +153,7 @@ pub(super) fn config(u: &mut Unstructured) -> Verdict {
                     connectord::config::ENV_KEYS,
                 ],
             ),
-            (Some((key, line, change)), _) => named_file(&refusal, &path, key, *line, change),
+            (Some(c), _) => named_file(&refusal, &path, &c.key, c.line, &c.change),
             (None, _) => true,
         };
         if !named {
@@ -217,7 +224,7 @@ fn named_env(refusal: &Refusal, var: &str, maps: &[&[EnvKey]]) -> bool {
 /// The file: every key at its value in config/tandem.toml, under its
 /// section, one of them changed (none a quarter of the time); the dotted key
 /// changed, its line and how.
-fn file_text(u: &mut Unstructured) -> Built<(String, Option<(String, usize, Change)>)> {
+fn file_text(u: &mut Unstructured) -> Built<(String, Option<Changed>)> {
     let keys = keys();
     let target = if u.ratio(1, 4)? {
         None
@@ -247,22 +254,30 @@ fn file_text(u: &mut Unstructured) -> Built<(String, Option<(String, usize, Chan
                     key.name, key.value, key.name, key.value
                 ));
                 lines += 2;
-                changed = Some((dotted, lines, Change::Twice));
+                changed = Some(Changed {
+                    key: dotted,
+                    line: lines,
+                    change: Change::Twice,
+                });
             }
             1 => {
                 let wrong = format!("{}{}", key.name, u.choose(&["s", "_", "é", "2"])?);
                 text.push_str(&format!("{wrong} = {}\n", key.value));
                 lines += 1;
-                changed = Some((
-                    dotted,
-                    lines,
-                    Change::Misspelt(format!("{}.{wrong}", key.section)),
-                ));
+                changed = Some(Changed {
+                    key: dotted,
+                    line: lines,
+                    change: Change::Misspelt(format!("{}.{wrong}", key.section)),
+                });
             }
             _ => {
                 text.push_str(&format!("{} = {}\n", key.name, value_text(u)?));
                 lines += 1;
-                changed = Some((dotted, lines, Change::Value));
+                changed = Some(Changed {
+                    key: dotted,
+                    line: lines,
+                    change: Change::Value,
+                });
             }
         }
     }

@@ -275,7 +275,7 @@ pub(super) fn proxy_head(u: &mut Unstructured) -> Verdict {
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .map(|at| at + 4);
-    let (head, rest) = match (proxy_read(chunks, max), end) {
+    let head = match (proxy_read(chunks, max), end) {
         (Err(_), None) => return Ok(()),
         (Err(_), Some(end)) if end > max => return Ok(()),
         (Err(why), Some(_)) => {
@@ -296,17 +296,15 @@ pub(super) fn proxy_head(u: &mut Unstructured) -> Verdict {
                     rest.len()
                 )));
             }
-            (head, rest)
+            head
         }
     };
-    let _ = rest;
     let parsed = egressd::proxy::parse(&head);
     let Some(reference) = reference_head(&head) else {
         return Ok(());
     };
-    let ask = match parsed {
-        Err(_) => return Ok(()),
-        Ok(ask) => ask,
+    let Ok(ask) = parsed else {
+        return Ok(());
     };
     if reference.headers.len() > 100 {
         return Err(say(format!(
