@@ -339,6 +339,21 @@ pub struct EngineStream {
 }
 
 impl EngineStream {
+    /// A stream of `chunks` as if the engine had sent them, read as a real
+    /// one is. It exists for the fuzzer (tests/src/bin/fuzz), which cuts an
+    /// answer into chunks anywhere and drives the line parser through them.
+    pub fn of_chunks(chunks: Vec<bytes::Bytes>) -> EngineStream {
+        let chunks: Vec<reqwest::Result<bytes::Bytes>> = chunks.into_iter().map(Ok).collect();
+        EngineStream {
+            body: Box::pin(futures_util::stream::iter(chunks)),
+            buffer: BytesMut::new(),
+            queue: std::collections::VecDeque::new(),
+            done: false,
+            finished: false,
+            garbage: 0,
+        }
+    }
+
     /// The next piece; `Ok(None)` at the stream's proper end.
     pub async fn next(&mut self) -> Result<Option<Piece>, Fault> {
         loop {

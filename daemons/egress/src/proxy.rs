@@ -411,29 +411,32 @@ fn too_many(open: usize, most: usize) -> String {
 
 pub use tandem_shared::http::is_chat_id;
 
-/// What the head of a request asks for.
-struct Ask {
-    connect: bool,
-    host: Host,
-    host_text: String,
-    port: u16,
+/// What the head of a request asks for. Public (with [`read_head`] and
+/// [`parse`]) only so the fuzzer (tests/src/bin/fuzz) can read heads as the
+/// proxy does; nothing else outside this module uses it.
+pub struct Ask {
+    pub connect: bool,
+    pub host: Host,
+    pub host_text: String,
+    pub port: u16,
     /// For plain HTTP: the head to send on, in origin form.
-    forward: Vec<u8>,
+    pub forward: Vec<u8>,
     /// For plain HTTP: the bytes of body after the head (Content-Length).
-    body_length: u64,
+    pub body_length: u64,
     /// The Proxy-Authorization header (the loopback listener's token).
-    proxy_auth: Option<String>,
+    pub proxy_auth: Option<String>,
     /// Why the request is refused whatever the chat may reach (a `Host`
     /// header that names another host than the URL).
-    mismatch: Option<String>,
+    pub mismatch: Option<String>,
     /// Why the request is malformed although its host could be read (a body
     /// length that could be read two ways): a 400.
-    malformed: Option<String>,
+    pub malformed: Option<String>,
 }
 
 /// Reads up to the blank line that ends a request head; what came after it
-/// (the start of a body or of a tunnel) is returned too.
-async fn read_head<S: AsyncRead + Unpin>(
+/// (the start of a body or of a tunnel) is returned too. A head over `max`
+/// bytes is an error.
+pub async fn read_head<S: AsyncRead + Unpin>(
     client: &mut S,
     max: usize,
 ) -> Result<(Vec<u8>, Vec<u8>), String> {
@@ -463,7 +466,8 @@ async fn read_head<S: AsyncRead + Unpin>(
     }
 }
 
-fn parse(head: &[u8]) -> Result<Ask, String> {
+/// The head read: what it asks for, or why it is refused (a 400).
+pub fn parse(head: &[u8]) -> Result<Ask, String> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {

@@ -91,17 +91,27 @@ impl HostexecConfig {
     /// Checks what types alone cannot; each error names the key and the limit.
     pub fn check(&self) -> anyhow::Result<()> {
         let bad = |key: &str, why: String| anyhow::anyhow!("hostexec.{key}: {why}");
-        for (key, value, min, max) in [
-            ("max_timeout_s", self.max_timeout_s, 1, 86_400),
-            ("timeout_s", self.timeout_s, 1, self.max_timeout_s),
-            ("output_bytes", self.output_bytes, 1024, 64 << 20),
-            ("max_chats", self.max_chats as u64, 1, 256),
-            ("max_processes", self.max_processes, 8, 65_536),
-            ("max_file_bytes", self.max_file_bytes, 1 << 20, 1 << 50),
-            ("audit_days", self.audit_days, 1, 3650),
+        // The last field names the setting a limit comes from, when it is one.
+        for (key, value, min, max, max_from) in [
+            ("max_timeout_s", self.max_timeout_s, 1, 86_400, ""),
+            (
+                "timeout_s",
+                self.timeout_s,
+                1,
+                self.max_timeout_s,
+                " (the most is hostexec.max_timeout_s)",
+            ),
+            ("output_bytes", self.output_bytes, 1024, 64 << 20, ""),
+            ("max_chats", self.max_chats as u64, 1, 256, ""),
+            ("max_processes", self.max_processes, 8, 65_536, ""),
+            ("max_file_bytes", self.max_file_bytes, 1 << 20, 1 << 50, ""),
+            ("audit_days", self.audit_days, 1, 3650, ""),
         ] {
             if !(min..=max).contains(&value) {
-                return Err(bad(key, format!("{value} is outside {min}..={max}")));
+                return Err(bad(
+                    key,
+                    format!("{value} is outside {min}..={max}{max_from}"),
+                ));
             }
         }
         for (key, path) in [
@@ -190,6 +200,15 @@ mod tests {
         check(
             |c| c.timeout_s = 1801,
             "hostexec.timeout_s: 1801 is outside 1..=1800",
+        );
+        // Found by `fuzz --only config`: a limit that is another setting
+        // is named, so lowering max_timeout_s says which key to change.
+        check(
+            |c| {
+                c.max_timeout_s = 60;
+                c.timeout_s = 120;
+            },
+            "hostexec.timeout_s: 120 is outside 1..=60 (the most is hostexec.max_timeout_s)",
         );
         check(
             |c| c.max_timeout_s = 100_000,

@@ -168,7 +168,7 @@ impl Client {
         );
         Ok(EventStream {
             body: Box::pin(response.bytes_stream()),
-            buffer: String::new(),
+            buffer: Vec::new(),
             last_seq: after,
         })
     }
@@ -188,17 +188,28 @@ pub(crate) type Bytes =
 /// A device's event stream, parsed frame by frame.
 pub struct EventStream {
     body: Bytes,
-    buffer: String,
+    /// Bytes, not text: a chunk may end inside a character.
+    buffer: Vec<u8>,
     /// The last seq this device saw.
     pub last_seq: i64,
 }
 
 impl EventStream {
+    /// A stream of `chunks` as if chatd had sent them: for the fuzzer
+    /// (tests/src/bin/fuzz), which cuts one stream anywhere.
+    pub fn of_chunks(chunks: Vec<bytes::Bytes>) -> EventStream {
+        let chunks: Vec<reqwest::Result<bytes::Bytes>> = chunks.into_iter().map(Ok).collect();
+        EventStream {
+            body: Box::pin(futures_util::stream::iter(chunks)),
+            buffer: Vec::new(),
+            last_seq: 0,
+        }
+    }
+
     /// The next event (keepalive comments skipped); `None` when the stream ends.
     pub async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
         loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let frame: String = self.buffer.drain(..end + 2).collect();
+            if let Some(frame) = tandem_shared::sse::take_frame(&mut self.buffer) {
                 let mut seq = None;
                 let mut kind = String::from("message");
                 let mut data = String::new();
@@ -221,7 +232,7 @@ impl EventStream {
                 return Ok(Some(SseEvent { seq, kind, data }));
             }
             match self.body.next().await {
-                Some(Ok(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                Some(Ok(bytes)) => self.buffer.extend_from_slice(&bytes),
                 Some(Err(err)) => return Err(err.into()),
                 None => return Ok(None),
             }
@@ -284,4 +295,27 @@ pub fn tool_results(snapshot: &Value) -> Vec<String> {
 /// The `bash` call the engine simulator is to make (a `/sim/faults` entry).
 pub fn bash_call(command: &str) -> Value {
     json!({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `fuzz --only sse-lines`: a chunk that ends inside a UTF-8
+    /// character must not turn it into U+FFFD.
+    #[tokio::test]
+    async fn a_character_cut_between_chunks_is_read_whole() {
+        let whole = "id: 3\nevent: text.delta\ndata: {\"text\":\"é😀\"}\n\n".as_bytes();
+        for cut in 1..whole.len() {
+            let (a, b) = whole.split_at(cut);
+            let chunks = vec![
+                bytes::Bytes::copy_from_slice(a),
+                bytes::Bytes::copy_from_slice(b),
+            ];
+            let mut stream = EventStream::of_chunks(chunks);
+            let event = stream.next().await.unwrap().expect("one event");
+            assert_eq!(event.data["text"], "é😀", "cut at {cut}");
+            assert_eq!(event.seq, Some(3));
+        }
+    }
 }
