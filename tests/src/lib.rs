@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod egressbench;
 pub mod fakebot;
 pub mod fakeslack;
+pub mod fuzzing;
 pub mod harness;
 pub mod needs;
 pub mod netlab;

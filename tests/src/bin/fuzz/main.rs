@@ -8,14 +8,12 @@
 //! executions per second and in total of each; a failure prints the target,
 //! the seed, the input's bytes and what broke, and the run exits 1.
 
-mod targets;
-
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use tandem_tests::fuzzing::{self as targets, check, Target};
 
 #[derive(Parser)]
 #[command(about = "random inputs in bulk against tandem's parsers (see docs/soak.md)")]
@@ -35,15 +33,6 @@ struct Args {
     /// Run the `--only` target once on these bytes (hex, as a failure prints them).
     #[arg(long)]
     replay: Option<String>,
-}
-
-/// What a target found wrong with one input.
-pub type Verdict = Result<(), String>;
-
-/// One parser under test: its name and what it does with an input.
-pub struct Target {
-    pub name: &'static str,
-    pub run: fn(&mut arbitrary::Unstructured) -> Verdict,
 }
 
 fn main() {
@@ -125,22 +114,6 @@ fn main() {
     }
     if failed {
         std::process::exit(1);
-    }
-}
-
-/// One input through one target: its verdict, a panic counted as a failure.
-fn check(target: &Target, bytes: &[u8]) -> Verdict {
-    let mut u = arbitrary::Unstructured::new(bytes);
-    match catch_unwind(AssertUnwindSafe(|| (target.run)(&mut u))) {
-        Ok(verdict) => verdict,
-        Err(panic) => {
-            let text = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
-                .unwrap_or_default();
-            Err(format!("panicked: {text}"))
-        }
     }
 }
 

@@ -1,6 +1,9 @@
-//! The targets: each builds its input from the random bytes, mostly out of
-//! the pieces its parser cares about (so inputs reach past the first
-//! check), and says what must hold of the result. One module per area.
+//! The fuzz targets, shared by the two engines that drive them: `fuzz`
+//! (random inputs in bulk, tests/src/bin/fuzz) and `tandem-fuzz`
+//! (coverage-guided, libFuzzer, fuzz/). Each target builds its input from
+//! the random bytes through `arbitrary`'s `Unstructured`, mostly out of the
+//! pieces its parser cares about (so inputs reach past the first check),
+//! and says what must hold of the result. One module per area.
 
 mod chatd;
 mod config;
@@ -9,9 +12,34 @@ mod egress;
 mod sse;
 mod triggers;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use arbitrary::Unstructured;
 
-use crate::Target;
+/// What a target found wrong with one input.
+pub type Verdict = Result<(), String>;
+
+/// One parser under test: its name and what it does with an input.
+pub struct Target {
+    pub name: &'static str,
+    pub run: fn(&mut Unstructured) -> Verdict,
+}
+
+/// One input through one target: its verdict, a panic counted as a failure.
+pub fn check(target: &Target, bytes: &[u8]) -> Verdict {
+    let mut u = Unstructured::new(bytes);
+    match catch_unwind(AssertUnwindSafe(|| (target.run)(&mut u))) {
+        Ok(verdict) => verdict,
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                .unwrap_or_default();
+            Err(format!("panicked: {text}"))
+        }
+    }
+}
 
 pub fn all() -> Vec<Target> {
     vec![

@@ -4,7 +4,7 @@
 use arbitrary::Unstructured;
 
 use super::text_of;
-use crate::Verdict;
+use super::Verdict;
 
 /// An answer's Markdown cut into Telegram messages: every part must parse
 /// as MarkdownV2 the way the Bot API parses it (the fake's parser, which
@@ -61,7 +61,7 @@ pub(super) fn telegram_markdown_v2(u: &mut Unstructured) -> Verdict {
                 "part {i} is {units} UTF-16 units, over the limit {limit}; markdown {markdown:?}"
             ));
         }
-        if let Err(why) = tandem_tests::fakebot::parse_markdown_v2(&part.v2) {
+        if let Err(why) = crate::fakebot::parse_markdown_v2(&part.v2) {
             return Err(format!(
                 "part {i} {:?} is refused ({why}); markdown {markdown:?}",
                 part.v2

@@ -7,7 +7,7 @@ use arbitrary::{Result as Built, Unstructured};
 use futures_util::FutureExt;
 
 use super::{cut, text_of};
-use crate::Verdict;
+use super::Verdict;
 
 /// A stream of frames split at random places (inside a UTF-8 character,
 /// between `\r` and `\n`, one byte at a time): every reader gives the same
@@ -102,7 +102,7 @@ fn harness_read(chunks: Vec<&[u8]>) -> Result<Vec<String>, String> {
         .into_iter()
         .map(bytes::Bytes::copy_from_slice)
         .collect();
-    let mut stream = tandem_tests::harness::EventStream::of_chunks(chunks);
+    let mut stream = crate::harness::EventStream::of_chunks(chunks);
     let mut events = Vec::new();
     loop {
         // The chunks are all there: the reader never has to wait.

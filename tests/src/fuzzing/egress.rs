@@ -6,7 +6,7 @@
 use arbitrary::{Result as Built, Unstructured};
 
 use super::text_of;
-use crate::Verdict;
+use super::Verdict;
 
 /// An authority as a tunnel or a URL names it, in every spelling: whenever
 /// it reads as an address that the reference below calls not public, the

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use arbitrary::{Result as Built, Unstructured};
 use tandem_shared::config::{ConfigError, EnvKey, Sources};
 
-use crate::Verdict;
+use super::Verdict;
 
 /// One key of config/tandem.toml: its section (`chatd.sandbox`), its name
 /// and its value there, as TOML text.

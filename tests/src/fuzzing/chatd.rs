@@ -4,7 +4,7 @@
 use arbitrary::Unstructured;
 
 use super::text_of;
-use crate::Verdict;
+use super::Verdict;
 
 /// A command line under the permission rules: splitting it and deciding on
 /// it in every mode never panics, and "Always on this instance" (a rule for

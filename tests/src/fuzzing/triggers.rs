@@ -6,7 +6,7 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
 use super::text_of;
-use crate::Verdict;
+use super::Verdict;
 
 /// A trigger's `when`: parsing never panics, and for a schedule it takes,
 /// the forward walk and the backward walk agree: the next due instant `n`
