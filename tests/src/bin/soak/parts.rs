@@ -131,7 +131,7 @@ pub(crate) async fn prepare(
             PartName::Egressd => None,
             PartName::Hostexecd => None,
             PartName::Triggerd => None,
-            PartName::Connectord => None,
+            PartName::Connectord => Some(Arc::new(bots::Bots::prepare(&ctx).await?)),
         };
         match part {
             Some(part) => parts.push(part),
