@@ -325,7 +325,11 @@ impl FakeBot {
     /// that keeps its place need not copy the whole list each time).
     pub fn sent_from(&self, from: usize) -> Vec<Sent> {
         let inner = self.shared.lock();
-        inner.sent.get(from..).map(<[Sent]>::to_vec).unwrap_or_default()
+        inner
+            .sent
+            .get(from..)
+            .map(<[Sent]>::to_vec)
+            .unwrap_or_default()
     }
 
     /// Sends, edits and documents only (no chat actions).

@@ -396,7 +396,11 @@ impl FakeSlack {
     /// that keeps its place need not copy the whole list each time).
     pub fn posted_from(&self, from: usize) -> Vec<Posted> {
         let inner = self.inner();
-        inner.posted.get(from..).map(<[Posted]>::to_vec).unwrap_or_default()
+        inner
+            .posted
+            .get(from..)
+            .map(<[Posted]>::to_vec)
+            .unwrap_or_default()
     }
 
     /// The current text of every message the bot posted, by ts, in the

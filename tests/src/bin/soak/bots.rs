@@ -1,7 +1,7 @@
 //! The connectord part: the real `connectord` reading a fake Telegram Bot
 //! API (one bot: private chats and groups) and a fake Slack (one app: DMs
 //! and channel threads), chatd told where it listens
-//! (`QSE_CONNECTORS_SOCKET`). 120 fake people send up to 20 messages a
+//! (`QSE_CONNECTORS_SOCKET`). 100 fake people send up to 20 messages a
 //! second in all, each message a unique id the engine answers with
 //! (`[sim text=…Q<id>Z id=<id>]`), one message in flight per person (a
 //! second one would wait in chatd and share the first one's answer, by
@@ -29,10 +29,10 @@ use tandem_tests::fakeslack::{FakeSlack, APP_TOKEN, BOT_TOKEN};
 
 use crate::bots_ledger::*;
 
-const TG_PRIVATE: usize = 40;
-const TG_GROUPS: usize = 20;
-const SLACK_DMS: usize = 30;
-const SLACK_THREADS: usize = 30;
+const TG_PRIVATE: usize = 34;
+const TG_GROUPS: usize = 16;
+const SLACK_DMS: usize = 25;
+const SLACK_THREADS: usize = 25;
 /// Messages a second, all senders together.
 const RATE: f64 = 20.0;
 /// A person sends again at least this long after their last message (and
@@ -69,6 +69,8 @@ pub(crate) struct Bots {
     stats: Stats,
     down: AtomicBool,
     kills: Mutex<Vec<(f64, f64)>>,
+    /// When the load ended (s from its start).
+    load_end: Mutex<f64>,
 }
 
 impl Bots {
@@ -117,6 +119,7 @@ impl Bots {
             stats: Stats::default(),
             down: AtomicBool::new(false),
             kills: Mutex::new(Vec::new()),
+            load_end: Mutex::new(0.0),
         })
     }
 
@@ -198,9 +201,10 @@ impl Bots {
         let mean = ((to - from) / 2.0).clamp(15.0, 180.0);
         let forced = rng.random_range(from..to.max(from + 1.0));
         let times = schedule(&mut rng, mean, from, to, forced);
-        let killer = tokio::spawn(self.clone().killer(shared.clone(), times));
+        let killer = tokio::spawn(self.clone().killer(shared.clone(), times, rng.random()));
         let faults = tokio::spawn(self.clone().faults(shared.clone(), rng.random()));
         self.load(&shared, &mut rng).await;
+        *lock(&self.load_end) = shared.t();
         let _ = tokio::time::timeout(Duration::from_secs(60), killer).await;
         faults.abort();
         self.drain(&shared).await;
@@ -210,8 +214,12 @@ impl Bots {
     /// An agent and the two bindings, through chatd's forward (retried
     /// while chatd is down, bounded).
     async fn bind(&self, shared: &Shared) -> anyhow::Result<()> {
-        let agent = retry(shared, "/agents", json!({"name": "Soak concierge", "model": "sim-small",
-            "instructions": "Answer briefly."}))
+        let agent = retry(
+            shared,
+            "/agents",
+            json!({"name": "Soak concierge", "model": "sim-small",
+            "instructions": "Answer briefly."}),
+        )
         .await?;
         let agent = agent["id"].as_str().context("the agent's id")?.to_string();
         let ledger_allow = |telegram: bool| -> Vec<String> {
@@ -293,8 +301,8 @@ impl Bots {
         let pad: String = (0..rng.random_range(4..60))
             .map(|k| (b'a' + (k % 26) as u8) as char)
             .collect();
-        let tps = if rng.random_bool(0.25) {
-            rng.random_range(8..=30)
+        let tps = if rng.random_bool(0.05) {
+            rng.random_range(20..=40)
         } else {
             0
         };
@@ -383,9 +391,10 @@ impl Bots {
     }
 
     /// connectord SIGKILLed at `times` (inside the kill window), when an
-    /// answer shows `Working…` if one does within 3 s; started again on
-    /// the same data; then a second one on that data must wait as a standby.
-    async fn killer(self: Arc<Self>, shared: Arc<Shared>, times: Vec<f64>) {
+    /// answer shows `Working…` if one does within 3 s; left dead 0.5-3 s,
+    /// then started again on the same data; then a second one on that data must wait as a standby.
+    async fn killer(self: Arc<Self>, shared: Arc<Shared>, times: Vec<f64>, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
         let mut phase = shared.phase.subscribe();
         for at in times {
             let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
@@ -406,6 +415,10 @@ impl Bots {
             self.down.store(true, Ordering::Relaxed);
             cd.kill9();
             inc(&self.stats.kills);
+            // Dead for a while (the fault's length, not a wait on anything):
+            // messages arrive meanwhile, which it must read after its restart.
+            let dead = Duration::from_secs_f64(rng.random_range(0.5..3.0));
+            tokio::time::sleep(dead).await;
             if mid {
                 inc(&self.stats.kills_mid_answer);
                 shared.fault("connectord SIGKILL mid-answer + restart");
@@ -425,8 +438,9 @@ impl Bots {
             let back = shared.t();
             lock(&self.kills).push((killed_at, back - killed_at));
             say(format!(
-                "  t={killed_at:6.1}s  connectord SIGKILLed{}; back as pid {pid} in {:.2} s",
+                "  t={killed_at:6.1}s  connectord SIGKILLed{}; dead {:.1} s; back as pid {pid} in {:.2} s",
                 if mid { " mid-answer" } else { "" },
+                dead.as_secs_f64(),
                 back - killed_at
             ));
             let config = std::fs::read_to_string(&cd.config).unwrap_or_default();
@@ -493,8 +507,12 @@ impl Bots {
             if !sleep_in(&mut phase, pause, |p| p == Phase::Load).await {
                 return;
             }
-            let tg_method = ["sendMessage", "editMessageText", "getUpdates", "sendChatAction"]
-                [rng.random_range(0..4)];
+            let tg_method = [
+                "sendMessage",
+                "editMessageText",
+                "getUpdates",
+                "sendChatAction",
+            ][rng.random_range(0..4)];
             let slack_method = ["chat.postMessage", "chat.update"][rng.random_range(0..2)];
             match rng.random_range(0..100) {
                 0..=29 => {
@@ -546,17 +564,21 @@ impl Bots {
         let (answered, calls_seen, verdict) = {
             let mut ledger = lock(&self.ledger);
             ledger.track(&self.bot, &self.slack, shared.t());
-            let answered = ledger.msgs.iter().filter(|m| m.answered_t.is_some()).count();
+            let answered = ledger
+                .msgs
+                .iter()
+                .filter(|m| m.answered_t.is_some())
+                .count();
             (answered, ledger.calls_seen, ledger.verdict(&shared))
         };
         let s = &self.stats;
-        let load_s = shared.t().max(1.0);
+        let load_s = lock(&self.load_end).max(1.0);
         let sent = get(&s.sent_tg) + get(&s.sent_slack);
         let kills = lock(&self.kills).clone();
         let mut totals = vec![
             format!(
                 "messages: {sent} sent ({} Telegram: {TG_PRIVATE} private chats, {TG_GROUPS} groups; \
-                 {} Slack: {SLACK_DMS} DMs, {SLACK_THREADS} channel threads), ~{:.1}/s over the whole run; \
+                 {} Slack: {SLACK_DMS} DMs, {SLACK_THREADS} channel threads), ~{:.1}/s over the load (offered {RATE:.0}/s); \
                  {answered} answered; {} while connectord was down; {} send slots skipped (every person waiting)",
                 get(&s.sent_tg),
                 get(&s.sent_slack),
@@ -592,10 +614,7 @@ impl Bots {
             ),
         ];
         totals.extend(verdict);
-        let mut logs = vec![(
-            "connectord".to_string(),
-            self.cd.lock().await.log_path(),
-        )];
+        let mut logs = vec![("connectord".to_string(), self.cd.lock().await.log_path())];
         for second in self.standbys.lock().await.iter() {
             logs.push(("connectord (standby)".to_string(), second.log_path()));
         }

@@ -237,11 +237,9 @@ impl Ledger {
 
     /// Whether some chat shows `Working…` for the message it waits on.
     pub(crate) fn mid_answer(&self) -> bool {
-        self.bot_msgs
-            .iter()
-            .rev()
-            .take(200)
-            .any(|b| b.text.trim() == WORKING && b.window.is_some_and(|m| self.msgs[m].answered_t.is_none()))
+        self.bot_msgs.iter().rev().take(200).any(|b| {
+            b.text.trim() == WORKING && b.window.is_some_and(|m| self.msgs[m].answered_t.is_none())
+        })
     }
 
     /// Holds every message to exactly one answer in its own chat, and every
@@ -259,7 +257,9 @@ impl Ledger {
             let named = markers(&b.text)
                 .iter()
                 .find_map(|id| self.by_id.get(*id).copied());
-            *kinds.entry(answer_kind(&b.text, named.is_some())).or_default() += 1;
+            *kinds
+                .entry(answer_kind(&b.text, named.is_some()))
+                .or_default() += 1;
             match self.attributed(i) {
                 Some(m) => {
                     let own = self.senders[self.msgs[m].sender].target();
