@@ -5,7 +5,8 @@
 //! second in all, each message a unique id the engine answers with
 //! (`[sim text=…Q<id>Z id=<id>]`), one message in flight per person (a
 //! second one would wait in chatd and share the first one's answer, by
-//! design). Meanwhile the fakes answer 429 with `retry_after` and cut
+//! design); 3 of each kind of chat send only while connectord is dead, so
+//! every kill has messages that arrive while it is down. Meanwhile the fakes answer 429 with `retry_after` and cut
 //! connections (Telegram's calls; Slack's Web API and its socket) at
 //! random, connectord is SIGKILLed mid-answer inside the kill window and
 //! started again on the same data (a second one on that data must wait as a
@@ -92,20 +93,20 @@ impl Bots {
         let mut ledger = Ledger::default();
         for i in 0..TG_PRIVATE {
             let user = 9_000_000 + i as i64;
-            ledger.add_sender(sender(Kind::Private, user.to_string(), user.to_string()));
+            ledger.add_sender(sender(Kind::Private, i, user.to_string(), user.to_string()));
         }
         for i in 0..TG_GROUPS {
             let chat = -100_000_000 - i as i64;
             let user = 9_100_000 + i as i64;
-            ledger.add_sender(sender(Kind::Group, chat.to_string(), user.to_string()));
+            ledger.add_sender(sender(Kind::Group, i, chat.to_string(), user.to_string()));
         }
         for i in 0..SLACK_DMS {
             let user = format!("U0SOAKD{i:03}");
-            ledger.add_sender(sender(Kind::Dm, format!("D{user}"), user));
+            ledger.add_sender(sender(Kind::Dm, i, format!("D{user}"), user));
         }
         for i in 0..SLACK_THREADS {
             let user = format!("U0SOAKT{i:03}");
-            ledger.add_sender(sender(Kind::Thread, format!("C0SOAK{i:03}"), user));
+            ledger.add_sender(sender(Kind::Thread, i, format!("C0SOAK{i:03}"), user));
         }
         Ok(Bots {
             dir: ctx.dir.clone(),
@@ -273,12 +274,17 @@ impl Bots {
             {
                 let mut ledger = lock(&self.ledger);
                 ledger.track(&self.bot, &self.slack, t);
-                let idle: Vec<usize> = (0..ledger.senders.len())
-                    .filter(|i| {
-                        let s = &ledger.senders[*i];
-                        s.outstanding.is_none() && t - s.last_sent >= SENDER_GAP_S
-                    })
+                let down = self.down.load(Ordering::Relaxed);
+                let ready = |s: &Sender| s.outstanding.is_none() && t - s.last_sent >= SENDER_GAP_S;
+                // While connectord is dead its witnesses go first.
+                let mut idle: Vec<usize> = (0..ledger.senders.len())
+                    .filter(|i| down && ledger.senders[*i].witness && ready(&ledger.senders[*i]))
                     .collect();
+                if idle.is_empty() {
+                    idle = (0..ledger.senders.len())
+                        .filter(|i| !ledger.senders[*i].witness && ready(&ledger.senders[*i]))
+                        .collect();
+                }
                 match idle.get(rng.random_range(0..idle.len().max(1))) {
                     Some(&i) => self.send(&mut ledger, i, rng, t),
                     None => inc(&self.stats.skipped),
@@ -615,8 +621,8 @@ impl Bots {
         ];
         totals.extend(verdict);
         let mut logs = vec![("connectord".to_string(), self.cd.lock().await.log_path())];
-        for second in self.standbys.lock().await.iter() {
-            logs.push(("connectord (standby)".to_string(), second.log_path()));
+        for (n, second) in self.standbys.lock().await.iter().enumerate() {
+            logs.push((format!("connectord-standby-{}", n + 1), second.log_path()));
         }
         PartEnd {
             totals,
@@ -631,7 +637,10 @@ impl Bots {
     }
 }
 
-fn sender(kind: Kind, chat: String, user: String) -> Sender {
+/// Of each kind of chat, this many people send only while connectord is dead.
+const WITNESSES: usize = 3;
+
+fn sender(kind: Kind, i: usize, chat: String, user: String) -> Sender {
     Sender {
         kind,
         chat,
@@ -639,6 +648,7 @@ fn sender(kind: Kind, chat: String, user: String) -> Sender {
         thread: None,
         outstanding: None,
         last_sent: -SENDER_GAP_S,
+        witness: i < WITNESSES,
         n: 0,
     }
 }

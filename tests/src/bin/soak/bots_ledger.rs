@@ -44,6 +44,9 @@ pub(crate) struct Sender {
     pub(crate) thread: Option<String>,
     pub(crate) outstanding: Option<usize>,
     pub(crate) last_sent: f64,
+    /// Sends only while connectord is dead (so every kill has messages
+    /// that arrive while it is down).
+    pub(crate) witness: bool,
     pub(crate) n: u64,
 }
 
