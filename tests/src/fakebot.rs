@@ -321,6 +321,17 @@ impl FakeBot {
         self.shared.lock().sent.clone()
     }
 
+    /// What was sent from the `from`-th entry of `sent()` on (a reader
+    /// that keeps its place need not copy the whole list each time).
+    pub fn sent_from(&self, from: usize) -> Vec<Sent> {
+        let inner = self.shared.lock();
+        inner
+            .sent
+            .get(from..)
+            .map(<[Sent]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// Sends, edits and documents only (no chat actions).
     pub fn messages(&self) -> Vec<Sent> {
         self.sent()

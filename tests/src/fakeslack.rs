@@ -392,6 +392,17 @@ impl FakeSlack {
         self.inner().posted.clone()
     }
 
+    /// Posts and updates from the `from`-th of `posted()` on (a reader
+    /// that keeps its place need not copy the whole list each time).
+    pub fn posted_from(&self, from: usize) -> Vec<Posted> {
+        let inner = self.inner();
+        inner
+            .posted
+            .get(from..)
+            .map(<[Posted]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// The current text of every message the bot posted, by ts, in the
     /// order they were posted.
     pub fn messages(&self) -> Vec<(String, String)> {

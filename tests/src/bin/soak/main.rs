@@ -66,6 +66,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+mod bots;
+mod bots_ledger;
 mod chats;
 mod checks;
 mod daemons;

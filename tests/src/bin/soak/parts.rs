@@ -131,7 +131,7 @@ pub(crate) async fn prepare(
             PartName::Egressd => Some(Arc::new(Egress::prepare(&ctx).await?)),
             PartName::Hostexecd => None,
             PartName::Triggerd => Some(Arc::new(TriggersPart::new(&ctx)?)),
-            PartName::Connectord => None,
+            PartName::Connectord => Some(Arc::new(bots::Bots::prepare(&ctx).await?)),
         };
         match part {
             Some(part) => parts.push(part),
