@@ -129,7 +129,7 @@ pub(crate) async fn prepare(
         };
         let part: Option<Arc<dyn Part>> = match name {
             PartName::Egressd => None,
-            PartName::Hostexecd => None,
+            PartName::Hostexecd => Some(hostexec_part(&ctx)?),
             PartName::Triggerd => None,
             PartName::Connectord => None,
         };
