@@ -11,16 +11,16 @@ use tandem_tests::harness::{pids_with, wait_until, ExecStream};
 
 use crate::hostexec::{describe, kill_all, HostexecPart, LEFT_BOUND};
 
-/// Ways a command leaves processes behind it (`M`: the call's marker);
+/// Ways a command leaves processes behind it (`{m}`: the call's marker);
 /// each starts one `sleep M` that outlives the line.
 const FORMS: &[&str] = &[
-    "sleep M &",
-    "nohup sleep M > /dev/null 2>&1 &",
-    "setsid sleep M &",
-    "(setsid sh -c 'sleep M & ' &)",
-    "sh -c '(sleep M &) &'",
-    "sleep M & disown",
-    "setsid nohup sh -c 'trap \"\" TERM HUP; sleep M' > /dev/null 2>&1 &",
+    "sleep {m} &",
+    "nohup sleep {m} > /dev/null 2>&1 &",
+    "setsid sleep {m} &",
+    "(setsid sh -c 'sleep {m} & ' &)",
+    "sh -c '(sleep {m} &) &'",
+    "sleep {m} & disown",
+    "setsid nohup sh -c 'trap \"\" TERM HUP; sleep {m}' > /dev/null 2>&1 &",
 ];
 
 /// How a call is meant to end.
@@ -108,7 +108,7 @@ impl Call {
             lines.push("trap '' TERM".into());
         }
         for _ in 0..forms {
-            lines.push(FORMS[rng.random_range(0..FORMS.len())].replace('M', &marker));
+            lines.push(FORMS[rng.random_range(0..FORMS.len())].replace("{m}", &marker));
         }
         match kind {
             Kind::Answered => lines.extend(["echo forked".into(), "sleep 0.2".into()]),
@@ -306,6 +306,18 @@ pub(crate) async fn api_worker(part: Arc<HostexecPart>, shared: Arc<Shared>, i: 
     }
 }
 
+/// A message whose answer is one host `bash` call of `command` (engine-sim's
+/// cue), then a short text.
+fn cue_text(command: &str, limit: Option<u64>, id: &str) -> String {
+    let mut args = json!({ "command": command });
+    if let Some(limit) = limit {
+        args["timeout_s"] = json!(limit);
+    }
+    // A cue value has no spaces: JSON spells them \u0020.
+    let args = args.to_string().replace(' ', "\\u0020");
+    format!("host bash [sim tool_call=bash args={args} tool_steps=1 tokens=2 tps=0 id={id}]")
+}
+
 /// One chat of chatd whose engine asks for host `bash` (a tool-call cue);
 /// a user's Stop ends some of them. How each call ended is hostexecd's
 /// audit row for the chat.
@@ -349,15 +361,7 @@ pub(crate) async fn chatd_worker(
         n += 1;
         let kind = Kind::pick(&mut rng);
         let call = Call::new(&part, kind, &mut rng);
-        let mut args = json!({ "command": call.command });
-        if let Some(limit) = kind.limit() {
-            args["timeout_s"] = json!(limit);
-        }
-        // A cue value has no spaces: JSON spells them \u0020.
-        let args = args.to_string().replace(' ', "\\u0020");
-        let text = format!(
-            "host bash #{n} [sim tool_call=bash args={args} tool_steps=1 tokens=2 tps=0 id=hx{i}m{n}]"
-        );
+        let text = cue_text(&call.command, kind.limit(), &format!("hx{i}m{n}"));
         let sent = shared
             .call(
                 reqwest::Method::POST,
@@ -449,5 +453,29 @@ pub(crate) async fn chatd_worker(
         part.count(Via::Chatd, &how);
         call.check_left(&part, &shared, &chat, &call_id, Via::Chatd, &how)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_starts_one_process_with_the_marker() {
+        for form in FORMS {
+            assert_eq!(form.matches("{m}").count(), 1, "{form}");
+        }
+    }
+
+    #[test]
+    fn the_cue_carries_the_command_whole() {
+        let command = "export A=1\ntrap '' TERM\nsh -c '(sleep 7200.1 &) &'\necho \"ready\"";
+        let text = cue_text(command, Some(2), "hx0m1");
+        let (_, fault) = tandem_tests::sim::parse_cues(&text)
+            .expect("a valid cue")
+            .expect("a cue");
+        assert_eq!(fault.tool_call.as_deref(), Some("bash"));
+        let args: Value = serde_json::from_str(fault.args.as_deref().expect("args")).unwrap();
+        assert_eq!(args, json!({"command": command, "timeout_s": 2}));
     }
 }
