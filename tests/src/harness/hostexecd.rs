@@ -133,11 +133,6 @@ impl Hostexecd {
         Ok(hx)
     }
 
-    /// Its log file (stdout and stderr of every process started here).
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("hostexecd.log")
-    }
-
     pub(crate) fn write_config(&self, extra: &str) -> anyhow::Result<()> {
         let hx = self;
         let run_as = if Hostexecd::as_root() && hx.as_uid.is_none() && !extra.contains("run_as") {
