@@ -110,6 +110,29 @@ impl Hostexecd {
         Ok(hx)
     }
 
+    /// Starts hostexecd with its data, socket and log in `dir`, serving the
+    /// chats of the chatd whose data folder is `chat_data` (as on a box,
+    /// where both keep the chats in one folder), `extra` lines in `[hostexec]`.
+    pub async fn start_for(
+        dir: tempfile::TempDir,
+        chat_data: &Path,
+        extra: &str,
+    ) -> anyhow::Result<Hostexecd> {
+        let mut hx = Hostexecd {
+            child: None,
+            socket: dir.path().join("run/hostexec.sock"),
+            config: dir.path().join("tandem.toml"),
+            chat_data: chat_data.to_path_buf(),
+            dir,
+            as_uid: None,
+            launcher: Vec::new(),
+        };
+        hx.write_config(extra)?;
+        hx.spawn()?;
+        hx.wait_healthy().await?;
+        Ok(hx)
+    }
+
     pub(crate) fn write_config(&self, extra: &str) -> anyhow::Result<()> {
         let hx = self;
         let run_as = if Hostexecd::as_root() && hx.as_uid.is_none() && !extra.contains("run_as") {

@@ -127,20 +127,13 @@ pub(crate) async fn prepare(
             sim_url: ctx.sim_url.clone(),
             dir,
         };
-        let part: Option<Arc<dyn Part>> = match name {
-            PartName::Egressd => Some(Arc::new(Egress::prepare(&ctx).await?)),
-            PartName::Hostexecd => None,
-            PartName::Triggerd => Some(Arc::new(TriggersPart::new(&ctx)?)),
-            PartName::Connectord => Some(Arc::new(bots::Bots::prepare(&ctx).await?)),
+        let part: Arc<dyn Part> = match name {
+            PartName::Egressd => Arc::new(Egress::prepare(&ctx).await?),
+            PartName::Hostexecd => hostexec_part(&ctx)?,
+            PartName::Triggerd => Arc::new(TriggersPart::new(&ctx)?),
+            PartName::Connectord => Arc::new(bots::Bots::prepare(&ctx).await?),
         };
-        match part {
-            Some(part) => parts.push(part),
-            None => say(format!(
-                "soak: {} is not driven yet (its part is not built)",
-                name.as_str()
-            )),
-        }
-        let _ = ctx;
+        parts.push(part);
     }
     Ok(parts)
 }
