@@ -6,8 +6,8 @@
 use arbitrary::{Result as Built, Unstructured};
 use futures_util::FutureExt;
 
-use super::{cut, text_of};
 use super::Verdict;
+use super::{cut, text_of};
 
 /// A stream of frames split at random places (inside a UTF-8 character,
 /// between `\r` and `\n`, one byte at a time): every reader gives the same
