@@ -340,7 +340,7 @@ pub struct EngineStream {
 
 impl EngineStream {
     /// A stream of `chunks` as if the engine had sent them, read as a real
-    /// one is. It exists for the fuzzer (tests/src/bin/fuzz), which cuts an
+    /// one is. It exists for the fuzzer (tests/src/fuzzing) and this module's tests; the fuzzer cuts an
     /// answer into chunks anywhere and drives the line parser through them.
     pub fn of_chunks(chunks: Vec<bytes::Bytes>) -> EngineStream {
         let chunks: Vec<reqwest::Result<bytes::Bytes>> = chunks.into_iter().map(Ok).collect();
@@ -485,18 +485,12 @@ mod tests {
     use super::*;
 
     fn stream_of(chunks: &[&str]) -> EngineStream {
-        let chunks: Vec<reqwest::Result<bytes::Bytes>> = chunks
-            .iter()
-            .map(|c| Ok(bytes::Bytes::from(c.to_string())))
-            .collect();
-        EngineStream {
-            body: Box::pin(futures_util::stream::iter(chunks)),
-            buffer: BytesMut::new(),
-            queue: std::collections::VecDeque::new(),
-            done: false,
-            finished: false,
-            garbage: 0,
-        }
+        EngineStream::of_chunks(
+            chunks
+                .iter()
+                .map(|c| bytes::Bytes::from(c.to_string()))
+                .collect(),
+        )
     }
 
     /// Reads the whole stream: the text, the pieces' kinds in order, the

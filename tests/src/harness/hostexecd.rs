@@ -55,19 +55,7 @@ impl Hostexecd {
         let chat_data = dir.path().join("chat");
         std::fs::create_dir_all(&chat_data)?;
         std::fs::set_permissions(&chat_data, std::fs::Permissions::from_mode(0o711))?;
-        let mut hx = Hostexecd {
-            child: None,
-            socket: dir.path().join("run/hostexec.sock"),
-            config: dir.path().join("tandem.toml"),
-            chat_data,
-            dir,
-            as_uid: None,
-            launcher: Vec::new(),
-        };
-        hx.write_config(extra)?;
-        hx.spawn()?;
-        hx.wait_healthy().await?;
-        Ok(hx)
+        Hostexecd::start_for(dir, &chat_data, extra).await
     }
 
     /// Starts hostexecd under `launcher` (its arguments before hostexecd's

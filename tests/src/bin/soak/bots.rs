@@ -403,8 +403,7 @@ impl Bots {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut phase = shared.phase.subscribe();
         for at in times {
-            let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
-            if !sleep_in(&mut phase, wait, |p| p == Phase::Load).await {
+            if !until_in_load(&shared, &mut phase, at).await {
                 return;
             }
             let looked = Instant::now();

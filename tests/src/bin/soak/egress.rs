@@ -394,8 +394,7 @@ impl Egress {
         let times = schedule(&mut rng, ((to - from) / 2.0).max(10.0), from, to, forced);
         let mut phase = shared.phase.subscribe();
         for at in times {
-            let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
-            if !sleep_in(&mut phase, wait, |p| p == Phase::Load).await {
+            if !until_in_load(&shared, &mut phase, at).await {
                 break;
             }
             let mut lab = self.lab.lock().await;

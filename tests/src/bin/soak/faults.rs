@@ -29,8 +29,7 @@ pub(crate) async fn killer(
 ) {
     let mut phase = shared.phase.subscribe();
     for at in times {
-        let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
-        if !sleep_in(&mut phase, wait, |p| p == Phase::Load).await {
+        if !until_in_load(&shared, &mut phase, at).await {
             break;
         }
         let mut chatd = chatd.lock().await;
@@ -196,8 +195,7 @@ pub(crate) async fn refuser(
     let mut rng = StdRng::seed_from_u64(seed);
     let mut phase = shared.phase.subscribe();
     for at in times {
-        let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
-        if !sleep_in(&mut phase, wait, |p| p == Phase::Load).await {
+        if !until_in_load(&shared, &mut phase, at).await {
             return;
         }
         let seconds: f64 = (rng.random_range(1.0..20.0) * 10.0f64).round() / 10.0;

@@ -161,8 +161,7 @@ impl HostexecPart {
         let times = schedule(&mut rng, mean, from, to, forced);
         let mut phase = shared.phase.subscribe();
         for (n, at) in times.into_iter().enumerate() {
-            let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
-            if !sleep_in(&mut phase, wait, |p| p == Phase::Load).await {
+            if !until_in_load(&shared, &mut phase, at).await {
                 return;
             }
             let chat = format!("hxkill_{n}");

@@ -303,6 +303,17 @@ pub(crate) async fn sleep_in(
     }
 }
 
+/// Sleeps until `at` (s from the start) while the load lasts; says whether
+/// the load still lasts (a fault scheduled past its end is not played).
+pub(crate) async fn until_in_load(
+    shared: &Shared,
+    phase: &mut watch::Receiver<Phase>,
+    at: f64,
+) -> bool {
+    let wait = Duration::from_secs_f64((at - shared.t()).max(0.0));
+    sleep_in(phase, wait, |p| p == Phase::Load).await
+}
+
 pub(crate) fn live(p: Phase) -> bool {
     matches!(p, Phase::Load | Phase::Drain)
 }
