@@ -224,3 +224,20 @@ fn long_lines_keep_entities_valid() {
         assert!(!part.v2.contains(".."), "every dot escaped");
     }
 }
+
+#[test]
+fn a_line_of_spaces_then_a_dash_and_an_escape_stays_within_the_limit() {
+    // Found by the coverage-guided fuzzer (telegram-markdown-v2): 64 spaces,
+    // a dash, 5 spaces, a backslash and 197 NULs, cut at 64 units.
+    let markdown = format!("{}-{}\\{}", " ".repeat(64), " ".repeat(5), "\0".repeat(197));
+    for limit in [64, 65, 100, 4096] {
+        for (i, part) in parts(&markdown, limit).iter().enumerate() {
+            let units = utf16_len(&part.v2);
+            assert!(
+                units <= limit,
+                "part {i} is {units} units, over {limit}: {:?}",
+                part.v2
+            );
+        }
+    }
+}
