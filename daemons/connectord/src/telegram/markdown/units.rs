@@ -215,6 +215,17 @@ fn text_units(prefix_v2: &str, prefix_plain: &str, runs: Vec<Run>, limit: usize)
         render_plain(&runs, &mut plain);
         return vec![Unit::new(out, Some(plain), Kind::Text)];
     }
+    // A prefix that would leave less than half a part for the text (a
+    // bullet indented past the limit) loses its indent, then itself: the
+    // first piece is the prefix and at least one token, and must fit.
+    let fits = |p: &str| utf16_len(p) <= limit / 2;
+    let (prefix_v2, prefix_plain) = if fits(prefix_v2) {
+        (prefix_v2, prefix_plain)
+    } else if fits(prefix_v2.trim_start()) {
+        (prefix_v2.trim_start(), prefix_plain.trim_start())
+    } else {
+        ("", "")
+    };
     // A piece's cost is bounded by rendering each token alone: a run
     // continued from the previous token never costs more than that.
     let room = limit.saturating_sub(utf16_len(prefix_v2)).max(1);
