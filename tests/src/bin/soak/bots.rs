@@ -574,7 +574,8 @@ impl Bots {
                 .iter()
                 .filter(|m| m.answered_t.is_some())
                 .count();
-            (answered, ledger.calls_seen, ledger.verdict(&shared))
+            let kills: Vec<f64> = lock(&self.kills).iter().map(|(at, _)| *at).collect();
+            (answered, ledger.calls_seen, ledger.verdict(&shared, &kills))
         };
         let s = &self.stats;
         let load_s = lock(&self.load_end).max(1.0);

@@ -63,7 +63,7 @@ impl Inv {
             Inv::Ssrf => "no SSRF attempt reached a refused address (the origins count what reached them)",
             Inv::Leftovers => "no process a host command started is alive after its call ended",
             Inv::Triggers => "every due trigger minute ran exactly once; every run ended and has its inbox entry",
-            Inv::Bots => "every bot message answered exactly once: none twice, none lost",
+            Inv::Bots => "every bot message answered exactly once: none lost, none twice (but a kill inside connectord's documented window)",
             Inv::Secrets => "no secret in any log",
         }
     }
