@@ -143,13 +143,7 @@ pub(crate) async fn warm_up(shared: &Shared, warm_s: f64) {
                     "fill the ring [sim tokens={} tps=0 id=fill-{}-{i}-{round}]",
                     shared.fill, generation.pid
                 );
-                let sent = shared
-                    .call(
-                        reqwest::Method::POST,
-                        &format!("/conversations/{chat}/messages"),
-                        Some(json!({ "text": text })),
-                    )
-                    .await;
+                let sent = shared.send_text(chat, &text).await;
                 if matches!(sent, Ok((202, _))) {
                     asked.insert(chat.as_str(), Instant::now());
                     shared.fault("warm-up: a long answer per chat (fills its ring)");

@@ -362,13 +362,7 @@ pub(crate) async fn chatd_worker(
         let kind = Kind::pick(&mut rng);
         let call = Call::new(&part, kind, &mut rng);
         let text = cue_text(&call.command, kind.limit(), &format!("hx{i}m{n}"));
-        let sent = shared
-            .call(
-                reqwest::Method::POST,
-                &format!("/conversations/{chat}/messages"),
-                Some(json!({ "text": text })),
-            )
-            .await;
+        let sent = shared.send_text(&chat, &text).await;
         let run = match sent {
             Ok((202, b)) if b["run_id"].is_string() => {
                 b["run_id"].as_str().unwrap_or("").to_string()

@@ -215,6 +215,16 @@ impl Shared {
         Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
+    /// Posts a message to a chat as a person would; its status and answer.
+    pub(crate) async fn send_text(&self, chat: &str, text: &str) -> anyhow::Result<(u16, Value)> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/conversations/{chat}/messages"),
+            Some(json!({ "text": text })),
+        )
+        .await
+    }
+
     pub(crate) async fn snapshot(&self, chat: &str) -> anyhow::Result<Value> {
         let (status, body) = self
             .call(
