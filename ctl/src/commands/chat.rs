@@ -99,6 +99,34 @@ pub enum ChatCommand {
         #[arg(long, value_name = "FILE")]
         system_prompt_file: Option<std::path::PathBuf>,
     },
+    /// List a chat's files and its change sets, or undo one.
+    ///
+    /// Every change a chat makes to its files (a file tool, a command, an
+    /// upload, an undo) is kept as a numbered change set. Without `undo`,
+    /// prints the files the chat was given, made or changed, then its newest
+    /// change sets. `undo REV` puts one change set back; `undo r_…` a whole
+    /// turn (a run). An undo never overwrites a file changed since: it
+    /// refuses, names the file and changes nothing, unless --skip-conflicts
+    /// (then the other files are put back). An undo is itself a change set,
+    /// so undoing it redoes the change.
+    ///
+    /// Examples:
+    ///
+    ///   tandem chat files c_0123abcd
+    ///
+    ///   tandem chat files c_0123abcd undo 42
+    Files {
+        /// The chat id.
+        chat: String,
+        /// `undo`
+        #[arg(value_parser = ["undo"])]
+        action: Option<String>,
+        /// A change set's number, or a run id for a whole turn.
+        target: Option<String>,
+        /// Put back what does not conflict, and list what was left.
+        #[arg(long)]
+        skip_conflicts: bool,
+    },
     /// Show, start or stop a chat's sandbox container.
     ///
     /// A chat's first command starts its sandbox by itself; `start` does it
@@ -269,6 +297,19 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        ChatCommand::Files {
+            chat,
+            action,
+            target,
+            skip_conflicts,
+        } => match (action, target) {
+            (None, None) => crate::commands::chat_files::show(&chat).await,
+            (Some(_), Some(target)) => {
+                crate::commands::chat_files::undo(&chat, &target, skip_conflicts).await
+            }
+            (Some(_), None) => anyhow::bail!("undo what? give a change set's number or a run id"),
+            (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
+        },
         ChatCommand::Attach { id } => {
             let client = Client::new()?;
             let snapshot = client

@@ -1,6 +1,7 @@
 //! One module per `tandem` verb: its arguments, its help and a call.
 
 pub mod chat;
+pub mod chat_files;
 pub mod chat_settings;
 pub mod connector;
 pub mod doctor;

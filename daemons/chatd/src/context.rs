@@ -429,6 +429,7 @@ mod tests {
             keep_from: None,
             attachments: None,
             summary: None,
+            card: None,
         }
     }
 

@@ -29,6 +29,8 @@ tandem_shared::words! {
         Compacted => "compacted",
         Cleared => "cleared",
         EgressUpdated => "egress.updated",
+        /// A chat's files changed: a change set was kept.
+        Files => "files",
     }
 }
 

@@ -16,6 +16,7 @@ pub mod events;
 pub mod folders;
 pub mod forward;
 pub mod front;
+pub mod history;
 pub mod hostexec;
 pub mod housekeeping;
 pub mod inbox;
@@ -74,6 +75,8 @@ pub struct App {
     pub registry: Arc<Registry>,
     /// Where each chat's workspace is (its own or the shared folder).
     pub folders: crate::folders::Folders,
+    /// Every change to a chat's files, kept to list and undo.
+    pub history: Arc<crate::history::FileHistory>,
     /// Each chat's container; `None` when no runtime answered at start.
     pub sandboxes: Option<crate::sandbox::Sandboxes>,
     /// What the runtime said at start (capabilities read it).
@@ -249,7 +252,12 @@ pub async fn run(
         engine.clone(),
         config.context_window,
     ));
+    let history = Arc::new(crate::history::FileHistory::new(
+        store.clone(),
+        &config.data_dir,
+    ));
     let runs = Runs::new(crate::runs::RunsParts {
+        history: history.clone(),
         store: store.clone(),
         engine: engine.clone(),
         models: models.clone(),
@@ -280,6 +288,7 @@ pub async fn run(
         metrics,
         registry: Arc::new(registry),
         folders,
+        history,
         sandboxes: sandboxes.clone(),
         sandboxes_probe: probe.clone(),
         started: Instant::now(),

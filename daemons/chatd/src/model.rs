@@ -92,10 +92,13 @@ pub struct Message {
     /// On a tool result: its one line, as `tool.finished` gave it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// On a tool result: the card its line shows (`files_change`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card: Option<Value>,
 }
 
 pub const MESSAGE_COLUMNS: &str =
-    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary";
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary, card";
 
 /// One tool call of an answer: its id, the tool's name, the arguments' JSON text.
 pub struct CallRef<'a> {
@@ -121,6 +124,7 @@ impl Message {
             keep_from: None,
             attachments: None,
             summary: None,
+            card: None,
         }
     }
 
@@ -164,6 +168,9 @@ impl Message {
                 .get::<_, Option<String>>(11)?
                 .and_then(|a| serde_json::from_str(&a).ok()),
             summary: row.get(12)?,
+            card: row
+                .get::<_, Option<String>>(13)?
+                .and_then(|c| serde_json::from_str(&c).ok()),
         })
     }
 }

@@ -106,7 +106,9 @@ pub fn tools_block(offer: &Offer) -> String {
     let reads = ["read_file", "list_files", "grep"]
         .iter()
         .any(|t| offer.has(t));
-    let writes = offer.has("write_file") || offer.has("edit_file");
+    let writes = ["write_file", "edit_file", "move_file", "delete_file"]
+        .iter()
+        .any(|t| offer.has(t));
     if reads || writes {
         let what = match (reads, writes) {
             (true, true) => "read or write files",
@@ -120,6 +122,13 @@ pub fn tools_block(offer: &Offer) -> String {
         out.push_str(
             "A long result is cut; its last line says how to read on (read_file offset/column) \
              or where the whole output was saved.\n",
+        );
+    }
+    if writes || offer.has("bash") {
+        out.push_str(
+            "Every change to the workspace's files is kept in the chat's file history, so the \
+             person can see and undo it. Put scripts, logs and drafts in work/; the files the \
+             person asked for go outside it.\n",
         );
     }
     if offer.writes_ask {

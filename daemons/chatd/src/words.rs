@@ -171,3 +171,29 @@ mod tests {
         }
     }
 }
+
+tandem_shared::words! {
+    /// What a change set did to one path.
+    pub enum FileOp("file op") {
+        Created => "created",
+        Changed => "changed",
+        Deleted => "deleted",
+        /// From `from_path` to `path`, the bytes the same.
+        Moved => "moved",
+    }
+}
+
+tandem_shared::words! {
+    /// Who made a change set.
+    pub enum FileOrigin("file origin") {
+        /// The person: an upload, an undo, a delete or restore by the API.
+        User => "user",
+        /// A file tool of the model (write_file, edit_file, move_file, delete_file).
+        Tool => "tool",
+        /// A `bash` call, in the sandbox or on the host, found by a scan.
+        Command => "command",
+        /// Found by a scan and made by nobody tandem knows: a person's editor,
+        /// another program, or files there before the history began.
+        Outside => "outside",
+    }
+}

@@ -1,43 +1,19 @@
 //! What a command saved: the chat's workspace is walked before and after
 //! the call, and the two compared (chatd's own `.tandem/` folder in it is
-//! left out: its tools keep their outputs there). The walk is bounded (entries and
-//! depth), never follows a symbolic link (each folder is opened with
-//! `O_NOFOLLOW` from its parent's descriptor, so a folder swapped for a link
-//! is not entered), and reads names and metadata only.
+//! left out: its tools keep their outputs there), by the shared bounded
+//! walk that never follows a link (`tandem_shared::tree`).
 
-use std::collections::BTreeMap;
-use std::ffi::OsStr;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use nix::fcntl::OFlag;
-use nix::sys::stat::{Mode, SFlag};
 use serde::Serialize;
+use tandem_shared::tree::{self, Bounds, Entry};
 
-/// Entries a walk reads at most.
-pub const MAX_ENTRIES: usize = 20_000;
-/// Folders deep a walk goes at most.
-pub const MAX_DEPTH: usize = 32;
+pub use tandem_shared::tree::Snapshot;
+
 /// Paths listed at most in a call's changes.
 pub const MAX_LISTED: usize = 50;
 /// chatd's folder at the top of a workspace, never listed.
 pub const CHATD_OWN: &[u8] = b".tandem";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    dir: bool,
-    size: i64,
-    mtime: (i64, i64),
-}
-
-/// The names and metadata under a folder at one moment.
-#[derive(Debug, Default, Clone)]
-pub struct Snapshot {
-    entries: BTreeMap<String, Entry>,
-    /// The walk stopped at a bound: what it did not see is not reported.
-    pub partial: bool,
-}
 
 /// The files created, changed (size or mtime) and deleted between two
 /// snapshots; folders are listed with a trailing `/` when created or
@@ -53,76 +29,15 @@ pub struct Changes {
     pub partial: bool,
 }
 
-/// Walks `root` (a missing root is an empty snapshot).
+/// Walks `root` (a missing root is an empty snapshot), chatd's folder left out.
 pub fn snapshot(root: &Path) -> Snapshot {
-    snapshot_bounded(root, MAX_ENTRIES, MAX_DEPTH)
-}
-
-pub fn snapshot_bounded(root: &Path, max_entries: usize, max_depth: usize) -> Snapshot {
-    let mut snap = Snapshot::default();
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let Ok(fd) = nix::fcntl::open(root, flags, Mode::empty()) else {
-        return snap;
-    };
-    walk(&fd, "", 0, max_entries, max_depth, &mut snap);
-    snap
-}
-
-fn walk(
-    dir: &OwnedFd,
-    prefix: &str,
-    depth: usize,
-    max: usize,
-    max_depth: usize,
-    snap: &mut Snapshot,
-) {
-    let Ok(copy) = dir.try_clone() else {
-        return;
-    };
-    let Ok(mut listing) = nix::dir::Dir::from_fd(copy) else {
-        return;
-    };
-    let mut names: Vec<Vec<u8>> = Vec::new();
-    for entry in listing.iter().flatten() {
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." || (depth == 0 && name == CHATD_OWN) {
-            continue;
-        }
-        names.push(name.to_vec());
-    }
-    names.sort();
-    for name in names {
-        if snap.entries.len() >= max {
-            snap.partial = true;
-            return;
-        }
-        let os = OsStr::from_bytes(&name);
-        let Ok(st) =
-            nix::sys::stat::fstatat(dir.as_fd(), os, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-        else {
-            continue;
-        };
-        let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
-        let path = format!("{prefix}{}", String::from_utf8_lossy(&name));
-        snap.entries.insert(
-            path.clone(),
-            Entry {
-                dir: is_dir,
-                size: st.st_size,
-                mtime: (st.st_mtime, st.st_mtime_nsec),
-            },
-        );
-        if is_dir {
-            if depth + 1 >= max_depth {
-                snap.partial = true;
-                continue;
-            }
-            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            if let Ok(fd) = nix::fcntl::openat(dir.as_fd(), os, flags, Mode::empty()) {
-                walk(&fd, &format!("{path}/"), depth + 1, max, max_depth, snap);
-            }
-        }
-    }
+    tree::snapshot(
+        root,
+        Bounds {
+            skip_top: &[CHATD_OWN],
+            ..Bounds::default()
+        },
+    )
 }
 
 /// What changed from `before` to `after`.
@@ -131,7 +46,7 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Changes {
     let mut changed = Vec::new();
     let mut deleted = Vec::new();
     let shown = |path: &str, e: &Entry| {
-        if e.dir {
+        if e.is_dir() {
             format!("{path}/")
         } else {
             path.to_string()
@@ -140,8 +55,8 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Changes {
     for (path, now) in &after.entries {
         match before.entries.get(path) {
             None => created.push(shown(path, now)),
-            Some(then) if then.dir != now.dir => changed.push(shown(path, now)),
-            Some(then) if !now.dir && (then.size != now.size || then.mtime != now.mtime) => {
+            Some(then) if then.is_dir() != now.is_dir() => changed.push(shown(path, now)),
+            Some(then) if !now.is_dir() && (then.size != now.size || then.mtime != now.mtime) => {
                 changed.push(path.clone())
             }
             Some(_) => {}
@@ -221,29 +136,5 @@ mod tests {
         assert_eq!(c.created.len(), 50);
         assert_eq!(c.more, 20);
         assert_eq!(c.created[0], "f000");
-    }
-
-    #[test]
-    fn links_are_not_followed_and_walks_are_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("secret"), "s").unwrap();
-        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
-        let snap = snapshot(dir.path());
-        assert_eq!(snap.entries.keys().collect::<Vec<_>>(), vec!["link"]);
-        assert!(!snap.entries["link"].dir);
-        // A root that is itself a link is not walked.
-        assert!(snapshot(&dir.path().join("link")).entries.is_empty());
-        for i in 0..10 {
-            std::fs::write(dir.path().join(format!("n{i}")), "x").unwrap();
-        }
-        let snap = snapshot_bounded(dir.path(), 5, MAX_DEPTH);
-        assert!(snap.partial);
-        assert_eq!(snap.entries.len(), 5);
-        std::fs::create_dir_all(dir.path().join("a/b/c/d")).unwrap();
-        let snap = snapshot_bounded(dir.path(), 100, 2);
-        assert!(snap.partial);
-        assert!(snap.entries.contains_key("a/b"));
-        assert!(!snap.entries.contains_key("a/b/c"));
     }
 }

@@ -25,4 +25,5 @@ pub mod sse;
 pub mod sync;
 pub mod time;
 pub mod tls;
+pub mod tree;
 pub mod words;

@@ -13,17 +13,17 @@ use tandem_tests::harness::{bash_call, tool_results, wait_until, Chatd, Client, 
 
 const QUICK: Duration = Duration::from_secs(20);
 
-struct Setup {
-    sim: Sim,
+pub(crate) struct Setup {
+    pub(crate) sim: Sim,
     _chatd: Chatd,
-    hostexecd: Hostexecd,
-    client: Client,
+    pub(crate) hostexecd: Hostexecd,
+    pub(crate) client: Client,
 }
 
 /// hostexecd (as `nobody` when the tests run as root), then chatd using it
 /// with `host_exec` and the extra environment; both keep the chats in the
 /// same data folder, as on a box.
-async fn start(host_exec: &str, env: &[(&str, &str)]) -> anyhow::Result<Setup> {
+pub(crate) async fn start(host_exec: &str, env: &[(&str, &str)]) -> anyhow::Result<Setup> {
     start_with("", host_exec, env).await
 }
 
@@ -52,11 +52,11 @@ async fn start_with(
     })
 }
 
-fn run_of(sent: &Value) -> anyhow::Result<String> {
+pub(crate) fn run_of(sent: &Value) -> anyhow::Result<String> {
     Ok(sent["run_id"].as_str().context("run id")?.to_string())
 }
 
-async fn finished(client: &Client, chat: &str, run: &str) -> anyhow::Result<Value> {
+pub(crate) async fn finished(client: &Client, chat: &str, run: &str) -> anyhow::Result<Value> {
     client
         .wait_run(chat, run, &["done", "failed", "stopped", "paused"], QUICK)
         .await

@@ -25,7 +25,7 @@ pub const MAX_FILE_BYTES: u64 = 50 * 1024 * 1024;
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub struct FileParams {
-    path: Option<String>,
+    pub path: Option<String>,
 }
 
 pub async fn download(

@@ -9,6 +9,7 @@ mod events;
 mod files;
 mod fork;
 mod forward;
+mod history;
 mod messages;
 mod notifications;
 mod rules;
@@ -54,7 +55,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/conversations/{id}/restore", post(conversations::restore))
         .route("/conversations/{id}/export", get(conversations::export))
         .route("/conversations/{id}/fork", post(fork::fork))
-        .route("/conversations/{id}/files", get(files::download))
+        .route("/conversations/{id}/files", get(history::list_or_download))
+        .route("/conversations/{id}/files/content", get(files::download))
+        .route("/conversations/{id}/files/changes", get(history::changes))
+        .route("/conversations/{id}/files/history", get(history::history))
+        .route("/conversations/{id}/files/undo", post(history::undo))
         .route("/conversations/{id}/clear", post(conversations::clear))
         .route("/conversations/{id}/compact", post(conversations::compact))
         .route(

@@ -16,6 +16,7 @@ mod body;
 mod brief;
 mod cards;
 mod compaction;
+mod files;
 mod kept;
 mod slots;
 mod steps;
@@ -122,6 +123,8 @@ struct Inner {
     forward_key: tandem_shared::secrets::Secret,
     /// Where each chat's workspace is (its own or the shared folder).
     folders: crate::folders::Folders,
+    /// Every change a call makes to the chat's files.
+    history: Arc<crate::history::FileHistory>,
 }
 
 /// What `Runs` is made from: chatd's store, engine, what it knows of the
@@ -138,6 +141,7 @@ pub struct RunsParts {
     pub forward_key: tandem_shared::secrets::Secret,
     pub sandboxes: Option<crate::sandbox::Sandboxes>,
     pub folders: crate::folders::Folders,
+    pub history: Arc<crate::history::FileHistory>,
 }
 
 impl Runs {
@@ -152,6 +156,7 @@ impl Runs {
             forward_key,
             sandboxes,
             folders,
+            history,
         } = parts;
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         // `bash` runs in the chat's sandbox when there is a runtime;
@@ -186,6 +191,7 @@ impl Runs {
                 egress: std::sync::OnceLock::new(),
                 forward_key,
                 folders,
+                history,
             }),
         }
     }

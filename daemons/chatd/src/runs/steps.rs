@@ -11,6 +11,7 @@ use super::brief::Chat;
 use super::kept::KeptPath;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
+use crate::history::Scope;
 use crate::kinds::EventKind;
 use crate::model::{Message, Run};
 use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
@@ -49,6 +50,8 @@ struct AllowedCall<'a> {
     summary: &'a str,
     approved: Approval,
     budget: usize,
+    /// What the call may change, for its change set.
+    files: Option<&'a Scope>,
 }
 
 /// How a command on this machine ended for the run.
@@ -262,12 +265,17 @@ impl Runs {
                 // back meanwhile.
                 slot.take();
             }
+            let files = super::files::scope_of(&call.name, &call.arguments, &workspace_root);
+            if let Some(scope) = &files {
+                self.files_before(run, scope).await;
+            }
             let allowed = AllowedCall {
                 run,
                 call: &call,
                 summary: &summary,
                 approved,
                 budget,
+                files: files.as_ref(),
             };
             if sandboxed {
                 match self.execute_sandboxed(&allowed, stop).await? {
@@ -480,12 +488,13 @@ impl Runs {
             summary,
             approved,
             budget,
+            files,
         } = *allowed;
         self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
         let Some(hostexec) = self.inner.hostexec.clone() else {
             let output = tools::ToolOutput::failed("bash", "hostexecd's client could not be made");
-            self.finish_call(run, call, output, began).await?;
+            self.finish_call(run, call, output, began, files).await?;
             return Ok(HostEnd::Done);
         };
         let work = hostexec.bash(
@@ -502,14 +511,14 @@ impl Runs {
         };
         match ended {
             Ok(output) => {
-                self.finish_call(run, call, output, began).await?;
+                self.finish_call(run, call, output, began, files).await?;
                 Ok(HostEnd::Done)
             }
             Err(HostEnd::Stopped) => {
                 let text = "stopped: the run was stopped while the command ran; hostexecd \
                             kills it and everything it started";
-                self.record_failure(run, call, text, "bash: stopped", 0)
-                    .await?;
+                let output = stopped_output(text.to_string(), 0);
+                self.finish_call(run, call, output, began, files).await?;
                 Ok(HostEnd::Stopped)
             }
             // The run is written interrupted; Continue answers the call anew.
@@ -530,13 +539,14 @@ impl Runs {
             summary,
             approved,
             budget,
+            files,
         } = *allowed;
         use crate::sandbox::exec::{self, Cancel};
         self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
         let Some(sandboxes) = self.inner.sandboxes.clone() else {
             let output = tools::ToolOutput::failed("bash", "this chat has no sandbox");
-            self.finish_call(run, call, output, began).await?;
+            self.finish_call(run, call, output, began, files).await?;
             return Ok(HostEnd::Done);
         };
         let shutdown = self.inner.shutdown.clone();
@@ -557,7 +567,7 @@ impl Runs {
         .await;
         match cancelled {
             None => {
-                self.finish_call(run, call, output, began).await?;
+                self.finish_call(run, call, output, began, files).await?;
                 Ok(HostEnd::Done)
             }
             Some(Cancel::Stop) => {
@@ -566,8 +576,8 @@ impl Runs {
                      everything it started were killed",
                     output.text
                 );
-                self.record_failure(run, call, &text, "bash: stopped", output.bytes)
-                    .await?;
+                let output = stopped_output(text, output.bytes);
+                self.finish_call(run, call, output, began, files).await?;
                 Ok(HostEnd::Stopped)
             }
             // The run is written interrupted; Continue answers the call anew.
@@ -587,6 +597,7 @@ impl Runs {
             summary,
             approved,
             budget,
+            files,
         } = *allowed;
         self.tool_started(run, call, summary, approved).await?;
         let began = std::time::Instant::now();
@@ -619,7 +630,7 @@ impl Runs {
         })
         .await
         .unwrap_or_else(|_| tools::ToolOutput::failed(&call.name, "the tool stopped unexpectedly"));
-        self.finish_call(run, call, output, began).await
+        self.finish_call(run, call, output, began, files).await
     }
 
     /// `tool.started`, and `tool.auto_approved` for a call nobody was asked about.
@@ -655,13 +666,14 @@ impl Runs {
             .await
     }
 
-    /// A call's metrics, log line, `tool` message and `tool.finished`.
+    /// A call's metrics, log line, change set, `tool` message and `tool.finished`.
     async fn finish_call(
         &self,
         run: &Run,
         call: &ToolCall,
-        output: tools::ToolOutput,
+        mut output: tools::ToolOutput,
         began: std::time::Instant,
+        files: Option<&Scope>,
     ) -> Result<(), ApiError> {
         self.inner
             .metrics
@@ -673,7 +685,15 @@ impl Runs {
             .inc();
         tracing::info!(run = %run.id, call = %call.id, tool = %call.name, ok = output.ok,
             bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
-        self.record_result(run, call, output).await
+        let mut card = None;
+        if let Some(scope) = files {
+            if let Some(kept) = self.files_after(run, &call.id, &call.name, scope).await {
+                output.text.push('\n');
+                output.text.push_str(&kept.line());
+                card = Some(kept.card());
+            }
+        }
+        self.record_result(run, call, output, card).await
     }
 
     /// The `tool` message and `tool.finished` of a call that did not run or
@@ -692,7 +712,7 @@ impl Runs {
             summary: summary.to_string(),
             bytes,
         };
-        self.record_result(run, call, output).await
+        self.record_result(run, call, output, None).await
     }
 
     /// The call's `tool` message and `tool.finished`.
@@ -701,6 +721,7 @@ impl Runs {
         run: &Run,
         call: &ToolCall,
         output: tools::ToolOutput,
+        card: Option<serde_json::Value>,
     ) -> Result<(), ApiError> {
         let (rid, cid, call_id) = (run.id.clone(), run.conversation_id.clone(), call.id.clone());
         let tools::ToolOutput {
@@ -724,16 +745,27 @@ impl Runs {
                     text: &text,
                     summary: &summary,
                     status,
+                    card: card.as_ref(),
                 };
                 messages::insert_tool_message(ctx, &cid, &result)?;
-                ctx.emit(
-                    &cid,
-                    EventKind::ToolFinished,
-                    json!({"run_id": rid, "call_id": call_id, "ok": ok, "summary": summary, "bytes": bytes}),
-                )?;
+                let mut finished = json!({"run_id": rid, "call_id": call_id, "ok": ok, "summary": summary, "bytes": bytes});
+                if let Some(card) = card {
+                    finished["card"] = card;
+                }
+                ctx.emit(&cid, EventKind::ToolFinished, finished)?;
                 Ok(())
             })
             .await
+    }
+}
+
+/// The result of a command a stop ended.
+fn stopped_output(text: String, bytes: u64) -> tools::ToolOutput {
+    tools::ToolOutput {
+        ok: false,
+        text,
+        summary: "bash: stopped".to_string(),
+        bytes,
     }
 }
 

@@ -109,6 +109,12 @@ pub fn delete_forever(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
             [id],
         )?;
     }
+    // Its change sets go with it (file_changes by cascade) and so does the
+    // manifest of its own workspace, whose folder is removed with it.
+    ctx.conn()
+        .execute("DELETE FROM file_sets WHERE conversation_id = ?1", [id])?;
+    ctx.conn()
+        .execute("DELETE FROM workspace_files WHERE workspace = ?1", [id])?;
     ctx.conn()
         .execute("DELETE FROM conversations WHERE id = ?1", [id])?;
     ctx.forget(id);

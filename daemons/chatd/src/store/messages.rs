@@ -70,10 +70,10 @@ pub fn insert_row(
     message: Message,
 ) -> Result<Message, ApiError> {
     ctx.conn().execute(
-        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created, attachments, summary) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created, attachments, summary, card) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![message.id, conversation_id, message.parent_id, message.role, message.text, message.tool_call_id, message.run_id, message.status, message.created,
-                message.attachments.as_ref().map(Value::to_string), message.summary],
+                message.attachments.as_ref().map(Value::to_string), message.summary, message.card.as_ref().map(Value::to_string)],
     )?;
     ctx.conn().execute(
         "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",
@@ -164,6 +164,8 @@ pub struct ToolResult<'a> {
     /// The result in one line ("" for none).
     pub summary: &'a str,
     pub status: MessageStatus,
+    /// The line's card (a `files_change`), if the call changed files.
+    pub card: Option<&'a Value>,
 }
 
 /// Adds a call's result under the head and makes it the head.
@@ -177,6 +179,7 @@ pub fn insert_tool_message(
     message.summary = (!result.summary.is_empty()).then(|| result.summary.to_string());
     message.run_id = Some(result.run_id.to_string());
     message.status = Some(result.status);
+    message.card = result.card.cloned();
     insert_at_head(ctx, conversation_id, message)
 }
 

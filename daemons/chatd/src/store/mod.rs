@@ -4,11 +4,12 @@
 //! Reads use a small pool of read-only connections (WAL lets them run
 //! beside the writer). Every write of chatd is a function of a module
 //! here named for the rows it holds (`conversations`, `messages`, `runs`,
-//! `consents`, `agents`, `rules`, `meta`, `inbox`), run in a writer job.
+//! `consents`, `agents`, `rules`, `meta`, `inbox`, `files`), run in a writer job.
 
 pub mod agents;
 pub mod consents;
 pub mod conversations;
+pub mod files;
 pub mod inbox;
 pub mod messages;
 pub mod meta;

@@ -193,4 +193,56 @@ ALTER TABLE messages ADD COLUMN summary TEXT;
 -- made with the agent takes what its own settings leave unset.
 ALTER TABLE agents ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
 "#,
+    r#"
+-- File history (docs/files.md). A change set is one tool call's, one
+-- command's, one upload's, one undo's or one scan's finding of what
+-- someone changed outside tandem; its rows are the paths it touched, with
+-- the content before and after as blobs by sha-256 (blobs/<sha[:2]>/<sha>).
+CREATE TABLE file_sets (
+    rev INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    -- the workspace's manifest it moved: the chat's id (its own folder) or `shared`
+    workspace TEXT NOT NULL,
+    run_id TEXT,
+    call_id TEXT,
+    -- user | tool | command | outside
+    origin TEXT NOT NULL,
+    -- the change set an undo put back
+    undoes INTEGER,
+    -- what the scan could not look at (a bound reached), NULL when complete
+    note TEXT,
+    created TEXT NOT NULL,
+    created_unix INTEGER NOT NULL
+);
+CREATE INDEX file_sets_conversation ON file_sets(conversation_id, rev);
+CREATE INDEX file_sets_run ON file_sets(run_id);
+CREATE TABLE file_changes (
+    rev INTEGER NOT NULL REFERENCES file_sets(rev) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    -- created | changed | deleted | moved (from from_path)
+    op TEXT NOT NULL,
+    from_path TEXT,
+    -- NULL: no file there before / after
+    before_sha TEXT,
+    after_sha TEXT,
+    size INTEGER NOT NULL,
+    PRIMARY KEY (rev, path)
+) WITHOUT ROWID;
+CREATE INDEX file_changes_path ON file_changes(path);
+CREATE INDEX file_changes_before ON file_changes(before_sha);
+CREATE INDEX file_changes_after ON file_changes(after_sha);
+-- What the last scan saw in each workspace: a file whose size, mtime and
+-- inode still match is not read again. sha NULL: too big to keep that time.
+CREATE TABLE workspace_files (
+    workspace TEXT NOT NULL,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    sha TEXT,
+    PRIMARY KEY (workspace, path)
+) WITHOUT ROWID;
+-- On a tool result: the card its tool line shows (a files_change).
+ALTER TABLE messages ADD COLUMN card TEXT;
+"#,
 ];

@@ -46,13 +46,16 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The workspace tools: read_file write_file edit_file list_files grep todo_write.
+    /// The workspace tools: read_file write_file edit_file move_file delete_file
+    /// list_files grep todo_write.
     pub fn base() -> Registry {
         Registry {
             specs: vec![
                 files::read_file_spec(),
                 files::write_file_spec(),
                 files::edit_file_spec(),
+                files::move_file_spec(),
+                files::delete_file_spec(),
                 files::list_files_spec(),
                 search::grep_spec(),
                 todo::todo_write_spec(),
@@ -175,6 +178,8 @@ pub fn run(registry: &Registry, name: &str, arguments: &str, ctx: &ToolContext) 
         "read_file" => files::read_file(&args, ctx),
         "write_file" => files::write_file(&args, ctx),
         "edit_file" => files::edit_file(&args, ctx),
+        "move_file" => files::move_file(&args, ctx),
+        "delete_file" => files::delete_file(&args, ctx),
         "list_files" => files::list_files(&args, ctx),
         "grep" => search::grep(&args, ctx),
         "todo_write" => todo::todo_write(&args, ctx),
@@ -321,6 +326,12 @@ pub fn summarize_call(name: &str, arguments: &str) -> String {
             line
         }
         "write_file" => format!("write_file {path}"),
+        "delete_file" => format!("delete_file {path}"),
+        "move_file" => {
+            let from = text("from").unwrap_or_else(|| "?".into());
+            let to = text("to").unwrap_or_else(|| "?".into());
+            format!("move_file {from} to {to}")
+        }
         "edit_file" => {
             let all = map.get("replace_all").and_then(Value::as_bool) == Some(true);
             format!("edit_file {path}{}", if all { " (all)" } else { "" })
@@ -461,6 +472,8 @@ mod tests {
                 "read_file",
                 "write_file",
                 "edit_file",
+                "move_file",
+                "delete_file",
                 "list_files",
                 "grep",
                 "todo_write"
@@ -481,9 +494,9 @@ mod tests {
             registry.get("bash").map(|s| s.effect),
             Some(Effect::Command)
         );
-        assert_eq!(registry.names().len(), 7);
+        assert_eq!(registry.names().len(), 9);
         let chatd = Registry::chatd();
-        assert_eq!(&chatd.names()[6..], ["web_fetch", "web_search"]);
+        assert_eq!(&chatd.names()[8..], ["web_fetch", "web_search"]);
         assert!(chatd.specs().iter().all(|s| s.effect != Effect::Command));
         assert_eq!(chatd.get("web_fetch").map(|s| s.effect), Some(Effect::Read));
     }

@@ -9,7 +9,7 @@
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
@@ -20,6 +20,7 @@ use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 mod error;
+mod moves;
 #[cfg(test)]
 mod tests;
 mod walk;
@@ -410,6 +411,12 @@ impl Workspace {
     /// temp file in the verified folder, fsync, rename over the name.
     /// Missing folders are made (0700). An existing file keeps its mode.
     pub fn write_file(&self, path: &str, content: &[u8]) -> Result<RelPath, ToolError> {
+        self.write_from(path, &mut &content[..])
+    }
+
+    /// [`Workspace::write_file`] with the content streamed from `source`
+    /// (an undo or a restore writing a blob back).
+    pub fn write_from(&self, path: &str, source: &mut impl io::Read) -> Result<RelPath, ToolError> {
         let rel = self.resolve(path)?;
         let Some(last) = rel.parts.last() else {
             return Err(ToolError::new(
@@ -452,7 +459,7 @@ impl Workspace {
         .map_err(|e| write_error(&rel, e))?;
         let mut file = File::from(fd);
         let written = (|| -> io::Result<()> {
-            file.write_all(content)?;
+            io::copy(source, &mut file)?;
             if mode != 0o600 {
                 file.set_permissions(std::fs::Permissions::from_mode(mode))?;
             }

@@ -1,6 +1,6 @@
-//! The file tools: read_file, write_file, edit_file, list_files. Here their
-//! specs, the line count they share and write_file; the others each have a
-//! module.
+//! The file tools: read_file, write_file, edit_file, list_files, move_file,
+//! delete_file. Here the specs of the first four, the line count they share
+//! and write_file; the others each have a module.
 
 use serde_json::json;
 
@@ -10,12 +10,14 @@ use crate::workspace::ToolError;
 
 mod edit;
 mod list;
+mod moves;
 mod read;
 #[cfg(test)]
 mod tests;
 
 pub use edit::edit_file;
 pub use list::list_files;
+pub use moves::{delete_file, delete_file_spec, move_file, move_file_spec};
 pub use read::read_file;
 
 /// Files up to this size are read whole; larger ones this much at a time.

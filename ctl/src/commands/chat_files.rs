@@ -1,0 +1,117 @@
+//! `tandem chat files`: a chat's files and its change sets, and undo.
+
+use std::process::ExitCode;
+
+use anyhow::bail;
+use serde_json::{json, Value};
+
+use crate::client::Client;
+
+/// Change sets printed at most.
+const SHOWN: usize = 20;
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("?")
+}
+
+/// Lists the chat's files and its newest change sets.
+pub async fn show(chat: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    let files = client
+        .call(
+            reqwest::Method::GET,
+            &format!("/conversations/{chat}/files"),
+            None,
+        )
+        .await?;
+    let list = files["files"].as_array().cloned().unwrap_or_default();
+    println!("{chat}: {} file(s)", list.len());
+    for f in &list {
+        println!(
+            "  {:<40} {:>10} B  {:<11} {:<7} rev {}",
+            text(&f["path"]),
+            f["size"],
+            text(&f["kind"]),
+            text(&f["origin"]),
+            f["rev"]
+        );
+    }
+    let changes = client
+        .call(
+            reqwest::Method::GET,
+            &format!("/conversations/{chat}/files/changes?limit={SHOWN}"),
+            None,
+        )
+        .await?;
+    let sets = changes["changes"].as_array().cloned().unwrap_or_default();
+    if !sets.is_empty() {
+        println!("change sets, newest first (undo one: tandem chat files {chat} undo REV):");
+    }
+    for set in &sets {
+        let paths: Vec<String> = set["changes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| format!("{} {}", text(&c["op"]), text(&c["path"])))
+            .collect();
+        let mut line = format!(
+            "  rev {:<6} {:<8} {}",
+            set["rev"],
+            text(&set["origin"]),
+            paths.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+        );
+        if paths.len() > 3 {
+            line.push_str(&format!(" and {} more", paths.len() - 3));
+        }
+        if let Some(run) = set["run_id"].as_str() {
+            line.push_str(&format!("  ({run})"));
+        }
+        if let Some(undoes) = set["undoes"].as_i64() {
+            line.push_str(&format!("  (undoes rev {undoes})"));
+        }
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Undoes a change set (a number) or a whole turn (a run id).
+pub async fn undo(chat: &str, target: &str, skip_conflicts: bool) -> anyhow::Result<ExitCode> {
+    let mut body = match target.parse::<i64>() {
+        Ok(rev) => json!({"rev": rev}),
+        Err(_) if target.starts_with("r_") => json!({"run": target}),
+        Err(_) => bail!("`{target}` is neither a change set's number nor a run id (r_…)"),
+    };
+    if skip_conflicts {
+        body["skip_conflicts"] = json!(true);
+    }
+    let client = Client::new()?;
+    let (status, answer) = client
+        .send(
+            reqwest::Method::POST,
+            &format!("/conversations/{chat}/files/undo"),
+            &[],
+            Some(body),
+        )
+        .await?;
+    if !status.is_success() {
+        eprintln!(
+            "tandem: {}",
+            crate::client::refusal(status.as_u16(), &answer)
+        );
+        if answer["error"]["type"] == "undo_conflict" {
+            eprintln!("tandem: nothing was changed; --skip-conflicts puts back the other files");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    match answer["rev"].as_i64() {
+        Some(rev) => println!("undone; the undo is change set {rev} (undo it to redo)"),
+        None => println!("nothing to undo: the files already are as they were"),
+    }
+    for f in answer["card"]["files"].as_array().into_iter().flatten() {
+        println!("  {} {}", text(&f["op"]), text(&f["path"]));
+    }
+    for s in answer["skipped"].as_array().into_iter().flatten() {
+        println!("  left {}: {}", text(&s["path"]), text(&s["reason"]));
+    }
+    Ok(ExitCode::SUCCESS)
+}

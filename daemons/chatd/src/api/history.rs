@@ -1,0 +1,203 @@
+//! The chat's files and their history (docs/files.md):
+//! `GET …/files` (the files the chat was given, made or changed),
+//! `GET …/files/changes` (its change sets, newest first),
+//! `GET …/files/history?path=` (one path's sets) and
+//! `POST …/files/undo {rev | run, skip_conflicts}`.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+
+use super::files::{content_type, FileParams};
+use super::Json;
+use crate::history::{file_kind, Place, Scope, UndoTarget};
+use crate::store::files::{self as stored, Author};
+use crate::store::queries::{self, Trashed};
+use crate::words::{FileOp, FileOrigin};
+use crate::App;
+
+/// Change sets one page of `…/files/changes` holds at most.
+const PAGE_MAX: usize = 200;
+
+async fn live_chat(app: &App, id: &str) -> Result<Place, ApiError> {
+    let cid = id.to_string();
+    app.store
+        .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
+        .await?;
+    Ok(Place::of(&app.folders, id))
+}
+
+/// Keeps what changed since the last scan (a person's editor, a program
+/// outside tandem) as the chat's `outside` set, so a list is never stale.
+async fn catch_up(app: &App, id: &str, place: &Place) -> Result<(), ApiError> {
+    let author = Author {
+        conversation_id: id.to_string(),
+        run_id: None,
+        call_id: None,
+        origin: FileOrigin::Outside,
+        undoes: None,
+    };
+    app.history
+        .sync(place, Scope::All, &author)
+        .await
+        .map(|_| ())
+}
+
+/// `GET …/files`: without `path`, the list; with it, the file's bytes (the
+/// older spelling of `…/files/content`).
+pub async fn list_or_download(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    params: Result<Query<FileParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    if matches!(&params, Ok(Query(p)) if p.path.is_none()) {
+        return list(&app, &id).await;
+    }
+    super::files::download(State(app), Path(id), params).await
+}
+
+async fn list(app: &App, id: &str) -> Result<Response, ApiError> {
+    let place = live_chat(app, id).await?;
+    catch_up(app, id, &place).await?;
+    let (cid, key) = (id.to_string(), place.key.clone());
+    let (touched, manifest) = app
+        .store
+        .read(move |conn| {
+            Ok((
+                stored::touched(conn, &cid)?,
+                stored::manifest(conn, &key, None)?,
+            ))
+        })
+        .await?;
+    let files: Vec<Value> = touched
+        .into_iter()
+        .filter(|t| t.op != FileOp::Deleted)
+        .filter_map(|t| {
+            let seen = manifest.get(&t.path)?;
+            let name = t.path.rsplit('/').next().unwrap_or(&t.path);
+            Some(json!({
+                "path": t.path,
+                "size": seen.size,
+                "mime": content_type(name),
+                "origin": t.origin,
+                "turn": t.run_id,
+                "changed": t.changed,
+                "kind": file_kind(&t.path),
+                "rev": t.rev,
+            }))
+        })
+        .collect();
+    Ok(axum::Json(json!({"files": files})).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct PageParams {
+    before: Option<i64>,
+    limit: Option<usize>,
+}
+
+/// `GET …/files/changes?before=REV&limit=N`: the chat's change sets, newest first.
+pub async fn changes(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    params: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_input("query", e.body_text()))?;
+    let limit = params.limit.unwrap_or(50);
+    if limit == 0 || limit > PAGE_MAX {
+        return Err(ApiError::bad_input(
+            "limit",
+            format!("must be 1 to {PAGE_MAX}"),
+        ));
+    }
+    let place = live_chat(&app, &id).await?;
+    catch_up(&app, &id, &place).await?;
+    let sets = app
+        .store
+        .read(move |conn| stored::sets(conn, &id, params.before, limit))
+        .await?;
+    let next = (sets.len() == limit)
+        .then(|| sets.last().map(|s| s.rev))
+        .flatten();
+    Ok(axum::Json(json!({"changes": sets, "next_before": next})).into_response())
+}
+
+/// `GET …/files/history?path=`: the change sets that touched one path, newest first.
+pub async fn history(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    params: Result<Query<FileParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_input("path", e.body_text()))?;
+    let path = params.path.unwrap_or_default();
+    if path.is_empty() || path.len() > 4096 {
+        return Err(ApiError::bad_input(
+            "path",
+            "give a path inside the chat's workspace (1 to 4,096 bytes), like notes/a.md",
+        ));
+    }
+    let place = live_chat(&app, &id).await?;
+    catch_up(&app, &id, &place).await?;
+    let sets = app
+        .store
+        .read(move |conn| stored::path_history(conn, &id, &path))
+        .await?;
+    Ok(axum::Json(json!({"changes": sets})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UndoBody {
+    rev: Option<i64>,
+    run: Option<String>,
+    #[serde(default)]
+    skip_conflicts: bool,
+}
+
+/// `POST …/files/undo`: puts one change set (`rev`) or a whole turn's
+/// (`run`) back; 409 `undo_conflict` naming every file changed since.
+pub async fn undo(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<UndoBody>,
+) -> Result<Response, ApiError> {
+    let target = match (body.rev, body.run) {
+        (Some(rev), None) if rev > 0 => UndoTarget::Rev(rev),
+        (Some(_), None) => {
+            return Err(ApiError::bad_input(
+                "rev",
+                "must be a change set's number, 1 or more",
+            ))
+        }
+        (None, Some(run)) if !run.is_empty() && run.len() <= 64 => UndoTarget::Run(run),
+        (None, Some(_)) => return Err(ApiError::bad_input("run", "is not a run id")),
+        _ => {
+            return Err(ApiError::bad_input(
+                "rev",
+                "give exactly one of `rev` (a change set) or `run` (a whole turn)",
+            ))
+        }
+    };
+    let place = live_chat(&app, &id).await?;
+    // The person's own edits since the last scan are theirs, not the set's.
+    catch_up(&app, &id, &place).await?;
+    let undone = app
+        .history
+        .undo(&place, &id, target, body.skip_conflicts)
+        .await?;
+    let mut answer = json!({
+        "rev": undone.kept.as_ref().map(|k| k.rev),
+        "undone": undone.undone,
+        "skipped": undone.skipped,
+    });
+    if let Some(kept) = &undone.kept {
+        answer["card"] = kept.card();
+    }
+    Ok(axum::Json(answer).into_response())
+}

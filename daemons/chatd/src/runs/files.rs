@@ -1,0 +1,96 @@
+//! A call's files kept: before a call that may change files, what changed
+//! since the last scan is kept as someone else's (`outside`); after it, what
+//! changed is the call's change set, and its card rides on the tool line.
+
+use super::Runs;
+use crate::history::{Kept, Place, Scope};
+use crate::model::Run;
+use crate::store::files::Author;
+use crate::words::FileOrigin;
+use crate::workspace::Workspace;
+
+/// What a call may change: the paths a file tool names, or (`bash`) the
+/// whole workspace; `None` for a call that changes no file.
+pub(super) fn scope_of(name: &str, arguments: &str, root: &std::path::Path) -> Option<Scope> {
+    let names: &[&str] = match name {
+        "bash" => return Some(Scope::All),
+        "write_file" | "edit_file" | "delete_file" => &["path"],
+        "move_file" => &["from", "to"],
+        _ => return None,
+    };
+    let args: serde_json::Value = serde_json::from_str(arguments).ok()?;
+    let workspace = Workspace::existing(root)
+        .or_else(|_| Workspace::open(root))
+        .ok()?;
+    let paths: Vec<String> = names
+        .iter()
+        .filter_map(|n| args[*n].as_str())
+        .filter_map(|p| workspace.resolve(p).ok())
+        .filter(|rel| !rel.is_root())
+        .map(|rel| rel.to_string())
+        .collect();
+    (!paths.is_empty()).then_some(Scope::Paths(paths))
+}
+
+impl Runs {
+    fn place(&self, conversation_id: &str) -> Place {
+        Place::of(&self.inner.folders, conversation_id)
+    }
+
+    /// Keeps what changed in `scope` since the last scan as an `outside` set,
+    /// so the call's own set holds only the call's changes.
+    pub(super) async fn files_before(&self, run: &Run, scope: &Scope) {
+        let author = Author {
+            conversation_id: run.conversation_id.clone(),
+            run_id: None,
+            call_id: None,
+            origin: FileOrigin::Outside,
+            undoes: None,
+        };
+        let place = self.place(&run.conversation_id);
+        if let Err(e) = self
+            .inner
+            .history
+            .sync(&place, scope.clone(), &author)
+            .await
+        {
+            tracing::warn!(run = %run.id, status = e.status.as_u16(), "file history: the scan before a call failed");
+        }
+    }
+
+    /// Keeps the call's change set; `None` when it changed nothing (or the
+    /// scan failed: the call's result stands without its card).
+    pub(super) async fn files_after(
+        &self,
+        run: &Run,
+        call_id: &str,
+        name: &str,
+        scope: &Scope,
+    ) -> Option<Kept> {
+        let author = Author {
+            conversation_id: run.conversation_id.clone(),
+            run_id: Some(run.id.clone()),
+            call_id: Some(call_id.to_string()),
+            origin: if name == "bash" {
+                FileOrigin::Command
+            } else {
+                FileOrigin::Tool
+            },
+            undoes: None,
+        };
+        let place = self.place(&run.conversation_id);
+        match self
+            .inner
+            .history
+            .sync(&place, scope.clone(), &author)
+            .await
+        {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::warn!(run = %run.id, call = %call_id, status = e.status.as_u16(),
+                    "file history: the scan after a call failed");
+                None
+            }
+        }
+    }
+}

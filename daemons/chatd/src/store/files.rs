@@ -1,0 +1,329 @@
+//! File history's rows: change sets (`file_sets`), the paths each touched
+//! (`file_changes`) and every workspace's manifest (`workspace_files`).
+//! The writes run in writer jobs; the reads take any connection.
+
+use std::collections::HashMap;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+use serde_json::json;
+use tandem_shared::http::ApiError;
+
+use super::Ctx;
+use crate::history::scan::{Change, Seen};
+use crate::kinds::EventKind;
+use crate::words::{FileOp, FileOrigin};
+
+/// Who made a change set, and for what.
+#[derive(Debug, Clone)]
+pub struct Author {
+    pub conversation_id: String,
+    pub run_id: Option<String>,
+    pub call_id: Option<String>,
+    pub origin: FileOrigin,
+    /// The set an undo put back.
+    pub undoes: Option<i64>,
+}
+
+/// A scan's finding, to be kept as one change set.
+pub struct NewSet<'a> {
+    /// The manifest's workspace: a chat's id, or `shared`.
+    pub workspace: &'a str,
+    pub author: &'a Author,
+    pub changes: &'a [Change],
+    pub manifest: &'a [(String, Option<Seen>)],
+    pub note: Option<&'a str>,
+}
+
+/// Writes the manifest's new rows and, when something changed, the change
+/// set and a `files` event. Returns the set's rev.
+pub fn record(ctx: &mut Ctx, set: &NewSet) -> Result<Option<i64>, ApiError> {
+    let conn = ctx.conn();
+    for (path, row) in set.manifest {
+        match row {
+            Some(seen) => {
+                conn.prepare_cached(
+                    "INSERT INTO workspace_files (workspace, path, size, mtime_ns, ino, sha) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (workspace, path) DO UPDATE \
+                     SET size = ?3, mtime_ns = ?4, ino = ?5, sha = ?6",
+                )?
+                // SQLite keeps i64: an inode past i64::MAX reads back the same bits.
+                .execute(params![
+                    set.workspace,
+                    path,
+                    seen.size,
+                    seen.mtime_ns,
+                    seen.ino as i64,
+                    seen.sha
+                ])?;
+            }
+            None => {
+                conn.prepare_cached(
+                    "DELETE FROM workspace_files WHERE workspace = ?1 AND path = ?2",
+                )?
+                .execute(params![set.workspace, path])?;
+            }
+        }
+    }
+    if set.changes.is_empty() {
+        return Ok(None);
+    }
+    let author = set.author;
+    conn.execute(
+        "INSERT INTO file_sets (conversation_id, workspace, run_id, call_id, origin, undoes, note, created, created_unix) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![author.conversation_id, set.workspace, author.run_id, author.call_id, author.origin,
+                author.undoes, set.note, tandem_shared::time::now_rfc3339(), tandem_shared::time::now_unix()],
+    )?;
+    let rev = conn.last_insert_rowid();
+    for c in set.changes {
+        conn.prepare_cached(
+            "INSERT INTO file_changes (rev, path, op, from_path, before_sha, after_sha, size) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            rev,
+            c.path,
+            c.op,
+            c.from,
+            c.before,
+            c.after,
+            c.size as i64
+        ])?;
+    }
+    ctx.emit(
+        &author.conversation_id,
+        EventKind::Files,
+        json!({"rev": rev, "origin": author.origin, "changes": set.changes.len(),
+               "run_id": author.run_id, "call_id": author.call_id}),
+    )?;
+    Ok(Some(rev))
+}
+
+/// The manifest's rows of a workspace: all of them, or those of `paths`.
+pub fn manifest(
+    conn: &Connection,
+    workspace: &str,
+    paths: Option<&[String]>,
+) -> Result<HashMap<String, Seen>, ApiError> {
+    let row = |r: &rusqlite::Row| -> rusqlite::Result<(String, Seen)> {
+        Ok((
+            r.get(0)?,
+            Seen {
+                size: r.get(1)?,
+                mtime_ns: r.get(2)?,
+                ino: r.get::<_, i64>(3)? as u64,
+                sha: r.get(4)?,
+            },
+        ))
+    };
+    let mut out = HashMap::new();
+    match paths {
+        None => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT path, size, mtime_ns, ino, sha FROM workspace_files WHERE workspace = ?1",
+            )?;
+            for r in stmt.query_map([workspace], row)? {
+                let (path, seen) = r?;
+                out.insert(path, seen);
+            }
+        }
+        Some(paths) => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT path, size, mtime_ns, ino, sha FROM workspace_files WHERE workspace = ?1 AND path = ?2",
+            )?;
+            for path in paths {
+                if let Some((p, seen)) = stmt.query_row(params![workspace, path], row).optional()? {
+                    out.insert(p, seen);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One change set as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetRow {
+    pub rev: i64,
+    pub run_id: Option<String>,
+    pub call_id: Option<String>,
+    pub origin: FileOrigin,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undoes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub created: String,
+    #[serde(skip)]
+    pub workspace: String,
+    pub changes: Vec<ChangeRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChangeRow {
+    pub path: String,
+    pub op: FileOp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub size: i64,
+}
+
+const SET_COLUMNS: &str = "rev, run_id, call_id, origin, undoes, note, created, workspace";
+
+fn set_row(r: &rusqlite::Row) -> rusqlite::Result<SetRow> {
+    Ok(SetRow {
+        rev: r.get(0)?,
+        run_id: r.get(1)?,
+        call_id: r.get(2)?,
+        origin: r.get(3)?,
+        undoes: r.get(4)?,
+        note: r.get(5)?,
+        created: r.get(6)?,
+        workspace: r.get(7)?,
+        changes: Vec::new(),
+    })
+}
+
+fn with_changes(conn: &Connection, mut sets: Vec<SetRow>) -> Result<Vec<SetRow>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT path, op, from_path, before_sha, after_sha, size FROM file_changes WHERE rev = ?1 ORDER BY path",
+    )?;
+    for set in &mut sets {
+        set.changes = stmt
+            .query_map([set.rev], |r| {
+                Ok(ChangeRow {
+                    path: r.get(0)?,
+                    op: r.get(1)?,
+                    from: r.get(2)?,
+                    before: r.get(3)?,
+                    after: r.get(4)?,
+                    size: r.get(5)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+    }
+    Ok(sets)
+}
+
+/// A chat's change set `rev`; 404 when it is not this chat's.
+pub fn set(conn: &Connection, conversation_id: &str, rev: i64) -> Result<SetRow, ApiError> {
+    let found = conn
+        .query_row(
+            &format!("SELECT {SET_COLUMNS} FROM file_sets WHERE rev = ?1 AND conversation_id = ?2"),
+            params![rev, conversation_id],
+            set_row,
+        )
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("change set", &rev.to_string()))?;
+    Ok(with_changes(conn, vec![found])?.remove(0))
+}
+
+/// The change sets of one run of the chat, oldest first; 404 when it made none.
+pub fn sets_of_run(
+    conn: &Connection,
+    conversation_id: &str,
+    run_id: &str,
+) -> Result<Vec<SetRow>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SET_COLUMNS} FROM file_sets WHERE run_id = ?1 AND conversation_id = ?2 AND origin != 'outside' ORDER BY rev"
+    ))?;
+    let sets = stmt
+        .query_map(params![run_id, conversation_id], set_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if sets.is_empty() {
+        return Err(ApiError::not_found("run with file changes", run_id));
+    }
+    with_changes(conn, sets)
+}
+
+/// A chat's change sets, newest first, at most `limit`, before `before` when given.
+pub fn sets(
+    conn: &Connection,
+    conversation_id: &str,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<Vec<SetRow>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SET_COLUMNS} FROM file_sets WHERE conversation_id = ?1 AND rev < ?2 ORDER BY rev DESC LIMIT ?3"
+    ))?;
+    let sets = stmt
+        .query_map(
+            params![conversation_id, before.unwrap_or(i64::MAX), limit as i64],
+            set_row,
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    with_changes(conn, sets)
+}
+
+/// One path's history in a chat, newest first: the sets that touched it
+/// (as itself, or as the old path of a move).
+pub fn path_history(
+    conn: &Connection,
+    conversation_id: &str,
+    path: &str,
+) -> Result<Vec<SetRow>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SET_COLUMNS} FROM file_sets WHERE conversation_id = ?1 AND rev IN \
+         (SELECT rev FROM file_changes WHERE path = ?2 OR from_path = ?2) ORDER BY rev DESC LIMIT 500"
+    ))?;
+    let sets = stmt
+        .query_map(params![conversation_id, path], set_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    with_changes(conn, sets)
+}
+
+/// Every path a chat's change sets touched, with the newest set touching it.
+pub fn touched(conn: &Connection, conversation_id: &str) -> Result<Vec<Touched>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.path, MAX(s.rev) FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE s.conversation_id = ?1 GROUP BY c.path ORDER BY c.path",
+    )?;
+    let paths: Vec<(String, i64)> = stmt
+        .query_map([conversation_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut first = conn.prepare_cached(
+        "SELECT s.origin, s.run_id FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE s.conversation_id = ?1 AND c.path = ?2 ORDER BY s.rev LIMIT 1",
+    )?;
+    let mut last = conn.prepare_cached(
+        "SELECT s.run_id, s.created, c.op FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE s.rev = ?1 AND c.path = ?2",
+    )?;
+    let mut out = Vec::with_capacity(paths.len());
+    for (path, rev) in paths {
+        let (origin, _): (FileOrigin, Option<String>) = first
+            .query_row(params![conversation_id, path], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        let (run_id, changed, op): (Option<String>, String, FileOp) = last
+            .query_row(params![rev, path], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        out.push(Touched {
+            path,
+            rev,
+            origin,
+            run_id,
+            changed,
+            op,
+        });
+    }
+    Ok(out)
+}
+
+/// A path some change set of a chat touched.
+#[derive(Debug, Clone)]
+pub struct Touched {
+    pub path: String,
+    /// The newest set that touched it.
+    pub rev: i64,
+    /// Who first brought it: `outside` (given), `user` (sent), `tool`/`command` (made).
+    pub origin: FileOrigin,
+    /// The run of the newest set.
+    pub run_id: Option<String>,
+    pub changed: String,
+    /// What the newest set did to it.
+    pub op: FileOp,
+}
