@@ -2,6 +2,7 @@
 //! over HTTP, the web page in headless Chromium, and the web tools through
 //! egressd. Each module is one area's tests.
 
+mod files_page;
 mod front;
 mod web;
 mod web_tools;

@@ -29,6 +29,9 @@
  *             hidden for 5 s lets its stream go and resumes it when shown.
  *   events    EVENTS: one handler per event type, applied in seq order; an
  *             event with seq <= the last applied one is skipped.
+ *   files     a tool line's change card (its files, Undo, the refusal, Redo),
+ *             chips under a turn's last answer for the files it made, and the
+ *             files pane (the list, a preview from a blob URL, Download).
  *   markdown  md.render(text) → DOM nodes. The model's text is never HTML:
  *             raw tags stay text, links are http(s)/mailto only. Linear time:
  *             no backtracking pattern, closers found in one pass.
@@ -139,7 +142,9 @@ async function errorFrom(res) {
   let error = {};
   try { error = JSON.parse(text).error || {}; } catch { /* not JSON */ }
   const message = (typeof error.message === 'string' && error.message) || text.trim().slice(0, 200) || `HTTP ${res.status}`;
-  return new ApiError(res.status, String(error.type || ''), message, Number(res.headers.get('retry-after')) || 0);
+  const refused = new ApiError(res.status, String(error.type || ''), message, Number(res.headers.get('retry-after')) || 0);
+  refused.detail = error; // the rest of the error object (an undo's `conflicts`)
+  return refused;
 }
 
 /** One API call: the JSON answer (null for none), or a rejection with an ApiError. */
@@ -403,6 +408,7 @@ function leaveLive() {
   chat = null;
   list.items = [];
   for (const box of ['#chat-list', '#messages', '#consents', '#pending']) $(box).replaceChildren();
+  closeFilesPane();
   hideToast();
   link.reset();
 }
@@ -610,6 +616,7 @@ function clearChatView(home) {
   page.openTicket += 1;
   stopStream();
   chat = null;
+  clearFilesPane();
   $('#empty-chat').hidden = !home;
   for (const box of ['#messages', '#consents', '#pending']) $(box).replaceChildren();
   $('#messages').dataset.seq = '0';
@@ -618,6 +625,7 @@ function clearChatView(home) {
 /** The start screen: no chat open; the first message sent makes one. */
 function showHome() {
   clearChatView(true);
+  closeFilesPane();
   page.openingId = null;
   renderTitle();
   renderStatus();
@@ -647,6 +655,8 @@ async function openChat(id) {
   renderChat();
   startStream(chat);
   markActiveChat();
+  loadUndoState(chat);
+  if (pane.open) loadFiles(chat);
 }
 
 /* ----------------------------------------------------------------- chat -- */
@@ -664,6 +674,8 @@ function buildChat(snapshot) {
     pending: new Map(),
     gonePending: new Set(), // delivered or removed: a late answer must not bring one back
     consents: new Map(),
+    undo: new Map(), // change set rev → what Undo did to it on this page (see undoRow)
+    undoTimer: null,
     seq: Number(snapshot.seq) || 0,
     usage: null,
     status: { state: 'Ready', detail: '' },
@@ -713,13 +725,14 @@ function registerMessage(c, message) {
     call.result = message.text;
     call.status = message.status === 'failed' ? 'failed' : 'ok';
     if (message.summary) call.resultSummary = oneLine(message.summary);
+    if (isFilesCard(message.card)) call.card = message.card;
   }
 }
 
 function callOf(c, id, name) {
   let call = c.calls.get(id);
   if (!call) {
-    call = { id, name: 'tool', summary: '', status: 'running', result: null, resultSummary: '', ownerId: null };
+    call = { id, name: 'tool', summary: '', status: 'running', result: null, resultSummary: '', ownerId: null, card: null };
     c.calls.set(id, call);
   }
   if (name) call.name = name;
@@ -795,6 +808,7 @@ function insertMessage(c, message) {
   registerMessage(c, message);
   if (message.role === 'tool') refreshCall(c, c.calls.get(message.tool_call_id));
   else placeView(c, message);
+  renderChips(c);
   renderControls();
   keepBottom();
 }
@@ -823,6 +837,7 @@ function renderChat() {
   for (const id of c.pending.keys()) paintPending(c, id);
   renderTitle();
   renderConsents();
+  renderChips(c);
   renderStatus();
   renderMeter();
   renderControls();
@@ -831,6 +846,7 @@ function renderChat() {
 
 function renderTitle() {
   $('#chat-title').textContent = chat ? titleOf(chat.conversation) : 'New chat';
+  $('#files-toggle').hidden = !chat;
 }
 
 /** Adds a message's view at its place on the path (a summary can go in the middle). */
@@ -928,7 +944,7 @@ function fillTools(c, view, message) {
       view.callNodes.set(id, node);
       view.tools.append(node.root);
     }
-    if (c.calls.has(id)) fillCall(node, c.calls.get(id));
+    if (c.calls.has(id)) fillCall(c, node, c.calls.get(id));
   }
 }
 
@@ -939,13 +955,16 @@ function makeCallNode(id) {
     status: el('span', { class: 'status' }),
     resultSummary: el('p', { class: 'result-summary' }),
     result: el('pre', { class: 'result' }),
+    files: el('div', { class: 'files-change', hidden: true }),
+    filesKey: '',
   };
   node.root = el('div', { class: 'tool-call', 'data-call-id': id },
-    el('div', { class: 'tool-head' }, node.name, node.summary, node.status), node.resultSummary, node.result);
+    el('div', { class: 'tool-head' }, node.name, node.summary, node.status), node.resultSummary, node.files, node.result);
   return node;
 }
 
-function fillCall(node, call) {
+function fillCall(c, node, call) {
+  fillFilesCard(c, node, call);
   node.name.textContent = call.name;
   node.summary.textContent = call.summary;
   node.status.textContent = call.status; // running | ok | failed | waiting
@@ -963,7 +982,7 @@ function refreshCall(c, call) {
   const view = call && call.ownerId && c.views.get(call.ownerId);
   if (!view) return;
   const node = view.callNodes.get(call.id);
-  if (node) fillCall(node, call);
+  if (node) fillCall(c, node, call);
   else fillTools(c, view, c.byId.get(call.ownerId));
 }
 
@@ -1203,6 +1222,363 @@ function openEditor(view, shown, kind, value, save, restore) {
   if (restore) shown.replaceChildren(box);
   else { shown.hidden = true; shown.after(box); }
   input.focus();
+}
+
+/* ---------------------------------------------------------------- files -- */
+
+const FILE_OPS = { created: 'Created', changed: 'Changed', deleted: 'Deleted', moved: 'Moved' };
+const UNDO_REFRESH_MS = 300; // the `files` events of one undo come together: one look at the list
+const FETCH_FILE_MS = 60000; // a file's bytes may take longer than an API call
+const PREVIEW_CHARS = 200000; // of a text file; the rest is in the download
+const SNIFF_BYTES = 1024 * 1024; // an untyped file (a script, a log) up to this size is shown when it is UTF-8
+
+const isFilesCard = (card) => !!card && typeof card === 'object' && card.kind === 'files_change' && Number.isFinite(Number(card.rev));
+const cardFiles = (card) => (Array.isArray(card.files) ? card.files.filter((f) => f && typeof f.path === 'string') : []);
+const baseName = (path) => String(path).split('/').pop() || 'file';
+
+function formatBytes(n) {
+  if (!(n >= 1024)) return `${Number(n) || 0} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/* A tool line's change card: what the call changed, and Undo. */
+
+/** Paints the card of a call that changed files; again only when the card or its undo state changed. */
+function fillFilesCard(c, node, call) {
+  const card = isFilesCard(call.card) ? call.card : null;
+  const undo = card ? c.undo.get(Number(card.rev)) || {} : null;
+  const key = card ? JSON.stringify([card.rev, undo]) : '';
+  if (node.filesKey === key) return;
+  node.filesKey = key;
+  node.files.hidden = !card;
+  if (!card) return node.files.replaceChildren();
+  node.files.dataset.rev = String(card.rev);
+  const files = cardFiles(card);
+  node.files.replaceChildren(...[
+    el('ul', { class: 'files-list' }, ...files.map((f) => el('li', { class: 'file-line', 'data-path': f.path, 'data-kind': f.kind },
+      el('span', { class: 'op', text: FILE_OPS[f.op] || String(f.op) }), ' ',
+      el('span', { class: 'path', text: f.path }),
+      typeof f.from === 'string' ? el('span', { class: 'from', text: ` from ${f.from}` }) : null))),
+    Number(card.files_more) > 0 ? el('p', { class: 'files-more', text: `+${Number(card.files_more)} more` }) : null,
+    typeof card.note === 'string' ? el('p', { class: 'files-note', text: card.note }) : null,
+    undoRow(c, card, undo)].filter(Boolean));
+}
+
+/**
+ * Undo and what it did. `undo.state`: busy (asked), undone (`by`: the set that put the files
+ * back, `skipped`), redone (`by`: the redo's set), conflict (`conflicts`: nothing was changed);
+ * `error`: a refusal of another kind.
+ */
+function undoRow(c, card, undo) {
+  const rev = Number(card.rev);
+  const row = el('div', { class: 'files-undo-row' });
+  if (undo.state === 'undone') {
+    row.append(el('span', { class: 'files-state', text: undo.by ? `Undone (change set ${undo.by})` : 'Undone: the files already were as before' }));
+    if (undo.by) row.append(button('files-redo', 'Redo', () => redoFiles(c, rev, undo.by), { disabled: undo.busy }));
+    const skipped = Array.isArray(undo.skipped) ? undo.skipped : [];
+    if (skipped.length) {
+      row.append(el('p', { class: 'files-skipped' }, 'Left as they are: ',
+        ...skipped.flatMap((s, i) => [i ? '; ' : '', el('span', { class: 'path', text: s.path }), ` ${s.reason}`])));
+    }
+  } else {
+    row.append(button('files-undo', 'Undo', () => undoFiles(c, rev, false), { disabled: undo.state === 'busy' }));
+    if (undo.state === 'redone') row.append(el('span', { class: 'files-state', text: `Redone (change set ${undo.by})` }));
+  }
+  if (undo.state === 'conflict') {
+    const conflicts = undo.conflicts || [];
+    const named = new Set(conflicts.map((x) => x.path));
+    const rest = cardFiles(card).some((f) => !named.has(f.path)) || Number(card.files_more) > 0;
+    row.append(el('div', { class: 'files-conflict', role: 'alert' },
+      el('p', { class: 'conflict-head', text: 'Not undone: nothing was changed, because these files changed since:' }),
+      el('ul', {}, ...conflicts.map((x) => el('li', { 'data-path': x.path }, el('span', { class: 'path', text: x.path }), ` ${x.reason}`))),
+      rest ? button('files-undo-rest', 'Undo the rest', () => undoFiles(c, rev, true)) : null));
+  }
+  if (undo.error) row.append(el('p', { class: 'inline-error', text: undo.error }));
+  return row;
+}
+
+/** The conflicts of a 409 `undo_conflict`: [{path, reason}]. */
+function conflictsOf(error) {
+  const list = error.detail && Array.isArray(error.detail.conflicts) ? error.detail.conflicts : [];
+  return list.filter((x) => x && typeof x.path === 'string').map((x) => ({ path: x.path, reason: String(x.reason || 'changed since') }));
+}
+
+/** Sets what the page knows of change set `rev`'s undo and repaints its card and the chips. */
+function setUndo(c, rev, state) {
+  c.undo.set(rev, state);
+  if (c !== chat) return;
+  for (const call of c.calls.values()) if (isFilesCard(call.card) && Number(call.card.rev) === rev) refreshCall(c, call);
+  renderChips(c);
+}
+
+const failureText = (error) => (error instanceof ApiError && !error.lost ? error.message : 'The chat service does not answer: try again.');
+
+async function undoFiles(c, rev, skipConflicts) {
+  setUndo(c, rev, { state: 'busy' });
+  try {
+    const answer = await api('POST', `/conversations/${enc(c.id)}/files/undo`, skipConflicts ? { rev, skip_conflicts: true } : { rev });
+    setUndo(c, rev, { state: 'undone', by: (answer && answer.rev) || null, skipped: (answer && answer.skipped) || [] });
+  } catch (error) {
+    if (error instanceof ApiError && error.type === 'undo_conflict') setUndo(c, rev, { state: 'conflict', conflicts: conflictsOf(error) });
+    else setUndo(c, rev, { error: failureText(error) });
+  }
+}
+
+/** Redo: the undo's own set undone. */
+async function redoFiles(c, rev, by) {
+  const before = c.undo.get(rev) || {};
+  setUndo(c, rev, { ...before, busy: true, error: undefined });
+  try {
+    const answer = await api('POST', `/conversations/${enc(c.id)}/files/undo`, { rev: by });
+    setUndo(c, rev, { state: 'redone', by: (answer && answer.rev) || by });
+  } catch (error) {
+    setUndo(c, rev, { ...before, busy: false, error: failureText(error) });
+  }
+}
+
+function refreshUndoSoon(c) {
+  clearTimeout(c.undoTimer);
+  c.undoTimer = setTimeout(() => loadUndoState(c), UNDO_REFRESH_MS);
+}
+
+/**
+ * What the chat's history says was undone (another device's Undo, or this one's before a
+ * reload): a set is undone while a set that undoes it is not undone itself.
+ */
+async function loadUndoState(c) {
+  const revs = [...c.calls.values()].filter((call) => isFilesCard(call.card)).map((call) => Number(call.card.rev));
+  if (!revs.length) return;
+  let answer;
+  try {
+    answer = await api('GET', `/conversations/${enc(c.id)}/files/changes?limit=200`);
+  } catch {
+    return; // the cards keep their Undo; a refusal then says why
+  }
+  if (c !== chat) return;
+  const undoers = new Map();
+  for (const set of (answer && answer.changes) || []) {
+    if (set.undoes == null) continue;
+    if (!undoers.has(set.undoes)) undoers.set(set.undoes, []);
+    undoers.get(set.undoes).push(set.rev);
+  }
+  const memo = new Map();
+  const undoneBy = (rev) => {
+    if (!memo.has(rev)) memo.set(rev, (undoers.get(rev) || []).find((u) => !undoneBy(u)) || null);
+    return memo.get(rev);
+  };
+  for (const rev of revs) {
+    const local = c.undo.get(rev) || {};
+    const by = undoneBy(rev);
+    if (local.state === 'busy' || local.busy) continue;
+    if (by && local.state !== 'undone') setUndo(c, rev, { state: 'undone', by });
+    else if (!by && local.state === 'undone') setUndo(c, rev, {});
+  }
+}
+
+/* Chips under a turn's last answer: the deliverable files the turn left made or changed. */
+
+/** Per run: path → {op, kind}, from its calls' cards in order (an undone card counts for nothing). */
+function turnFiles(c) {
+  const turns = new Map();
+  for (const call of c.calls.values()) {
+    if (!isFilesCard(call.card) || (c.undo.get(Number(call.card.rev)) || {}).state === 'undone') continue;
+    const run = ownerRun(c, call);
+    if (!run) continue;
+    if (!turns.has(run)) turns.set(run, new Map());
+    const files = turns.get(run);
+    for (const f of cardFiles(call.card)) {
+      const was = files.get(f.op === 'moved' && f.from ? f.from : f.path);
+      if (f.op === 'moved' && f.from) files.delete(f.from);
+      if (f.op === 'deleted') { files.delete(f.path); continue; }
+      files.set(f.path, { op: was && was.op === 'created' ? 'created' : f.op, kind: f.kind });
+    }
+  }
+  return turns;
+}
+
+function renderChips(c) {
+  if (c !== chat) return;
+  const turns = turnFiles(c);
+  const last = new Map(); // run id → its last answer on the path
+  for (const m of c.path) if (m.role === 'assistant' && m.run_id) last.set(m.run_id, m.id);
+  for (const [id, view] of c.views) {
+    const message = c.byId.get(id);
+    if (!message || message.role !== 'assistant') continue;
+    const files = last.get(message.run_id) === id
+      ? [...(turns.get(message.run_id) || [])].filter(([, f]) => f.kind === 'deliverable') : [];
+    const key = JSON.stringify(files);
+    if (view.chipsKey === key) continue;
+    view.chipsKey = key;
+    if (view.chips) view.chips.remove();
+    view.chips = files.length ? el('div', { class: 'file-chips' }, ...files.map(([path, f]) => fileChip(path, f.op))) : null;
+    if (view.chips) view.node.append(view.chips);
+  }
+}
+
+function fileChip(path, op) {
+  return el('div', { class: 'file-chip', 'data-path': path },
+    el('span', { class: 'chip-text', text: `${FILE_OPS[op] || op} ${path}` }),
+    el('span', { class: 'chip-sep', text: '·', 'aria-hidden': 'true' }),
+    button('chip-open', 'Open', () => openFilesPane(path), { 'aria-label': `Open ${path}` }));
+}
+
+/* The files pane: the chat's files, one previewed. */
+
+const pane = { open: false, items: null, ticket: 0, soon: null, path: null, url: null, previewTicket: 0 };
+
+function openFilesPane(path = null) {
+  if (!chat) return;
+  pane.open = true;
+  $('#files-pane').hidden = false;
+  $('#files-toggle').setAttribute('aria-expanded', 'true');
+  document.body.classList.add('files-open');
+  loadFiles(chat);
+  if (path) previewFile(chat, path);
+}
+
+function closeFilesPane() {
+  pane.open = false;
+  $('#files-pane').hidden = true;
+  $('#files-toggle').setAttribute('aria-expanded', 'false');
+  document.body.classList.remove('files-open');
+  clearFilesPane();
+}
+
+/** Empties the pane (another chat, or none): the list, the preview and its blob URL. */
+function clearFilesPane() {
+  pane.ticket += 1;
+  pane.items = null;
+  clearTimeout(pane.soon);
+  for (const id of ['#files-made', '#files-given', '#files-working']) {
+    $(id).hidden = true;
+    $('ul.files', $(id)).replaceChildren();
+  }
+  $('#files-status').textContent = '';
+  clearPreview();
+}
+
+function clearPreview() {
+  pane.previewTicket += 1;
+  pane.path = null;
+  if (pane.url) URL.revokeObjectURL(pane.url);
+  pane.url = null;
+  const box = $('#file-preview');
+  box.hidden = true;
+  $('.preview-name', box).textContent = '';
+  $('.preview-links', box).replaceChildren();
+  $('.preview-body', box).replaceChildren();
+}
+
+function refreshFilesSoon(c) {
+  clearTimeout(pane.soon);
+  pane.soon = setTimeout(() => { if (pane.open && c === chat) loadFiles(c); }, UNDO_REFRESH_MS);
+}
+
+async function loadFiles(c) {
+  const ticket = ++pane.ticket;
+  if (!pane.items) $('#files-status').textContent = 'Loading…';
+  let answer;
+  try {
+    answer = await api('GET', `/conversations/${enc(c.id)}/files`);
+  } catch (error) {
+    if (ticket === pane.ticket && c === chat) $('#files-status').textContent = failureText(error);
+    return;
+  }
+  if (ticket !== pane.ticket || c !== chat || !pane.open) return;
+  pane.items = Array.isArray(answer && answer.files) ? answer.files.filter((f) => f && typeof f.path === 'string') : [];
+  renderFiles();
+}
+
+/** Deliverables first (made and changed, then given), working files folded under their count. */
+function renderFiles() {
+  const items = pane.items || [];
+  const made = items.filter((f) => f.kind !== 'working' && (f.origin === 'tool' || f.origin === 'command'));
+  const given = items.filter((f) => f.kind !== 'working' && !made.includes(f));
+  const working = items.filter((f) => f.kind === 'working');
+  for (const [id, files] of [['#files-made', made], ['#files-given', given], ['#files-working', working]]) {
+    const group = $(id);
+    group.hidden = !files.length;
+    $('ul.files', group).replaceChildren(...files.map(fileRow));
+  }
+  $('summary', $('#files-working')).textContent = `Working files (${working.length})`;
+  $('#files-status').textContent = items.length ? '' : 'No files yet: what this chat is given, makes or changes is listed here.';
+  markPreviewed();
+}
+
+function fileRow(f) {
+  return el('li', { class: 'file-row', 'data-path': f.path, 'data-kind': f.kind },
+    button('file-open', f.path, () => previewFile(chat, f.path), { title: `Preview ${f.path}` }),
+    el('span', { class: 'file-meta', text: formatBytes(f.size) }));
+}
+
+function markPreviewed() {
+  for (const row of document.querySelectorAll('#files-pane li.file-row')) row.classList.toggle('previewed', row.dataset.path === pane.path);
+}
+
+/** Fetches a file's bytes through the page's session and shows them: text, Markdown, an image; a Download always. */
+async function previewFile(c, path) {
+  if (!c) return;
+  clearPreview();
+  const ticket = pane.previewTicket;
+  pane.path = path;
+  markPreviewed();
+  const box = $('#file-preview');
+  box.hidden = false;
+  $('.preview-name', box).textContent = path;
+  const body = $('.preview-body', box);
+  body.replaceChildren(el('p', { class: 'muted', text: 'Loading…' }));
+  let blob;
+  try {
+    const res = await fetch(`${API}/conversations/${enc(c.id)}/files/content?path=${enc(path)}`,
+      { cache: 'no-store', signal: AbortSignal.timeout(FETCH_FILE_MS) });
+    if (!res.ok) throw await errorFrom(res);
+    blob = await res.blob();
+  } catch (error) {
+    if (ticket !== pane.previewTicket) return;
+    if (error instanceof ApiError && error.status === 401) return signedOut();
+    body.replaceChildren(el('p', { class: 'inline-error', text: error instanceof ApiError ? error.message : 'The file could not be fetched.' }));
+    return;
+  }
+  if (ticket !== pane.previewTicket || c !== chat) return;
+  pane.url = URL.createObjectURL(blob);
+  $('.preview-links', box).replaceChildren(
+    el('a', { class: 'preview-download', href: pane.url, download: baseName(path), text: 'Download' }));
+  const shown = await previewOf(blob, path, pane.url);
+  if (ticket === pane.previewTicket) body.replaceChildren(shown);
+}
+
+/**
+ * What a file shows as. The page's CSP lets an <img> read a blob URL but no frame or object, so
+ * a PDF opens in the browser's own viewer in a tab of its own.
+ */
+async function previewOf(blob, path, url) {
+  const type = (blob.type || '').split(';')[0].trim().toLowerCase();
+  if (type.startsWith('image/') && type !== 'image/svg+xml') return el('img', { class: 'preview-image', src: url, alt: path });
+  if (type === 'application/pdf') {
+    return el('p', {}, el('a', { class: 'preview-open', href: url, target: '_blank', rel: 'noopener', text: 'Open the PDF in a new tab' }));
+  }
+  const text = await textOf(blob, type);
+  if (text == null) return el('p', { class: 'muted', text: 'No preview for this kind of file: Download it.' });
+  const cut = text.length > PREVIEW_CHARS;
+  const shown = cut ? text.slice(0, PREVIEW_CHARS) : text;
+  const more = cut ? el('p', { class: 'muted', text: `… ${text.length - PREVIEW_CHARS} more characters in the download` }) : null;
+  if (type === 'text/markdown' || /\.(md|markdown)$/i.test(path)) {
+    return el('div', { class: 'preview-markdown body' }, md.render(shown), more);
+  }
+  return el('div', {}, el('pre', { class: 'preview-text', text: shown }), more);
+}
+
+/** A text type's text; an untyped small file's when it is UTF-8 without NULs (a script, a log); else null. */
+async function textOf(blob, type) {
+  const texty = type.startsWith('text/') || type === 'application/json';
+  if (!texty && !((type === '' || type === 'application/octet-stream') && blob.size <= SNIFF_BYTES)) return null;
+  try {
+    const text = new TextDecoder('utf-8', { fatal: !texty }).decode(await blob.arrayBuffer());
+    return texty || !text.includes('\u0000') ? text : null;
+  } catch {
+    return null;
+  }
 }
 
 /* ------------------------------------------------------------- composer -- */
@@ -1452,6 +1828,8 @@ async function reload(c, signal) {
   if (signal.aborted || c !== chat) return;
   Object.assign(c, buildChat(snapshot));
   renderChat();
+  loadUndoState(c);
+  if (pane.open) loadFiles(c);
 }
 
 function chatGone(c) {
@@ -1509,8 +1887,14 @@ const EVENTS = {
   'tool.finished'(c, d) {
     const call = callOf(c, d.call_id);
     Object.assign(call, { status: d.ok ? 'ok' : 'failed', resultSummary: oneLine(d.summary) });
+    if (isFilesCard(d.card)) call.card = d.card;
     refreshCall(c, call);
+    renderChips(c);
     setStatus(c, 'Thinking');
+  },
+  files(c, d) { // a change set was kept: the list changed, and an undo (origin user) may concern a card here
+    if (pane.open) refreshFilesSoon(c);
+    if (d.origin === 'user') refreshUndoSoon(c);
   },
   'tool.consent'(c, d) {
     if (!d.card_id) return;
@@ -2014,6 +2398,8 @@ function init() {
   on('#send', 'click', sendComposer);
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
+  on('#files-toggle', 'click', () => (pane.open ? closeFilesPane() : openFilesPane()));
+  on('#files-close', 'click', closeFilesPane);
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape') closeDrawer(); });
   window.addEventListener('hashchange', route);
   document.addEventListener('visibilitychange', onVisibility);
