@@ -358,3 +358,151 @@ async fn undo_redo_and_a_conflict() -> anyhow::Result<()> {
     assert_eq!(later.count(".file-chip").await?, 0);
     Ok(())
 }
+
+/// A 1×1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// A one-page PDF, blank.
+const PDF: &str = "%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n3 0 obj\n<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>\nendobj\nxref\n0 4\n0000000000 65535 f \n0000000009 00000 n \n0000000058 00000 n \n0000000115 00000 n \ntrailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n186\n%%EOF\n";
+
+/// Files the person put in the workspace are listed as given; an image
+/// previews as an image from a blob URL; a PDF opens in a tab of its own;
+/// a file of no known kind only downloads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_pdfs_and_other_files() -> anyhow::Result<()> {
+    use base64::Engine;
+    if !browser::available() {
+        return Ok(());
+    }
+    let f = Files::start().await?;
+    let ws = f.workspace();
+    std::fs::write(
+        ws.join("dot.png"),
+        base64::engine::general_purpose::STANDARD.decode(PNG)?,
+    )?;
+    std::fs::write(ws.join("paper.pdf"), PDF)?;
+    std::fs::write(ws.join("data.bin"), [0u8, 159, 146, 150, 1, 2])?;
+    let b = f.open(DESKTOP).await?;
+    b.click("#files-toggle").await?;
+    b.wait_count("#files-given li.file-row", |n| n == 3, WAIT)
+        .await?;
+    assert_eq!(
+        texts(&b, "#files-given .file-open").await?,
+        ["data.bin", "dot.png", "paper.pdf"]
+    );
+
+    b.click("#files-given li[data-path='dot.png'] .file-open")
+        .await?;
+    b.wait_js(
+        "the image shown",
+        "const i = document.querySelector('#file-preview img.preview-image');
+         return i && i.complete && i.naturalWidth === 1 && i.src.startsWith('blob:');",
+        WAIT,
+    )
+    .await?;
+
+    b.click("#files-given li[data-path='data.bin'] .file-open")
+        .await?;
+    b.wait_text(
+        "#file-preview .preview-body",
+        |t| t.contains("No preview for this kind of file"),
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        b.text("#file-preview a.preview-download").await?,
+        "Download"
+    );
+
+    b.click("#files-given li[data-path='paper.pdf'] .file-open")
+        .await?;
+    b.wait_visible("#file-preview a.preview-open", WAIT).await?;
+    let before = b.client().windows().await?;
+    b.click("#file-preview a.preview-open").await?;
+    let tab = b
+        .poll("the PDF's tab", WAIT, || async {
+            let now = b.client().windows().await?;
+            Ok(now
+                .into_iter()
+                .find(|w| !before.contains(w))
+                .ok_or_else(|| "no new tab".to_string()))
+        })
+        .await?;
+    b.client().switch_to_window(tab).await?;
+    // The browser's own viewer has it (the page's CSP lets no frame show a blob URL).
+    let seen = b
+        .wait_js(
+            "the PDF's tab loaded",
+            "return document.readyState === 'complete' ? {type: document.contentType, url: location.href} : null;",
+            WAIT,
+        )
+        .await?;
+    assert_eq!(seen["type"], "application/pdf", "{seen}");
+    assert!(
+        seen["url"].as_str().is_some_and(|u| u.starts_with("blob:")),
+        "{seen}"
+    );
+    b.screenshot("pdf-tab").await?;
+    Ok(())
+}
+
+/// A move's undo touches two paths: with the old one made again by the
+/// person, Undo refuses naming it, and "Undo the rest" puts back the other
+/// and says which it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_the_rest_leaves_the_conflicting_file() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let f = Files::start().await?;
+    let (old, new) = (f.workspace().join("a.md"), f.workspace().join("b.md"));
+    let b = f.open(DESKTOP).await?;
+    f.run(
+        &b,
+        json!([
+            write("a.md", "draft\n"),
+            {"name": "move_file", "arguments": {"from": "a.md", "to": "b.md"}}
+        ]),
+    )
+    .await?;
+    b.wait_count(".file-chip", |n| n == 1, WAIT).await?;
+    assert_eq!(
+        chips(&b).await?,
+        vec![(1, "Created b.md".to_string())],
+        "made and moved in one turn: made, where it is now"
+    );
+    unfold_tools(&b).await?;
+    assert_eq!(
+        texts(&b, ".tool-call .files-change .file-line").await?,
+        ["Created a.md", "Moved b.md from a.md"]
+    );
+
+    std::fs::write(&old, "the person's new a.md\n")?;
+    let undo = ".tool-call:last-child .files-change";
+    ensure!(
+        b.text_content(&format!("{undo} .file-line")).await? == "Moved b.md from a.md",
+        "the second tool line is the move"
+    );
+    b.click(&format!("{undo} .files-undo")).await?;
+    b.wait_visible(&format!("{undo} .files-conflict"), WAIT)
+        .await?;
+    let named = texts(&b, &format!("{undo} .files-conflict li")).await?;
+    ensure!(
+        named.len() == 1 && named[0].starts_with("a.md "),
+        "the refusal names a.md: {named:?}"
+    );
+    assert!(new.exists(), "nothing was changed");
+    b.click(&format!("{undo} .files-undo-rest")).await?;
+    b.wait_text(
+        &format!("{undo} .files-state"),
+        |t| t.starts_with("Undone (change set "),
+        WAIT,
+    )
+    .await?;
+    let left = b.text(&format!("{undo} .files-skipped")).await?;
+    assert!(left.starts_with("Left as they are: a.md "), "{left:?}");
+    assert!(!new.exists(), "b.md was put back (it did not exist before)");
+    assert_eq!(std::fs::read_to_string(&old)?, "the person's new a.md\n");
+    b.screenshot("undo-the-rest").await?;
+    Ok(())
+}
