@@ -506,3 +506,54 @@ async fn undo_the_rest_leaves_the_conflicting_file() -> anyhow::Result<()> {
     b.screenshot("undo-the-rest").await?;
     Ok(())
 }
+
+/// chatd restarts under an open page with its pane open: once the stream is
+/// back, a turn sent from elsewhere shows its change card and chip, and the
+/// pane's list follows, from the events after the page's last seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pane_follows_after_a_chatd_restart() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let mut f = Files::start().await?;
+    let b = f.open(DESKTOP).await?;
+    f.run(&b, json!([write("report.md", "one\n")])).await?;
+    b.click(".file-chip .chip-open").await?;
+    b.wait_count("#files-made li.file-row", |n| n == 1, WAIT)
+        .await?;
+
+    f.chatd.sigterm(Duration::from_secs(15))?;
+    b.wait_visible("#banner-stopped", WAIT).await?;
+    f.chatd.restart().await?;
+    b.wait_hidden("#banner-stopped", LONG).await?;
+
+    f.sim
+        .faults(json!([{ "tool_calls": [write("later.md", "two\n")] }, {"tokens": 3}]))
+        .await?;
+    let sent = f.client.send(&f.chat, "one more").await?;
+    let run = tandem_tests::harness::run_id(&sent)?;
+    f.client
+        .wait_run(&f.chat, &run, &["done", "failed"], LONG)
+        .await?;
+    b.wait_count(".file-chip", |n| n == 2, WAIT).await?;
+    assert_eq!(
+        chips(&b).await?,
+        vec![
+            (1, "Created report.md".to_string()),
+            (3, "Created later.md".to_string())
+        ]
+    );
+    b.wait_count("#files-made li.file-row", |n| n == 2, WAIT)
+        .await?;
+    assert_eq!(
+        texts(&b, "#files-made .file-open").await?,
+        ["later.md", "report.md"],
+        "in the list's order, by path"
+    );
+    unfold_tools(&b).await?;
+    assert_eq!(
+        texts(&b, ".tool-call .files-change .file-line").await?,
+        ["Created report.md", "Created later.md"]
+    );
+    Ok(())
+}
