@@ -557,3 +557,68 @@ async fn the_pane_follows_after_a_chatd_restart() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// "Undo this turn" under a turn's answer puts back every file the turn
+/// changed in one go, and every tool line of the turn says so; Redo brings
+/// them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_a_whole_turn_and_redo_it() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let f = Files::start().await?;
+    let ws = f.workspace();
+    std::fs::write(ws.join("notes.md"), "the person's notes\n")?;
+    let b = f.open(DESKTOP).await?;
+    f.run(
+        &b,
+        json!([
+            write("report.md", "made\n"),
+            write("notes.md", "rewritten\n"),
+            write("work/run.log", "log\n")
+        ]),
+    )
+    .await?;
+    b.wait_count(".file-chip", |n| n == 2, WAIT).await?;
+    assert_eq!(
+        chips(&b).await?,
+        vec![
+            (1, "Created report.md".to_string()),
+            (1, "Changed notes.md".to_string())
+        ]
+    );
+    b.click(".turn-undo .turn-undo-button").await?;
+    b.wait_text(
+        ".turn-undo .files-state",
+        |t| t.starts_with("Turn undone (change set "),
+        WAIT,
+    )
+    .await?;
+    assert!(!ws.join("report.md").exists());
+    assert!(!ws.join("work/run.log").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.md"))?,
+        "the person's notes\n"
+    );
+    assert_eq!(
+        b.count(".file-chip").await?,
+        0,
+        "nothing of the turn is left"
+    );
+    unfold_tools(&b).await?;
+    let states = texts(&b, ".tool-call .files-change .files-state").await?;
+    assert!(
+        states.len() == 3 && states.iter().all(|s| s.starts_with("Undone (change set ")),
+        "every tool line of the turn says it is undone: {states:?}"
+    );
+    b.screenshot("turn-undone").await?;
+
+    b.click(".turn-undo .turn-redo").await?;
+    b.wait_count(".file-chip", |n| n == 2, WAIT).await?;
+    assert_eq!(std::fs::read_to_string(ws.join("report.md"))?, "made\n");
+    assert_eq!(std::fs::read_to_string(ws.join("notes.md"))?, "rewritten\n");
+    assert_eq!(std::fs::read_to_string(ws.join("work/run.log"))?, "log\n");
+    b.wait_count(".tool-call .files-change .files-undo", |n| n == 3, WAIT)
+        .await?;
+    Ok(())
+}

@@ -675,6 +675,7 @@ function buildChat(snapshot) {
     gonePending: new Set(), // delivered or removed: a late answer must not bring one back
     consents: new Map(),
     undo: new Map(), // change set rev → what Undo did to it on this page (see undoRow)
+    turnUndo: new Map(), // run id → what "Undo this turn" did (see turnRow)
     undoTimer: null,
     seq: Number(snapshot.seq) || 0,
     usage: null,
@@ -1362,6 +1363,7 @@ async function loadUndoState(c) {
     if (!undoers.has(set.undoes)) undoers.set(set.undoes, []);
     undoers.get(set.undoes).push(set.rev);
   }
+  const known = new Set(((answer && answer.changes) || []).map((set) => set.rev));
   const memo = new Map();
   const undoneBy = (rev) => {
     if (!memo.has(rev)) memo.set(rev, (undoers.get(rev) || []).find((u) => !undoneBy(u)) || null);
@@ -1370,23 +1372,33 @@ async function loadUndoState(c) {
   for (const rev of revs) {
     const local = c.undo.get(rev) || {};
     const by = undoneBy(rev);
+    // A turn's undo names one of its sets in the history: this page's word stands while that undo does.
+    const stands = local.state === 'undone' && local.by && known.has(local.by) && !undoneBy(local.by);
     if (local.state === 'busy' || local.busy) continue;
     if (by && local.state !== 'undone') setUndo(c, rev, { state: 'undone', by });
-    else if (!by && local.state === 'undone') setUndo(c, rev, {});
+    else if (!by && local.state === 'undone' && !stands) setUndo(c, rev, {});
+  }
+  for (const [run, turn] of [...c.turnUndo]) { // a turn's undo that was itself undone (a Redo elsewhere)
+    if (turn.state === 'undone' && turn.by && undoneBy(turn.by)) setTurnUndo(c, run, null);
   }
 }
 
 /* Chips under a turn's last answer: the deliverable files the turn left made or changed. */
 
-/** Per run: path → {op, kind}, from its calls' cards in order (an undone card counts for nothing). */
+/**
+ * Per run: `files` (path → {op, kind}, from its calls' cards in order; an undone card counts
+ * for nothing) and `revs` (every card's change set).
+ */
 function turnFiles(c) {
   const turns = new Map();
   for (const call of c.calls.values()) {
-    if (!isFilesCard(call.card) || (c.undo.get(Number(call.card.rev)) || {}).state === 'undone') continue;
+    if (!isFilesCard(call.card)) continue;
     const run = ownerRun(c, call);
     if (!run) continue;
-    if (!turns.has(run)) turns.set(run, new Map());
-    const files = turns.get(run);
+    if (!turns.has(run)) turns.set(run, { files: new Map(), revs: [] });
+    turns.get(run).revs.push(Number(call.card.rev));
+    if ((c.undo.get(Number(call.card.rev)) || {}).state === 'undone') continue;
+    const { files } = turns.get(run);
     for (const f of cardFiles(call.card)) {
       const was = files.get(f.op === 'moved' && f.from ? f.from : f.path);
       if (f.op === 'moved' && f.from) files.delete(f.from);
@@ -1405,14 +1417,75 @@ function renderChips(c) {
   for (const [id, view] of c.views) {
     const message = c.byId.get(id);
     if (!message || message.role !== 'assistant') continue;
-    const files = last.get(message.run_id) === id
-      ? [...(turns.get(message.run_id) || [])].filter(([, f]) => f.kind === 'deliverable') : [];
-    const key = JSON.stringify(files);
+    const turn = last.get(message.run_id) === id && turns.get(message.run_id);
+    const files = turn ? [...turn.files].filter(([, f]) => f.kind === 'deliverable') : [];
+    const revs = turn ? turn.revs : [];
+    const key = JSON.stringify([files, revs.map((rev) => (c.undo.get(rev) || {}).state), c.turnUndo.get(message.run_id)]);
     if (view.chipsKey === key) continue;
     view.chipsKey = key;
     if (view.chips) view.chips.remove();
-    view.chips = files.length ? el('div', { class: 'file-chips' }, ...files.map(([path, f]) => fileChip(path, f.op))) : null;
+    const chips = files.length ? el('div', { class: 'file-chips' }, ...files.map(([path, f]) => fileChip(path, f.op))) : null;
+    const row = revs.length ? turnRow(c, message.run_id, revs) : null;
+    view.chips = chips || row ? el('div', { class: 'turn-files' }, chips, row) : null;
     if (view.chips) view.node.append(view.chips);
+  }
+}
+
+/** "Undo this turn" under its last answer: every change set of the run, newest first, in one undo. */
+function turnRow(c, run, revs) {
+  const undo = c.turnUndo.get(run) || {};
+  const row = el('div', { class: 'turn-undo' });
+  if (undo.state === 'undone') {
+    row.append(el('span', { class: 'files-state', text: undo.by ? `Turn undone (change set ${undo.by})` : 'Turn undone: the files already were as before' }));
+    if (undo.by) row.append(button('turn-redo', 'Redo', () => redoTurn(c, run, undo), { disabled: undo.busy }));
+    const skipped = Array.isArray(undo.skipped) ? undo.skipped : [];
+    if (skipped.length) {
+      row.append(el('p', { class: 'files-skipped' }, 'Left as they are: ',
+        ...skipped.flatMap((x, i) => [i ? '; ' : '', el('span', { class: 'path', text: x.path }), ` ${x.reason}`])));
+    }
+  } else if (revs.some((rev) => (c.undo.get(rev) || {}).state !== 'undone')) {
+    row.append(button('turn-undo-button', 'Undo this turn', () => undoTurn(c, run, false), { disabled: undo.state === 'busy' }));
+  }
+  if (undo.state === 'conflict') {
+    row.append(el('div', { class: 'files-conflict', role: 'alert' },
+      el('p', { class: 'conflict-head', text: 'Not undone: nothing was changed, because these files changed since:' }),
+      el('ul', {}, ...undo.conflicts.map((x) => el('li', { 'data-path': x.path }, el('span', { class: 'path', text: x.path }), ` ${x.reason}`))),
+      button('turn-undo-rest', 'Undo the rest', () => undoTurn(c, run, true))));
+  }
+  if (undo.error) row.append(el('p', { class: 'inline-error', text: undo.error }));
+  return row.childNodes.length ? row : null;
+}
+
+/** Repaints every change card and the chips: a turn's undo concerns several cards. */
+function setTurnUndo(c, run, state) {
+  if (state) c.turnUndo.set(run, state); else c.turnUndo.delete(run);
+  if (c !== chat) return;
+  for (const call of c.calls.values()) if (isFilesCard(call.card)) refreshCall(c, call);
+  renderChips(c);
+}
+
+async function undoTurn(c, run, skipConflicts) {
+  setTurnUndo(c, run, { state: 'busy' });
+  try {
+    const answer = await api('POST', `/conversations/${enc(c.id)}/files/undo`, skipConflicts ? { run, skip_conflicts: true } : { run });
+    const by = (answer && answer.rev) || null;
+    const revs = Array.isArray(answer && answer.undone) ? answer.undone.map(Number) : [];
+    for (const rev of revs) c.undo.set(rev, { state: 'undone', by });
+    setTurnUndo(c, run, { state: 'undone', by, revs, skipped: (answer && answer.skipped) || [] });
+  } catch (error) {
+    if (error instanceof ApiError && error.type === 'undo_conflict') setTurnUndo(c, run, { state: 'conflict', conflicts: conflictsOf(error) });
+    else setTurnUndo(c, run, { error: failureText(error) });
+  }
+}
+
+async function redoTurn(c, run, undo) {
+  setTurnUndo(c, run, { ...undo, busy: true, error: undefined });
+  try {
+    const answer = await api('POST', `/conversations/${enc(c.id)}/files/undo`, { rev: undo.by });
+    for (const rev of undo.revs || []) c.undo.set(rev, { state: 'redone', by: (answer && answer.rev) || undo.by });
+    setTurnUndo(c, run, null);
+  } catch (error) {
+    setTurnUndo(c, run, { ...undo, busy: false, error: failureText(error) });
   }
 }
 
