@@ -620,5 +620,49 @@ async fn undo_a_whole_turn_and_redo_it() -> anyhow::Result<()> {
     assert_eq!(std::fs::read_to_string(ws.join("work/run.log"))?, "log\n");
     b.wait_count(".tool-call .files-change .files-undo", |n| n == 3, WAIT)
         .await?;
+
+    // The person edits notes.md: the turn's undo refuses naming it, and
+    // "Undo the rest" puts back the other two, leaving notes.md as it is.
+    std::fs::write(ws.join("notes.md"), "the person's edit\n")?;
+    b.click(".turn-undo .turn-undo-button").await?;
+    b.wait_visible(".turn-undo .files-conflict", WAIT).await?;
+    assert_eq!(
+        texts(&b, ".turn-undo .files-conflict li").await?,
+        ["notes.md was changed since"]
+    );
+    assert!(ws.join("report.md").exists(), "nothing was changed");
+    b.click(".turn-undo .turn-undo-rest").await?;
+    b.wait_text(
+        ".turn-undo .files-state",
+        |t| t.starts_with("Turn undone (change set "),
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        b.text(".turn-undo .files-skipped").await?,
+        "Left as they are: notes.md was changed since"
+    );
+    assert!(!ws.join("report.md").exists());
+    assert!(!ws.join("work/run.log").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.md"))?,
+        "the person's edit\n"
+    );
+    let lines = b
+        .eval(
+            "return [...document.querySelectorAll('.tool-call .files-change')].map(c =>
+                 [c.querySelector('.file-line .path').innerText, !!c.querySelector('.files-undo')]);",
+        )
+        .await?;
+    assert_eq!(
+        lines,
+        json!([
+            ["report.md", false],
+            ["notes.md", true],
+            ["work/run.log", false]
+        ]),
+        "the line whose file was left keeps its Undo"
+    );
+    b.screenshot("turn-undo-the-rest").await?;
     Ok(())
 }

@@ -1469,9 +1469,14 @@ async function undoTurn(c, run, skipConflicts) {
   try {
     const answer = await api('POST', `/conversations/${enc(c.id)}/files/undo`, skipConflicts ? { run, skip_conflicts: true } : { run });
     const by = (answer && answer.rev) || null;
-    const revs = Array.isArray(answer && answer.undone) ? answer.undone.map(Number) : [];
+    const skipped = Array.isArray(answer && answer.skipped) ? answer.skipped : [];
+    // A tool line whose every file was left as it is was not undone.
+    const left = new Set(skipped.map((x) => x.path));
+    const cards = new Map([...c.calls.values()].filter((call) => isFilesCard(call.card)).map((call) => [Number(call.card.rev), call.card]));
+    const whollyLeft = (card) => !!card && !(Number(card.files_more) > 0) && cardFiles(card).every((f) => left.has(f.path));
+    const revs = (Array.isArray(answer && answer.undone) ? answer.undone.map(Number) : []).filter((rev) => !whollyLeft(cards.get(rev)));
     for (const rev of revs) c.undo.set(rev, { state: 'undone', by });
-    setTurnUndo(c, run, { state: 'undone', by, revs, skipped: (answer && answer.skipped) || [] });
+    setTurnUndo(c, run, { state: 'undone', by, revs, skipped });
   } catch (error) {
     if (error instanceof ApiError && error.type === 'undo_conflict') setTurnUndo(c, run, { state: 'conflict', conflicts: conflictsOf(error) });
     else setTurnUndo(c, run, { error: failureText(error) });
