@@ -401,6 +401,34 @@ async fn start_status_logs_restart_stop() {
     let missing = b.tandem(&["chat", "egress", "c_nothere"]);
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
     assert!(text(&missing).contains("404"), "{}", text(&missing));
+    // The chat's files: a file put there by hand is listed as found
+    // (`outside`); undone, it is gone; a change set of no chat is refused.
+    let workspace = b.home().join(format!(".tandemllm/chat/workspaces/{chat}"));
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.md"), "by hand\n").unwrap();
+    let files = b.tandem(&["chat", "files", &chat]);
+    assert!(files.status.success(), "{}", text(&files));
+    assert!(
+        text(&files).contains("notes.md") && text(&files).contains("outside"),
+        "{}",
+        text(&files)
+    );
+    let rev = text(&files)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rev "))
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap();
+    let nothing = b.tandem(&["chat", "files", &chat, "undo", "999999"]);
+    assert_eq!(nothing.status.code(), Some(1), "{}", text(&nothing));
+    assert!(text(&nothing).contains("not_found"), "{}", text(&nothing));
+    let undone = b.tandem(&["chat", "files", &chat, "undo", &rev]);
+    assert!(undone.status.success(), "{}", text(&undone));
+    assert!(
+        text(&undone).contains("undone; the undo is change set"),
+        "{}",
+        text(&undone)
+    );
+    assert!(!workspace.join("notes.md").exists());
     // No runtime: the sandbox command says why.
     let sandbox = b.tandem(&["chat", "sandbox", &chat, "start"]);
     assert_eq!(sandbox.status.code(), Some(1), "{}", text(&sandbox));
@@ -645,6 +673,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "egress"],
         &["chat", "settings"],
         &["chat", "sandbox"],
+        &["chat", "files"],
         &["sandbox"],
         &["sandbox", "build"],
         &["egress"],

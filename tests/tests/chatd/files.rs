@@ -280,3 +280,47 @@ async fn an_undo_never_overwrites_a_later_edit() -> anyhow::Result<()> {
     assert_eq!(missing.status, 404, "{missing:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_sent_is_the_person_s_set_and_shown_inline_only_when_safe() -> anyhow::Result<()> {
+    let (_sim, _chatd, client) = start().await?;
+    let chat = client.create_chat_in("auto").await?;
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({"text": "[sim tokens=2]", "attachments": [
+                {"name": "notes.txt", "text": "mine\n"},
+                {"name": "page.html", "text": "<script>alert(1)</script>"}
+            ]}),
+        )
+        .await?;
+    assert_eq!(sent.status, 202, "{sent:?}");
+    let all = sets(&client, &chat).await?;
+    assert_eq!(all[0]["origin"], "user", "{all:?}");
+    assert_eq!(
+        ops(&all[0]),
+        vec![
+            ("uploads/notes.txt".to_string(), "created".to_string()),
+            ("uploads/page.html".to_string(), "created".to_string()),
+        ]
+    );
+    let disposition = |a: &tandem_tests::harness::Answer| {
+        a.headers
+            .get("content-disposition")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let text = client
+        .get(&format!("/conversations/{chat}/files/content?path=uploads/notes.txt&inline=1"))
+        .await?;
+    assert_eq!(text.status, 200);
+    assert!(disposition(&text).starts_with("inline;"), "{text:?}");
+    // HTML is never shown in place, whatever is asked.
+    let html = client
+        .get(&format!("/conversations/{chat}/files/content?path=uploads/page.html&inline=1"))
+        .await?;
+    assert_eq!(html.status, 200);
+    assert!(disposition(&html).starts_with("attachment;"), "{html:?}");
+    Ok(())
+}

@@ -26,6 +26,9 @@ pub const MAX_FILE_BYTES: u64 = 50 * 1024 * 1024;
 #[serde(default)]
 pub struct FileParams {
     pub path: Option<String>,
+    /// `1`: shown in the browser (images, PDF, plain text, audio, video
+    /// only; never HTML or SVG), else downloaded.
+    pub inline: Option<String>,
 }
 
 pub async fn download(
@@ -64,7 +67,12 @@ pub async fn download(
         HeaderValue::from_static(content_type(&name)),
     );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-    if let Ok(value) = HeaderValue::from_str(&disposition(&name)) {
+    let shown = params.inline.as_deref() == Some("1") && inline_type(content_type(&name));
+    let mut value = disposition(&name);
+    if shown {
+        value = value.replacen("attachment", "inline", 1);
+    }
+    if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
     headers.insert(
@@ -130,6 +138,19 @@ fn read(root: &std::path::Path, path: &str) -> Result<(String, Vec<u8>), ApiErro
 
 fn too_large() -> ApiError {
     ApiError::too_large("the file", MAX_FILE_BYTES as usize)
+}
+
+/// Whether a browser may show this type in place: images, PDF, plain text,
+/// audio and video. Never HTML or SVG (a page or a script in chatd's origin);
+/// `content_type` never names them anyway.
+fn inline_type(mime: &str) -> bool {
+    mime.starts_with("image/")
+        || mime.starts_with("audio/")
+        || mime.starts_with("video/")
+        || mime == "application/pdf"
+        || mime.starts_with("text/plain")
+        || mime.starts_with("text/markdown")
+        || mime.starts_with("text/csv")
 }
 
 /// The type a file's extension says; anything unknown is plain bytes.
@@ -199,6 +220,10 @@ mod tests {
         assert_eq!(content_type("Makefile"), "application/octet-stream");
         assert_eq!(content_type(".png"), "application/octet-stream");
         assert_eq!(content_type("x.exe"), "application/octet-stream");
+        assert!(inline_type(content_type("a.png")) && inline_type(content_type("a.pdf")));
+        for name in ["a.html", "a.svg", "a.htm", "a.xhtml", "a.json", "a.zip"] {
+            assert!(!inline_type(content_type(name)), "{name}");
+        }
     }
 
     #[test]

@@ -135,6 +135,23 @@ pub async fn send(
         .map_err(|_| ApiError::internal("saving the attachments stopped"))?
         .map_err(|e| ApiError::internal(format!("the attachments could not be saved: {e}")))?;
         text.push_str(&saved.text);
+        // The files sent are the person's change set (origin `user`).
+        let paths: Vec<String> = saved
+            .records
+            .iter()
+            .filter_map(|r| r["path"].as_str().map(String::from))
+            .collect();
+        let author = crate::store::files::Author {
+            conversation_id: id.clone(),
+            run_id: None,
+            call_id: None,
+            origin: crate::words::FileOrigin::User,
+            undoes: None,
+        };
+        let place = crate::history::Place::of(&app.folders, &id);
+        app.history
+            .sync(&place, crate::history::Scope::Paths(paths), &author)
+            .await?;
         records = Some(Value::Array(saved.records));
     }
     let cid = id.clone();

@@ -52,6 +52,11 @@
 //!     chat request, p50/p90/p99, for a chat whose brief asks egressd for
 //!     its network and one whose egressd is absent, against an agent chat
 //!     with no network tool (`tests/src/requestbench.rs`).
+//! 14. files: what file history costs a tool call, in-process through
+//!     chatd's `FileHistory`: a 4 KB write with its two scans against the
+//!     write alone, a `bash` call in a workspace of 10,000 files with its two
+//!     whole-workspace scans against the call alone (p50, p99), and the blob
+//!     bytes kept per MiB changed (`files.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -74,6 +79,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 mod delegated;
+mod files;
 mod floor;
 mod hostexec;
 mod measure;
@@ -139,6 +145,7 @@ enum Figure {
     Connectors,
     Web,
     Requests,
+    Files,
 }
 
 /// How big each figure's workload is.
@@ -342,6 +349,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         requests(args.quick, &mut rows)
             .await
             .context("figure 13 (requests)")?;
+    }
+    if wants(Figure::Files) {
+        files::figure(args.quick, &mut rows)
+            .await
+            .context("figure 14 (files)")?;
     }
     let table = table(&rows);
     say(format!(

@@ -42,6 +42,8 @@ pub(crate) struct HostexecPart {
     /// never the command, chatd never a message's text.
     pub(crate) secret: String,
     pub(crate) tally: Mutex<Tally>,
+    /// What the file history's checks saw (`files.rs`).
+    pub(crate) files: Mutex<crate::files::Tally>,
 }
 
 #[derive(Default)]
@@ -79,6 +81,7 @@ pub(crate) fn hostexec_part(ctx: &Prepare) -> anyhow::Result<Arc<dyn Part>> {
         next: AtomicU64::new(0),
         secret: format!("hxtok{:016x}", rand::random::<u64>()),
         tally: Mutex::new(Tally::default()),
+        files: Mutex::new(crate::files::Tally::default()),
     }))
 }
 
@@ -430,6 +433,12 @@ impl Part for HostexecPart {
                 "hostexecd: {} processes put in the background, detached or double-forked \
                  ({} seen running mid-call); leftovers found {}",
                 t.forked, t.seen, t.leftovers
+            ));
+            let f = lock(&self.files);
+            totals.push(format!(
+                "hostexecd: files made by chatd's host calls: {} listed ({} in the call's own \
+                 change set, the rest found by a later scan after a kill), {} undone and gone",
+                f.listed, f.by_call, f.undone
             ));
             totals.push(format!(
                 "hostexecd: SIGKILLed {} times mid-call (each back; a second refused {} \

@@ -360,7 +360,11 @@ pub(crate) async fn chatd_worker(
         }
         n += 1;
         let kind = Kind::pick(&mut rng);
-        let call = Call::new(&part, kind, &mut rng);
+        let mut call = Call::new(&part, kind, &mut rng);
+        // Its first line makes a file, for the file history's checks.
+        let (line, made) = crate::files::made_line(&call.marker);
+        call.command = format!("{line}\n{}", call.command);
+        let undo = rng.random_range(0..3) == 0;
         let text = cue_text(&call.command, kind.limit(), &format!("hx{i}m{n}"));
         let sent = shared.send_text(&chat, &text).await;
         let run = match sent {
@@ -447,6 +451,9 @@ pub(crate) async fn chatd_worker(
         part.count(Via::Chatd, &how);
         call.check_left(&part, &shared, &chat, &call_id, Via::Chatd, &how)
             .await;
+        if call_id != "-" {
+            crate::files::check_made(&part, &shared, &chat, &made, undo).await;
+        }
     }
 }
 

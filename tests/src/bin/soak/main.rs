@@ -41,7 +41,9 @@
 //! 9. – 12. each part's own: no SSRF attempt reached a refused origin, no
 //!    process of a host command outlived its call, every due trigger minute
 //!    ran once, every bot message was answered once;
-//! 13. no secret (the forward key, the parts' tokens and keys) in any log.
+//! 13. no secret (the forward key, the parts' tokens and keys) in any log;
+//! 14. every file a host command made is in its chat's file list, and an
+//!     undone one is gone from the disk (`files.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -75,6 +77,7 @@ mod devices;
 mod egress;
 mod egress_load;
 mod faults;
+mod files;
 mod hostexec;
 mod hostexec_calls;
 mod parts;

@@ -31,9 +31,10 @@ pub(crate) enum Inv {
     Triggers,
     Bots,
     Secrets,
+    Files,
 }
 
-pub(crate) const INVARIANTS: [Inv; 13] = [
+pub(crate) const INVARIANTS: [Inv; 14] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -47,6 +48,7 @@ pub(crate) const INVARIANTS: [Inv; 13] = [
     Inv::Triggers,
     Inv::Bots,
     Inv::Secrets,
+    Inv::Files,
 ];
 
 impl Inv {
@@ -65,6 +67,7 @@ impl Inv {
             Inv::Triggers => "every due trigger minute ran exactly once; every run ended and has its inbox entry",
             Inv::Bots => "every bot message answered exactly once: none lost, none twice (but a kill inside connectord's documented window)",
             Inv::Secrets => "no secret in any log",
+            Inv::Files => "every file a host command made is in its chat's file list, and an undone one is gone from the disk",
         }
     }
 
@@ -72,7 +75,7 @@ impl Inv {
     pub(crate) fn part(self) -> Option<PartName> {
         match self {
             Inv::Ssrf => Some(PartName::Egressd),
-            Inv::Leftovers => Some(PartName::Hostexecd),
+            Inv::Leftovers | Inv::Files => Some(PartName::Hostexecd),
             Inv::Triggers => Some(PartName::Triggerd),
             Inv::Bots => Some(PartName::Connectord),
             _ => None,
