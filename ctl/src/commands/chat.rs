@@ -118,7 +118,7 @@ pub enum ChatCommand {
     Files {
         /// The chat id.
         chat: String,
-        /// `undo`
+        /// `undo`: put TARGET back
         #[arg(value_parser = ["undo"])]
         action: Option<String>,
         /// A change set's number, or a run id for a whole turn.

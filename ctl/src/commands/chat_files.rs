@@ -66,8 +66,14 @@ pub async fn show(chat: &str) -> anyhow::Result<ExitCode> {
         if let Some(run) = set["run_id"].as_str() {
             line.push_str(&format!("  ({run})"));
         }
-        if let Some(undoes) = set["undoes"].as_i64() {
-            line.push_str(&format!("  (undoes rev {undoes})"));
+        let undoes: Vec<String> = set["undoes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(Value::to_string)
+            .collect();
+        if !undoes.is_empty() {
+            line.push_str(&format!("  (undoes rev {})", undoes.join(", ")));
         }
         println!("{line}");
     }

@@ -200,6 +200,23 @@ async fn every_file_tool_change_is_kept_and_undone_to_the_byte() -> anyhow::Resu
     // Undo the whole turn: everything as before it (given.txt already back).
     let turn = undo(&client, &chat, json!({"run": first})).await?;
     assert_eq!(turn.status, 200, "{turn:?}");
+    // The turn's undo names every set it put back: a device that opens the
+    // chat later sees each of the turn's lines undone.
+    let after = sets(&client, &chat).await?;
+    let last = after.last().context("the turn's undo")?;
+    assert_eq!(last["origin"], "user");
+    let named: Vec<i64> = last["undoes"]
+        .as_array()
+        .context("undoes")?
+        .iter()
+        .filter_map(Value::as_i64)
+        .collect();
+    let of_turn: Vec<i64> = all
+        .iter()
+        .filter(|s| s["run_id"] == first.as_str())
+        .filter_map(|s| s["rev"].as_i64())
+        .collect();
+    assert_eq!(named, of_turn);
     let mut left: Vec<String> = walk(&ws);
     left.sort();
     assert_eq!(left, ["given.txt"]);
@@ -312,13 +329,17 @@ async fn a_file_sent_is_the_person_s_set_and_shown_inline_only_when_safe() -> an
             .to_string()
     };
     let text = client
-        .get(&format!("/conversations/{chat}/files/content?path=uploads/notes.txt&inline=1"))
+        .get(&format!(
+            "/conversations/{chat}/files/content?path=uploads/notes.txt&inline=1"
+        ))
         .await?;
     assert_eq!(text.status, 200);
     assert!(disposition(&text).starts_with("inline;"), "{text:?}");
     // HTML is never shown in place, whatever is asked.
     let html = client
-        .get(&format!("/conversations/{chat}/files/content?path=uploads/page.html&inline=1"))
+        .get(&format!(
+            "/conversations/{chat}/files/content?path=uploads/page.html&inline=1"
+        ))
         .await?;
     assert_eq!(html.status, 200);
     assert!(disposition(&html).starts_with("attachment;"), "{html:?}");

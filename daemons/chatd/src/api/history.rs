@@ -40,7 +40,7 @@ async fn catch_up(app: &App, id: &str, place: &Place) -> Result<(), ApiError> {
         run_id: None,
         call_id: None,
         origin: FileOrigin::Outside,
-        undoes: None,
+        undoes: Vec::new(),
     };
     app.history
         .sync(place, Scope::All, &author)

@@ -146,7 +146,7 @@ pub async fn send(
             run_id: None,
             call_id: None,
             origin: crate::words::FileOrigin::User,
-            undoes: None,
+            undoes: Vec::new(),
         };
         let place = crate::history::Place::of(&app.folders, &id);
         app.history

@@ -210,7 +210,7 @@ impl FileHistory {
             run_id: None,
             call_id: None,
             origin: FileOrigin::User,
-            undoes: undone.last().copied(),
+            undoes: undone.clone(),
         };
         let kept = if paths.is_empty() {
             None
@@ -236,7 +236,7 @@ mod tests {
             run_id: None,
             call_id: None,
             origin: FileOrigin::Tool,
-            undoes: None,
+            undoes: Vec::new(),
             note: None,
             created: String::new(),
             workspace: String::new(),

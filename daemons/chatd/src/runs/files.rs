@@ -45,7 +45,7 @@ impl Runs {
             run_id: None,
             call_id: None,
             origin: FileOrigin::Outside,
-            undoes: None,
+            undoes: Vec::new(),
         };
         let place = self.place(&run.conversation_id);
         if let Err(e) = self
@@ -76,7 +76,7 @@ impl Runs {
             } else {
                 FileOrigin::Tool
             },
-            undoes: None,
+            undoes: Vec::new(),
         };
         let place = self.place(&run.conversation_id);
         match self

@@ -21,8 +21,8 @@ pub struct Author {
     pub run_id: Option<String>,
     pub call_id: Option<String>,
     pub origin: FileOrigin,
-    /// The set an undo put back.
-    pub undoes: Option<i64>,
+    /// The sets an undo put back (a turn's: several).
+    pub undoes: Vec<i64>,
 }
 
 /// A scan's finding, to be kept as one change set.
@@ -70,12 +70,16 @@ pub fn record(ctx: &mut Ctx, set: &NewSet) -> Result<Option<i64>, ApiError> {
     }
     let author = set.author;
     conn.execute(
-        "INSERT INTO file_sets (conversation_id, workspace, run_id, call_id, origin, undoes, note, created, created_unix) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO file_sets (conversation_id, workspace, run_id, call_id, origin, note, created, created_unix) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![author.conversation_id, set.workspace, author.run_id, author.call_id, author.origin,
-                author.undoes, set.note, tandem_shared::time::now_rfc3339(), tandem_shared::time::now_unix()],
+                set.note, tandem_shared::time::now_rfc3339(), tandem_shared::time::now_unix()],
     )?;
     let rev = conn.last_insert_rowid();
+    for undone in &author.undoes {
+        conn.prepare_cached("INSERT OR IGNORE INTO file_undoes (rev, undone) VALUES (?1, ?2)")?
+            .execute(params![rev, undone])?;
+    }
     for c in set.changes {
         conn.prepare_cached(
             "INSERT INTO file_changes (rev, path, op, from_path, before_sha, after_sha, size) \
@@ -149,8 +153,8 @@ pub struct SetRow {
     pub run_id: Option<String>,
     pub call_id: Option<String>,
     pub origin: FileOrigin,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub undoes: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub undoes: Vec<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub created: String,
@@ -170,7 +174,7 @@ pub struct ChangeRow {
     pub size: i64,
 }
 
-const SET_COLUMNS: &str = "rev, run_id, call_id, origin, undoes, note, created, workspace";
+const SET_COLUMNS: &str = "rev, run_id, call_id, origin, note, created, workspace";
 
 fn set_row(r: &rusqlite::Row) -> rusqlite::Result<SetRow> {
     Ok(SetRow {
@@ -178,10 +182,10 @@ fn set_row(r: &rusqlite::Row) -> rusqlite::Result<SetRow> {
         run_id: r.get(1)?,
         call_id: r.get(2)?,
         origin: r.get(3)?,
-        undoes: r.get(4)?,
-        note: r.get(5)?,
-        created: r.get(6)?,
-        workspace: r.get(7)?,
+        undoes: Vec::new(),
+        note: r.get(4)?,
+        created: r.get(5)?,
+        workspace: r.get(6)?,
         changes: Vec::new(),
     })
 }
@@ -190,7 +194,12 @@ fn with_changes(conn: &Connection, mut sets: Vec<SetRow>) -> Result<Vec<SetRow>,
     let mut stmt = conn.prepare_cached(
         "SELECT path, op, from_path, before_sha, after_sha, size FROM file_changes WHERE rev = ?1 ORDER BY path",
     )?;
+    let mut undone =
+        conn.prepare_cached("SELECT undone FROM file_undoes WHERE rev = ?1 ORDER BY undone")?;
     for set in &mut sets {
+        set.undoes = undone
+            .query_map([set.rev], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
         set.changes = stmt
             .query_map([set.rev], |r| {
                 Ok(ChangeRow {

@@ -207,8 +207,6 @@ CREATE TABLE file_sets (
     call_id TEXT,
     -- user | tool | command | outside
     origin TEXT NOT NULL,
-    -- the change set an undo put back
-    undoes INTEGER,
     -- what the scan could not look at (a bound reached), NULL when complete
     note TEXT,
     created TEXT NOT NULL,
@@ -216,6 +214,12 @@ CREATE TABLE file_sets (
 );
 CREATE INDEX file_sets_conversation ON file_sets(conversation_id, rev);
 CREATE INDEX file_sets_run ON file_sets(run_id);
+-- The sets an undo put back (a turn's undo puts back several).
+CREATE TABLE file_undoes (
+    rev INTEGER NOT NULL REFERENCES file_sets(rev) ON DELETE CASCADE,
+    undone INTEGER NOT NULL,
+    PRIMARY KEY (rev, undone)
+) WITHOUT ROWID;
 CREATE TABLE file_changes (
     rev INTEGER NOT NULL REFERENCES file_sets(rev) ON DELETE CASCADE,
     path TEXT NOT NULL,

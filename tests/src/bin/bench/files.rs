@@ -32,7 +32,7 @@ fn author(chat: &str, origin: FileOrigin) -> Author {
         run_id: None,
         call_id: None,
         origin,
-        undoes: None,
+        undoes: Vec::new(),
     }
 }
 
@@ -98,13 +98,17 @@ pub(crate) async fn figure(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<(
         let path = format!("notes/n{}.md", i % 20);
         let body = random_text(4096);
         let began = Instant::now();
-        workspace.write_file(&path, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
+        workspace
+            .write_file(&path, &body)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         plain.push(began.elapsed().as_micros() as i64);
         let body = random_text(4096);
         let scope = Scope::Paths(vec![path.clone()]);
         let began = Instant::now();
         sync(scope.clone(), &outside).await?;
-        workspace.write_file(&path, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
+        workspace
+            .write_file(&path, &body)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         sync(scope, &tool).await?;
         kept.push(began.elapsed().as_micros() as i64);
     }
@@ -118,11 +122,14 @@ pub(crate) async fn figure(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<(
         ms(k99)
     ));
     rows.push(
-        row("14. a 4 KB write kept, p50 / p99", format!("{} / {}", ms(k50), ms(k99)))
-            .baseline(
-                format!("the write alone {} / {}", ms(p50), ms(p99)),
-                format!("+{} per call (p50)", ms(k50 - p50)),
-            ),
+        row(
+            "14. a 4 KB write kept, p50 / p99",
+            format!("{} / {}", ms(k50), ms(k99)),
+        )
+        .baseline(
+            format!("the write alone {} / {}", ms(p50), ms(p99)),
+            format!("+{} per call (p50)", ms(k50 - p50)),
+        ),
     );
 
     // A bash call in a workspace of 10,000 files.
@@ -190,7 +197,9 @@ pub(crate) async fn figure(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<(
         changed += body.len() as u64;
         let scope = Scope::Paths(vec![path.clone()]);
         sync(scope.clone(), &outside).await?;
-        workspace.write_file(&path, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
+        workspace
+            .write_file(&path, &body)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         sync(scope, &tool).await?;
     }
     let kept_bytes = du(&dir.path().join("blobs")) - blobs_before;
@@ -205,7 +214,10 @@ pub(crate) async fn figure(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<(
             "14. disk kept per MiB changed",
             format!("{:.0} KiB", per_mib / 1024.0),
         )
-        .baseline("1,024 KiB (one whole copy)", format!("{:.2}×", per_mib / (1024.0 * 1024.0))),
+        .baseline(
+            "1,024 KiB (one whole copy)",
+            format!("{:.2}×", per_mib / (1024.0 * 1024.0)),
+        ),
     );
     store.close().await;
     Ok(())

@@ -59,14 +59,22 @@ pub(crate) async fn check_made(
     undo: bool,
 ) {
     // chatd may be down (its killer): the list and the history are asked again, bounded.
-    let listed = wait_until("the file in its chat's list", Duration::from_secs(60), || async {
-        let (status, body) = shared
-            .call(reqwest::Method::GET, &format!("/conversations/{chat}/files"), None)
-            .await
-            .ok()?;
-        let files = body["files"].as_array()?;
-        (status == 200 && files.iter().any(|f| f["path"] == name)).then_some(())
-    })
+    let listed = wait_until(
+        "the file in its chat's list",
+        Duration::from_secs(60),
+        || async {
+            let (status, body) = shared
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/conversations/{chat}/files"),
+                    None,
+                )
+                .await
+                .ok()?;
+            let files = body["files"].as_array()?;
+            (status == 200 && files.iter().any(|f| f["path"] == name)).then_some(())
+        },
+    )
     .await;
     if listed.is_err() {
         // A call killed before its first line ran made nothing.
@@ -74,7 +82,9 @@ pub(crate) async fn check_made(
         if let Ok((200, _)) = shared.call(reqwest::Method::GET, &content, None).await {
             shared.violate(
                 Inv::Files,
-                format!("chat {chat}: {name}, made by a host command, is not in the chat's file list"),
+                format!(
+                    "chat {chat}: {name}, made by a host command, is not in the chat's file list"
+                ),
             );
         }
         return;
@@ -107,12 +117,17 @@ pub(crate) async fn check_made(
         Ok((status, body)) => {
             shared.violate(
                 Inv::Files,
-                format!("chat {chat}: the undo of change set {rev} ({name}) answered {status}: {body}"),
+                format!(
+                    "chat {chat}: the undo of change set {rev} ({name}) answered {status}: {body}"
+                ),
             );
             return;
         }
         Err(err) => {
-            shared.violate(Inv::Files, format!("chat {chat}: the undo of {rev}: {err:#}"));
+            shared.violate(
+                Inv::Files,
+                format!("chat {chat}: the undo of {rev}: {err:#}"),
+            );
             return;
         }
     }
@@ -122,7 +137,9 @@ pub(crate) async fn check_made(
         Ok((404, _)) => lock(&part.files).undone += 1,
         Ok((status, _)) => shared.violate(
             Inv::Files,
-            format!("chat {chat}: after the undo of change set {rev}, {name} is still there ({status})"),
+            format!(
+                "chat {chat}: after the undo of change set {rev}, {name} is still there ({status})"
+            ),
         ),
         // chatd killed right then: not the file history's fault.
         Err(_) => {}

@@ -1359,9 +1359,10 @@ async function loadUndoState(c) {
   if (c !== chat) return;
   const undoers = new Map();
   for (const set of (answer && answer.changes) || []) {
-    if (set.undoes == null) continue;
-    if (!undoers.has(set.undoes)) undoers.set(set.undoes, []);
-    undoers.get(set.undoes).push(set.rev);
+    for (const undone of set.undoes || []) { // a turn's undo names every set it put back
+      if (!undoers.has(undone)) undoers.set(undone, []);
+      undoers.get(undone).push(set.rev);
+    }
   }
   const known = new Set(((answer && answer.changes) || []).map((set) => set.rev));
   const memo = new Map();
@@ -1372,7 +1373,7 @@ async function loadUndoState(c) {
   for (const rev of revs) {
     const local = c.undo.get(rev) || {};
     const by = undoneBy(rev);
-    // A turn's undo names one of its sets in the history: this page's word stands while that undo does.
+    // This page's word stands while the undo it saw stands.
     const stands = local.state === 'undone' && local.by && known.has(local.by) && !undoneBy(local.by);
     if (local.state === 'busy' || local.busy) continue;
     if (by && local.state !== 'undone') setUndo(c, rev, { state: 'undone', by });
