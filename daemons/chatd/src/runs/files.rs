@@ -59,14 +59,21 @@ impl Runs {
     }
 
     /// Keeps the call's change set; `None` when it changed nothing (or the
-    /// scan failed: the call's result stands without its card).
+    /// scan failed: the call's result stands without its card). A file tool
+    /// that failed changed nothing (its writes are all or nothing): what the
+    /// scan finds then is someone else's, kept as `outside`.
     pub(super) async fn files_after(
         &self,
         run: &Run,
         call_id: &str,
         name: &str,
+        ok: bool,
         scope: &Scope,
     ) -> Option<Kept> {
+        if !ok && name != "bash" {
+            self.files_before(run, scope).await;
+            return None;
+        }
         let author = Author {
             conversation_id: run.conversation_id.clone(),
             run_id: Some(run.id.clone()),

@@ -687,7 +687,8 @@ impl Runs {
             bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
         let mut card = None;
         if let Some(scope) = files {
-            if let Some(kept) = self.files_after(run, &call.id, &call.name, scope).await {
+            let found = self.files_after(run, &call.id, &call.name, output.ok, scope);
+            if let Some(kept) = found.await {
                 output.text.push('\n');
                 output.text.push_str(&kept.line());
                 card = Some(kept.card());
