@@ -293,6 +293,19 @@ pub fn tool_results(snapshot: &Value) -> Vec<String> {
 }
 
 /// The `bash` call the engine simulator is to make (a `/sim/faults` entry).
+/// The sha-256 of a file's bytes in hex, as chatd names a kept version;
+/// `None` when there is no file.
+pub fn sha256_of(path: &std::path::Path) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).ok()?;
+    Some(
+        Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
 pub fn bash_call(command: &str) -> Value {
     json!({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
 }

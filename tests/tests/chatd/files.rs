@@ -8,23 +8,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use tandem_tests::harness::{run_id, Chatd, Client, Sim};
+use tandem_tests::harness::{run_id, sha256_of, Chatd, Client, Sim};
 
 const QUICK: Duration = Duration::from_secs(20);
 
 fn call(name: &str, arguments: Value) -> Value {
     json!({"tool_calls": [{"name": name, "arguments": arguments}]})
-}
-
-fn sha(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
-    Some(
-        Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
 }
 
 async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
@@ -96,7 +85,7 @@ async fn every_file_tool_change_is_kept_and_undone_to_the_byte() -> anyhow::Resu
     let ws = chatd.data_dir().join("workspaces").join(&chat);
     std::fs::create_dir_all(&ws)?;
     std::fs::write(ws.join("given.txt"), "the person's notes\n")?;
-    let given = sha(&ws.join("given.txt"));
+    let given = sha256_of(&ws.join("given.txt"));
     sim.faults(json!([
         call("write_file", json!({"path": "a.md", "content": "one\n"})),
         call("edit_file", json!({"path": "a.md", "old_string": "one", "new_string": "two"})),
@@ -183,7 +172,7 @@ async fn every_file_tool_change_is_kept_and_undone_to_the_byte() -> anyhow::Resu
     let rev = |i: usize| all[i]["rev"].as_i64().unwrap_or(0);
     let back = undo(&client, &chat, json!({"rev": rev(5)})).await?;
     assert_eq!(back.status, 200, "{back:?}");
-    assert_eq!(sha(&ws.join("given.txt")), given);
+    assert_eq!(sha256_of(&ws.join("given.txt")), given);
     // Undo the move, then undo that undo.
     let moved_back = undo(&client, &chat, json!({"rev": rev(2)})).await?;
     assert_eq!(moved_back.status, 200, "{moved_back:?}");
@@ -220,7 +209,7 @@ async fn every_file_tool_change_is_kept_and_undone_to_the_byte() -> anyhow::Resu
     let mut left: Vec<String> = walk(&ws);
     left.sort();
     assert_eq!(left, ["given.txt"]);
-    assert_eq!(sha(&ws.join("given.txt")), given);
+    assert_eq!(sha256_of(&ws.join("given.txt")), given);
     Ok(())
 }
 

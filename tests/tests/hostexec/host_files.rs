@@ -3,24 +3,11 @@
 //! undone to the byte; a command that makes 30,000 files stops the scan at
 //! its bound and says so, in its result and its set alike.
 
-use std::path::Path;
-
 use anyhow::Context;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use tandem_tests::harness::bash_call;
+use tandem_tests::harness::{bash_call, sha256_of};
 
 use crate::host::{finished, run_of, start};
-
-fn sha(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
-    Some(
-        Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
-}
 
 fn ops(set: &Value) -> Vec<(String, String)> {
     set["changes"]
@@ -52,7 +39,7 @@ async fn a_command_s_changes_are_one_set_and_undone_to_the_byte() -> anyhow::Res
     }
     let before: Vec<Option<String>> = ["keep.txt", "old.txt", "mv.txt"]
         .iter()
-        .map(|n| sha(&ws.join(n)))
+        .map(|n| sha256_of(&ws.join(n)))
         .collect();
     s.sim
         .faults(json!([
@@ -100,7 +87,7 @@ async fn a_command_s_changes_are_one_set_and_undone_to_the_byte() -> anyhow::Res
     assert_eq!(undone.status, 200, "{undone:?}");
     let after: Vec<Option<String>> = ["keep.txt", "old.txt", "mv.txt"]
         .iter()
-        .map(|n| sha(&ws.join(n)))
+        .map(|n| sha256_of(&ws.join(n)))
         .collect();
     assert_eq!(after, before);
     assert!(!ws.join("new.txt").exists());

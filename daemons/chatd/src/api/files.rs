@@ -36,21 +36,7 @@ pub async fn download(
     Path(id): Path<String>,
     params: Result<Query<FileParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    // A query serde refuses (`path` twice) answers in the CONTRACT's shape too.
-    let Query(params) = params.map_err(|e| ApiError::bad_input("path", e.body_text()))?;
-    let path = params.path.unwrap_or_default();
-    if path.is_empty() {
-        return Err(ApiError::bad_input(
-            "path",
-            "is empty; give a path inside the chat's workspace, like notes/a.md",
-        ));
-    }
-    if path.starts_with('/') {
-        return Err(ApiError::bad_input(
-            "path",
-            format!("`{path}` is absolute; give a path relative to the chat's workspace"),
-        ));
-    }
+    let (path, params) = path_param(params)?;
     let cid = id.clone();
     app.store
         .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
@@ -80,6 +66,38 @@ pub async fn download(
         HeaderValue::from_static("nosniff"),
     );
     Ok(response)
+}
+
+/// The longest `path` a route takes.
+const PATH_MAX: usize = 4096;
+
+/// The `path` of a files route's query: given, relative, at most 4,096
+/// bytes; the query's other parameters beside it.
+pub fn path_param(
+    params: Result<Query<FileParams>, QueryRejection>,
+) -> Result<(String, FileParams), ApiError> {
+    // A query serde refuses (`path` twice) answers in the CONTRACT's shape too.
+    let Query(mut params) = params.map_err(|e| ApiError::bad_input("path", e.body_text()))?;
+    let path = params.path.take().unwrap_or_default();
+    if path.is_empty() {
+        return Err(ApiError::bad_input(
+            "path",
+            "is empty; give a path inside the chat's workspace, like notes/a.md",
+        ));
+    }
+    if path.len() > PATH_MAX {
+        return Err(ApiError::bad_input(
+            "path",
+            format!("is {} bytes; at most {PATH_MAX}", path.len()),
+        ));
+    }
+    if path.starts_with('/') {
+        return Err(ApiError::bad_input(
+            "path",
+            format!("`{path}` is absolute; give a path relative to the chat's workspace"),
+        ));
+    }
+    Ok((path, params))
 }
 
 /// The file's name and bytes, checked the way the tools check a path.

@@ -134,14 +134,7 @@ pub async fn history(
     Path(id): Path<String>,
     params: Result<Query<FileParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(|e| ApiError::bad_input("path", e.body_text()))?;
-    let path = params.path.unwrap_or_default();
-    if path.is_empty() || path.len() > 4096 {
-        return Err(ApiError::bad_input(
-            "path",
-            "give a path inside the chat's workspace (1 to 4,096 bytes), like notes/a.md",
-        ));
-    }
+    let (path, _) = super::files::path_param(params)?;
     let place = live_chat(&app, &id).await?;
     catch_up(&app, &id, &place).await?;
     let sets = app
