@@ -429,6 +429,38 @@ async fn start_status_logs_restart_stop() {
         text(&undone)
     );
     assert!(!workspace.join("notes.md").exists());
+    // The trash: a file deleted, listed, restored, then deleted for good
+    // (with notes.md, which the undo above deleted).
+    std::fs::write(workspace.join("draft.md"), "a draft\n").unwrap();
+    let deleted = b.tandem(&["chat", "files", &chat, "delete", "draft.md"]);
+    assert!(deleted.status.success(), "{}", text(&deleted));
+    assert!(
+        text(&deleted).contains("draft.md: moved to the trash"),
+        "{}",
+        text(&deleted)
+    );
+    let trash = b.tandem(&["chat", "files", &chat, "trash"]);
+    assert!(
+        text(&trash).contains("2 file(s) in the trash") && text(&trash).contains("draft.md"),
+        "{}",
+        text(&trash)
+    );
+    let restored = b.tandem(&["chat", "files", &chat, "restore", "draft.md"]);
+    assert!(restored.status.success(), "{}", text(&restored));
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("draft.md")).unwrap(),
+        "a draft\n"
+    );
+    let deleted = b.tandem(&["chat", "files", &chat, "delete", "draft.md"]);
+    assert!(deleted.status.success(), "{}", text(&deleted));
+    let purged = b.tandem(&["chat", "files", &chat, "purge"]);
+    assert!(
+        text(&purged).contains("deleted for good: 2 file(s), 16 bytes freed"),
+        "{}",
+        text(&purged)
+    );
+    let gone = b.tandem(&["chat", "files", &chat, "restore", "draft.md"]);
+    assert_eq!(gone.status.code(), Some(1), "{}", text(&gone));
     // No runtime: the sandbox command says why.
     let sandbox = b.tandem(&["chat", "sandbox", &chat, "start"]);
     assert_eq!(sandbox.status.code(), Some(1), "{}", text(&sandbox));

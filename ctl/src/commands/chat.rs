@@ -99,10 +99,10 @@ pub enum ChatCommand {
         #[arg(long, value_name = "FILE")]
         system_prompt_file: Option<std::path::PathBuf>,
     },
-    /// List a chat's files and its change sets, or undo one.
+    /// List a chat's files and its change sets, undo one, or use its trash.
     ///
     /// Every change a chat makes to its files (a file tool, a command, an
-    /// upload, an undo) is kept as a numbered change set. Without `undo`,
+    /// upload, an undo) is kept as a numbered change set. Without an action,
     /// prints the files the chat was given, made or changed, then its newest
     /// change sets. `undo REV` puts one change set back; `undo r_…` a whole
     /// turn (a run). An undo never overwrites a file changed since: it
@@ -110,18 +110,26 @@ pub enum ChatCommand {
     /// (then the other files are put back). An undo is itself a change set,
     /// so undoing it redoes the change.
     ///
+    /// `delete PATH` moves a file to the chat's trash, `trash` lists it
+    /// (deleted files are kept 30 days, `[chatd] file_trash_days`),
+    /// `restore PATH` puts one back, `purge [PATH]` deletes it (or the whole
+    /// trash) for good and prints the bytes freed.
+    ///
     /// Examples:
     ///
     ///   tandem chat files c_0123abcd
     ///
     ///   tandem chat files c_0123abcd undo 42
+    ///
+    ///   tandem chat files c_0123abcd restore notes/plan.md
     Files {
         /// The chat id.
         chat: String,
-        /// `undo`: put TARGET back
-        #[arg(value_parser = ["undo"])]
+        /// undo, delete, trash, restore or purge.
+        #[arg(value_parser = ["undo", "delete", "trash", "restore", "purge"])]
         action: Option<String>,
-        /// A change set's number, or a run id for a whole turn.
+        /// undo: a change set's number, or a run id for a whole turn;
+        /// delete, restore, purge: a file's path.
         target: Option<String>,
         /// Put back what does not conflict, and list what was left.
         #[arg(long)]
@@ -302,14 +310,21 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             action,
             target,
             skip_conflicts,
-        } => match (action, target) {
-            (None, None) => crate::commands::chat_files::show(&chat).await,
-            (Some(_), Some(target)) => {
-                crate::commands::chat_files::undo(&chat, &target, skip_conflicts).await
+        } => {
+            use crate::commands::chat_files as files;
+            match (action.as_deref(), target) {
+                (None, None) => files::show(&chat).await,
+                (Some("undo"), Some(target)) => files::undo(&chat, &target, skip_conflicts).await,
+                (Some("trash"), None) => files::trash(&chat).await,
+                (Some("purge"), path) => files::purge(&chat, path.as_deref()).await,
+                (Some(verb @ ("delete" | "restore")), Some(path)) => {
+                    files::delete_or_restore(&chat, verb, &path).await
+                }
+                (Some(verb), Some(_)) => anyhow::bail!("`{verb}` takes no path"),
+                (Some(verb), None) => anyhow::bail!("{verb} what? give a change set or a path"),
+                (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }
-            (Some(_), None) => anyhow::bail!("undo what? give a change set's number or a run id"),
-            (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
-        },
+        }
         ChatCommand::Attach { id } => {
             let client = Client::new()?;
             let snapshot = client

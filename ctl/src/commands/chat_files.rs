@@ -121,3 +121,104 @@ pub async fn undo(chat: &str, target: &str, skip_conflicts: bool) -> anyhow::Res
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Prints the chat's trash.
+pub async fn trash(chat: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    let answer = client
+        .call(
+            reqwest::Method::GET,
+            &format!("/conversations/{chat}/files/trash"),
+            None,
+        )
+        .await?;
+    let files = answer["files"].as_array().cloned().unwrap_or_default();
+    println!(
+        "{chat}: {} file(s) in the trash (kept {} days; restore one: tandem chat files {chat} restore PATH)",
+        files.len(),
+        answer["days"]
+    );
+    for f in &files {
+        println!(
+            "  {:<40} {:>10} B  deleted {} by {}",
+            text(&f["path"]),
+            f["size"],
+            text(&f["deleted"]),
+            text(&f["origin"])
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Moves a file to the trash, or puts one back.
+pub async fn delete_or_restore(chat: &str, verb: &str, path: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    let (method, route, body) = if verb == "delete" {
+        (reqwest::Method::DELETE, "/files", None)
+    } else {
+        (
+            reqwest::Method::POST,
+            "/files/trash/restore",
+            Some(json!({"path": path})),
+        )
+    };
+    let query: &[(&str, &str)] = if verb == "delete" {
+        &[("path", path)]
+    } else {
+        &[]
+    };
+    let (status, answer) = client
+        .send(
+            method,
+            &format!("/conversations/{chat}{route}"),
+            query,
+            body,
+        )
+        .await?;
+    if !status.is_success() {
+        eprintln!(
+            "tandem: {}",
+            crate::client::refusal(status.as_u16(), &answer)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    let done = if verb == "delete" {
+        "moved to the trash"
+    } else {
+        "restored"
+    };
+    match answer["rev"].as_i64() {
+        Some(rev) => println!("{path}: {done} (change set {rev})"),
+        None => println!("{path}: {done}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes a file of the trash (or the whole trash) for good.
+pub async fn purge(chat: &str, path: Option<&str>) -> anyhow::Result<ExitCode> {
+    let body = match path {
+        Some(path) => json!({"paths": [path]}),
+        None => json!({}),
+    };
+    let client = Client::new()?;
+    let (status, answer) = client
+        .send(
+            reqwest::Method::POST,
+            &format!("/conversations/{chat}/files/trash/purge"),
+            &[],
+            Some(body),
+        )
+        .await?;
+    if !status.is_success() {
+        eprintln!(
+            "tandem: {}",
+            crate::client::refusal(status.as_u16(), &answer)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!(
+        "deleted for good: {} file(s), {} bytes freed",
+        answer["files"], answer["bytes"]
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -61,6 +61,8 @@ pub struct ChatdConfig {
     pub context_window: u64,
     /// Days a deleted chat stays in the trash.
     pub trash_days: u64,
+    /// Days a deleted file's bytes stay in its chat's file trash.
+    pub file_trash_days: u64,
     /// Days `text.delta` events are kept (messages keep their text).
     pub delta_days: u64,
     /// Daily database copies kept in backups/.
@@ -245,6 +247,7 @@ impl Default for ChatdConfig {
             default_model: String::new(),
             context_window: 32768,
             trash_days: 7,
+            file_trash_days: 30,
             delta_days: 7,
             backups_kept: 7,
             shutdown_grace_s: 5,

@@ -1,5 +1,6 @@
 //! Hourly housekeeping: a daily `VACUUM INTO backups/` copy (7 kept), chats
-//! in the trash past their days removed, old `text.delta` events dropped
+//! in the trash past their days removed, deleted files past their days in
+//! the file trash removed for good, old `text.delta` events dropped
 //! (messages keep their text), inbox entries past their 90 days dropped
 //! (an insert drops them too, but the inbox may go quiet for months).
 
@@ -42,6 +43,18 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         .await?;
     for id in &purged {
         app.remove_folders(id).await;
+    }
+    // Deleted files past their days in the file trash go for good.
+    let file_cutoff = now_unix() - (app.config.file_trash_days * 86_400) as i64;
+    let chats = app
+        .store
+        .read(move |conn| crate::store::files::chats_with_old_deletions(conn, file_cutoff))
+        .await?;
+    for chat in chats {
+        let place = crate::history::Place::of(&app.folders, &chat);
+        app.history
+            .purge(&place, &chat, None, Some(file_cutoff))
+            .await?;
     }
     let delta_cutoff = now_unix() - (app.config.delta_days * 86_400) as i64;
     let dropped = app

@@ -334,3 +334,94 @@ async fn a_file_sent_is_the_person_s_set_and_shown_inline_only_when_safe() -> an
     assert!(disposition(&html).starts_with("attachment;"), "{html:?}");
     Ok(())
 }
+
+/// Bytes under a folder, recursively.
+fn du(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => du(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trash_keeps_a_deleted_file_until_it_is_deleted_for_good() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start().await?;
+    let chat = client.create_chat_in("auto").await?;
+    let ws = chatd.data_dir().join("workspaces").join(&chat);
+    let blobs = chatd.data_dir().join("blobs");
+    let big: String = (0..300_000)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    sim.faults(json!([
+        call("write_file", json!({"path": "big.txt", "content": big})),
+        call("write_file", json!({"path": "keep.txt", "content": "stays\n"})),
+        {"tokens": 2},
+    ]))
+    .await?;
+    run(&client, &chat, "write").await?;
+    let made = sha256_of(&ws.join("big.txt"));
+    let files = |q: &str| format!("/conversations/{chat}/files{q}");
+
+    // The person deletes it: gone from the folder, listed in the trash.
+    let deleted = client
+        .call(reqwest::Method::DELETE, &files("?path=big.txt"), None)
+        .await?;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    assert!(!ws.join("big.txt").exists());
+    let trash = client.get(&files("/trash")).await?;
+    assert_eq!(trash.body["files"][0]["path"], "big.txt", "{trash:?}");
+    assert_eq!(trash.body["files"][0]["size"], 300_000);
+    assert_eq!(trash.body["files"][0]["origin"], "user");
+    assert_eq!(trash.body["days"], 30);
+
+    // Restored: the same bytes, and the trash is empty again.
+    let restored = client
+        .post(&files("/trash/restore"), json!({"path": "big.txt"}))
+        .await?;
+    assert_eq!(restored.status, 200, "{restored:?}");
+    assert_eq!(sha256_of(&ws.join("big.txt")), made);
+    let again = client
+        .post(&files("/trash/restore"), json!({"path": "big.txt"}))
+        .await?;
+    assert_eq!(again.status, 404, "{again:?}");
+
+    // Deleted again and then for good: the kept bytes leave the disk;
+    // keep.txt's stay.
+    let deleted = client
+        .call(reqwest::Method::DELETE, &files("?path=big.txt"), None)
+        .await?;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    let before = du(&blobs);
+    let purged = client.post(&files("/trash/purge"), json!({})).await?;
+    assert_eq!(purged.status, 200, "{purged:?}");
+    assert_eq!(purged.body["files"], 1, "{purged:?}");
+    let freed = purged.body["bytes"].as_u64().unwrap_or(0);
+    assert_eq!(freed, 300_000, "{purged:?}");
+    assert_eq!(before - du(&blobs), freed);
+    let trash = client.get(&files("/trash")).await?;
+    assert_eq!(trash.body["files"].as_array().map(Vec::len), Some(0));
+    assert_eq!(std::fs::read_to_string(ws.join("keep.txt"))?, "stays\n");
+
+    // Bad input names the field and changes nothing.
+    let none = client
+        .post(&files("/trash/purge"), json!({"paths": []}))
+        .await?;
+    assert_eq!(none.status, 400, "{none:?}");
+    assert_eq!(none.body["error"]["field"], "paths");
+    let nameless = client
+        .call(reqwest::Method::DELETE, &files(""), None)
+        .await?;
+    assert_eq!(nameless.status, 400, "{nameless:?}");
+    assert_eq!(nameless.body["error"]["field"], "path");
+    let missing = client
+        .call(reqwest::Method::DELETE, &files("?path=nothere.txt"), None)
+        .await?;
+    assert_eq!(missing.status, 404, "{missing:?}");
+    Ok(())
+}

@@ -1,8 +1,10 @@
 //! The chat's files and their history (docs/files.md):
 //! `GET …/files` (the files the chat was given, made or changed),
 //! `GET …/files/changes` (its change sets, newest first),
-//! `GET …/files/history?path=` (one path's sets) and
-//! `POST …/files/undo {rev | run, skip_conflicts}`.
+//! `GET …/files/history?path=` (one path's sets),
+//! `POST …/files/undo {rev | run, skip_conflicts}`, and the trash:
+//! `DELETE …/files?path=`, `GET …/files/trash`, `POST …/files/trash/restore
+//! {path}`, `POST …/files/trash/purge {paths?}`.
 
 use std::sync::Arc;
 
@@ -193,4 +195,84 @@ pub async fn undo(
         answer["card"] = kept.card();
     }
     Ok(axum::Json(answer).into_response())
+}
+
+/// `DELETE …/files?path=`: the person deletes a file; it goes to the trash.
+pub async fn delete(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    params: Result<Query<FileParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (path, _) = super::files::path_param(params)?;
+    let place = live_chat(&app, &id).await?;
+    let kept = app.history.delete(&place, &id, &path).await?;
+    Ok(axum::Json(json!({
+        "rev": kept.as_ref().map(|k| k.rev),
+        "card": kept.as_ref().map(|k| k.card()),
+    }))
+    .into_response())
+}
+
+/// `GET …/files/trash`: the chat's deleted files whose bytes are kept, newest first.
+pub async fn trash(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let place = live_chat(&app, &id).await?;
+    catch_up(&app, &id, &place).await?;
+    let files = app.history.trash(&id).await?;
+    Ok(axum::Json(json!({"files": files, "days": app.config.file_trash_days})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreBody {
+    path: String,
+}
+
+/// `POST …/files/trash/restore {path}`: back where it was (409 `restore_conflict` when taken).
+pub async fn restore(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<RestoreBody>,
+) -> Result<Response, ApiError> {
+    if body.path.is_empty() || body.path.len() > 4096 {
+        return Err(ApiError::bad_input(
+            "path",
+            "must be 1 to 4,096 bytes: a path the trash lists",
+        ));
+    }
+    let place = live_chat(&app, &id).await?;
+    catch_up(&app, &id, &place).await?;
+    let kept = app.history.restore(&place, &id, &body.path).await?;
+    Ok(axum::Json(json!({
+        "rev": kept.as_ref().map(|k| k.rev),
+        "card": kept.as_ref().map(|k| k.card()),
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct PurgeBody {
+    paths: Option<Vec<String>>,
+}
+
+/// `POST …/files/trash/purge {paths?}`: delete for good (the whole trash without `paths`).
+pub async fn purge(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<PurgeBody>,
+) -> Result<Response, ApiError> {
+    if let Some(paths) = &body.paths {
+        if paths.is_empty() || paths.len() > 1000 {
+            return Err(ApiError::bad_input(
+                "paths",
+                "must list 1 to 1,000 paths of the trash (or be left out: all of it)",
+            ));
+        }
+    }
+    let place = live_chat(&app, &id).await?;
+    let purged = app.history.purge(&place, &id, body.paths, None).await?;
+    Ok(axum::Json(json!(purged)).into_response())
 }

@@ -55,7 +55,19 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/conversations/{id}/restore", post(conversations::restore))
         .route("/conversations/{id}/export", get(conversations::export))
         .route("/conversations/{id}/fork", post(fork::fork))
-        .route("/conversations/{id}/files", get(history::list_or_download))
+        .route(
+            "/conversations/{id}/files",
+            get(history::list_or_download).delete(history::delete),
+        )
+        .route("/conversations/{id}/files/trash", get(history::trash))
+        .route(
+            "/conversations/{id}/files/trash/restore",
+            post(history::restore),
+        )
+        .route(
+            "/conversations/{id}/files/trash/purge",
+            post(history::purge),
+        )
         .route("/conversations/{id}/files/content", get(files::download))
         .route("/conversations/{id}/files/changes", get(history::changes))
         .route("/conversations/{id}/files/history", get(history::history))

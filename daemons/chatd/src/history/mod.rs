@@ -11,6 +11,7 @@
 
 pub mod blobs;
 pub mod scan;
+mod trash;
 mod undo;
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use crate::workspace::Workspace;
 use blobs::Blobs;
 pub use scan::Scope;
 use scan::{Change, Limits};
+pub use trash::Purged;
 pub use undo::{UndoTarget, Undone};
 
 /// Paths a tool line's card lists at most.

@@ -336,3 +336,125 @@ pub struct Touched {
     /// What the newest set did to it.
     pub op: FileOp,
 }
+
+/// A file deleted and not made again: its last change is a deletion whose
+/// bytes are kept.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrashRow {
+    pub path: String,
+    /// The deletion's set.
+    pub rev: i64,
+    pub size: i64,
+    pub deleted: String,
+    #[serde(skip)]
+    pub deleted_unix: i64,
+    /// Who deleted it: `tool`, `command`, `user`, `outside`.
+    pub origin: FileOrigin,
+    /// The run that deleted it.
+    pub turn: Option<String>,
+    #[serde(skip)]
+    pub sha: String,
+}
+
+/// A chat's trash: every path whose newest change is a deletion, newest first.
+pub fn trash(conn: &Connection, conversation_id: &str) -> Result<Vec<TrashRow>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.path, c.rev, c.size, s.created, s.created_unix, s.origin, s.run_id, c.before_sha \
+         FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE s.conversation_id = ?1 AND c.op = 'deleted' AND c.before_sha IS NOT NULL \
+         AND c.rev = (SELECT MAX(c2.rev) FROM file_changes c2 JOIN file_sets s2 ON s2.rev = c2.rev \
+                      WHERE s2.workspace = s.workspace AND (c2.path = c.path OR c2.from_path = c.path)) \
+         ORDER BY c.rev DESC",
+    )?;
+    let rows = stmt
+        .query_map([conversation_id], |r| {
+            Ok(TrashRow {
+                path: r.get(0)?,
+                rev: r.get(1)?,
+                size: r.get(2)?,
+                deleted: r.get(3)?,
+                deleted_unix: r.get(4)?,
+                origin: r.get(5)?,
+                turn: r.get(6)?,
+                sha: r.get(7)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// The chats with a deletion older than `cutoff_unix` (housekeeping's trash purge).
+pub fn chats_with_old_deletions(
+    conn: &Connection,
+    cutoff_unix: i64,
+) -> Result<Vec<String>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT s.conversation_id FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE c.op = 'deleted' AND s.created_unix < ?1",
+    )?;
+    let rows = stmt
+        .query_map([cutoff_unix], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// Of `shas`, those still needed: named by a change of any other path than
+/// `paths` of `workspace` (another workspace's too), or by a manifest.
+pub fn shas_in_use(
+    conn: &Connection,
+    shas: &[String],
+    workspace: &str,
+    paths: &[String],
+) -> Result<std::collections::HashSet<String>, ApiError> {
+    let mut used = std::collections::HashSet::new();
+    let mut by_change = conn.prepare_cached(
+        "SELECT s.workspace, c.path, c.from_path FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE c.before_sha = ?1 OR c.after_sha = ?1",
+    )?;
+    let mut by_manifest =
+        conn.prepare_cached("SELECT 1 FROM workspace_files WHERE sha = ?1 LIMIT 1")?;
+    let ours = |ws: &str, path: &str| ws == workspace && paths.iter().any(|p| p == path);
+    for sha in shas {
+        let others = by_change
+            .query_map([sha], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+            .into_iter()
+            .any(|(ws, path, from)| !ours(&ws, &path) || from.is_some_and(|f| !ours(&ws, &f)));
+        if others || by_manifest.exists([sha])? {
+            used.insert(sha.clone());
+        }
+    }
+    Ok(used)
+}
+
+/// Every version a chat's history kept of `paths`.
+pub fn shas_of_paths(
+    conn: &Connection,
+    conversation_id: &str,
+    paths: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.before_sha, c.after_sha FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+         WHERE s.conversation_id = ?1 AND (c.path = ?2 OR c.from_path = ?2)",
+    )?;
+    let mut out = std::collections::BTreeSet::new();
+    for path in paths {
+        for pair in stmt.query_map(params![conversation_id, path], |r| {
+            Ok((
+                r.get::<_, Option<String>>(0)?,
+                r.get::<_, Option<String>>(1)?,
+            ))
+        })? {
+            let (before, after) = pair?;
+            out.extend(before);
+            out.extend(after);
+        }
+    }
+    Ok(out.into_iter().collect())
+}
