@@ -664,5 +664,21 @@ async fn undo_a_whole_turn_and_redo_it() -> anyhow::Result<()> {
         "the line whose file was left keeps its Undo"
     );
     b.screenshot("turn-undo-the-rest").await?;
+
+    // A page opened later reads the same from the chat's history: the
+    // turn's undo names every set of the turn, notes.md's among them, but
+    // put back nothing of that one.
+    let later = f.open(DESKTOP).await?;
+    unfold_tools(&later).await?;
+    later
+        .wait_count(".tool-call .files-change .files-state", |n| n == 2, WAIT)
+        .await?;
+    let seen = later
+        .eval(
+            "return [...document.querySelectorAll('.tool-call .files-change')].map(c =>
+                 [c.querySelector('.file-line .path').innerText, !!c.querySelector('.files-undo')]);",
+        )
+        .await?;
+    assert_eq!(seen, lines, "a page opened later shows the same lines");
     Ok(())
 }

@@ -1358,8 +1358,15 @@ async function loadUndoState(c) {
   }
   if (c !== chat) return;
   const undoers = new Map();
-  for (const set of (answer && answer.changes) || []) {
-    for (const undone of set.undoes || []) { // a turn's undo names every set it put back
+  const sets = (answer && answer.changes) || [];
+  const pathsOf = (set) => new Set((Array.isArray(set.changes) ? set.changes : []).flatMap((x) => [x.path, x.from]).filter(Boolean));
+  const touched = new Map(sets.map((set) => [set.rev, pathsOf(set)]));
+  for (const set of sets) {
+    const mine = touched.get(set.rev);
+    for (const undone of set.undoes || []) { // a turn's undo names every set of the turn…
+      // …a set whose every file Undo the rest left as it was among them: that one was not undone.
+      const theirs = touched.get(undone);
+      if (theirs && theirs.size && ![...theirs].some((p) => mine.has(p))) continue;
       if (!undoers.has(undone)) undoers.set(undone, []);
       undoers.get(undone).push(set.rev);
     }
