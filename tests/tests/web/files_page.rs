@@ -13,21 +13,21 @@ use tandem_tests::browser::{self, Browser, Chromedriver, DESKTOP, PHONE, WAIT};
 use tandem_tests::harness::{Chatd, Client, Sim};
 
 /// A run's end on a loaded 2-vCPU machine.
-const LONG: Duration = Duration::from_secs(45);
+pub(crate) const LONG: Duration = Duration::from_secs(45);
 
 /// One test's processes, chromedriver first so it goes first on drop.
-struct Files {
+pub(crate) struct Files {
     driver: Chromedriver,
-    chatd: Chatd,
+    pub(crate) chatd: Chatd,
     sim: Sim,
-    client: Client,
-    chat: String,
+    pub(crate) client: Client,
+    pub(crate) chat: String,
 }
 
 impl Files {
     /// chatd with a front (no admin token: the page is live at once), the
     /// engine simulator, and one chat in `auto` mode, its workspace made.
-    async fn start() -> anyhow::Result<Files> {
+    pub(crate) async fn start() -> anyhow::Result<Files> {
         let sim = Sim::start(&["--tokens-per-second", "0"])?;
         let chatd = Chatd::start_with_front(&sim.url(), &[], None).await?;
         let client = chatd.client();
@@ -44,12 +44,12 @@ impl Files {
         Ok(files)
     }
 
-    fn workspace(&self) -> PathBuf {
+    pub(crate) fn workspace(&self) -> PathBuf {
         self.chatd.data_dir().join("workspaces").join(&self.chat)
     }
 
     /// A new browser on the chat, live.
-    async fn open(&self, viewport: browser::Viewport) -> anyhow::Result<Browser> {
+    pub(crate) async fn open(&self, viewport: browser::Viewport) -> anyhow::Result<Browser> {
         let b = Browser::open(&self.driver, viewport).await?;
         b.goto(&format!("{}/#/c/{}", self.chatd.front_url(), self.chat))
             .await?;
@@ -61,7 +61,7 @@ impl Files {
     /// Cues `calls` (one answer calling them all, then a short answer),
     /// sends from the page's composer and waits until the page shows the
     /// run's end: a second answer, and Ready.
-    async fn run(&self, b: &Browser, calls: Value) -> anyhow::Result<()> {
+    pub(crate) async fn run(&self, b: &Browser, calls: Value) -> anyhow::Result<()> {
         self.sim
             .faults(json!([{ "tool_calls": calls }, {"tokens": 3}]))
             .await?;
@@ -81,12 +81,12 @@ impl Files {
     }
 }
 
-fn write(path: &str, content: &str) -> Value {
+pub(crate) fn write(path: &str, content: &str) -> Value {
     json!({"name": "write_file", "arguments": {"path": path, "content": content}})
 }
 
 /// The shown texts of every element matching `css`, trimmed.
-async fn texts(b: &Browser, css: &str) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn texts(b: &Browser, css: &str) -> anyhow::Result<Vec<String>> {
     let v = b
         .eval_with(
             "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim());",

@@ -31,7 +31,9 @@
  *             event with seq <= the last applied one is skipped.
  *   files     a tool line's change card (its files, Undo, the refusal, Redo),
  *             chips under a turn's last answer for the files it made, and the
- *             files pane (the list, a preview from a blob URL, Download).
+ *             files pane (the list, a preview from a blob URL, Download,
+ *             Delete; the trash with Restore and Delete for good, each
+ *             asked in place).
  *   markdown  md.render(text) → DOM nodes. The model's text is never HTML:
  *             raw tags stay text, links are http(s)/mailto only. Linear time:
  *             no backtracking pattern, closers found in one pass.
@@ -1511,7 +1513,18 @@ function fileChip(path, op) {
 
 /* The files pane: the chat's files, one previewed. */
 
-const pane = { open: false, items: null, ticket: 0, soon: null, path: null, url: null, previewTicket: 0 };
+const pane = {
+  open: false, items: null, ticket: 0, soon: null, path: null, url: null, previewTicket: 0,
+  // A question asked in place before a delete: {what: delete | purge | empty, path}; one at a time.
+  ask: null,
+  askFresh: false,
+  // What an action on a row answered, by path: {error} or {conflict} (a restore refused).
+  notes: new Map(),
+  busy: new Set(), // paths (and '*' for Empty trash) whose action is under way
+  trash: null, // {files, days} as GET …/files/trash answered
+  trashTicket: 0,
+  freed: '', // what the last Delete for good freed, until the next action
+};
 
 function openFilesPane(path = null) {
   if (!chat) return;
@@ -1541,6 +1554,7 @@ function clearFilesPane() {
     $('ul.files', $(id)).replaceChildren();
   }
   $('#files-status').textContent = '';
+  clearTrash();
   clearPreview();
 }
 
@@ -1562,6 +1576,7 @@ function refreshFilesSoon(c) {
 }
 
 async function loadFiles(c) {
+  loadTrash(c);
   const ticket = ++pane.ticket;
   if (!pane.items) $('#files-status').textContent = 'Loading…';
   let answer;
@@ -1588,14 +1603,208 @@ function renderFiles() {
     $('ul.files', group).replaceChildren(...files.map(fileRow));
   }
   $('summary', $('#files-working')).textContent = `Working files (${working.length})`;
-  $('#files-status').textContent = items.length ? '' : 'No files yet: what this chat is given, makes or changes is listed here.';
+  const trashed = pane.trash && pane.trash.files.length;
+  $('#files-status').textContent = items.length ? ''
+    : trashed ? 'No files here now: what was deleted is in the trash below.'
+      : 'No files yet: what this chat is given, makes or changes is listed here.';
   markPreviewed();
 }
 
 function fileRow(f) {
+  const asked = pane.ask && pane.ask.what === 'delete' && pane.ask.path === f.path;
+  const note = pane.notes.get(f.path);
   return el('li', { class: 'file-row', 'data-path': f.path, 'data-kind': f.kind },
     button('file-open', f.path, () => previewFile(chat, f.path), { title: `Preview ${f.path}` }),
-    el('span', { class: 'file-meta', text: formatBytes(f.size) }));
+    el('span', { class: 'file-meta', text: formatBytes(f.size) }),
+    button('file-delete', 'Delete', () => askFiles({ what: 'delete', path: f.path }),
+      { 'aria-label': `Delete ${f.path}`, disabled: pane.busy.has(f.path) || asked }),
+    asked ? askBox(`Move ${f.path} to the trash?`, '', 'Move to trash', () => deleteFile(chat, f.path)) : null,
+    note && note.error ? el('p', { class: 'inline-error', text: note.error }) : null);
+}
+
+/* The trash: deleted files whose bytes are kept, Restore and Delete for good. */
+
+const ORIGIN_BY = { user: 'by you', tool: 'by the model', command: 'by a command', outside: 'outside tandem' };
+
+/** When, shortly: "just now", "5 min ago", "3 h ago", else the date. */
+function whenText(iso) {
+  const at = Date.parse(iso);
+  if (!Number.isFinite(at)) return '';
+  const s = (Date.now() - at) / 1000;
+  if (s < 60) return 'just now';
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return new Date(at).toLocaleDateString();
+}
+
+function clearTrash() {
+  pane.trashTicket += 1;
+  Object.assign(pane, { trash: null, ask: null, freed: '' });
+  pane.notes.clear();
+  pane.busy.clear();
+  const box = $('#files-trash');
+  box.hidden = true;
+  box.open = false;
+  $('ul.files', box).replaceChildren();
+  $('.trash-foot', box).replaceChildren();
+  $('.trash-freed', box).textContent = '';
+}
+
+async function loadTrash(c) {
+  const ticket = ++pane.trashTicket;
+  let answer;
+  try {
+    answer = await api('GET', `/conversations/${enc(c.id)}/files/trash`);
+  } catch {
+    return; // the list above says what is wrong; the trash keeps what it showed
+  }
+  if (ticket !== pane.trashTicket || c !== chat || !pane.open) return;
+  const files = Array.isArray(answer && answer.files) ? answer.files.filter((f) => f && typeof f.path === 'string') : [];
+  pane.trash = { files, days: Number(answer && answer.days) || 0 };
+  const listed = new Set(files.map((f) => f.path));
+  const live = new Set((pane.items || []).map((f) => f.path));
+  // A question or a note about a row that is gone goes with it.
+  if (pane.ask && pane.ask.what !== 'delete' && pane.ask.path && !listed.has(pane.ask.path)) pane.ask = null;
+  if (pane.ask && pane.ask.what === 'empty' && !files.length) pane.ask = null;
+  for (const path of [...pane.notes.keys()]) if (!listed.has(path) && !live.has(path)) pane.notes.delete(path);
+  paintPane();
+}
+
+/** "Trash (N)": folded, shown while it holds a file or has something to say. */
+function renderTrash() {
+  const box = $('#files-trash');
+  const { files, days } = pane.trash || { files: [], days: 0 };
+  box.hidden = !files.length && !pane.freed;
+  $('summary', box).textContent = `Trash (${files.length})`;
+  $('ul.files', box).replaceChildren(...files.map(trashRow));
+  $('.trash-freed', box).textContent = pane.freed;
+  const asked = pane.ask && pane.ask.what === 'empty';
+  $('.trash-foot', box).replaceChildren(...(files.length ? [
+    days ? el('p', { class: 'muted trash-days', text: `Deleted files are kept ${days} days, then deleted for good.` }) : null,
+    button('trash-empty', 'Empty trash', () => askFiles({ what: 'empty' }), { disabled: pane.busy.has('*') || asked }),
+    asked ? askBox(`Delete ${files.length === 1 ? 'the 1 file' : `all ${files.length} files`} in the trash for good?`,
+      'This cannot be undone.', 'Empty trash', () => purgeTrash(chat, null)) : null,
+  ].filter(Boolean) : []));
+}
+
+function trashRow(f) {
+  const asked = pane.ask && pane.ask.what === 'purge' && pane.ask.path === f.path;
+  const note = pane.notes.get(f.path) || {};
+  const busy = pane.busy.has(f.path) || pane.busy.has('*');
+  const meta = [formatBytes(f.size), whenText(f.deleted), ORIGIN_BY[f.origin] || ''].filter(Boolean).join(' · ');
+  return el('li', { class: 'trash-row', 'data-path': f.path },
+    el('div', { class: 'trash-line' },
+      el('span', { class: 'path', text: f.path }),
+      el('span', { class: 'file-meta', text: meta, title: String(f.deleted || '') })),
+    el('div', { class: 'trash-buttons' },
+      button('trash-restore', 'Restore', () => restoreFile(chat, f.path), { 'aria-label': `Restore ${f.path}`, disabled: busy }),
+      button('trash-purge', 'Delete for good', () => askFiles({ what: 'purge', path: f.path }),
+        { 'aria-label': `Delete ${f.path} for good`, disabled: busy || asked })),
+    asked ? askBox(`Delete ${f.path} for good?`, 'This cannot be undone.', 'Delete for good', () => purgeTrash(chat, [f.path])) : null,
+    note.conflict ? el('div', { class: 'files-conflict', role: 'alert' },
+      el('p', {}, 'Not restored: ', el('span', { class: 'path', text: note.conflict }),
+        ' is there again. Move or delete it first; nothing was changed.')) : null,
+    note.error ? el('p', { class: 'inline-error', text: note.error }) : null);
+}
+
+/** A question asked in place (the page has no dialogs): the action, or Cancel. */
+function askBox(question, warning, yes, onYes) {
+  const box = el('div', { class: 'files-ask', role: 'group', 'aria-label': question },
+    el('p', { class: 'ask-text' }, question, warning ? el('span', { class: 'ask-warning', text: ` ${warning}` }) : null),
+    el('div', { class: 'ask-buttons' },
+      button('ask-yes danger', yes, onYes),
+      button('ask-no', 'Cancel', () => askFiles(null))));
+  if (pane.askFresh) { // focus moves to a question once, when asked: a repaint must not take it from the composer
+    pane.askFresh = false;
+    requestAnimationFrame(() => { const b = $('.ask-yes', box); if (b && b.isConnected) b.focus(); });
+  }
+  return box;
+}
+
+function paintPane() {
+  if (pane.items) renderFiles();
+  renderTrash();
+}
+
+function askFiles(ask) {
+  pane.ask = ask;
+  pane.askFresh = !!ask;
+  pane.freed = '';
+  if (ask && ask.path) pane.notes.delete(ask.path);
+  paintPane();
+}
+
+/** Marks `key` busy (or not) and repaints. */
+function setBusy(key, on) {
+  if (on) pane.busy.add(key); else pane.busy.delete(key);
+  paintPane();
+}
+
+/** Reads the list and the trash again now (the `files` event comes too; this does not wait for it). */
+function reloadPane(c) {
+  if (pane.open && c === chat) loadFiles(c);
+}
+
+async function deleteFile(c, path) {
+  if (!c) return;
+  pane.ask = null;
+  pane.notes.delete(path);
+  setBusy(path, true);
+  try {
+    await api('DELETE', `/conversations/${enc(c.id)}/files?path=${enc(path)}`);
+    if (pane.path === path) clearPreview();
+  } catch (error) {
+    pane.notes.set(path, { error: error instanceof ApiError && error.status === 404 ? `${path} is not there any more.` : failureText(error) });
+  } finally {
+    setBusy(path, false);
+    reloadPane(c);
+  }
+}
+
+async function restoreFile(c, path) {
+  if (!c) return;
+  pane.ask = null;
+  pane.freed = '';
+  pane.notes.delete(path);
+  setBusy(path, true);
+  try {
+    await api('POST', `/conversations/${enc(c.id)}/files/trash/restore`, { path });
+  } catch (error) {
+    if (error instanceof ApiError && error.type === 'restore_conflict') {
+      pane.notes.set(path, { conflict: (error.detail && typeof error.detail.path === 'string' && error.detail.path) || path });
+    } else if (error instanceof ApiError && error.status === 404) {
+      pane.notes.set(path, { error: `${path} is not in the trash any more.` });
+    } else {
+      pane.notes.set(path, { error: failureText(error) });
+    }
+  } finally {
+    setBusy(path, false);
+    reloadPane(c);
+  }
+}
+
+/** Delete for good: `paths`, or the whole trash (null). Says what it freed. */
+async function purgeTrash(c, paths) {
+  if (!c) return;
+  const key = paths ? paths[0] : '*';
+  pane.ask = null;
+  pane.freed = '';
+  if (paths) pane.notes.delete(key);
+  setBusy(key, true);
+  try {
+    const answer = await api('POST', `/conversations/${enc(c.id)}/files/trash/purge`, paths ? { paths } : {});
+    const files = Number(answer && answer.files) || 0;
+    const bytes = Number(answer && answer.bytes) || 0;
+    const what = paths && files === 1 ? paths[0] : `${files} ${files === 1 ? 'file' : 'files'}`;
+    pane.freed = bytes > 0 ? `Deleted ${what} for good. Freed ${formatBytes(bytes)}.`
+      : `Deleted ${what} for good. Nothing was freed: other files still use the same bytes.`;
+  } catch (error) {
+    if (paths) pane.notes.set(key, { error: failureText(error) });
+    else pane.freed = failureText(error);
+  } finally {
+    setBusy(key, false);
+    reloadPane(c);
+  }
 }
 
 function markPreviewed() {
