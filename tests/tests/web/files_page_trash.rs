@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use serde_json::json;
-use tandem_tests::browser::{Browser, DESKTOP, WAIT};
+use tandem_tests::browser::{Browser, DESKTOP, PHONE, WAIT};
 use tandem_tests::harness::sha256_of;
 
 use crate::files_page::{texts, write, Files};
@@ -156,6 +156,26 @@ async fn delete_to_the_trash_and_restore() -> anyhow::Result<()> {
         "the person's\n"
     );
     b.screenshot("restore-refused").await?;
+
+    // A phone: the pane is the whole screen and the trash fits its width.
+    let phone = f.open(PHONE).await?;
+    phone.click("#files-toggle").await?;
+    wait_trash(&phone, 1).await?;
+    phone.click("#files-trash summary").await?;
+    phone
+        .wait_visible(
+            "#files-trash li[data-path='report.md'] .trash-restore",
+            WAIT,
+        )
+        .await?;
+    let width = phone
+        .eval("return document.documentElement.scrollWidth")
+        .await?;
+    assert!(
+        width.as_u64().is_some_and(|w| w <= 390),
+        "the trash scrolls sideways at 390 px: scrollWidth {width}"
+    );
+    phone.screenshot("phone-trash").await?;
     Ok(())
 }
 
