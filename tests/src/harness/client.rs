@@ -306,6 +306,20 @@ pub fn sha256_of(path: &std::path::Path) -> Option<String> {
     )
 }
 
+/// Bytes of the files under a folder, recursively (the blobs a purge frees).
+pub fn du(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => du(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 pub fn bash_call(command: &str) -> Value {
     json!({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
 }

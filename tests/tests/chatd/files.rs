@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{run_id, sha256_of, Chatd, Client, Sim};
+use tandem_tests::harness::{du, run_id, sha256_of, Chatd, Client, Sim};
 
 const QUICK: Duration = Duration::from_secs(20);
 
@@ -277,6 +277,13 @@ async fn an_undo_never_overwrites_a_later_edit() -> anyhow::Result<()> {
     assert_eq!(partly.body["skipped"][0]["path"], "c.txt");
     assert!(!ws.join("d.txt").exists());
     assert_eq!(std::fs::read_to_string(ws.join("c.txt"))?, "my own edit\n");
+    // It names as undone only d.txt's set: c.txt's was left as it is.
+    let now = sets(&client, &chat).await?;
+    let d_set = now
+        .iter()
+        .find(|s| s["origin"] == "tool" && ops(s)[0].0 == "d.txt")
+        .and_then(|s| s["rev"].as_i64());
+    assert_eq!(now.last().context("the undo")?["undoes"], json!([d_set]));
 
     // Bad input names the field and changes nothing.
     let both = undo(&client, &chat, json!({"rev": 1, "run": turn})).await?;
@@ -333,20 +340,6 @@ async fn a_file_sent_is_the_person_s_set_and_shown_inline_only_when_safe() -> an
     assert_eq!(html.status, 200);
     assert!(disposition(&html).starts_with("attachment;"), "{html:?}");
     Ok(())
-}
-
-/// Bytes under a folder, recursively.
-fn du(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => du(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,27 +5,11 @@
 //! good and Empty trash say what they freed, and the blob folder shrinks by
 //! that much. Disk is checked as well as the screen; every wait is bounded.
 
-use std::path::Path;
-
 use serde_json::json;
 use tandem_tests::browser::{Browser, DESKTOP, PHONE, WAIT};
-use tandem_tests::harness::sha256_of;
+use tandem_tests::harness::{du, sha256_of};
 
 use crate::files_page::{texts, write, Files};
-
-/// Bytes of the files under a folder, recursively.
-fn du(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => du(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
 
 /// The page's way of writing a size (formatBytes in app.js).
 fn shown_size(n: u64) -> String {

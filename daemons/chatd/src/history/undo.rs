@@ -122,7 +122,6 @@ impl FileHistory {
                 UndoTarget::Run(run) => stored::sets_of_run(conn, &cid, &run),
             })
             .await?;
-        let undone: Vec<i64> = sets.iter().map(|s| s.rev).collect();
         let steps = plan(&sets);
         let (root, blobs) = (place.root.clone(), self.blobs.clone());
         let checked = tokio::task::spawn_blocking(move || {
@@ -186,6 +185,18 @@ impl FileHistory {
             )
             .with("conflicts", json!(conflicts)));
         }
+        // A set is undone when a path of it was put back (or already was):
+        // one whose every path was skipped stays as it is.
+        let skipped = |path: &str| conflicts.iter().any(|c| c.path == path);
+        let undone: Vec<i64> = sets
+            .iter()
+            .filter(|set| {
+                set.changes
+                    .iter()
+                    .any(|c| !skipped(&c.path) || c.from.as_deref().is_some_and(|f| !skipped(f)))
+            })
+            .map(|s| s.rev)
+            .collect();
         let blobs = self.blobs.clone();
         let paths: Vec<String> = todo.iter().map(|(p, _)| p.clone()).collect();
         tokio::task::spawn_blocking(move || {

@@ -12,19 +12,7 @@ use chatd::workspace::Workspace;
 
 use super::measure::{ms, quantile};
 use super::*;
-
-/// Bytes under a folder, recursively.
-fn du(dir: &std::path::Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        match entry.metadata() {
-            Ok(m) if m.is_dir() => total += du(&entry.path()),
-            Ok(m) => total += m.len(),
-            Err(_) => {}
-        }
-    }
-    total
-}
+use tandem_tests::harness::du;
 
 fn author(chat: &str, origin: FileOrigin) -> Author {
     Author {
