@@ -418,3 +418,37 @@ async fn the_trash_keeps_a_deleted_file_until_it_is_deleted_for_good() -> anyhow
     assert_eq!(missing.status, 404, "{missing:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_outside_work_gets_one_nudge_a_turn_never_a_refusal() -> anyhow::Result<()> {
+    let (sim, chatd, client) = start().await?;
+    let chat = client.create_chat_in("auto").await?;
+    let ws = chatd.data_dir().join("workspaces").join(&chat);
+    let turn = |n: u32| {
+        json!([
+            call("write_file", json!({"path": "work/ok.py", "content": format!("print({n})\n")})),
+            call("write_file", json!({"path": "helper.py", "content": format!("print({n})\n")})),
+            call("write_file", json!({"path": "run.sh", "content": format!("echo {n}\n")})),
+            {"tokens": 2},
+        ])
+    };
+    sim.faults(turn(1)).await?;
+    run(&client, &chat, "first").await?;
+    sim.faults(turn(2)).await?;
+    run(&client, &chat, "second").await?;
+    let results = tandem_tests::harness::tool_results(&client.snapshot(&chat).await?);
+    let nudged: Vec<bool> = results.iter().map(|r| r.contains("[work/: ")).collect();
+    // Once a turn, at the first helper outside work/; the writes all ran.
+    assert_eq!(
+        nudged,
+        [false, true, false, false, true, false],
+        "{results:?}"
+    );
+    assert!(
+        results[1].contains("`helper.py` looks like a script"),
+        "{}",
+        results[1]
+    );
+    assert!(ws.join("helper.py").exists() && ws.join("run.sh").exists());
+    Ok(())
+}

@@ -115,6 +115,24 @@ impl Kept {
     }
 }
 
+/// The start of the line that tells the model, once a turn, where helpers go.
+pub const NUDGE: &str = "[work/: ";
+
+/// The nudge for a set that left a helper (a script, a log) outside `work/`:
+/// never a refusal, a line in the call's result.
+pub fn nudge(kept: &Kept) -> Option<String> {
+    let stray = kept.changes.iter().find(|c| {
+        c.op != crate::words::FileOp::Deleted
+            && file_kind(&c.path) == "working"
+            && !c.path.starts_with("work/")
+    })?;
+    Some(format!(
+        "{NUDGE}`{}` looks like a script, log or draft; such files go in work/, \
+         apart from the files the person asked for]",
+        stray.path
+    ))
+}
+
 /// `working` for scripts, logs and drafts (under `work/`, or a helper's
 /// extension), `deliverable` for the rest.
 pub fn file_kind(path: &str) -> &'static str {

@@ -33,6 +33,19 @@ pub(super) fn scope_of(name: &str, arguments: &str, root: &std::path::Path) -> O
 }
 
 impl Runs {
+    /// The nudge about `work/` for this set, unless the run had it already.
+    pub(super) async fn nudge_once(&self, run: &Run, kept: &Kept) -> Option<String> {
+        let line = crate::history::nudge(kept)?;
+        let rid = run.id.clone();
+        let told = self
+            .inner
+            .store
+            .read(move |conn| crate::store::files::run_was_nudged(conn, &rid))
+            .await
+            .unwrap_or(true);
+        (!told).then_some(line)
+    }
+
     fn place(&self, conversation_id: &str) -> Place {
         Place::of(&self.inner.folders, conversation_id)
     }

@@ -691,6 +691,10 @@ impl Runs {
             if let Some(kept) = found.await {
                 output.text.push('\n');
                 output.text.push_str(&kept.line());
+                if let Some(line) = self.nudge_once(run, &kept).await {
+                    output.text.push('\n');
+                    output.text.push_str(&line);
+                }
                 card = Some(kept.card());
             }
         }

@@ -337,6 +337,16 @@ pub struct Touched {
     pub op: FileOp,
 }
 
+/// Whether a run's results already told the model where helpers go.
+pub fn run_was_nudged(conn: &Connection, run_id: &str) -> Result<bool, ApiError> {
+    let pattern = format!("%{}%", crate::history::NUDGE);
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM messages WHERE run_id = ?1 AND role = 'tool' AND text LIKE ?2 LIMIT 1",
+        )?
+        .exists(params![run_id, pattern])?)
+}
+
 /// A file deleted and not made again: its last change is a deletion whose
 /// bytes are kept.
 #[derive(Debug, Clone, Serialize)]
