@@ -356,33 +356,6 @@ pub(crate) fn parse_mark(line: &str) -> Option<(String, usize)> {
     Some((chat.to_string(), n.parse().ok()?))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn marks_name_the_chat_and_the_spelling() {
-        assert_eq!(parse_mark("ssrf c_1 7"), Some(("c_1".into(), 7)));
-        assert_eq!(
-            parse_mark("GET /ssrf/c_2/12 HTTP/1.1"),
-            Some(("c_2".into(), 12))
-        );
-        assert_eq!(parse_mark("GET / HTTP/1.1"), None);
-    }
-
-    #[test]
-    fn every_aim_is_served_or_unroutable() {
-        for s in SPELLINGS {
-            assert!(
-                s.aim == "box" || s.aim == "none" || REFUSED_ORIGINS.contains(&s.aim),
-                "{} aims at {}",
-                s.host,
-                s.aim
-            );
-        }
-    }
-}
-
 /// Rules a chat keeps from its cards: past this, the oldest go.
 pub(crate) const CARD_RULES_KEPT: usize = 8;
 
@@ -421,4 +394,31 @@ pub(crate) async fn tidy_card_rules(shared: &Shared, chat: &str) -> u64 {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_name_the_chat_and_the_spelling() {
+        assert_eq!(parse_mark("ssrf c_1 7"), Some(("c_1".into(), 7)));
+        assert_eq!(
+            parse_mark("GET /ssrf/c_2/12 HTTP/1.1"),
+            Some(("c_2".into(), 12))
+        );
+        assert_eq!(parse_mark("GET / HTTP/1.1"), None);
+    }
+
+    #[test]
+    fn every_aim_is_served_or_unroutable() {
+        for s in SPELLINGS {
+            assert!(
+                s.aim == "box" || s.aim == "none" || REFUSED_ORIGINS.contains(&s.aim),
+                "{} aims at {}",
+                s.host,
+                s.aim
+            );
+        }
+    }
 }
