@@ -371,6 +371,26 @@ impl FakeBot {
             .push_back(fault);
     }
 
+    /// Faults queued by `fail_next` for `method` and not yet played.
+    pub fn queued_faults(&self, method: &str) -> usize {
+        self.shared
+            .lock()
+            .next_faults
+            .get(method)
+            .map_or(0, VecDeque::len)
+    }
+
+    /// The status of the last answered call of `method` (0: cut), if any.
+    pub fn last_status(&self, method: &str) -> Option<u16> {
+        let inner = self.shared.lock();
+        inner
+            .calls
+            .iter()
+            .rev()
+            .find(|c| c.method == method)
+            .map(|c| c.status)
+    }
+
     /// Every call of `method` fails with `fault` until `clear_faults`.
     pub fn fail_always(&self, method: &str, fault: Fault) {
         self.shared.lock().always.insert(method.to_string(), fault);

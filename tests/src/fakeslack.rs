@@ -388,6 +388,14 @@ impl FakeSlack {
             .push_back(retry_after_secs);
     }
 
+    /// 429s queued by `rate_limit_next` for `method` and not yet played.
+    pub fn queued_rate_limits(&self, method: &str) -> usize {
+        self.inner()
+            .rate_limits
+            .get(method)
+            .map_or(0, VecDeque::len)
+    }
+
     pub fn posted(&self) -> Vec<Posted> {
         self.inner().posted.clone()
     }

@@ -52,6 +52,8 @@ struct Stats {
     slack_429: AtomicU64,
     slack_cuts: AtomicU64,
     slack_disconnects: AtomicU64,
+    /// Faults not armed: one still waiting for its call, or the last call failed.
+    faults_held: AtomicU64,
     kills: AtomicU64,
     kills_mid_answer: AtomicU64,
     standbys: AtomicU64,
@@ -519,7 +521,12 @@ impl Bots {
                 "sendChatAction",
             ][rng.random_range(0..4)];
             let slack_method = ["chat.postMessage", "chat.update"][rng.random_range(0..2)];
-            match rng.random_range(0..100) {
+            let roll = rng.random_range(0..100);
+            if !self.may_fail(roll, tg_method, slack_method) {
+                inc(&self.stats.faults_held);
+                continue;
+            }
+            match roll {
                 0..=29 => {
                     let retry_after = rng.random_range(1..=2);
                     self.bot
@@ -548,6 +555,32 @@ impl Bots {
                     shared.fault("Slack: Socket Mode disconnect");
                 }
             }
+        }
+    }
+
+    /// Whether the fault `roll` picked may be armed now: a platform fails a
+    /// call at random, it does not keep failing while nobody calls. The fakes
+    /// play a fault at the method's next call, whenever that comes, so faults
+    /// armed on a clock pile up while a reader backs off (1 s doubling to
+    /// connectord's 30 s): past a pause of a few seconds every call would meet
+    /// one, for good (the 30 min run at 302 s). So a method gets a fault only
+    /// when none waits for it and its last call did not fail: every failure is
+    /// followed by a call that goes through.
+    fn may_fail(&self, roll: u32, tg_method: &str, slack_method: &str) -> bool {
+        match roll {
+            0..=59 => {
+                self.bot.queued_faults(tg_method) == 0
+                    && self.bot.last_status(tg_method).is_none_or(|s| s == 200)
+            }
+            60..=89 => {
+                self.slack.queued_rate_limits(slack_method) == 0
+                    && self
+                        .slack
+                        .calls(slack_method)
+                        .last()
+                        .is_none_or(|c| c.status != 429)
+            }
+            _ => true,
         }
     }
 
@@ -603,12 +636,14 @@ impl Bots {
             ),
             format!(
                 "faults: Telegram {} 429s, {} cuts; Slack {} 429s, {} socket cuts, {} disconnects; \
+                 {} held (the method's last fault not yet followed by a call that went through); \
                  connectord {} SIGKILLs ({} mid-answer) at {}; {} standbys refused the data",
                 get(&s.tg_429),
                 get(&s.tg_cuts),
                 get(&s.slack_429),
                 get(&s.slack_cuts),
                 get(&s.slack_disconnects),
+                get(&s.faults_held),
                 get(&s.kills),
                 get(&s.kills_mid_answer),
                 kills

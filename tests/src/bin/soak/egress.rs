@@ -50,6 +50,7 @@ pub(crate) struct Tally {
     cards_denied: AtomicU64,
     cards_unwatched: AtomicU64,
     cards_other: AtomicU64,
+    card_rules_removed: AtomicU64,
     kills: AtomicU64,
     seconds: AtomicU64,
 }
@@ -342,6 +343,12 @@ impl Egress {
                             )
                             .await;
                         decided = Some((decision, matches!(taken, Ok((200, _)))));
+                        if decision != "once" {
+                            let removed = tidy_card_rules(&shared, &chat).await;
+                            self.tally
+                                .card_rules_removed
+                                .fetch_add(removed, Ordering::Relaxed);
+                        }
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(150)).await;
@@ -684,8 +691,8 @@ impl Part for Egress {
                     get(&t.attempts), get(&t.refused_after_restart), SPELLINGS.len()
                 ),
                 format!(
-                    "cards: {} asked and answered ({} allowed, {} denied); {} refused at once (no run watching); {} otherwise ended (expired, chatd or egressd restarting)",
-                    get(&t.cards_asked), get(&t.cards_allowed), get(&t.cards_denied), get(&t.cards_unwatched), get(&t.cards_other)
+                    "cards: {} asked and answered ({} allowed, {} denied); {} refused at once (no run watching); {} otherwise ended (expired, chatd or egressd restarting); {} card rules deleted (a chat keeps its newest {CARD_RULES_KEPT})",
+                    get(&t.cards_asked), get(&t.cards_allowed), get(&t.cards_denied), get(&t.cards_unwatched), get(&t.cards_other), get(&t.card_rules_removed)
                 ),
                 format!("egressd kills: {}", get(&t.kills)),
             ];

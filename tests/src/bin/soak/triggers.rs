@@ -10,7 +10,9 @@
 //! - The clock moves a minute a second while the load runs, each minute
 //!   waited on until triggerd has surely checked it (two checks counted on
 //!   its `/health`); then, in the drain, 20 and 39 s more (no new minute,
-//!   the files' quiet periods pass).
+//!   the files' quiet periods pass). While triggerd holds more than
+//!   `BACKLOG` runs queued the clock stands and the writer pauses, so the
+//!   runs due never outgrow what chatd serves, however long the soak.
 //! - triggerd SIGKILLed inside `Shared::kill_window` (at least once), a
 //!   moment after a minute came due, while runs are queued and running;
 //!   the clock moves 0..=3 minutes while it is dead; it comes back on the
@@ -35,6 +37,10 @@ const T0: &str = "2026-03-02T09:00:20Z";
 const MINUTE_MS: i64 = 60_000;
 /// Bound on triggerd checking a clock it was given.
 const CHECKED: Duration = Duration::from_secs(20);
+/// Runs triggerd may hold queued (beyond its `max_runs = 4` running) before
+/// the clock waits and the writer pauses: the load follows what chatd's run
+/// slots serve, so the backlog stays bounded whatever the duration.
+const BACKLOG: u64 = 8;
 
 #[derive(Default)]
 struct State {
@@ -45,6 +51,12 @@ struct State {
     minutes: u64,
     dead_minutes: u64,
     kills: u64,
+    /// triggerd's queued runs at the clock's last look.
+    queued: u64,
+    /// Seconds the clock stood because triggerd's backlog was over `BACKLOG`.
+    held_s: u64,
+    /// Writes skipped for the same reason.
+    writes_held: u64,
     /// (folder, file name) → the versions written, in order.
     writes: BTreeMap<(usize, String), Vec<String>>,
     /// Inbox keys seen in chatd.
@@ -120,6 +132,14 @@ impl TriggersPart {
             ));
         }
         Ok(td)
+    }
+}
+
+/// The runs triggerd holds queued (not yet given to chatd).
+async fn queued(td: &Triggerd) -> Option<u64> {
+    match td.call("GET", "/health", None).await {
+        Ok((200, h)) => h["queued"].as_u64(),
+        _ => None,
     }
 }
 
@@ -333,11 +353,25 @@ impl TriggersPart {
                     self.second(shared, td).await;
                 }
             } else {
-                let at = lock(&self.state).clock_ms + MINUTE_MS;
-                lock(&self.state).minutes += 1;
-                self.step(shared, td, at).await;
+                // The next minute only once triggerd's backlog is within
+                // bound: minutes come due faster than chatd's two run slots
+                // (shared with the chats and the bots) can serve them.
+                let backlog = queued(td).await.unwrap_or(0);
+                let held = {
+                    let mut st = lock(&self.state);
+                    st.queued = backlog;
+                    if backlog > BACKLOG {
+                        st.held_s += 1;
+                    }
+                    backlog > BACKLOG
+                };
+                if !held {
+                    let at = lock(&self.state).clock_ms + MINUTE_MS;
+                    lock(&self.state).minutes += 1;
+                    self.step(shared, td, at).await;
+                }
             }
-            // The pace of the clock: a minute a second.
+            // The pace of the clock: at most a minute a second.
             let _ = sleep_in(
                 &mut phase,
                 tick.saturating_duration_since(tokio::time::Instant::now()),
@@ -396,6 +430,13 @@ impl TriggersPart {
             }
             let f = rng.random_range(0..FOLDERS);
             let name = format!("note-{}.txt", rng.random_range(0..5));
+            {
+                let mut st = lock(&self.state);
+                if st.queued > BACKLOG {
+                    st.writes_held += 1;
+                    continue;
+                }
+            }
             let folder = self.workspace.join(format!("soak-{f}"));
             let tmp = folder.join(format!(".{name}.part"));
             let len = rng.random_range(1..400);
@@ -674,11 +715,14 @@ impl TriggersPart {
         Ok(vec![
             format!(
                 "triggerd: {made} triggers ({} on a schedule, {FOLDERS} on folders); the clock moved {} minutes \
-                 from {T0} to {} ({} while triggerd was dead), {checked} clock values surely checked",
+                 from {T0} to {} ({} while triggerd was dead), {checked} clock values surely checked; \
+                 it stood {} s with more than {BACKLOG} runs queued (writes skipped then: {})",
                 made - FOLDERS.min(made),
                 st.minutes,
                 rfc(last),
-                st.dead_minutes
+                st.dead_minutes,
+                st.held_s,
+                st.writes_held
             ),
             format!(
                 "triggerd: {due_minutes} due minutes, {} runs: {}; {inboxed} inbox entries found in chatd",

@@ -30,7 +30,7 @@ pub(crate) async fn progress(shared: Arc<Shared>, every: Duration) {
             .map(mib)
             .unwrap_or_else(|| "-".into());
         say(format!(
-            "  t={:6.1}s  {:?}: sent {} (+{} pending), events seen {}, devices attached {}, resets {}, chatd RSS {rss}",
+            "  t={:6.1}s  {:?}: sent {} (+{} waited as pending, so far), events seen {}, devices attached {}, resets {}, chatd RSS {rss}",
             shared.t(),
             shared.phase(),
             get(&c.sent_run),
