@@ -40,7 +40,9 @@ impl Runs {
         let told = self
             .inner
             .store
-            .read(move |conn| crate::store::files::run_was_nudged(conn, &rid))
+            .read(move |conn| {
+                crate::store::files::run_was_nudged(conn, &rid, crate::history::NUDGE)
+            })
             .await
             .unwrap_or(true);
         (!told).then_some(line)

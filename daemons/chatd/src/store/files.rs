@@ -337,9 +337,9 @@ pub struct Touched {
     pub op: FileOp,
 }
 
-/// Whether a run's results already told the model where helpers go.
-pub fn run_was_nudged(conn: &Connection, run_id: &str) -> Result<bool, ApiError> {
-    let pattern = format!("%{}%", crate::history::NUDGE);
+/// Whether a result of the run already holds `line_start` (the nudge about `work/`).
+pub fn run_was_nudged(conn: &Connection, run_id: &str, line_start: &str) -> Result<bool, ApiError> {
+    let pattern = format!("%{line_start}%");
     Ok(conn
         .prepare_cached(
             "SELECT 1 FROM messages WHERE run_id = ?1 AND role = 'tool' AND text LIKE ?2 LIMIT 1",
