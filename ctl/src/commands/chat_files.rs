@@ -90,25 +90,18 @@ pub async fn undo(chat: &str, target: &str, skip_conflicts: bool) -> anyhow::Res
     if skip_conflicts {
         body["skip_conflicts"] = json!(true);
     }
-    let client = Client::new()?;
-    let (status, answer) = client
-        .send(
-            reqwest::Method::POST,
-            &format!("/conversations/{chat}/files/undo"),
-            &[],
-            Some(body),
-        )
-        .await?;
-    if !status.is_success() {
-        eprintln!(
-            "tandem: {}",
-            crate::client::refusal(status.as_u16(), &answer)
-        );
-        if answer["error"]["type"] == "undo_conflict" {
-            eprintln!("tandem: nothing was changed; --skip-conflicts puts back the other files");
+    let route = format!("/conversations/{chat}/files/undo");
+    let answer = match send_or_refuse(reqwest::Method::POST, &route, &[], Some(body)).await? {
+        Ok(answer) => answer,
+        Err(refused) => {
+            if refused["error"]["type"] == "undo_conflict" {
+                eprintln!(
+                    "tandem: nothing was changed; --skip-conflicts puts back the other files"
+                );
+            }
+            return Ok(ExitCode::FAILURE);
         }
-        return Ok(ExitCode::FAILURE);
-    }
+    };
     match answer["rev"].as_i64() {
         Some(rev) => println!("undone; the undo is change set {rev} (undo it to redo)"),
         None => println!("nothing to undo: the files already are as they were"),
@@ -152,7 +145,6 @@ pub async fn trash(chat: &str) -> anyhow::Result<ExitCode> {
 
 /// Moves a file to the trash, or puts one back.
 pub async fn delete_or_restore(chat: &str, verb: &str, path: &str) -> anyhow::Result<ExitCode> {
-    let client = Client::new()?;
     let (method, route, body) = if verb == "delete" {
         (reqwest::Method::DELETE, "/files", None)
     } else {
@@ -167,21 +159,10 @@ pub async fn delete_or_restore(chat: &str, verb: &str, path: &str) -> anyhow::Re
     } else {
         &[]
     };
-    let (status, answer) = client
-        .send(
-            method,
-            &format!("/conversations/{chat}{route}"),
-            query,
-            body,
-        )
-        .await?;
-    if !status.is_success() {
-        eprintln!(
-            "tandem: {}",
-            crate::client::refusal(status.as_u16(), &answer)
-        );
+    let route = format!("/conversations/{chat}{route}");
+    let Ok(answer) = send_or_refuse(method, &route, query, body).await? else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     let done = if verb == "delete" {
         "moved to the trash"
     } else {
@@ -200,25 +181,32 @@ pub async fn purge(chat: &str, path: Option<&str>) -> anyhow::Result<ExitCode> {
         Some(path) => json!({"paths": [path]}),
         None => json!({}),
     };
-    let client = Client::new()?;
-    let (status, answer) = client
-        .send(
-            reqwest::Method::POST,
-            &format!("/conversations/{chat}/files/trash/purge"),
-            &[],
-            Some(body),
-        )
-        .await?;
-    if !status.is_success() {
-        eprintln!(
-            "tandem: {}",
-            crate::client::refusal(status.as_u16(), &answer)
-        );
+    let route = format!("/conversations/{chat}/files/trash/purge");
+    let Ok(answer) = send_or_refuse(reqwest::Method::POST, &route, &[], Some(body)).await? else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     println!(
         "deleted for good: {} file(s), {} bytes freed",
         answer["files"], answer["bytes"]
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sends one request; a refusal is printed (the daemon's words) and handed
+/// back as `Err` with its body, so a caller can add its own hint.
+async fn send_or_refuse(
+    method: reqwest::Method,
+    route: &str,
+    query: &[(&str, &str)],
+    body: Option<Value>,
+) -> anyhow::Result<Result<Value, Value>> {
+    let (status, answer) = Client::new()?.send(method, route, query, body).await?;
+    if status.is_success() {
+        return Ok(Ok(answer));
+    }
+    eprintln!(
+        "tandem: {}",
+        crate::client::refusal(status.as_u16(), &answer)
+    );
+    Ok(Err(answer))
 }

@@ -17,7 +17,7 @@ use tandem_shared::http::ApiError;
 
 use super::files::{content_type, FileParams};
 use super::Json;
-use crate::history::{file_kind, Place, Scope, UndoTarget};
+use crate::history::{file_kind, Kept, Place, Scope, UndoTarget};
 use crate::store::files::{self as stored, Author};
 use crate::store::queries::{self, Trashed};
 use crate::words::{FileOp, FileOrigin};
@@ -186,15 +186,16 @@ pub async fn undo(
         .history
         .undo(&place, &id, target, body.skip_conflicts)
         .await?;
-    let mut answer = json!({
-        "rev": undone.kept.as_ref().map(|k| k.rev),
-        "undone": undone.undone,
-        "skipped": undone.skipped,
-    });
-    if let Some(kept) = &undone.kept {
-        answer["card"] = kept.card();
-    }
+    let mut answer = kept_answer(undone.kept.as_ref());
+    answer["undone"] = json!(undone.undone);
+    answer["skipped"] = json!(undone.skipped);
     Ok(axum::Json(answer).into_response())
+}
+
+/// The answer of a route that wrote a change set: its `rev` and `card`
+/// (both null when nothing changed).
+fn kept_answer(kept: Option<&Kept>) -> Value {
+    json!({"rev": kept.map(|k| k.rev), "card": kept.map(|k| k.card())})
 }
 
 /// `DELETE …/files?path=`: the person deletes a file; it goes to the trash.
@@ -206,11 +207,7 @@ pub async fn delete(
     let (path, _) = super::files::path_param(params)?;
     let place = live_chat(&app, &id).await?;
     let kept = app.history.delete(&place, &id, &path).await?;
-    Ok(axum::Json(json!({
-        "rev": kept.as_ref().map(|k| k.rev),
-        "card": kept.as_ref().map(|k| k.card()),
-    }))
-    .into_response())
+    Ok(axum::Json(kept_answer(kept.as_ref())).into_response())
 }
 
 /// `GET …/files/trash`: the chat's deleted files whose bytes are kept, newest first.
@@ -245,11 +242,7 @@ pub async fn restore(
     let place = live_chat(&app, &id).await?;
     catch_up(&app, &id, &place).await?;
     let kept = app.history.restore(&place, &id, &body.path).await?;
-    Ok(axum::Json(json!({
-        "rev": kept.as_ref().map(|k| k.rev),
-        "card": kept.as_ref().map(|k| k.card()),
-    }))
-    .into_response())
+    Ok(axum::Json(kept_answer(kept.as_ref())).into_response())
 }
 
 #[derive(Deserialize, Default)]
