@@ -60,6 +60,52 @@ impl Client {
         Ok((status, body))
     }
 
+    /// A `multipart/form-data` request: `settings` as text parts first,
+    /// then each local file, read from disk as it is sent.
+    pub(crate) async fn send_form(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        settings: &[(&str, String)],
+        files: &[std::path::PathBuf],
+    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
+        let mut form = reqwest::multipart::Form::new();
+        for (name, value) in settings {
+            form = form.text(name.to_string(), value.clone());
+        }
+        for file in files {
+            let opened = tokio::fs::File::open(file)
+                .await
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let size = opened.metadata().await?.len();
+            let name = file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .with_context(|| format!("{} names no file", file.display()))?;
+            let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(opened));
+            let part = reqwest::multipart::Part::stream_with_length(body, size).file_name(name);
+            form = form.part("file", part);
+        }
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("x-forward-key", &self.key)
+            .multipart(form);
+        if !query.is_empty() {
+            request = request.query(query);
+        }
+        let response = request.send().await.with_context(|| {
+            format!(
+                "chatd does not answer at {} (is it running? `tandem up`)",
+                self.base
+            )
+        })?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        Ok((status, body))
+    }
+
     pub(crate) async fn call(
         &self,
         method: reqwest::Method,

@@ -3,6 +3,13 @@
 
 use std::collections::HashMap;
 
+/// The resident memory of a process, in KiB (`VmRSS`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// CPU time of a process to the nanosecond: the sum over its threads of
 /// `/proc/<pid>/task/<tid>/schedstat`'s first field, followed thread by
 /// thread (a thread that ends between two samples loses at most what it ran

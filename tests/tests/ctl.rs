@@ -461,6 +461,65 @@ async fn start_status_logs_restart_stop() {
     );
     let gone = b.tandem(&["chat", "files", &chat, "restore", "draft.md"]);
     assert_eq!(gone.status.code(), Some(1), "{}", text(&gone));
+    // A local file put into the chat's folder; again without --base it is
+    // kept beside the first; with the first's rev it replaces it.
+    let local = b.home().join("plan.md");
+    std::fs::write(&local, "v1\n").unwrap();
+    let local = local.to_str().unwrap();
+    let put = b.tandem(&[
+        "chat",
+        "files",
+        &chat,
+        "put",
+        local,
+        "--to",
+        "notes/plan.md",
+    ]);
+    assert!(put.status.success(), "{}", text(&put));
+    assert!(
+        text(&put).contains("notes/plan.md: 3 bytes saved (change set "),
+        "{}",
+        text(&put)
+    );
+    let first_rev = text(&put)
+        .rsplit("change set ")
+        .next()
+        .and_then(|t| t.split(')').next())
+        .unwrap()
+        .to_string();
+    let beside = b.tandem(&[
+        "chat",
+        "files",
+        &chat,
+        "put",
+        local,
+        "--to",
+        "notes/plan.md",
+    ]);
+    assert!(
+        text(&beside).contains(
+            "notes/plan.md is there already: yours is saved beside it as notes/plan (2).md"
+        ),
+        "{}",
+        text(&beside)
+    );
+    std::fs::write(b.home().join("plan.md"), "v2\n").unwrap();
+    let replaced = b.tandem(&[
+        "chat",
+        "files",
+        &chat,
+        "put",
+        local,
+        "--to",
+        "notes/plan.md",
+        "--base",
+        &first_rev,
+    ]);
+    assert!(replaced.status.success(), "{}", text(&replaced));
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes/plan.md")).unwrap(),
+        "v2\n"
+    );
     // No runtime: the sandbox command says why.
     let sandbox = b.tandem(&["chat", "sandbox", &chat, "start"]);
     assert_eq!(sandbox.status.code(), Some(1), "{}", text(&sandbox));
@@ -896,6 +955,28 @@ async fn chat_send_streams_and_rides_out_a_chatd_restart() {
         .as_str()
         .unwrap()
         .to_string();
+    // A file sent with a message lands in the chat's uploads/.
+    let local = b.home().join("figures.csv");
+    std::fs::write(&local, "a,b\n1,2\n").unwrap();
+    let with_file = b.tandem_env(
+        &[
+            "chat",
+            "send",
+            "read it [sim tokens=3 tps=0 id=cli-file]",
+            "--chat",
+            &chat,
+            "--file",
+            local.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(with_file.status.success(), "{}", text(&with_file));
+    let uploaded = chatd
+        .data_dir()
+        .join("workspaces")
+        .join(&chat)
+        .join("uploads/figures.csv");
+    assert_eq!(std::fs::read_to_string(uploaded).unwrap(), "a,b\n1,2\n");
     let set = b.tandem_env(
         &[
             "chat",

@@ -21,13 +21,22 @@ pub enum ChatCommand {
     /// arrives; a chatd restart mid-answer is ridden out (the stream resumes
     /// from the last event seen). Exit 0 when the run ends done, 1 otherwise.
     ///
+    /// With --file (up to 20), the files go with the message, streamed from
+    /// disk (each up to 256 MiB, `[chatd] upload_file_max_bytes`), and are
+    /// saved in the chat's `uploads/`; a name already there gets `name (2)`.
+    ///
     /// Example: tandem chat send 'Summarise the notes' --chat c_0123abcd
+    ///
+    /// Example: tandem chat send 'What does it say?' --file report.pdf
     Send {
         /// The message.
         text: String,
         /// The chat to send to (default: a new chat).
         #[arg(long)]
         chat: Option<String>,
+        /// A file to send with the message (repeat for more).
+        #[arg(long, value_name = "FILE")]
+        file: Vec<std::path::PathBuf>,
     },
     /// Follow a chat's events from now on, printing answers as they stream.
     ///
@@ -110,6 +119,12 @@ pub enum ChatCommand {
     /// (then the other files are put back). An undo is itself a change set,
     /// so undoing it redoes the change.
     ///
+    /// `put FILE` uploads a local file into the chat's folder (at its name,
+    /// or --to PATH). A file already there is replaced only with --base REV,
+    /// the change set of the version you are replacing (the list's `rev`);
+    /// otherwise, or when it changed since, yours is kept beside it as
+    /// `name (2)` and both are listed.
+    ///
     /// `delete PATH` moves a file to the chat's trash, `trash` lists it
     /// (deleted files are kept 30 days, `[chatd] file_trash_days`),
     /// `restore PATH` puts one back, `purge [PATH]` deletes it (or the whole
@@ -122,18 +137,26 @@ pub enum ChatCommand {
     ///   tandem chat files c_0123abcd undo 42
     ///
     ///   tandem chat files c_0123abcd restore notes/plan.md
+    ///
+    ///   tandem chat files c_0123abcd put plan.md --to notes/plan.md --base 42
     Files {
         /// The chat id.
         chat: String,
-        /// undo, delete, trash, restore or purge.
-        #[arg(value_parser = ["undo", "delete", "trash", "restore", "purge"])]
+        /// undo, put, delete, trash, restore or purge.
+        #[arg(value_parser = ["undo", "put", "delete", "trash", "restore", "purge"])]
         action: Option<String>,
         /// undo: a change set's number, or a run id for a whole turn;
-        /// delete, restore, purge: a file's path.
+        /// put: a local file; delete, restore, purge: a file's path.
         target: Option<String>,
         /// Put back what does not conflict, and list what was left.
         #[arg(long)]
         skip_conflicts: bool,
+        /// put: the path in the chat's folder (default: the file's name).
+        #[arg(long, value_name = "PATH")]
+        to: Option<String>,
+        /// put: the change set of the version this file replaces.
+        #[arg(long, value_name = "REV")]
+        base: Option<i64>,
     },
     /// Show, start or stop a chat's sandbox container.
     ///
@@ -158,7 +181,7 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             let chatd = crate::daemons::by_name("chatd").context("chatd is in the daemon table")?;
             crate::commands::service::exec(chatd, verb).await
         }
-        ChatCommand::Send { text, chat } => {
+        ChatCommand::Send { text, chat, file } => {
             let client = Client::new()?;
             let chat = match chat {
                 Some(chat) => chat,
@@ -182,13 +205,25 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 )
                 .await?;
             let after = snapshot["seq"].as_i64().unwrap_or(0);
-            let sent = client
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/conversations/{chat}/messages"),
-                    Some(json!({"text": text})),
-                )
-                .await?;
+            let route = format!("/conversations/{chat}/messages");
+            let sent = if file.is_empty() {
+                client
+                    .call(reqwest::Method::POST, &route, Some(json!({"text": text})))
+                    .await?
+            } else {
+                let settings = [("text", text)];
+                let (status, answer) = client
+                    .send_form(reqwest::Method::POST, &route, &[], &settings, &file)
+                    .await?;
+                if !status.is_success() {
+                    eprintln!(
+                        "tandem: {}",
+                        crate::client::refusal(status.as_u16(), &answer)
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                answer
+            };
             let Some(run_id) = sent["run_id"].as_str() else {
                 eprintln!("tandem: a run is working in this chat; your message waits and reaches the model at its next request");
                 return Ok(ExitCode::SUCCESS);
@@ -310,9 +345,12 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             action,
             target,
             skip_conflicts,
+            to,
+            base,
         } => {
             use crate::commands::chat_files as files;
             match (action.as_deref(), target) {
+                (Some("put"), Some(local)) => files::put(&chat, &local, to, base).await,
                 (None, None) => files::show(&chat).await,
                 (Some("undo"), Some(target)) => files::undo(&chat, &target, skip_conflicts).await,
                 (Some("trash"), None) => files::trash(&chat).await,

@@ -143,6 +143,54 @@ pub async fn trash(chat: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Uploads a local file to `to` (default: its name) in the chat's folder.
+pub async fn put(
+    chat: &str,
+    local: &str,
+    to: Option<String>,
+    base: Option<i64>,
+) -> anyhow::Result<ExitCode> {
+    let local = std::path::PathBuf::from(local);
+    let path = match to {
+        Some(to) => to,
+        None => local
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| anyhow::anyhow!("{} names no file", local.display()))?,
+    };
+    let settings: Vec<(&str, String)> = base.map(|b| ("base", b.to_string())).into_iter().collect();
+    let (status, answer) = Client::new()?
+        .send_form(
+            reqwest::Method::PUT,
+            &format!("/conversations/{chat}/files/content"),
+            &[("path", &path)],
+            &settings,
+            std::slice::from_ref(&local),
+        )
+        .await?;
+    if !status.is_success() {
+        eprintln!(
+            "tandem: {}",
+            crate::client::refusal(status.as_u16(), &answer)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    let saved = text(&answer["path"]);
+    match (answer["conflict_of"].as_str(), base) {
+        (Some(there), None) => println!(
+            "{there} is there already: yours is saved beside it as {saved} (--base REV replaces it; REV is its rev in `tandem chat files {chat}`)"
+        ),
+        (Some(there), Some(base)) => println!(
+            "{there} changed since change set {base}: yours is saved beside it as {saved}"
+        ),
+        (None, _) => println!(
+            "{saved}: {} bytes saved (change set {})",
+            answer["bytes"], answer["rev"]
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Moves a file to the trash, or puts one back.
 pub async fn delete_or_restore(chat: &str, verb: &str, path: &str) -> anyhow::Result<ExitCode> {
     let (method, route, body) = if verb == "delete" {

@@ -51,6 +51,10 @@ pub struct ChatdConfig {
     pub retry_max_wait_s: u64,
     /// The largest request body chatd accepts, in bytes.
     pub max_body_bytes: usize,
+    /// The largest multipart message (its text and all its files), in bytes.
+    pub upload_message_max_bytes: u64,
+    /// The largest file one upload may carry, in bytes.
+    pub upload_file_max_bytes: u64,
     /// A device this many events behind gets `reset` and reloads the snapshot.
     pub sse_reset_after: u64,
     /// Seconds between SSE keepalive comments.
@@ -242,6 +246,8 @@ impl Default for ChatdConfig {
             retry_window_s: 600,
             retry_max_wait_s: 30,
             max_body_bytes: 1 << 20,
+            upload_message_max_bytes: 1 << 30,
+            upload_file_max_bytes: 256 << 20,
             sse_reset_after: 2000,
             sse_keepalive_s: 15,
             default_model: String::new(),
@@ -309,6 +315,14 @@ pub const ENV_KEYS: &[EnvKey] = &[
     EnvKey {
         env: "QSE_CHAT_MAX_BODY_BYTES",
         key: "chatd.max_body_bytes",
+    },
+    EnvKey {
+        env: "QSE_CHAT_UPLOAD_MESSAGE_MAX_BYTES",
+        key: "chatd.upload_message_max_bytes",
+    },
+    EnvKey {
+        env: "QSE_CHAT_UPLOAD_FILE_MAX_BYTES",
+        key: "chatd.upload_file_max_bytes",
     },
     EnvKey {
         env: "QSE_CHAT_DEFAULT_MODEL",
@@ -453,6 +467,24 @@ impl ChatdConfig {
             return Err(bad(
                 "max_body_bytes",
                 format!("{} is outside 1024..=67108864", self.max_body_bytes),
+            ));
+        }
+        if !(1 << 20..=64 << 30).contains(&self.upload_message_max_bytes) {
+            return Err(bad(
+                "upload_message_max_bytes",
+                format!(
+                    "{} is outside 1048576..=68719476736",
+                    self.upload_message_max_bytes
+                ),
+            ));
+        }
+        if !(1 << 20..=self.upload_message_max_bytes).contains(&self.upload_file_max_bytes) {
+            return Err(bad(
+                "upload_file_max_bytes",
+                format!(
+                    "{} is outside 1048576..=upload_message_max_bytes ({})",
+                    self.upload_file_max_bytes, self.upload_message_max_bytes
+                ),
             ));
         }
         if !(100..=100_000).contains(&self.sse_reset_after) {

@@ -28,6 +28,11 @@ impl Client {
         }
     }
 
+    /// The forward key the client sends.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     pub fn api(&self, path: &str) -> String {
         format!("{}/v1/chat-app{path}", self.base)
     }

@@ -13,3 +13,4 @@ mod listeners;
 mod notify;
 mod requests;
 mod sim;
+mod uploads;

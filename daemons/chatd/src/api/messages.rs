@@ -9,27 +9,24 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
-use tandem_shared::time::new_id;
 
+use super::outgoing::{accepted, attached, check_text, run_origin, Outgoing};
 use super::Json;
 use crate::attachments;
 use crate::kinds::EventKind;
-use crate::store::messages::{insert_at_head, insert_message, insert_message_under};
+use crate::store::messages::insert_message_under;
 use crate::store::queries::{self, Trashed};
 use crate::store::runs::insert_run;
 use crate::store::{conversations, messages};
 use crate::words::{Choice, Origin, PendingState, Role, RunMode, RunStatus};
 use crate::workspace::Workspace;
 use crate::App;
-
-/// The most characters one message may hold.
-pub const MAX_TEXT: usize = 256 * 1024;
 
 #[derive(Deserialize)]
 pub struct SendBody {
@@ -53,178 +50,37 @@ pub struct RunBody {
     origin: Option<String>,
 }
 
-/// The origin of the run a request starts: `user` unless it says otherwise.
-fn run_origin(origin: Option<String>) -> Result<Origin, ApiError> {
-    Origin::requested(origin.as_deref())
-}
-
-fn check_text(text: &str) -> Result<(), ApiError> {
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_input("text", "is empty"));
-    }
-    let chars = text.chars().count();
-    if chars > MAX_TEXT {
-        return Err(ApiError::bad_input(
-            "text",
-            format!("{chars} characters is more than {MAX_TEXT}"),
-        )
-        .with("limit", MAX_TEXT));
-    }
-    Ok(())
-}
-
-enum Sent {
-    Run {
-        message_id: String,
-        run_id: String,
-    },
-    Pending {
-        pending_id: String,
-    },
-    /// The key's first send answered this.
-    Again(Value),
-}
-
-impl Sent {
-    fn answer(&self) -> Value {
-        match self {
-            Sent::Run { message_id, run_id } => json!({"message_id": message_id, "run_id": run_id}),
-            Sent::Pending { pending_id } => json!({"pending_id": pending_id}),
-            Sent::Again(answer) => answer.clone(),
-        }
-    }
-}
-
 pub async fn send(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
-    Json(body): Json<SendBody>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    check_text(&body.text)?;
-    let origin = run_origin(body.origin)?;
-    if let Some(key) = &body.key {
-        if !crate::inbox::is_key(key) {
-            return Err(ApiError::bad_input(
-                "key",
-                format!(
-                    "must be 1 to {} of A-Z a-z 0-9 _ : . -",
-                    crate::inbox::MAX_KEY
-                ),
-            ));
-        }
+    if super::form::is_form(&request) {
+        return super::uploads::send_form(app, id, request).await;
     }
-    let key = body.key;
+    let Json(body) = Json::<SendBody>::from_request(request, &app).await?;
+    let outgoing = Outgoing::checked(body.text, body.origin, body.key)?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
-    let mut text = body.text;
+    if let Some(again) = outgoing.answered(&app, &id).await? {
+        return Ok(accepted(again));
+    }
     let mut records = None;
+    let mut text = outgoing.text.clone();
     if !files.is_empty() {
         // Saved before the message is, so the model can read them at once.
-        let cid = id.clone();
-        let conversation = app
-            .store
-            .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
-            .await?;
-        let room = app.runs.free_tokens(&id, &conversation.model).await? / 4;
-        let vision = app.models.reads_images(&conversation.model);
         let root = app.runs.workspace_root(&id);
-        let saved = tokio::task::spawn_blocking(move || {
+        let placed = tokio::task::spawn_blocking(move || {
             let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;
-            attachments::save(&workspace, files, room, vision)
+            attachments::place(&workspace, files)
         })
         .await
         .map_err(|_| ApiError::internal("saving the attachments stopped"))?
         .map_err(|e| ApiError::internal(format!("the attachments could not be saved: {e}")))?;
+        let saved = attached(&app, &id, placed).await?;
         text.push_str(&saved.text);
-        // The files sent are the person's change set (origin `user`).
-        let paths: Vec<String> = saved
-            .records
-            .iter()
-            .filter_map(|r| r["path"].as_str().map(String::from))
-            .collect();
-        let author = crate::store::files::Author {
-            conversation_id: id.clone(),
-            run_id: None,
-            call_id: None,
-            origin: crate::words::FileOrigin::User,
-            undoes: Vec::new(),
-        };
-        let place = crate::history::Place::of(&app.folders, &id);
-        app.history
-            .sync(&place, crate::history::Scope::Paths(paths), &author)
-            .await?;
         records = Some(Value::Array(saved.records));
     }
-    let cid = id.clone();
-    let sent = app
-        .store
-        .write(move |ctx| {
-            let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
-            if let Some(key) = &key {
-                let before = messages::send_key_answer(ctx.conn(), &cid, key)?;
-                if let Some(before) = before {
-                    return Ok(Sent::Again(
-                        serde_json::from_str(&before).unwrap_or(Value::Null),
-                    ));
-                }
-            }
-            let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
-            if let Some(key) = &key {
-                messages::insert_send_key(ctx, &cid, key, &sent.answer())?;
-            }
-            Ok(sent)
-        })
-        .await?;
-    Ok(match sent {
-        Sent::Run { message_id, run_id } => {
-            app.runs.spawn(run_id.clone(), id);
-            accepted(json!({"message_id": message_id, "run_id": run_id}))
-        }
-        other => accepted(other.answer()),
-    })
-}
-
-/// The send itself, in the write job: a waiting message while a run works,
-/// else the message and its run.
-fn send_in(
-    ctx: &mut crate::store::Ctx,
-    conversation: &crate::model::Conversation,
-    cid: &str,
-    text: &str,
-    records: Option<Value>,
-    origin: Origin,
-) -> Result<Sent, ApiError> {
-    if queries::active_run(ctx.conn(), cid)?.is_some() {
-        let pending_id = new_id("p_");
-        messages::insert_pending(ctx, &pending_id, cid, text, records.as_ref())?;
-        let pending = queries::pending(ctx.conn(), cid, &pending_id)?;
-        ctx.emit(cid, EventKind::PendingAdded, json!({"pending": pending}))?;
-        return Ok(Sent::Pending { pending_id });
-    }
-    let message = match records {
-        Some(records) => insert_user_with_files(ctx, cid, text, records)?,
-        None => insert_message(ctx, cid, Role::User, text, None, None)?,
-    };
-    let run = insert_run(ctx, conversation, RunMode::Send, origin, None)?;
-    Ok(Sent::Run {
-        message_id: message.id,
-        run_id: run.id,
-    })
-}
-
-/// A user message with the files sent with it, under the head.
-fn insert_user_with_files(
-    ctx: &mut crate::store::Ctx,
-    conversation_id: &str,
-    text: &str,
-    records: Value,
-) -> Result<crate::model::Message, ApiError> {
-    let mut message = crate::model::Message::draft(Role::User, text);
-    message.attachments = Some(records);
-    insert_at_head(ctx, conversation_id, message)
-}
-
-fn accepted(body: Value) -> Response {
-    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+    outgoing.store(&app, id, text, records).await
 }
 
 /// A body that is one text: a waiting message changed, a message edited.

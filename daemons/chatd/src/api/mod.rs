@@ -8,13 +8,16 @@ mod egress;
 mod events;
 mod files;
 mod fork;
+mod form;
 mod forward;
 mod history;
 mod messages;
 mod notifications;
+mod outgoing;
 mod rules;
 mod sandbox;
 mod system;
+mod uploads;
 
 use std::sync::Arc;
 
@@ -68,7 +71,10 @@ pub fn router(app: Arc<App>) -> Router {
             "/conversations/{id}/files/trash/purge",
             post(history::purge),
         )
-        .route("/conversations/{id}/files/content", get(files::download))
+        .route(
+            "/conversations/{id}/files/content",
+            get(files::download).put(uploads::put_content),
+        )
         .route("/conversations/{id}/files/changes", get(history::changes))
         .route("/conversations/{id}/files/history", get(history::history))
         .route("/conversations/{id}/files/undo", post(history::undo))

@@ -190,12 +190,40 @@ impl FileHistory {
         self.sync_held(place, scope, author).await
     }
 
+    /// Keeps files a person just uploaded as one set, reading up to
+    /// `max_bytes` (an upload's own limit, past the bound of a scan).
+    pub async fn sync_upload(
+        &self,
+        place: &Place,
+        paths: Vec<String>,
+        author: &Author,
+        max_bytes: u64,
+    ) -> Result<Option<Kept>, ApiError> {
+        let _held = self.lock(&place.key).await;
+        let limits = Limits {
+            hashed: max_bytes.max(self.limits.hashed),
+            ..self.limits
+        };
+        self.sync_with(place, Scope::Paths(paths), author, limits)
+            .await
+    }
+
     /// [`FileHistory::sync`] with the workspace's lock already held.
     async fn sync_held(
         &self,
         place: &Place,
         scope: Scope,
         author: &Author,
+    ) -> Result<Option<Kept>, ApiError> {
+        self.sync_with(place, scope, author, self.limits).await
+    }
+
+    async fn sync_with(
+        &self,
+        place: &Place,
+        scope: Scope,
+        author: &Author,
+        limits: Limits,
     ) -> Result<Option<Kept>, ApiError> {
         let key = place.key.clone();
         let paths = match &scope {
@@ -206,7 +234,7 @@ impl FileHistory {
             .store
             .read(move |conn| stored::manifest(conn, &key, paths.as_deref()))
             .await?;
-        let (root, blobs, limits) = (place.root.clone(), self.blobs.clone(), self.limits);
+        let (root, blobs) = (place.root.clone(), self.blobs.clone());
         let found = tokio::task::spawn_blocking(move || {
             let workspace = Workspace::open(&root)?;
             Ok::<_, std::io::Error>(scan::scan(&workspace, &blobs, &scope, &known, limits))

@@ -8,7 +8,7 @@ use tandem_shared::tree::{self, Bounds, Node};
 
 use super::blobs::{Blobs, Sha};
 use crate::words::FileOp;
-use crate::workspace::{Workspace, TANDEM_DIR};
+use crate::workspace::{is_temp_name, Workspace, TANDEM_DIR};
 
 /// Bytes read (and kept) by one scan at most.
 pub const MAX_HASHED: u64 = 256 * 1024 * 1024;
@@ -103,7 +103,9 @@ pub fn scan(
             now.extend(
                 snap.entries
                     .into_iter()
-                    .filter(|(_, e)| e.node == Node::File),
+                    .filter(|(_, e)| e.node == Node::File)
+                    // Another write's temp file is not a change of this call.
+                    .filter(|(p, _)| !is_temp_name(p.rsplit('/').next().unwrap_or(p))),
             );
         }
         Scope::Paths(paths) => {

@@ -283,6 +283,22 @@ pub fn path_history(
     with_changes(conn, sets)
 }
 
+/// The newest change set that touched `path` in a workspace (any chat of
+/// it): the version an upload's `base` must name to replace the file.
+pub fn newest_rev_of(
+    conn: &Connection,
+    workspace: &str,
+    path: &str,
+) -> Result<Option<i64>, ApiError> {
+    let rev = conn
+        .prepare_cached(
+            "SELECT MAX(c.rev) FROM file_changes c JOIN file_sets s ON s.rev = c.rev \
+             WHERE s.workspace = ?1 AND (c.path = ?2 OR c.from_path = ?2)",
+        )?
+        .query_row(params![workspace, path], |r| r.get(0))?;
+    Ok(rev)
+}
+
 /// Every path a chat's change sets touched, with the newest set touching it.
 pub fn touched(conn: &Connection, conversation_id: &str) -> Result<Vec<Touched>, ApiError> {
     let mut stmt = conn.prepare_cached(

@@ -505,6 +505,16 @@ fn size_of(st: &FileStat) -> u64 {
 }
 
 /// `.name.tandem-<random>.tmp`, short enough for any file name limit.
+/// Whether a file name is one of [`temp_name`]'s: a write still under way
+/// (or one a crash cut), never a file of the chat's.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.')
+        && name.ends_with(".tmp")
+        && name.rsplit_once(".tandem-").is_some_and(|(_, tail)| {
+            tail.len() == 20 && tail[..16].bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
 fn temp_name(name: &str) -> CString {
     let mut cut = name.len().min(100);
     while !name.is_char_boundary(cut) {

@@ -55,6 +55,23 @@ impl Workspace {
         Ok(rel)
     }
 
+    /// Removes a folder if it is empty (a request taking back the folders it
+    /// made); a folder with anything in it stays, and that is no error.
+    pub fn remove_empty_dir(&self, path: &str) -> Result<(), ToolError> {
+        let rel = self.resolve(path)?;
+        let Some(last) = rel.parts.last() else {
+            return Ok(());
+        };
+        let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
+        match unlinkat(&parent, last.as_str(), UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOTEMPTY) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(ToolError::new(format!(
+                "cannot remove `{rel}`: {}",
+                describe(e)
+            ))),
+        }
+    }
+
     /// Moves a regular file to a new name (missing folders made, 0700); an
     /// existing `to` is refused, never replaced.
     pub fn rename_file(&self, from: &str, to: &str) -> Result<(RelPath, RelPath), ToolError> {

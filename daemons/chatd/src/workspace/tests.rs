@@ -337,3 +337,11 @@ fn racing_a_folder_against_a_symlink_never_escapes() {
     // Both outcomes happened, so the race was real.
     eprintln!("{swaps} swaps, {reads_ok} reads and {writes_ok} writes went through; refusals: {refusals:#?}");
 }
+
+#[test]
+fn temp_names_are_told_from_files() {
+    let temp = super::temp_name("report.md");
+    assert!(super::is_temp_name(temp.to_str().unwrap()));
+    assert!(!super::is_temp_name("report.md"));
+    assert!(!super::is_temp_name(".report.tandem-notes.tmp"));
+}

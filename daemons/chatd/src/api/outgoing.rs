@@ -1,0 +1,233 @@
+//! A message on its way in, whatever carried it (a JSON send or a form):
+//! its text and settings checked, the files it brought described and kept
+//! as the person's change set, and the one write job that stores it and
+//! starts its run, or leaves it waiting behind the run that works.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+use tandem_shared::time::new_id;
+
+use crate::attachments;
+use crate::kinds::EventKind;
+use crate::store::messages;
+use crate::store::messages::{insert_at_head, insert_message};
+use crate::store::queries::{self, Trashed};
+use crate::store::runs::insert_run;
+use crate::words::{Origin, Role, RunMode};
+use crate::workspace::Workspace;
+use crate::App;
+
+/// The most characters one message may hold.
+pub const MAX_TEXT: usize = 256 * 1024;
+
+/// The origin of the run a request starts: `user` unless it says otherwise.
+pub(super) fn run_origin(origin: Option<String>) -> Result<Origin, ApiError> {
+    Origin::requested(origin.as_deref())
+}
+
+pub(super) fn check_text(text: &str) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_input("text", "is empty"));
+    }
+    let chars = text.chars().count();
+    if chars > MAX_TEXT {
+        return Err(ApiError::bad_input(
+            "text",
+            format!("{chars} characters is more than {MAX_TEXT}"),
+        )
+        .with("limit", MAX_TEXT));
+    }
+    Ok(())
+}
+
+enum Sent {
+    Run {
+        message_id: String,
+        run_id: String,
+    },
+    Pending {
+        pending_id: String,
+    },
+    /// The key's first send answered this.
+    Again(Value),
+}
+
+impl Sent {
+    fn answer(&self) -> Value {
+        match self {
+            Sent::Run { message_id, run_id } => json!({"message_id": message_id, "run_id": run_id}),
+            Sent::Pending { pending_id } => json!({"pending_id": pending_id}),
+            Sent::Again(answer) => answer.clone(),
+        }
+    }
+}
+
+/// A message's text and settings, checked before anything is stored.
+pub struct Outgoing {
+    pub text: String,
+    origin: Origin,
+    key: Option<String>,
+}
+
+impl Outgoing {
+    pub fn checked(
+        text: String,
+        origin: Option<String>,
+        key: Option<String>,
+    ) -> Result<Outgoing, ApiError> {
+        check_text(&text)?;
+        let origin = run_origin(origin)?;
+        if let Some(key) = &key {
+            if !crate::inbox::is_key(key) {
+                return Err(ApiError::bad_input(
+                    "key",
+                    format!(
+                        "must be 1 to {} of A-Z a-z 0-9 _ : . -",
+                        crate::inbox::MAX_KEY
+                    ),
+                ));
+            }
+        }
+        Ok(Outgoing { text, origin, key })
+    }
+
+    /// The first send's answer when this key was sent before (its files
+    /// are then not saved again).
+    pub async fn answered(&self, app: &App, id: &str) -> Result<Option<Value>, ApiError> {
+        let Some(key) = self.key.clone() else {
+            return Ok(None);
+        };
+        let cid = id.to_string();
+        let before = app
+            .store
+            .read(move |conn| {
+                queries::conversation(conn, &cid, Trashed::Exclude)?;
+                messages::send_key_answer(conn, &cid, &key)
+            })
+            .await?;
+        Ok(before.map(|b| serde_json::from_str(&b).unwrap_or(Value::Null)))
+    }
+
+    /// Stores the message (or a waiting one) with `text` (the person's and
+    /// what the files add) and the files' records; starts its run.
+    pub async fn store(
+        self,
+        app: &Arc<App>,
+        id: String,
+        text: String,
+        records: Option<Value>,
+    ) -> Result<Response, ApiError> {
+        let (cid, key, origin) = (id.clone(), self.key, self.origin);
+        let sent = app
+            .store
+            .write(move |ctx| {
+                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
+                if let Some(key) = &key {
+                    let before = messages::send_key_answer(ctx.conn(), &cid, key)?;
+                    if let Some(before) = before {
+                        return Ok(Sent::Again(
+                            serde_json::from_str(&before).unwrap_or(Value::Null),
+                        ));
+                    }
+                }
+                let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
+                if let Some(key) = &key {
+                    messages::insert_send_key(ctx, &cid, key, &sent.answer())?;
+                }
+                Ok(sent)
+            })
+            .await?;
+        Ok(match sent {
+            Sent::Run { message_id, run_id } => {
+                app.runs.spawn(run_id.clone(), id);
+                accepted(json!({"message_id": message_id, "run_id": run_id}))
+            }
+            other => accepted(other.answer()),
+        })
+    }
+}
+
+/// What files on disk add to their message, kept as the person's change set
+/// (origin `user`).
+pub async fn attached(
+    app: &App,
+    id: &str,
+    placed: Vec<attachments::Placed>,
+) -> Result<attachments::Saved, ApiError> {
+    let cid = id.to_string();
+    let conversation = app
+        .store
+        .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
+        .await?;
+    let room = app.runs.free_tokens(id, &conversation.model).await? / 4;
+    let vision = app.models.reads_images(&conversation.model);
+    let paths: Vec<String> = placed.iter().map(|p| p.path.clone()).collect();
+    let root = app.runs.workspace_root(id);
+    let saved = tokio::task::spawn_blocking(move || {
+        let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;
+        Ok::<_, String>(attachments::describe(&workspace, &placed, room, vision))
+    })
+    .await
+    .map_err(|_| ApiError::internal("reading the attachments stopped"))?
+    .map_err(|e| ApiError::internal(format!("the attachments could not be read: {e}")))?;
+    let author = crate::store::files::Author {
+        conversation_id: id.to_string(),
+        run_id: None,
+        call_id: None,
+        origin: crate::words::FileOrigin::User,
+        undoes: Vec::new(),
+    };
+    let place = crate::history::Place::of(&app.folders, id);
+    app.history
+        .sync_upload(&place, paths, &author, app.config.upload_message_max_bytes)
+        .await?;
+    Ok(saved)
+}
+
+/// The send itself, in the write job: a waiting message while a run works,
+/// else the message and its run.
+fn send_in(
+    ctx: &mut crate::store::Ctx,
+    conversation: &crate::model::Conversation,
+    cid: &str,
+    text: &str,
+    records: Option<Value>,
+    origin: Origin,
+) -> Result<Sent, ApiError> {
+    if queries::active_run(ctx.conn(), cid)?.is_some() {
+        let pending_id = new_id("p_");
+        messages::insert_pending(ctx, &pending_id, cid, text, records.as_ref())?;
+        let pending = queries::pending(ctx.conn(), cid, &pending_id)?;
+        ctx.emit(cid, EventKind::PendingAdded, json!({"pending": pending}))?;
+        return Ok(Sent::Pending { pending_id });
+    }
+    let message = match records {
+        Some(records) => insert_user_with_files(ctx, cid, text, records)?,
+        None => insert_message(ctx, cid, Role::User, text, None, None)?,
+    };
+    let run = insert_run(ctx, conversation, RunMode::Send, origin, None)?;
+    Ok(Sent::Run {
+        message_id: message.id,
+        run_id: run.id,
+    })
+}
+
+/// A user message with the files sent with it, under the head.
+fn insert_user_with_files(
+    ctx: &mut crate::store::Ctx,
+    conversation_id: &str,
+    text: &str,
+    records: Value,
+) -> Result<crate::model::Message, ApiError> {
+    let mut message = crate::model::Message::draft(Role::User, text);
+    message.attachments = Some(records);
+    insert_at_head(ctx, conversation_id, message)
+}
+
+pub(super) fn accepted(body: Value) -> Response {
+    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+}

@@ -1,0 +1,377 @@
+//! Uploads that fit real files (docs/files.md "Uploads"): a message sent as
+//! `multipart/form-data` (`text`, `origin`, `key`, then its files) and
+//! `PUT …/files/content?path=` (`base`, then one file). Files are streamed
+//! to the workspace (`form.rs`); a request that fails part-way takes back
+//! what it wrote, so bad input changes nothing.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+
+use super::files::FileParams;
+use super::form::{self, FilePart, Form, Part};
+use super::outgoing::{accepted, attached, Outgoing, MAX_TEXT};
+use crate::attachments::{self, names, Placed, MAX_FILES, UPLOADS};
+use crate::history::{Place, Scope};
+use crate::store::files::{self as stored, Author};
+use crate::store::queries::{self, Trashed};
+use crate::words::FileOrigin;
+use crate::workspace::Workspace;
+use crate::App;
+
+/// A message form's settings and their largest size in bytes.
+const MESSAGE_SETTINGS: &[(&str, u64)] =
+    &[("text", 4 * MAX_TEXT as u64), ("origin", 64), ("key", 256)];
+/// A file put's one setting: the version it replaces.
+const PUT_SETTINGS: &[(&str, u64)] = &[("base", 32)];
+
+/// What a request that has not ended yet wrote: files, and the folders it
+/// made for them (shallow first). Taken back on an error ([`Written::take_back`])
+/// or when the request is dropped, unless it [`Written::keep`]s them.
+struct Written {
+    root: PathBuf,
+    placed: Vec<Placed>,
+    folders: Vec<String>,
+}
+
+impl Written {
+    /// Notes the folders of `path` that are not there yet.
+    fn new(root: PathBuf, workspace: &Workspace, path: &str) -> Written {
+        let mut folders = Vec::new();
+        let mut prefix = String::new();
+        let parts: Vec<&str> = path.split('/').collect();
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            if matches!(workspace.lstat(&prefix), Ok(None)) {
+                folders.push(prefix.clone());
+            }
+        }
+        Written {
+            root,
+            placed: Vec::new(),
+            folders,
+        }
+    }
+
+    fn keep(mut self) -> Vec<Placed> {
+        self.folders.clear();
+        std::mem::take(&mut self.placed)
+    }
+
+    /// Takes back what was written, before the answer goes out.
+    async fn take_back(mut self) {
+        if let Some(job) = self.remover() {
+            let _ = tokio::task::spawn_blocking(job).await;
+        }
+    }
+
+    fn remover(&mut self) -> Option<impl FnOnce() + Send + 'static> {
+        if self.placed.is_empty() && self.folders.is_empty() {
+            return None;
+        }
+        let root = self.root.clone();
+        let paths: Vec<String> = self.placed.drain(..).map(|p| p.path).collect();
+        let folders = std::mem::take(&mut self.folders);
+        Some(move || {
+            let Ok(workspace) = Workspace::open(&root) else {
+                return;
+            };
+            for path in paths {
+                let _ = workspace.remove_file(&path);
+            }
+            for folder in folders.iter().rev() {
+                let _ = workspace.remove_empty_dir(folder);
+            }
+        })
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        let Some(job) = self.remover() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(job)),
+            Err(_) => job(),
+        }
+    }
+}
+
+async fn live(app: &App, id: &str) -> Result<(), ApiError> {
+    let cid = id.to_string();
+    app.store
+        .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
+        .await?;
+    Ok(())
+}
+
+/// `POST …/messages` as a form: settings first, then up to 20 files, each
+/// saved under `uploads/` as it arrives.
+pub async fn send_form(app: Arc<App>, id: String, request: Request) -> Result<Response, ApiError> {
+    live(&app, &id).await?;
+    let limits = form::Limits {
+        body: app.config.upload_message_max_bytes,
+        file: app.config.upload_file_max_bytes,
+        settings: MESSAGE_SETTINGS,
+    };
+    let mut form = Form::open(request, &limits)?;
+    let root = app.runs.workspace_root(&id);
+    let mut written = Written::new(root.clone(), &open(&root)?, &format!("{UPLOADS}/x"));
+    let outgoing = match read_message(&app, &id, &mut form, &mut written).await {
+        Ok(Ok(outgoing)) => outgoing,
+        Ok(Err(again)) => return Ok(accepted(again)),
+        Err(e) => {
+            written.take_back().await;
+            return Err(e);
+        }
+    };
+    let mut text = outgoing.text.clone();
+    let placed = written.keep();
+    if placed.is_empty() {
+        return outgoing.store(&app, id, text, None).await;
+    }
+    let saved = attached(&app, &id, placed).await?;
+    text.push_str(&saved.text);
+    outgoing
+        .store(&app, id, text, Some(Value::Array(saved.records)))
+        .await
+}
+
+/// Reads a message form to its end: the checked message, or the answer of
+/// the send its key already made (`Err`, nothing saved).
+async fn read_message(
+    app: &App,
+    id: &str,
+    form: &mut Form,
+    written: &mut Written,
+) -> Result<Result<Outgoing, Value>, ApiError> {
+    let mut settings: Vec<(&str, String)> = Vec::new();
+    let mut outgoing: Option<Outgoing> = None;
+    while let Some(part) = form.next().await? {
+        let file = match part {
+            Part::Setting(name, _) if outgoing.is_some() => {
+                return Err(ApiError::bad_input(name, "must come before the files"));
+            }
+            Part::Setting(name, value) => {
+                settings.push((name, value));
+                continue;
+            }
+            Part::File(file) => file,
+        };
+        if outgoing.is_none() {
+            let checked = checked(std::mem::take(&mut settings))?;
+            // A send already answered saves no file again.
+            if let Some(again) = checked.answered(app, id).await? {
+                return Ok(Err(again));
+            }
+            outgoing = Some(checked);
+        }
+        if written.placed.len() == MAX_FILES {
+            return Err(attachments::too_many(MAX_FILES + 1));
+        }
+        written.placed.push(save_part(&written.root, file).await?);
+    }
+    match outgoing {
+        Some(outgoing) => Ok(Ok(outgoing)),
+        None => {
+            let checked = checked(settings)?;
+            match checked.answered(app, id).await? {
+                Some(again) => Ok(Err(again)),
+                None => Ok(Ok(checked)),
+            }
+        }
+    }
+}
+
+/// The message's settings, checked as a JSON send's are.
+fn checked(settings: Vec<(&str, String)>) -> Result<Outgoing, ApiError> {
+    let (mut text, mut origin, mut key) = (None, None, None);
+    for (name, value) in settings {
+        let slot = match name {
+            "text" => &mut text,
+            "origin" => &mut origin,
+            _ => &mut key,
+        };
+        if slot.replace(value).is_some() {
+            return Err(ApiError::bad_input(name, "is given twice"));
+        }
+    }
+    let text = text.ok_or_else(|| ApiError::bad_input("text", "is missing"))?;
+    Outgoing::checked(text, origin, key)
+}
+
+/// One file of a message, streamed to a free name under `uploads/`.
+async fn save_part(root: &std::path::Path, file: Box<FilePart>) -> Result<Placed, ApiError> {
+    let name = names::free_base(&file.name).ok_or_else(|| {
+        ApiError::bad_input(&format!("{}.filename", file.label), "is not a file name")
+    })?;
+    let mime = file
+        .mime
+        .clone()
+        .filter(|m| m != "application/octet-stream")
+        .unwrap_or_else(|| names::guess_mime(&name).to_string());
+    let workspace = open(root)?;
+    let held = names::reserve_free(&workspace, UPLOADS, &name);
+    let size = file.write_to(root.to_path_buf(), held.path.clone()).await?;
+    Ok(Placed {
+        conflict_of: attachments::asked_for(&held.path, &name),
+        path: held.path.clone(),
+        mime,
+        size,
+    })
+}
+
+fn open(root: &std::path::Path) -> Result<Workspace, ApiError> {
+    Workspace::open(root).map_err(|e| {
+        ApiError::internal(format!(
+            "the chat's workspace could not be opened: {}",
+            e.kind()
+        ))
+    })
+}
+
+/// `PUT …/files/content?path=` (a form: `base`, then one file; parts after
+/// it are not read): the file at
+/// `path`, made or replaced. A file already there is replaced only when
+/// `base` names its newest change set; else the upload is kept beside it
+/// (`notes (2).md`) and the answer says `conflict_of`.
+pub async fn put_content(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    params: Result<Query<FileParams>, QueryRejection>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (path, _) = super::files::path_param(params)?;
+    live(&app, &id).await?;
+    let place = Place::of(&app.folders, &id);
+    let workspace = open(&place.root)?;
+    let there = workspace
+        .lstat(&path)
+        .map_err(|e| ApiError::bad_input("path", e.message()))?;
+    match there.map(|e| e.node) {
+        None | Some(tandem_shared::tree::Node::File) => {}
+        Some(_) => {
+            return Err(ApiError::bad_input(
+                "path",
+                format!("`{path}` is a folder or not a regular file; give a file path"),
+            ))
+        }
+    }
+    let limits = form::Limits {
+        body: app.config.upload_file_max_bytes + (64 << 10),
+        file: app.config.upload_file_max_bytes,
+        settings: PUT_SETTINGS,
+    };
+    let mut form = Form::open(request, &limits)?;
+    let mut base = None;
+    let file = loop {
+        match form.next().await? {
+            Some(Part::Setting(_, value)) => base = Some(parse_base(&value)?),
+            Some(Part::File(file)) => break file,
+            None => return Err(ApiError::bad_input("file", "is missing: one file part")),
+        }
+    };
+    // A person's edit by hand since the last scan becomes its own version first.
+    let outside = author(&id, FileOrigin::Outside);
+    app.history
+        .sync(&place, Scope::Paths(vec![path.clone()]), &outside)
+        .await?;
+    let (key, p) = (place.key.clone(), path.clone());
+    let newest = app
+        .store
+        .read(move |conn| stored::newest_rev_of(conn, &key, &p))
+        .await?;
+    let exists = there.is_some();
+    let replaces = exists && base.is_some() && base == newest;
+    let held = match names::reserve_exact(&workspace, &path, replaces) {
+        Some(held) => held,
+        None => {
+            let (folder, name) = path.rsplit_once('/').unwrap_or(("", &path));
+            names::reserve_free(&workspace, folder, name)
+        }
+    };
+    let mut written = Written::new(place.root.clone(), &workspace, &held.path);
+    let size = match file.write_to(place.root.clone(), held.path.clone()).await {
+        Ok(size) => size,
+        Err(e) => {
+            written.take_back().await;
+            return Err(e);
+        }
+    };
+    if !replaces {
+        // A new file: taken back should the rest fail.
+        written.placed.push(Placed {
+            path: held.path.clone(),
+            mime: String::new(),
+            size,
+            conflict_of: None,
+        });
+    }
+    let user = author(&id, FileOrigin::User);
+    let kept = app
+        .history
+        .sync_upload(
+            &place,
+            vec![held.path.clone()],
+            &user,
+            app.config.upload_file_max_bytes,
+        )
+        .await;
+    let kept = match kept {
+        Ok(kept) => kept,
+        Err(e) => {
+            written.take_back().await;
+            return Err(e);
+        }
+    };
+    written.keep();
+    let mut answer = json!({
+        "path": held.path,
+        "bytes": size,
+        "rev": kept.as_ref().map(|k| k.rev),
+        "card": kept.as_ref().map(|k| k.card()),
+    });
+    if held.path != path {
+        answer["conflict_of"] = json!(path);
+    }
+    let status = if replaces {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, axum::Json(answer)).into_response())
+}
+
+fn parse_base(value: &str) -> Result<i64, ApiError> {
+    value
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| {
+            ApiError::bad_input(
+                "base",
+                "must be the change set (rev) of the version this file replaces, 1 or more",
+            )
+        })
+}
+
+fn author(id: &str, origin: FileOrigin) -> Author {
+    Author {
+        conversation_id: id.to_string(),
+        run_id: None,
+        call_id: None,
+        origin,
+        undoes: Vec::new(),
+    }
+}

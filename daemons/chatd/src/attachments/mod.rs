@@ -1,0 +1,258 @@
+//! Files sent with a message. Each one is saved in the chat's workspace
+//! under `uploads/` with a free name (cut to 255 bytes). Text goes into the
+//! message while it fits in a quarter of the free window (32,000 tokens at
+//! most for all of them); a larger file is named by path, size and tokens so
+//! the model can read it with `read_file`. Images go to a model that reads
+//! images; to any other they are named only.
+//!
+//! A JSON send carries its files inline (text or base64, under the request
+//! body limit); a multipart one streams them to disk (`api/form.rs`). Both
+//! end as [`Placed`] files that [`describe`] turns into the message's text.
+
+pub mod names;
+
+use std::io::Read;
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+
+use crate::tools::fit::commas;
+use crate::workspace::Workspace;
+pub use names::{free_base, guess_mime};
+
+/// The most files one message may carry.
+pub const MAX_FILES: usize = 20;
+/// The most tokens of text all of a message's files may put inline.
+pub const MAX_INLINE_TOKENS: u64 = 32_000;
+/// The largest image sent to a model, in bytes.
+pub const MAX_IMAGE_BYTES: u64 = 10 << 20;
+/// The folder of the workspace uploads go to.
+pub const UPLOADS: &str = "uploads";
+/// The most of a file read to put it inline: more can never fit the
+/// 32,000 tokens (at most 4 bytes a character, about 4 characters a token).
+const INLINE_READ_MAX: u64 = 1 << 20;
+
+/// One file as a JSON request carries it: its text, or its bytes in base64.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upload {
+    pub name: String,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub data_base64: Option<String>,
+    #[serde(default)]
+    pub mime: Option<String>,
+}
+
+/// An upload checked and decoded, not yet stored.
+pub struct Decoded {
+    name: String,
+    bytes: Vec<u8>,
+    mime: String,
+}
+
+/// A file of a message, on disk in the workspace.
+pub struct Placed {
+    /// Workspace-relative, `uploads/…`.
+    pub path: String,
+    pub mime: String,
+    pub size: u64,
+    /// The name asked for, when it was taken and the file got another.
+    pub conflict_of: Option<String>,
+}
+
+/// Checks every upload before anything is stored; each error names the
+/// field (`attachments[2].data_base64`) and the limit.
+pub fn check(uploads: Vec<Upload>) -> Result<Vec<Decoded>, ApiError> {
+    if uploads.len() > MAX_FILES {
+        return Err(too_many(uploads.len()));
+    }
+    let mut out = Vec::with_capacity(uploads.len());
+    for (i, upload) in uploads.into_iter().enumerate() {
+        let field = |f: &str| format!("attachments[{i}].{f}");
+        let name = free_base(&upload.name)
+            .ok_or_else(|| ApiError::bad_input(&field("name"), "is not a file name"))?;
+        let bytes = match (upload.text, upload.data_base64) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(data)) => base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| {
+                    ApiError::bad_input(&field("data_base64"), format!("is not base64: {e}"))
+                })?,
+            _ => {
+                return Err(ApiError::bad_input(
+                    &field("text"),
+                    "give exactly one of text and data_base64",
+                ))
+            }
+        };
+        let mime = upload.mime.unwrap_or_else(|| guess_mime(&name).to_string());
+        out.push(Decoded { name, bytes, mime });
+    }
+    Ok(out)
+}
+
+/// The refusal of a message with more than [`MAX_FILES`] files.
+pub fn too_many(count: usize) -> ApiError {
+    ApiError::bad_input(
+        "attachments",
+        format!("{count} files is more than {MAX_FILES}"),
+    )
+    .with("limit", MAX_FILES)
+}
+
+/// Writes decoded files under `uploads/`, each under a free name.
+pub fn place(workspace: &Workspace, files: Vec<Decoded>) -> Result<Vec<Placed>, String> {
+    let mut placed = Vec::with_capacity(files.len());
+    for file in files {
+        let held = names::reserve_free(workspace, UPLOADS, &file.name);
+        workspace
+            .write_file(&held.path, &file.bytes)
+            .map_err(|e| e.to_string())?;
+        placed.push(Placed {
+            conflict_of: asked_for(&held.path, &file.name),
+            path: held.path.clone(),
+            mime: file.mime,
+            size: file.bytes.len() as u64,
+        });
+    }
+    Ok(placed)
+}
+
+/// `uploads/<name>` when `path` is another name than the one asked for.
+pub fn asked_for(path: &str, name: &str) -> Option<String> {
+    let asked = format!("{UPLOADS}/{name}");
+    (path != asked).then_some(asked)
+}
+
+/// What a message's files add to it: the text the model reads and the
+/// record kept with the message (`attachments` of the message).
+pub struct Saved {
+    pub text: String,
+    pub records: Vec<Value>,
+}
+
+/// Writes what the model reads of files on disk. `inline_tokens`: the room
+/// for text in the message. `vision`: whether the chat's model reads images.
+pub fn describe(
+    workspace: &Workspace,
+    files: &[Placed],
+    inline_tokens: u64,
+    vision: bool,
+) -> Saved {
+    let budget = inline_tokens.min(MAX_INLINE_TOKENS);
+    let mut used = 0u64;
+    let mut text = String::new();
+    let mut records = Vec::new();
+    for file in files {
+        let (path, size) = (&file.path, file.size);
+        let mut record = json!({"path": path, "bytes": size, "mime": file.mime});
+        if let Some(asked) = &file.conflict_of {
+            record["conflict_of"] = json!(asked);
+        }
+        if file.mime.starts_with("image/") {
+            record["kind"] = json!("image");
+            let seen = vision && size <= MAX_IMAGE_BYTES;
+            record["image"] = json!(seen);
+            let why = if !vision {
+                ": this model does not read images"
+            } else if !seen {
+                ": over the 10 MiB a model is sent"
+            } else {
+                ""
+            };
+            text.push_str(&format!(
+                "\n\n[attached image {path}, {} bytes{why}]",
+                commas(size)
+            ));
+        } else if let Some((content, whole)) = text_of(workspace, path, size) {
+            let tokens = if whole {
+                estimate_tokens(&content)
+            } else {
+                // Past the read: bytes stand for characters, an upper bound.
+                ((size / 4 + 1) as f64 * 1.15).ceil() as u64
+            };
+            record["kind"] = json!("text");
+            record["tokens"] = json!(tokens);
+            if whole && used + tokens <= budget {
+                used += tokens;
+                record["inline"] = json!(true);
+                let fence = fence_for(&content);
+                text.push_str(&format!(
+                    "\n\n[attached file {path}, {} bytes]\n{fence}\n{content}{}{fence}",
+                    commas(size),
+                    if content.ends_with('\n') { "" } else { "\n" }
+                ));
+            } else {
+                record["inline"] = json!(false);
+                text.push_str(&format!(
+                    "\n\n[attached file {path}: {} bytes, about {} tokens, too big to include here; read it with read_file]",
+                    commas(size),
+                    commas(tokens)
+                ));
+            }
+        } else {
+            record["kind"] = json!("binary");
+            text.push_str(&format!(
+                "\n\n[attached file {path}: {} bytes of binary data ({})]",
+                commas(size),
+                file.mime
+            ));
+        }
+        records.push(record);
+    }
+    Saved { text, records }
+}
+
+/// The file's text (`true`: all of it) when it reads as UTF-8 without NUL,
+/// judged on at most [`INLINE_READ_MAX`] bytes; `None` for binary or a
+/// file that cannot be read.
+fn text_of(workspace: &Workspace, path: &str, size: u64) -> Option<(String, bool)> {
+    let mut bytes = Vec::new();
+    let file = workspace.open_file(path).ok()?.file;
+    file.take(INLINE_READ_MAX).read_to_end(&mut bytes).ok()?;
+    let whole = (bytes.len() as u64) >= size;
+    let valid = match std::str::from_utf8(&bytes) {
+        Ok(_) => bytes.len(),
+        // A character cut by the read's end is not a fault of the file.
+        Err(e) if !whole && e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => return None,
+    };
+    bytes.truncate(valid);
+    let content = String::from_utf8(bytes).ok()?;
+    (!content.contains('\0')).then_some((content, whole))
+}
+
+/// The estimate of `context`: characters/4 with a 15 % margin.
+fn estimate_tokens(text: &str) -> u64 {
+    ((text.chars().count() as u64 / 4 + 1) as f64 * 1.15).ceil() as u64
+}
+
+/// A code fence longer than any run of backticks in `content`.
+fn fence_for(content: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in content.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    "`".repeat((longest + 1).max(3))
+}
+
+/// A data URL for an image part of a request.
+pub fn data_url(mime: &str, bytes: &[u8]) -> String {
+    format!(
+        "data:{mime};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+#[cfg(test)]
+mod tests;
