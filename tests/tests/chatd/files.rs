@@ -452,3 +452,67 @@ async fn a_helper_outside_work_gets_one_nudge_a_turn_never_a_refusal() -> anyhow
     assert!(ws.join("helper.py").exists() && ws.join("run.sh").exists());
     Ok(())
 }
+
+/// The last user message of an engine request, as its text parts joined.
+fn question_of(request: &Value) -> String {
+    let question = request["body"]["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| m["content"].clone())
+        .unwrap_or(Value::Null);
+    match question {
+        Value::String(text) => text,
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_turn_tells_the_model_the_newest_files_once() -> anyhow::Result<()> {
+    let (sim, _chatd, client) = start().await?;
+    let chat = client.create_chat_in("auto").await?;
+    // A first turn without files: its question carries no list.
+    sim.faults(json!([
+        call("write_file", json!({"path": "report.md", "content": "# Report\n"})),
+        {"tokens": 3},
+    ]))
+    .await?;
+    run(&client, &chat, "write the report").await?;
+    let first = sim.requests().await?;
+    assert!(
+        !question_of(&first[0]).contains("[The files of this chat"),
+        "{}",
+        question_of(&first[0])
+    );
+    // The next turn: its question carries the list, and every step of the
+    // turn sends the same list (a file made mid-turn waits for the next).
+    sim.faults(json!([
+        call("write_file", json!({"path": "work/notes.txt", "content": "n\n"})),
+        {"tokens": 3},
+    ]))
+    .await?;
+    run(&client, &chat, "add notes").await?;
+    let all = sim.requests().await?;
+    let turn: Vec<String> = all[first.len()..].iter().map(question_of).collect();
+    assert_eq!(turn.len(), 2, "{turn:?}");
+    let list = "[The files of this chat, newest change first (1 in all):\n\
+                - report.md (9 bytes, last changed by a file tool)]";
+    assert!(turn[0].ends_with(list), "{}", turn[0]);
+    assert_eq!(turn[0], turn[1], "the list changed within the turn");
+    // The turn after names both, the newest first.
+    sim.faults(json!([{"tokens": 3}])).await?;
+    run(&client, &chat, "thanks").await?;
+    let last = sim.requests().await?;
+    let third = question_of(last.last().context("the third turn's request")?);
+    assert!(
+        third.contains(
+            "(2 in all):\n- work/notes.txt (2 bytes, last changed by a file tool; a working file)\n- report.md"
+        ),
+        "{third}"
+    );
+    Ok(())
+}

@@ -247,9 +247,11 @@ impl Runs {
         let stub = |id: &str, name: &str, args: &str| self.stub(id, name, args);
         let rendered = match at {
             Some(at) => {
+                let question = question_of(&kept.path()[..at]);
+                let told = self.told(kept, question, conversation_id).await;
                 let transcript = context::transcript(&kept.path()[..at]);
                 let images = self.images_of(&transcript, model, conversation_id).await;
-                let images = |m: &Message| images.get(&m.id).cloned().unwrap_or_default();
+                let images = |m: &Message| with_told(&images, m, &told);
                 kept.render(at, &system, &stub, &images)
             }
             None => {
@@ -262,9 +264,12 @@ impl Runs {
                         queries::path_to(conn, &cid, parent.as_deref())
                     })
                     .await?;
+                let told = self
+                    .told(kept, question_of(&history), conversation_id)
+                    .await;
                 let transcript = context::transcript(&history);
                 let images = self.images_of(&transcript, model, conversation_id).await;
-                let images = |m: &Message| images.get(&m.id).cloned().unwrap_or_default();
+                let images = |m: &Message| with_told(&images, m, &told);
                 Rendered::whole(&system, &transcript, &stub, &images)
             }
         };
@@ -281,4 +286,47 @@ impl Runs {
             window: brief.window,
         })
     }
+}
+
+impl Runs {
+    /// The turn's list of files and the question it rides on (the last
+    /// person's message above the answer): kept from the turn's first
+    /// request, made anew when the question is another.
+    async fn told(
+        &self,
+        kept: &mut KeptPath,
+        question: Option<String>,
+        conversation_id: &str,
+    ) -> Option<(String, String)> {
+        let question = question?;
+        if kept.told.as_ref().is_none_or(|(id, _)| *id != question) {
+            let line = self.files_told(conversation_id).await;
+            kept.told = Some((question, line));
+        }
+        kept.told.clone().filter(|(_, line)| !line.is_empty())
+    }
+}
+
+/// The id of the last person's message of `above`: the turn's question.
+fn question_of(above: &[Message]) -> Option<String> {
+    above
+        .iter()
+        .rev()
+        .find(|m| m.role == crate::words::Role::User)
+        .map(|m| m.id.clone())
+}
+
+/// A user message's extra parts: its images, then the turn's file list.
+fn with_told(
+    images: &std::collections::HashMap<String, Vec<Value>>,
+    m: &Message,
+    told: &Option<(String, String)>,
+) -> Vec<Value> {
+    let mut parts = images.get(&m.id).cloned().unwrap_or_default();
+    if let Some((question, line)) = told {
+        if *question == m.id {
+            parts.push(serde_json::json!({"type": "text", "text": line}));
+        }
+    }
+    parts
 }

@@ -3,7 +3,7 @@
 //! changed is the call's change set, and its card rides on the tool line.
 
 use super::Runs;
-use crate::history::{Kept, Place, Scope};
+use crate::history::{file_kind, Kept, Place, Scope};
 use crate::model::Run;
 use crate::store::files::Author;
 use crate::words::FileOrigin;
@@ -32,7 +32,60 @@ pub(super) fn scope_of(name: &str, arguments: &str, root: &std::path::Path) -> O
     (!paths.is_empty()).then_some(Scope::Paths(paths))
 }
 
+/// The most files the model is told of at a turn's start.
+pub(super) const TOLD_FILES: usize = 50;
+
+/// The lines about the chat's files a turn's question carries to the model:
+/// the newest first, one each; empty when the chat has none.
+pub(super) fn told_line(recent: &[crate::store::files::Recent], total: usize) -> String {
+    if recent.is_empty() {
+        return String::new();
+    }
+    let count = if total > recent.len() {
+        format!("{} of {total}; list_files shows the rest", recent.len())
+    } else {
+        format!("{total} in all")
+    };
+    let mut line = format!("[The files of this chat, newest change first ({count}):");
+    for file in recent {
+        let by = match file.origin {
+            FileOrigin::User => "the person",
+            FileOrigin::Tool => "a file tool",
+            FileOrigin::Command => "a command",
+            FileOrigin::Outside => "someone outside tandem",
+        };
+        line.push_str(&format!(
+            "\n- {} ({} bytes, last changed by {by}{})",
+            file.path,
+            crate::tools::fit::commas(file.size),
+            if file_kind(&file.path) == "working" {
+                "; a working file"
+            } else {
+                ""
+            }
+        ));
+    }
+    line.push(']');
+    line
+}
+
 impl Runs {
+    /// [`told_line`] of the chat's files as its history last saw them.
+    pub(super) async fn files_told(&self, conversation_id: &str) -> String {
+        let place = self.place(conversation_id);
+        let cid = conversation_id.to_string();
+        let recent = self
+            .inner
+            .store
+            .read(move |conn| crate::store::files::recent(conn, &cid, &place.key, TOLD_FILES))
+            .await;
+        match recent {
+            Ok((recent, total)) => told_line(&recent, total),
+            // A turn goes on without the list rather than fail for it.
+            Err(_) => String::new(),
+        }
+    }
+
     /// The nudge about `work/` for this set, unless the run had it already.
     pub(super) async fn nudge_once(&self, run: &Run, kept: &Kept) -> Option<String> {
         let line = crate::history::nudge(kept)?;
@@ -114,5 +167,35 @@ impl Runs {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::files::Recent;
+
+    #[test]
+    fn the_told_line_names_each_file_and_what_was_left_out() {
+        assert_eq!(told_line(&[], 0), "");
+        let recent = vec![
+            Recent {
+                path: "report.md".into(),
+                size: 4200,
+                origin: FileOrigin::Command,
+            },
+            Recent {
+                path: "work/fetch.py".into(),
+                size: 300,
+                origin: FileOrigin::Tool,
+            },
+        ];
+        assert_eq!(
+            told_line(&recent, 2),
+            "[The files of this chat, newest change first (2 in all):\n\
+             - report.md (4,200 bytes, last changed by a command)\n\
+             - work/fetch.py (300 bytes, last changed by a file tool; a working file)]"
+        );
+        assert!(told_line(&recent, 75).contains("(2 of 75; list_files shows the rest)"));
     }
 }

@@ -42,6 +42,10 @@ pub(crate) struct KeptPath {
     groups: HashMap<Vec<u64>, Group>,
     /// `context::message_tokens` of each message, by its stamp.
     tokens: HashMap<u64, u64>,
+    /// The list of the chat's files the turn's question carries (its id,
+    /// the lines): made once a turn, so every step sends the same bytes and
+    /// the engine's prompt cache holds.
+    pub(crate) told: Option<(String, String)>,
 }
 
 /// One group's request messages as JSON text (comma-joined) and what the
@@ -132,6 +136,7 @@ impl KeptPath {
             next_stamp: 0,
             groups: HashMap::new(),
             tokens: HashMap::new(),
+            told: None,
         }
     }
 

@@ -283,6 +283,47 @@ pub fn path_history(
     with_changes(conn, sets)
 }
 
+/// One of the newest files a chat's sets touched that is there now.
+#[derive(Debug, Clone)]
+pub struct Recent {
+    pub path: String,
+    pub size: u64,
+    /// Who changed it last.
+    pub origin: FileOrigin,
+}
+
+/// The chat's files that are there now, newest change first: at most
+/// `limit` of them, and how many there are in all.
+pub fn recent(
+    conn: &Connection,
+    conversation_id: &str,
+    workspace: &str,
+    limit: usize,
+) -> Result<(Vec<Recent>, usize), ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.path, MAX(s.rev) AS newest, w.size FROM file_changes c \
+         JOIN file_sets s ON s.rev = c.rev \
+         JOIN workspace_files w ON w.workspace = ?2 AND w.path = c.path \
+         WHERE s.conversation_id = ?1 GROUP BY c.path ORDER BY newest DESC",
+    )?;
+    let rows: Vec<(String, i64, i64)> = stmt
+        .query_map(params![conversation_id, workspace], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let total = rows.len();
+    let mut origin = conn.prepare_cached("SELECT origin FROM file_sets WHERE rev = ?1")?;
+    let mut out = Vec::with_capacity(limit.min(total));
+    for (path, rev, size) in rows.into_iter().take(limit) {
+        out.push(Recent {
+            path,
+            size: size.max(0) as u64,
+            origin: origin.query_row([rev], |r| r.get(0))?,
+        });
+    }
+    Ok((out, total))
+}
+
 /// The newest change set that touched `path` in a workspace (any chat of
 /// it): the version an upload's `base` must name to replace the file.
 pub fn newest_rev_of(
