@@ -37,6 +37,8 @@ pub(crate) struct Tally {
     pub(crate) revs: HashMap<String, BTreeMap<i64, String>>,
     /// Per chat: files checked, so a pass over its changes comes every few.
     pub(crate) checked: HashMap<String, u64>,
+    /// Per chat: files sent to the trash, so restores and purges alternate.
+    pub(crate) trashed: HashMap<String, u64>,
 }
 
 /// What the soak does with a file a command made, once it is listed.
@@ -44,19 +46,16 @@ pub(crate) struct Tally {
 pub(crate) enum Fate {
     Keep,
     Undo,
-    /// Deleted to the trash, then restored (`true`) or purged.
-    Trash {
-        restore: bool,
-    },
+    /// Deleted to the trash, then restored or purged (in turn, per chat).
+    Trash,
 }
 
 impl Fate {
-    /// One in three undone; of the rest one in two trashed, restored or purged alike.
+    /// One in three undone; of the rest one in two trashed.
     pub(crate) fn pick(rng: &mut StdRng) -> Fate {
-        match rng.random_range(0..6) {
-            0 | 1 => Fate::Undo,
-            2 => Fate::Trash { restore: true },
-            3 => Fate::Trash { restore: false },
+        match rng.random_range(0..3) {
+            0 => Fate::Undo,
+            1 => Fate::Trash,
             _ => Fate::Keep,
         }
     }
@@ -178,9 +177,7 @@ pub(crate) async fn check_made(
     match fate {
         Fate::Keep => {}
         Fate::Undo => undo(part, shared, chat, name, rev).await,
-        Fate::Trash { restore } => {
-            crate::files_trash::trash_round(part, shared, chat, name, restore).await
-        }
+        Fate::Trash => crate::files_trash::trash_round(part, shared, chat, name).await,
     }
     crate::files_trash::record_and_page(part, shared, chat, name).await;
 }

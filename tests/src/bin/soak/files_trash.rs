@@ -76,13 +76,7 @@ async fn trash_list(shared: &Shared, chat: &str) -> anyhow::Result<Vec<(String, 
 
 /// Deletes `name` through the route, checks the disk and the trash, then
 /// restores it (bytes back whole) or purges it (out of the trash).
-pub(crate) async fn trash_round(
-    part: &HostexecPart,
-    shared: &Shared,
-    chat: &str,
-    name: &str,
-    restore: bool,
-) {
+pub(crate) async fn trash_round(part: &HostexecPart, shared: &Shared, chat: &str, name: &str) {
     let Some(want) = written(name) else { return };
     let violate = |what: String| shared.violate(Inv::Files, format!("chat {chat}: {what}"));
     // What the command wrote; a kill mid-`echo` may have cut it: then not this check's file.
@@ -126,7 +120,14 @@ pub(crate) async fn trash_round(
         },
         Err(err) => return violate(format!("the trash after deleting {name}: {err:#}")),
     };
-    lock(&part.files).deleted += 1;
+    let restore = {
+        let mut files = lock(&part.files);
+        files.deleted += 1;
+        let n = files.trashed.entry(chat.to_string()).or_default();
+        *n += 1;
+        // A chat's first trashed file is restored, its second purged, and so on.
+        *n % 2 == 1
+    };
     if restore {
         restore_one(part, shared, chat, name, rev, &want).await;
     } else {
@@ -385,8 +386,7 @@ mod tests {
         for fate in [
             crate::files::Fate::Keep,
             crate::files::Fate::Undo,
-            crate::files::Fate::Trash { restore: true },
-            crate::files::Fate::Trash { restore: false },
+            crate::files::Fate::Trash,
         ] {
             assert!(fates.contains(&fate), "{fate:?}");
         }
