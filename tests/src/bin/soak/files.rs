@@ -33,6 +33,8 @@ pub(crate) struct Tally {
     /// Pages of `…/files/changes` read, and the passes over whole chats.
     pub(crate) pages: u64,
     pub(crate) passes: u64,
+    /// Undos, deletes, restores and purges asked again after a try got no answer.
+    pub(crate) retried: u64,
     /// Per chat: every rev the history named for a checked file, with the file.
     pub(crate) revs: HashMap<String, BTreeMap<i64, String>>,
     /// Per chat: files checked, so a pass over its changes comes every few.
@@ -101,6 +103,7 @@ async fn created_by(shared: &Shared, chat: &str, name: &str) -> Result<(i64, Str
 /// answer; the answer, and whether an earlier try went unanswered (it may
 /// have landed, so a "not there" is then no fault by itself).
 pub(crate) async fn send_change(
+    part: &HostexecPart,
     shared: &Shared,
     method: reqwest::Method,
     path: &str,
@@ -117,7 +120,11 @@ pub(crate) async fn send_change(
         }
     })
     .await?;
-    Ok((answer, lost.load(Ordering::Relaxed)))
+    let lost = lost.load(Ordering::Relaxed);
+    if lost {
+        lock(&part.files).retried += 1;
+    }
+    Ok((answer, lost))
 }
 
 /// Checks the file a chat's host command made, once its run has ended;
@@ -186,6 +193,7 @@ pub(crate) async fn check_made(
 async fn undo(part: &HostexecPart, shared: &Shared, chat: &str, name: &str, rev: i64) {
     let path = format!("/conversations/{chat}/files/undo");
     let done = send_change(
+        part,
         shared,
         reqwest::Method::POST,
         &path,

@@ -91,7 +91,7 @@ pub(crate) async fn trash_round(part: &HostexecPart, shared: &Shared, chat: &str
         Err(err) => return violate(format!("{name}: its content before the delete: {err:#}")),
     }
     let route = format!("/conversations/{chat}/files?path={name}");
-    let rev = match send_change(shared, reqwest::Method::DELETE, &route, None).await {
+    let rev = match send_change(part, shared, reqwest::Method::DELETE, &route, None).await {
         Ok(((200, body), _)) => body["rev"].as_i64().unwrap_or(0),
         // The unanswered try landed: the trash and the disk say the rest.
         Ok(((404, _), true)) => 0,
@@ -147,7 +147,7 @@ async fn restore_one(
     let violate = |what: String| shared.violate(Inv::Files, format!("chat {chat}: {what}"));
     let route = format!("/conversations/{chat}/files/trash/restore");
     let body = json!({ "path": name });
-    let back = match send_change(shared, reqwest::Method::POST, &route, Some(body)).await {
+    let back = match send_change(part, shared, reqwest::Method::POST, &route, Some(body)).await {
         Ok(((200, body), _)) => body["rev"].as_i64().unwrap_or(0),
         // The unanswered try put it back: no longer in the trash, or in the way.
         Ok(((404 | 409, _), true)) => 0,
@@ -199,7 +199,7 @@ async fn purge_one(
     let violate = |what: String| shared.violate(Inv::Files, format!("chat {chat}: {what}"));
     let route = format!("/conversations/{chat}/files/trash/purge");
     let body = json!({ "paths": [name] });
-    match send_change(shared, reqwest::Method::POST, &route, Some(body)).await {
+    match send_change(part, shared, reqwest::Method::POST, &route, Some(body)).await {
         Ok(((200, body), _)) => {
             let (files, blobs, bytes) = (
                 body["files"].as_i64(),
