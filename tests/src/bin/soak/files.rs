@@ -39,8 +39,6 @@ pub(crate) struct Tally {
     pub(crate) revs: HashMap<String, BTreeMap<i64, String>>,
     /// Per chat: files checked, so a pass over its changes comes every few.
     pub(crate) checked: HashMap<String, u64>,
-    /// Per chat: files sent to the trash, so restores and purges alternate.
-    pub(crate) trashed: HashMap<String, u64>,
 }
 
 /// What the soak does with a file a command made, once it is listed.
@@ -48,7 +46,7 @@ pub(crate) struct Tally {
 pub(crate) enum Fate {
     Keep,
     Undo,
-    /// Deleted to the trash, then restored or purged (in turn, per chat).
+    /// Deleted to the trash, then restored or purged (in turn, over all chats).
     Trash,
 }
 

@@ -123,10 +123,8 @@ pub(crate) async fn trash_round(part: &HostexecPart, shared: &Shared, chat: &str
     let restore = {
         let mut files = lock(&part.files);
         files.deleted += 1;
-        let n = files.trashed.entry(chat.to_string()).or_default();
-        *n += 1;
-        // A chat's first trashed file is restored, its second purged, and so on.
-        *n % 2 == 1
+        // Restores and purges in turn, so a short run with two trashed files has both.
+        files.deleted % 2 == 1
     };
     if restore {
         restore_one(part, shared, chat, name, rev, &want).await;
