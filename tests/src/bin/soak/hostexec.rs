@@ -441,6 +441,18 @@ impl Part for HostexecPart {
                 f.listed, f.by_call, f.undone
             ));
             totals.push(format!(
+                "hostexecd: file trash: {} deleted (off the disk, in the trash), {} restored \
+                 whole, {} purged; changes paged {} times over whole chats ({} pages, {} sets \
+                 of checked files each once); {} changes asked again after chatd gave no answer",
+                f.deleted,
+                f.restored,
+                f.purged,
+                f.passes,
+                f.pages,
+                f.revs.values().map(|r| r.len()).sum::<usize>(),
+                f.retried
+            ));
+            totals.push(format!(
                 "hostexecd: SIGKILLed {} times mid-call (each back; a second refused {} \
                  times; calls ended \"restart\" in the audit {})",
                 t.kills, t.seconds_refused, t.restart_rows

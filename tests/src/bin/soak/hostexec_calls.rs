@@ -356,6 +356,8 @@ pub(crate) async fn chatd_worker(
     loop {
         let pause = Duration::from_secs_f64(rng.random_range(0.5..3.0));
         if !sleep_in(&mut phase, pause, |p| p == Phase::Load).await {
+            // The load is over: one last pass over the chat's change sets.
+            crate::files_trash::page_changes(&part, &shared, &chat).await;
             return;
         }
         n += 1;
@@ -364,7 +366,7 @@ pub(crate) async fn chatd_worker(
         // Its first line makes a file, for the file history's checks.
         let (line, made) = crate::files::made_line(&call.marker);
         call.command = format!("{line}\n{}", call.command);
-        let undo = rng.random_range(0..3) == 0;
+        let fate = crate::files::Fate::pick(&mut rng);
         let text = cue_text(&call.command, kind.limit(), &format!("hx{i}m{n}"));
         let sent = shared.send_text(&chat, &text).await;
         let run = match sent {
@@ -452,7 +454,7 @@ pub(crate) async fn chatd_worker(
         call.check_left(&part, &shared, &chat, &call_id, Via::Chatd, &how)
             .await;
         if call_id != "-" {
-            crate::files::check_made(&part, &shared, &chat, &made, undo).await;
+            crate::files::check_made(&part, &shared, &chat, &made, fate).await;
         }
     }
 }

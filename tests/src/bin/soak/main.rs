@@ -42,8 +42,10 @@
 //!    process of a host command outlived its call, every due trigger minute
 //!    ran once, every bot message was answered once;
 //! 13. no secret (the forward key, the parts' tokens and keys) in any log;
-//! 14. every file a host command made is in its chat's file list, and an
-//!     undone one is gone from the disk (`files.rs`).
+//! 14. every file a host command made is in its chat's file list, an undone
+//!     or deleted one is gone from the disk, a restored one is back whole, a
+//!     purged one is out of the trash, and `…/files/changes` pages each set
+//!     once (`files.rs`, `files_trash.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -78,6 +80,7 @@ mod egress;
 mod egress_load;
 mod faults;
 mod files;
+mod files_trash;
 mod hostexec;
 mod hostexec_calls;
 mod parts;

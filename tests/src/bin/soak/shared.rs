@@ -67,7 +67,7 @@ impl Inv {
             Inv::Triggers => "every due trigger minute ran exactly once; every run ended and has its inbox entry",
             Inv::Bots => "every bot message answered exactly once: none lost, none twice (but a kill inside connectord's documented window)",
             Inv::Secrets => "no secret in any log",
-            Inv::Files => "every file a host command made is in its chat's file list, and an undone one is gone from the disk",
+            Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
 
