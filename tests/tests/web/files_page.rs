@@ -366,7 +366,8 @@ const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+
 const PDF: &str = "%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n3 0 obj\n<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>\nendobj\nxref\n0 4\n0000000000 65535 f \n0000000009 00000 n \n0000000058 00000 n \n0000000115 00000 n \ntrailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n186\n%%EOF\n";
 
 /// Files the person put in the workspace are listed as given; an image
-/// previews as an image from a blob URL; a PDF opens in a tab of its own;
+/// previews as an image from a blob URL; a PDF's "Open the PDF in a new tab"
+/// opens it in a tab of its own (files_page_gone.rs: its frame in the pane);
 /// a file of no known kind only downloads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_pdfs_and_other_files() -> anyhow::Result<()> {
@@ -429,7 +430,7 @@ async fn images_pdfs_and_other_files() -> anyhow::Result<()> {
         })
         .await?;
     b.client().switch_to_window(tab).await?;
-    // The browser's own viewer has it (the page's CSP lets no frame show a blob URL).
+    // The browser's own viewer has it in that tab too.
     let seen = b
         .wait_js(
             "the PDF's tab loaded",

@@ -3,6 +3,7 @@
 //! egressd. Each module is one area's tests.
 
 mod files_page;
+mod files_page_gone;
 mod files_page_trash;
 mod front;
 mod web;

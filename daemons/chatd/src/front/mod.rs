@@ -33,9 +33,14 @@ const APP_CSS: &str = include_str!("page/app.css");
 const ICON_SVG: &str = include_str!("page/icon.svg");
 
 /// The page may load only what the front serves; it talks only to the front.
+/// `frame-src blob:` is for one thing: a PDF in the files pane, shown by the
+/// browser's own viewer in a frame of a blob URL the page made of the file's
+/// bytes, typed `application/pdf` by the page itself (app.js `pdfUrl`). The
+/// API's own answers stay unframeable (`API_CSP`), and no frame may load
+/// anything else; `object-src` stays at `'self'` (no `<embed>`/`<object>`).
 const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-    img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
-    frame-ancestors 'none'";
+    img-src 'self' data: blob:; frame-src blob:; connect-src 'self'; base-uri 'none'; \
+    form-action 'none'; frame-ancestors 'none'";
 /// API answers are data, never a document: opened as a page they run nothing.
 pub(crate) const API_CSP: &str = "sandbox; default-src 'none'; frame-ancestors 'none'";
 

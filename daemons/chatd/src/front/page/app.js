@@ -658,6 +658,7 @@ async function openChat(id) {
   startStream(chat);
   markActiveChat();
   loadUndoState(chat);
+  loadPresence(chat);
   if (pane.open) loadFiles(chat);
 }
 
@@ -678,6 +679,10 @@ function buildChat(snapshot) {
     consents: new Map(),
     undo: new Map(), // change set rev → what Undo did to it on this page (see undoRow)
     turnUndo: new Map(), // run id → what "Undo this turn" did (see turnRow)
+    present: null, // paths the chat's file list holds now (null: not read yet): a chip of another is "deleted since"
+    trashed: new Set(), // paths in the chat's trash: such a chip offers Restore
+    chipNotes: new Map(), // path → what a chip's Restore answered ({error} or {busy})
+    presenceTimer: null,
     undoTimer: null,
     seq: Number(snapshot.seq) || 0,
     usage: null,
@@ -1430,11 +1435,12 @@ function renderChips(c) {
     const turn = last.get(message.run_id) === id && turns.get(message.run_id);
     const files = turn ? [...turn.files].filter(([, f]) => f.kind === 'deliverable') : [];
     const revs = turn ? turn.revs : [];
-    const key = JSON.stringify([files, revs.map((rev) => (c.undo.get(rev) || {}).state), c.turnUndo.get(message.run_id)]);
+    const where = files.map(([path]) => [chipPresence(c, path), c.chipNotes.get(path) || null]);
+    const key = JSON.stringify([files, where, revs.map((rev) => (c.undo.get(rev) || {}).state), c.turnUndo.get(message.run_id)]);
     if (view.chipsKey === key) continue;
     view.chipsKey = key;
     if (view.chips) view.chips.remove();
-    const chips = files.length ? el('div', { class: 'file-chips' }, ...files.map(([path, f]) => fileChip(path, f.op))) : null;
+    const chips = files.length ? el('div', { class: 'file-chips' }, ...files.map(([path, f]) => fileChip(c, path, f.op))) : null;
     const row = revs.length ? turnRow(c, message.run_id, revs) : null;
     view.chips = chips || row ? el('div', { class: 'turn-files' }, chips, row) : null;
     if (view.chips) view.node.append(view.chips);
@@ -1504,17 +1510,77 @@ async function redoTurn(c, run, undo) {
   }
 }
 
-function fileChip(path, op) {
-  return el('div', { class: 'file-chip', 'data-path': path },
-    el('span', { class: 'chip-text', text: `${FILE_OPS[op] || op} ${path}` }),
-    el('span', { class: 'chip-sep', text: '·', 'aria-hidden': 'true' }),
-    button('chip-open', 'Open', () => openFilesPane(path), { 'aria-label': `Open ${path}` }));
+/** Where a chip's file is now: here, trashed (deleted, Restore can bring it back), or gone. */
+function chipPresence(c, path) {
+  if (!c.present || c.present.has(path)) return 'here';
+  return c.trashed.has(path) ? 'trashed' : 'gone';
+}
+
+/**
+ * A chip: `Created report.md · Open`; a file deleted since is struck through and says so (no
+ * Open: its bytes are not there to show), with Restore while the chat's trash holds it.
+ */
+function fileChip(c, path, op) {
+  const where = chipPresence(c, path);
+  const text = el('span', { class: 'chip-text', text: `${FILE_OPS[op] || op} ${path}` });
+  const sep = () => el('span', { class: 'chip-sep', text: '·', 'aria-hidden': 'true' });
+  if (where === 'here') {
+    return el('div', { class: 'file-chip', 'data-path': path }, text, sep(),
+      button('chip-open', 'Open', () => openFilesPane(path), { 'aria-label': `Open ${path}` }));
+  }
+  const note = c.chipNotes.get(path) || {};
+  return el('div', { class: 'file-chip deleted', 'data-path': path },
+    el('s', {}, text), sep(), el('span', { class: 'chip-gone', text: 'deleted since' }),
+    where === 'trashed' ? button('chip-restore', 'Restore', () => restoreChip(c, path),
+      { 'aria-label': `Restore ${path} from the trash`, disabled: !!note.busy }) : null,
+    note.error ? el('span', { class: 'inline-error chip-error', role: 'alert', text: note.error }) : null);
+}
+
+/** Which files are there now and which are in the trash: what the chips show. */
+async function loadPresence(c) {
+  let files;
+  let trash;
+  try {
+    [files, trash] = await Promise.all([
+      api('GET', `/conversations/${enc(c.id)}/files`),
+      api('GET', `/conversations/${enc(c.id)}/files/trash`)]);
+  } catch {
+    return; // the chips stay as they were
+  }
+  if (c !== chat) return;
+  const paths = (answer) => (Array.isArray(answer && answer.files) ? answer.files : [])
+    .filter((f) => f && typeof f.path === 'string').map((f) => f.path);
+  c.present = new Set(paths(files));
+  c.trashed = new Set(paths(trash));
+  renderChips(c);
+}
+
+function refreshPresenceSoon(c) {
+  clearTimeout(c.presenceTimer);
+  c.presenceTimer = setTimeout(() => { if (c === chat) loadPresence(c); }, UNDO_REFRESH_MS);
+}
+
+/** Restore on a deleted file's chip: the trash route; the chip is live again once the list has it. */
+async function restoreChip(c, path) {
+  c.chipNotes.set(path, { busy: true });
+  renderChips(c);
+  try {
+    await api('POST', `/conversations/${enc(c.id)}/files/trash/restore`, { path });
+    c.chipNotes.delete(path);
+  } catch (error) {
+    const conflict = error instanceof ApiError && error.type === 'restore_conflict';
+    c.chipNotes.set(path, { error: conflict ? `Not restored: ${path} is there again; nothing was changed.`
+      : error instanceof ApiError && error.status === 404 ? `${path} is not in the trash any more.` : failureText(error) });
+  }
+  await loadPresence(c);
+  renderChips(c);
+  reloadPane(c);
 }
 
 /* The files pane: the chat's files, one previewed. */
 
 const pane = {
-  open: false, items: null, ticket: 0, soon: null, path: null, url: null, previewTicket: 0,
+  open: false, items: null, ticket: 0, soon: null, path: null, url: null, frameUrl: null, previewTicket: 0,
   // A question asked in place before a delete: {what: delete | purge | empty, path}; one at a time.
   ask: null,
   askFresh: false,
@@ -1562,7 +1628,9 @@ function clearPreview() {
   pane.previewTicket += 1;
   pane.path = null;
   if (pane.url) URL.revokeObjectURL(pane.url);
+  if (pane.frameUrl) URL.revokeObjectURL(pane.frameUrl);
   pane.url = null;
+  pane.frameUrl = null;
   const box = $('#file-preview');
   box.hidden = true;
   $('.preview-name', box).textContent = '';
@@ -1742,6 +1810,7 @@ function setBusy(key, on) {
 
 /** Reads the list and the trash again now (the `files` event comes too; this does not wait for it). */
 function reloadPane(c) {
+  if (c === chat) refreshPresenceSoon(c); // the chips too: a purge keeps no file from the list, yet its Restore goes
   if (pane.open && c === chat) loadFiles(c);
 }
 
@@ -1844,14 +1913,18 @@ async function previewFile(c, path) {
 }
 
 /**
- * What a file shows as. The page's CSP lets an <img> read a blob URL but no frame or object, so
- * a PDF opens in the browser's own viewer in a tab of its own.
+ * What a file shows as. A PDF shows in the browser's own viewer in a frame of the pane: the
+ * page's CSP admits a frame of a blob URL (`frame-src blob:`) and nothing else, and the page
+ * makes such a URL only of bytes it typed as a PDF itself (pdfUrl), so no frame ever runs a
+ * document of the front's origin.
  */
 async function previewOf(blob, path, url) {
   const type = (blob.type || '').split(';')[0].trim().toLowerCase();
   if (type.startsWith('image/') && type !== 'image/svg+xml') return el('img', { class: 'preview-image', src: url, alt: path });
   if (type === 'application/pdf') {
-    return el('p', {}, el('a', { class: 'preview-open', href: url, target: '_blank', rel: 'noopener', text: 'Open the PDF in a new tab' }));
+    return el('div', { class: 'preview-pdf' },
+      el('iframe', { class: 'preview-frame', src: pdfUrl(blob), title: `${path} (PDF)` }),
+      el('p', { class: 'muted' }, el('a', { class: 'preview-open', href: url, target: '_blank', rel: 'noopener', text: 'Open the PDF in a new tab' })));
   }
   const text = await textOf(blob, type);
   if (text == null) return el('p', { class: 'muted', text: 'No preview for this kind of file: Download it.' });
@@ -1862,6 +1935,13 @@ async function previewOf(blob, path, url) {
     return el('div', { class: 'preview-markdown body' }, md.render(shown), more);
   }
   return el('div', {}, el('pre', { class: 'preview-text', text: shown }), more);
+}
+
+/** A blob URL of the bytes typed application/pdf by the page itself: the only kind a frame shows. */
+function pdfUrl(blob) {
+  if (pane.frameUrl) URL.revokeObjectURL(pane.frameUrl);
+  pane.frameUrl = URL.createObjectURL(new Blob([blob], { type: 'application/pdf' }));
+  return pane.frameUrl;
 }
 
 /** A text type's text; an untyped small file's when it is UTF-8 without NULs (a script, a log); else null. */
@@ -2124,6 +2204,7 @@ async function reload(c, signal) {
   Object.assign(c, buildChat(snapshot));
   renderChat();
   loadUndoState(c);
+  loadPresence(c);
   if (pane.open) loadFiles(c);
 }
 
@@ -2189,6 +2270,7 @@ const EVENTS = {
   },
   files(c, d) { // a change set was kept: the list changed, and an undo (origin user) may concern a card here
     if (pane.open) refreshFilesSoon(c);
+    refreshPresenceSoon(c);
     if (d.origin === 'user') refreshUndoSoon(c);
   },
   'tool.consent'(c, d) {
