@@ -598,6 +598,41 @@ impl Browser {
         Ok(())
     }
 
+    /// Picks `files` in the file input matching `css`, as a person choosing
+    /// them in the browser's file dialog does (its `change` event fires).
+    /// The input may be hidden: a page's attach button opens it.
+    pub async fn choose_files(&self, css: &str, files: &[&Path]) -> anyhow::Result<()> {
+        let paths: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        let element = self.client().find(Locator::Css(css)).await?;
+        element
+            .send_keys(&paths.join("\n"))
+            .await
+            .with_context(|| format!("choosing {paths:?} in {css}"))
+    }
+
+    /// Limits this browser's uploads to `bytes_per_second` (downloads and
+    /// latency as they are), through chromedriver's network conditions: an
+    /// upload then lasts long enough to watch its progress and cancel it.
+    pub async fn throttle_uploads(&self, bytes_per_second: u64) -> anyhow::Result<()> {
+        let url = format!(
+            "http://127.0.0.1:{}/session/{}/chromium/network_conditions",
+            self.driver_port, self.session
+        );
+        let body = json!({"network_conditions": {
+            "offline": false, "latency": 0,
+            "download_throughput": 1_000_000_000u64, "upload_throughput": bytes_per_second,
+        }});
+        let answer = reqwest::Client::new().post(&url).json(&body).send().await?;
+        let status = answer.status();
+        if !status.is_success() {
+            bail!(
+                "chromedriver refused network conditions: {status} {}",
+                clip(&answer.text().await.unwrap_or_default())
+            );
+        }
+        Ok(())
+    }
+
     /// Saves a screenshot of the window as
     /// `<target>/test-artifacts/web/<test>/<nn>-<name>.png`; prints and
     /// answers the path.

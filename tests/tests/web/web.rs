@@ -390,8 +390,13 @@ async fn model_html_is_text() -> anyhow::Result<()> {
         .eval("return [...document.scripts].map(s => s.src)")
         .await?;
     let scripts: Vec<String> = serde_json::from_value(scripts)?;
-    assert!(
-        scripts.len() == 1 && scripts[0].ends_with("/chat-app/app.js"),
+    let front = web.front();
+    assert_eq!(
+        scripts,
+        [
+            format!("{front}/chat-app/composer.js"),
+            format!("{front}/chat-app/app.js")
+        ],
         "the page's scripts are its own: {scripts:?}"
     );
     assert_eq!(b.count("a[href^='javascript' i]").await?, 0);
@@ -591,8 +596,9 @@ struct Forwarder {
     >,
 }
 
-const PAGE_FILES: [&str; 4] = [
+const PAGE_FILES: [&str; 5] = [
     "/",
+    "/chat-app/composer.js",
     "/chat-app/app.js",
     "/chat-app/app.css",
     "/chat-app/icon.svg",

@@ -29,6 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step.
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");
+const COMPOSER_JS: &str = include_str!("page/composer.js");
 const APP_CSS: &str = include_str!("page/app.css");
 const ICON_SVG: &str = include_str!("page/icon.svg");
 
@@ -72,6 +73,10 @@ pub fn router(app: Arc<App>, api: Router) -> anyhow::Result<Router> {
         .route(
             "/chat-app/app.js",
             get(|| async { page(APP_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/chat-app/composer.js",
+            get(|| async { page(COMPOSER_JS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/chat-app/app.css",

@@ -39,6 +39,8 @@
  *             no backtracking pattern, closers found in one pass.
  *   phone     the drawer (#menu) and visualViewport for the on-screen keyboard.
  *
+ * The composer (typing, files, uploads, drafts, its keys) is composer.js, loaded first.
+ *
  * Nothing here assigns innerHTML/outerHTML/insertAdjacentHTML, calls
  * document.write, eval or new Function.
  */
@@ -605,6 +607,7 @@ function navigate(id) {
 
 async function route() {
   if (page.state !== 'live') return;
+  switchComposer(); // the open chat's draft and files
   closeDrawer();
   markActiveChat();
   const id = wantedChatId();
@@ -871,7 +874,7 @@ function makeView(c, message) {
   node.append(view.body);
   if (message.role === 'assistant') node.append(view.note = el('p', { class: 'note', hidden: true }));
   if (message.role === 'user') {
-    node.append(el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
+    node.append(attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
   }
   c.views.set(message.id, view);
   fillView(c, message, view);
@@ -902,7 +905,7 @@ function fillBody(body, message) {
   if (message.role === 'compacted') {
     body.replaceChildren(el('details', { class: 'summary-fold' }, el('summary', { text: 'Summary of the earlier conversation' }), md.render(text)));
   } else if (message.role === 'cleared') body.textContent = 'Context cleared: the model does not see the messages above.';
-  else body.textContent = text; // user and system text, as typed
+  else body.textContent = message.role === 'user' ? typedText(message) : text; // as typed (composer.js: without what chatd added for files)
   return true;
 }
 
@@ -1137,9 +1140,9 @@ function removePending(c, id, delivered) {
 function paintPending(c, id) {
   let view = c.pendingViews.get(id);
   if (!view) {
-    view = { text: el('div', { class: 'text' }), error: el('p', { class: 'inline-error', hidden: true }), editing: false };
+    view = { text: el('div', { class: 'text' }), error: el('p', { class: 'inline-error', hidden: true }), editing: false, files: el('div', { class: 'pending-files' }) };
     view.root = el('div', { class: 'pending', 'data-pending-id': id },
-      el('span', { class: 'pending-label', text: 'Waiting' }), view.text,
+      el('span', { class: 'pending-label', text: 'Waiting' }), view.text, view.files,
       el('div', { class: 'pending-actions' },
         button('pending-edit quiet', 'Edit', () => editPending(c, id, view)),
         button('pending-remove quiet', 'Remove', () => deletePending(c, id, view))),
@@ -1147,16 +1150,20 @@ function paintPending(c, id) {
     c.pendingViews.set(id, view);
     $('#pending').append(view.root);
   }
-  if (!view.editing) view.text.textContent = c.pending.get(id).text || '';
+  const pending = c.pending.get(id);
+  if (!view.editing) view.text.textContent = typedText(pending);
+  view.files.replaceChildren(...attachmentsOf(pending).map((a) => el('span', { class: 'pending-file', text: baseName(a.path) })));
+  view.files.hidden = !view.files.childNodes.length;
 }
 
 const TOO_LATE = 'Too late: this message has reached the model already.';
 
 function editPending(c, id, view) {
   view.error.hidden = true;
-  openEditor(view, view.text, 'pending', (c.pending.get(id) || {}).text, async (text) => {
+  const added = addedText(c.pending.get(id)); // what chatd wrote of its files stays as it was
+  openEditor(view, view.text, 'pending', typedText(c.pending.get(id)), async (text) => {
     try {
-      const updated = await api('PATCH', `/conversations/${enc(c.id)}/pending/${enc(id)}`, { text });
+      const updated = await api('PATCH', `/conversations/${enc(c.id)}/pending/${enc(id)}`, { text: text + added });
       if (c.pending.has(id)) c.pending.set(id, { ...c.pending.get(id), ...updated });
     } catch (error) {
       if (error.status !== 409) throw error;
@@ -1164,7 +1171,7 @@ function editPending(c, id, view) {
       if (!view.root.isConnected) showToast(TOO_LATE);
     }
     const pending = c.pending.get(id);
-    if (pending) view.text.textContent = pending.text || '';
+    if (pending) view.text.textContent = typedText(pending);
   });
 }
 
@@ -1183,8 +1190,9 @@ function startEdit(c, id) {
   const view = c.views.get(id);
   const message = c.byId.get(id);
   if (!view || !message) return;
-  openEditor(view, view.body, 'edit', message.text, async (text) => {
-    await startingRun(c, () => api('POST', `/conversations/${enc(c.id)}/messages/${enc(id)}/edit`, { text }));
+  const added = addedText(message); // the files' lines chatd wrote for the model stay
+  openEditor(view, view.body, 'edit', typedText(message), async (text) => {
+    await startingRun(c, () => api('POST', `/conversations/${enc(c.id)}/messages/${enc(id)}/edit`, { text: text + added }));
     refreshListSoon();
   }, () => fillBody(view.body, message));
 }
@@ -1956,69 +1964,7 @@ async function textOf(blob, type) {
   }
 }
 
-/* ------------------------------------------------------------- composer -- */
-
-async function sendComposer() {
-  const box = $('#composer');
-  const text = box.value;
-  const error = $('#composer-error');
-  if (!text.trim() || page.sending) return;
-  error.hidden = true;
-  if (!chat && wantedChatId()) return showInlineError(error, 'The chat is still loading: try again in a moment.');
-  page.sending = true;
-  box.value = '';
-  fitComposer();
-  try {
-    const c = chat || await startChat();
-    if (!c) throw new Error('the new chat did not open');
-    const answer = await startingRun(c, async () => {
-      await nameChat(c, text);
-      return api('POST', `/conversations/${enc(c.id)}/messages`, { text });
-    });
-    if (answer && answer.pending_id) addPending(c, { id: answer.pending_id, text, state: 'waiting' });
-    keepBottom(true);
-    refreshListSoon();
-  } catch (failure) {
-    if (!box.value) { box.value = text; fitComposer(); }
-    if (failure.status !== 401) showInlineError(error, failure);
-  } finally {
-    page.sending = false;
-  }
-}
-
-/** The start screen's first message: a new chat, opened, then the send. */
-async function startChat() {
-  const conversation = await api('POST', '/conversations', {});
-  location.hash = chatHref(conversation.id);
-  await openChat(conversation.id);
-  return chat && chat.id === conversation.id ? chat : null;
-}
-
-/** A chat without a title is named after its first message, before the run (a run locks the title). */
-async function nameChat(c, text) {
-  if (c.conversation.title || c.path.length || isRunActive(c)) return;
-  let title = oneLine(text).replace(/[\u0000-\u001f\u007f\s]+/g, ' ').trim();
-  if (!title) return;
-  if (title.length > 60) title = `${title.slice(0, 60).replace(/\s+\S*$/, '')}…`;
-  try {
-    const updated = await api('PATCH', `/conversations/${enc(c.id)}`, { title });
-    c.conversation = updated;
-    if (c === chat) renderTitle();
-    updateListItem(updated);
-  } catch { /* the chat works without a title */ }
-}
-
-function fitComposer() {
-  const box = $('#composer');
-  box.style.height = 'auto';
-  box.style.height = `${Math.min(box.scrollHeight, Math.round(window.innerHeight * 0.4))}px`;
-}
-
-function onComposerKey(event) {
-  if (event.key !== 'Enter' || event.shiftKey || event.isComposing || event.keyCode === 229) return;
-  event.preventDefault();
-  sendComposer();
-}
+/* ---------------------------------------------------------- run actions -- */
 
 /**
  * Runs `request`, an action that starts a run: the status says Queued at once
@@ -2770,9 +2716,7 @@ function init() {
   on('#chat-list', 'click', (e) => { if (e.target.closest('a.open')) closeDrawer(); }); // the open chat again: no hashchange
   on('#menu', 'click', () => (document.body.classList.contains('drawer-open') ? closeDrawer() : openDrawer()));
   on('#backdrop', 'click', closeDrawer);
-  on('#composer', 'keydown', onComposerKey);
-  on('#composer', 'input', fitComposer);
-  on('#send', 'click', sendComposer);
+  initComposer(); // composer.js: the box, its files, drafts and keys
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', () => (pane.open ? closeFilesPane() : openFilesPane()));
