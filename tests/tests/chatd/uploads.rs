@@ -432,6 +432,38 @@ async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyh
         above < 30 << 10,
         "chatd grew {above} KiB above idle ({idle} KiB) during a 200 MiB upload"
     );
+    // Downloaded the same way: streamed, the bytes the same, memory flat.
+    let peak = Peak::start(pid);
+    let mut response = client
+        .http
+        .get(client.api(&format!("/conversations/{chat}/files/content?path=big.bin")))
+        .header("x-forward-key", client.key())
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.content_length(), Some(200 << 20));
+    let (mut pending, mut index, mut total) = (Vec::new(), 0u64, 0u64);
+    while let Some(chunk) = response.chunk().await? {
+        total += chunk.len() as u64;
+        pending.extend_from_slice(&chunk);
+        while pending.len() >= 1 << 20 {
+            let rest = pending.split_off(1 << 20);
+            assert!(
+                pending == generated_chunk(index),
+                "MiB {index} of the download differs"
+            );
+            pending = rest;
+            index += 1;
+        }
+    }
+    let down_peak = peak.end();
+    assert_eq!((total, index), (200 << 20, 200));
+    let down_above = down_peak.saturating_sub(idle);
+    eprintln!("200 MiB download: chatd RSS peak {down_peak} KiB, +{down_above} KiB over idle");
+    assert!(
+        down_above < 30 << 10,
+        "chatd grew {down_above} KiB above idle during a 200 MiB download"
+    );
     // Kept in the history: the blob is the file.
     let files = listed(&client, &chat).await?;
     let big = files
@@ -484,5 +516,26 @@ async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyh
     assert!(!ws.join("cut.bin").exists());
     let files = listed(&client, &chat).await?;
     assert!(files.iter().all(|f| f["path"] != "cut.bin"), "{files:?}");
+
+    // A temp file a crash left (nobody wrote to it for an hour) is swept by
+    // the next scan; a fresh one (a write under way) is left alone; neither
+    // is ever listed.
+    let stale = ws.join(".lost.bin.tandem-0123456789abcdef.tmp");
+    let fresh = ws.join(".live.bin.tandem-fedcba9876543210.tmp");
+    std::fs::write(&stale, "half")?;
+    std::fs::write(&fresh, "half")?;
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)?
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))?;
+    let files = listed(&client, &chat).await?;
+    assert!(!stale.exists(), "the stale temp file is still there");
+    assert!(fresh.exists(), "a fresh temp file was removed");
+    assert!(
+        files
+            .iter()
+            .all(|f| !f["path"].as_str().unwrap_or("").contains(".tandem-")),
+        "{files:?}"
+    );
     Ok(())
 }

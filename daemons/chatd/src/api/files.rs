@@ -5,7 +5,6 @@
 //! The path goes through `workspace.rs` like a tool's: relative, no `..`,
 //! every folder opened without following a link, a regular file only.
 
-use std::io::Read;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -18,6 +17,8 @@ use tandem_shared::http::ApiError;
 use crate::store::queries::{self, Trashed};
 use crate::workspace::Workspace;
 use crate::App;
+use tokio::io::AsyncReadExt;
+use tokio_util::io::ReaderStream;
 
 /// The largest file this route hands out.
 pub const MAX_FILE_BYTES: u64 = 50 * 1024 * 1024;
@@ -31,28 +32,53 @@ pub struct FileParams {
     pub inline: Option<String>,
 }
 
+/// `GET …/files/content?path=`: the file streamed, whatever its size.
 pub async fn download(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
     params: Result<Query<FileParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    send_file(&app, &id, params, None).await
+}
+
+/// `GET …/files?path=`: the same, within [`MAX_FILE_BYTES`], the bound its
+/// first caller (connectord, which holds a file whole to send it on) keeps.
+pub async fn download_bounded(
+    app: &App,
+    id: &str,
+    params: Result<Query<FileParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    send_file(app, id, params, Some(MAX_FILE_BYTES)).await
+}
+
+async fn send_file(
+    app: &App,
+    id: &str,
+    params: Result<Query<FileParams>, QueryRejection>,
+    max: Option<u64>,
+) -> Result<Response, ApiError> {
     let (path, params) = path_param(params)?;
-    let cid = id.clone();
+    let cid = id.to_string();
     app.store
         .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
         .await?;
-    let root = app.runs.workspace_root(&id);
-    let (name, bytes) = tokio::task::spawn_blocking(move || read(&root, &path))
+    let root = app.runs.workspace_root(id);
+    let (name, file, size) = tokio::task::spawn_blocking(move || open(&root, &path))
         .await
         .map_err(|_| ApiError::internal("reading the file stopped"))??;
-    let length = bytes.len();
-    let mut response = bytes.into_response();
+    if max.is_some_and(|max| size > max) {
+        return Err(too_large());
+    }
+    // Streamed, never held whole: exactly the size the header says (a file
+    // that grew since the look sends what it was).
+    let stream = ReaderStream::new(tokio::fs::File::from_std(file).take(size));
+    let mut response = axum::body::Body::from_stream(stream).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(content_type(&name)),
     );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     let shown = params.inline.as_deref() == Some("1") && inline_type(content_type(&name));
     let mut value = disposition(&name);
     if shown {
@@ -100,8 +126,9 @@ pub fn path_param(
     Ok((path, params))
 }
 
-/// The file's name and bytes, checked the way the tools check a path.
-fn read(root: &std::path::Path, path: &str) -> Result<(String, Vec<u8>), ApiError> {
+/// The file's name, the file open and its size, checked the way the tools
+/// check a path.
+fn open(root: &std::path::Path, path: &str) -> Result<(String, std::fs::File, u64), ApiError> {
     let missing = || {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -138,20 +165,7 @@ fn read(root: &std::path::Path, path: &str) -> Result<(String, Vec<u8>), ApiErro
             ApiError::bad_input("path", message)
         }
     })?;
-    if opened.size > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::with_capacity(opened.size as usize);
-    // One byte over the limit tells a file that grew since the look.
-    opened
-        .file
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ApiError::internal(format!("`{rel}` could not be read: {e}")))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
-    Ok((name, bytes))
+    Ok((name, opened.file, opened.size))
 }
 
 fn too_large() -> ApiError {

@@ -60,7 +60,7 @@ pub async fn list_or_download(
     if matches!(&params, Ok(Query(p)) if p.path.is_none()) {
         return list(&app, &id).await;
     }
-    super::files::download(State(app), Path(id), params).await
+    super::files::download_bounded(&app, &id, params).await
 }
 
 async fn list(app: &App, id: &str) -> Result<Response, ApiError> {

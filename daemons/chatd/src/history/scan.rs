@@ -13,6 +13,16 @@ use crate::workspace::{is_temp_name, Workspace, TANDEM_DIR};
 /// Bytes read (and kept) by one scan at most.
 pub const MAX_HASHED: u64 = 256 * 1024 * 1024;
 
+/// A temp file untouched this long has no writer left: a write streams
+/// into it continuously and an upload that sends nothing for 60 s is cut.
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn is_stale(entry: &tree::Entry) -> bool {
+    let modified = std::time::UNIX_EPOCH
+        + std::time::Duration::new(entry.mtime.0.max(0) as u64, entry.mtime.1.max(0) as u32);
+    modified.elapsed().is_ok_and(|age| age > STALE_TEMP)
+}
+
 /// Which paths a scan looks at.
 #[derive(Debug, Clone)]
 pub enum Scope {
@@ -100,13 +110,20 @@ pub fn scan(
                     tree::MAX_DEPTH
                 ));
             }
-            now.extend(
-                snap.entries
-                    .into_iter()
-                    .filter(|(_, e)| e.node == Node::File)
-                    // Another write's temp file is not a change of this call.
-                    .filter(|(p, _)| !is_temp_name(p.rsplit('/').next().unwrap_or(p))),
-            );
+            for (path, entry) in snap.entries {
+                if entry.node != Node::File {
+                    continue;
+                }
+                // Another write's temp file is not a change of this call; one
+                // nobody wrote to for a while is what a crash cut: removed.
+                if is_temp_name(path.rsplit('/').next().unwrap_or(&path)) {
+                    if is_stale(&entry) {
+                        let _ = workspace.remove_file(&path);
+                    }
+                    continue;
+                }
+                now.insert(path, entry);
+            }
         }
         Scope::Paths(paths) => {
             for path in paths {

@@ -88,6 +88,7 @@ mod shared;
 mod sse;
 mod trigger_dues;
 mod triggers;
+mod uploads;
 mod watchers;
 
 use chats::*;
@@ -369,6 +370,7 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
     let drivers: Vec<_> = (0..args.chats)
         .map(|i| tokio::spawn(drive_chat(shared.clone(), i, rng.random())))
         .collect();
+    let uploader = tokio::spawn(uploads::drive(shared.clone(), rng.random()));
     let part_drivers: Vec<_> = parts
         .iter()
         .map(|part| tokio::spawn(part.clone().drive(shared.clone(), rng.random())))
@@ -465,6 +467,13 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
             );
         }
     }
+    let upload_lines = match tokio::time::timeout(left, uploader).await {
+        Ok(Ok(lines)) => lines,
+        _ => {
+            shared.violate(Inv::Uploads, "the uploads were not checked in time".into());
+            Vec::new()
+        }
+    };
     let drain_s = drain_started.elapsed().as_secs_f64();
     if !drained {
         for what in &last_active {
@@ -774,6 +783,9 @@ async fn soak(args: Args, nofile: u64) -> anyhow::Result<usize> {
     let _ = writeln!(s, "RSS check: {rss_line}");
     for line in &daemon_rss {
         let _ = writeln!(s, "RSS check: {line}");
+    }
+    for line in &upload_lines {
+        let _ = writeln!(s, "{line}");
     }
     for (name, end) in &ends {
         let _ = writeln!(s, "{}:", name.as_str());

@@ -32,9 +32,10 @@ pub(crate) enum Inv {
     Bots,
     Secrets,
     Files,
+    Uploads,
 }
 
-pub(crate) const INVARIANTS: [Inv; 14] = [
+pub(crate) const INVARIANTS: [Inv; 15] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -49,6 +50,7 @@ pub(crate) const INVARIANTS: [Inv; 14] = [
     Inv::Bots,
     Inv::Secrets,
     Inv::Files,
+    Inv::Uploads,
 ];
 
 impl Inv {
@@ -67,6 +69,7 @@ impl Inv {
             Inv::Triggers => "every due trigger minute ran exactly once; every run ended and has its inbox entry",
             Inv::Bots => "every bot message answered exactly once: none lost, none twice (but a kill inside connectord's documented window)",
             Inv::Secrets => "no secret in any log",
+            Inv::Uploads => "every upload chatd answered is there with its bytes, every one cut part-way is not there at all, none is there with other bytes",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
