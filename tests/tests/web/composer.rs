@@ -620,6 +620,32 @@ async fn esc_stops_and_up_edits_the_waiting_message() -> anyhow::Result<()> {
         let runs: Value = t.client.snapshot(&chat).await?["runs"].clone();
         assert_eq!(runs[0]["status"], "stopped", "{runs}");
         b.screenshot("stopped").await?;
+
+        // The waiting message goes now: its file is a chip under it, and the
+        // note's text chatd put in the message for the model is not shown.
+        b.click("#send-now").await?;
+        b.wait_count("#messages .message[data-role='user']", |n| n == 2, LONG)
+            .await?;
+        b.wait_hidden("#pending .pending", WAIT).await?;
+        assert_eq!(
+            texts(&b, "#messages .message[data-role='user'] .body").await?,
+            ["Tell me a long story [sim tokens=400 tps=20]", "And then?"]
+        );
+        assert_eq!(
+            message_chips(&b).await?,
+            [(
+                "uploads/note.md".into(),
+                "note.md 7 B · ≈3 tokens · Open".into()
+            )]
+        );
+        let stored = t.client.snapshot(&chat).await?;
+        let sent = &stored["messages"][2];
+        assert!(
+            sent["text"].as_str().is_some_and(|t| t
+                .starts_with("And then?\n\n[attached file uploads/note.md")
+                && t.contains("# Note")),
+            "chatd put the note in the message: {sent}"
+        );
     }
     Ok(())
 }

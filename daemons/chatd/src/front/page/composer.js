@@ -31,6 +31,7 @@ const MODEL_IMAGE_BYTES = 10 * 1024 * 1024; // a larger image is kept but not se
 const TEXT_READ_BYTES = 1024 * 1024; // chatd judges text on this much of a file
 const DRAFT_PREFIX = 'tandem.draft.';
 const NEW_CHAT_KEY = 'new'; // the start screen's composer (its first send makes the chat)
+const MAX_FILES = 20; // chatd's most files a message (it would refuse the 21st only once the rest went up)
 
 const compose = {
   key: null, // the chat id the composer is for (NEW_CHAT_KEY on the start screen)
@@ -83,6 +84,7 @@ function attachFiles(list) {
   if (!files.length) return;
   const key = compose.key || NEW_CHAT_KEY;
   const mine = attachedOf(key);
+  const left = files.splice(Math.max(0, MAX_FILES - mine.length));
   for (const file of files) {
     const image = (file.type || '').startsWith('image/');
     const item = { id: compose.next++, file, thumb: null, kind: image ? 'image' : null, tokens: null };
@@ -91,7 +93,9 @@ function attachFiles(list) {
     mine.push(item);
     if (!image) measure(key, item);
   }
-  $('#composer-error').hidden = true;
+  if (left.length) {
+    showInlineError($('#composer-error'), `A message carries at most ${MAX_FILES} files: ${left.map((f) => f.name).join(', ')} ${left.length === 1 ? 'was' : 'were'} not added.`);
+  } else $('#composer-error').hidden = true;
   paintAttached();
 }
 
