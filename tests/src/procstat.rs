@@ -3,6 +3,40 @@
 
 use std::collections::HashMap;
 
+/// The highest RSS of a process seen while a piece of work runs, sampled
+/// every 2 ms from a thread of its own (a sampling period, not a wait).
+pub struct PeakRss {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl PeakRss {
+    pub fn start(pid: u32) -> PeakRss {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s, p) = (stop.clone(), peak.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                if let Some(kib) = rss_kib(pid) {
+                    p.fetch_max(kib, Ordering::SeqCst);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        PeakRss { stop, peak, thread }
+    }
+
+    /// Stops sampling; the peak in KiB.
+    pub fn end(self) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.thread.join();
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
 /// The resident memory of a process, in KiB (`VmRSS`).
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -5,8 +5,6 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,7 +14,7 @@ use tandem_tests::harness::{
     file_head, form_body, form_type, generated_chunk, is_generated, run_id, sha256_of,
     streamed_form, wait_until, Chatd, Client, FormPart, Sim,
 };
-use tandem_tests::procstat::rss_kib;
+use tandem_tests::procstat::{rss_kib, PeakRss};
 
 const QUICK: Duration = Duration::from_secs(30);
 
@@ -363,37 +361,6 @@ async fn a_put_replaces_only_the_version_it_names_and_keeps_both_otherwise() -> 
     Ok(())
 }
 
-/// The highest RSS of `pid` seen while it runs, sampled every few ms.
-struct Peak {
-    stop: Arc<AtomicBool>,
-    peak: Arc<AtomicU64>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Peak {
-    fn start(pid: u32) -> Peak {
-        let stop = Arc::new(AtomicBool::new(false));
-        let peak = Arc::new(AtomicU64::new(0));
-        let (s, p) = (stop.clone(), peak.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::SeqCst) {
-                if let Some(kib) = rss_kib(pid) {
-                    p.fetch_max(kib, Ordering::SeqCst);
-                }
-                // A sampling period, not a wait on anything.
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        Peak { stop, peak, thread }
-    }
-
-    fn end(self) -> u64 {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.thread.join();
-        self.peak.load(Ordering::SeqCst)
-    }
-}
-
 #[tokio::test]
 async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyhow::Result<()> {
     let (_sim, chatd, client) = start(&[]).await?;
@@ -411,7 +378,7 @@ async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyh
     assert_eq!(status, 201);
     let idle = (0..5).filter_map(|_| rss_kib(pid)).max().context("rss")?;
 
-    let peak = Peak::start(pid);
+    let peak = PeakRss::start(pid);
     let answer = client
         .send_form(
             Method::PUT,
@@ -433,7 +400,7 @@ async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyh
         "chatd grew {above} KiB above idle ({idle} KiB) during a 200 MiB upload"
     );
     // Downloaded the same way: streamed, the bytes the same, memory flat.
-    let peak = Peak::start(pid);
+    let peak = PeakRss::start(pid);
     let mut response = client
         .http
         .get(client.api(&format!("/conversations/{chat}/files/content?path=big.bin")))

@@ -89,6 +89,7 @@ mod snapshot;
 mod status;
 mod throughput;
 mod toolloop;
+mod uploads;
 
 use delegated::*;
 use hostexec::*;
@@ -354,6 +355,9 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         files::figure(args.quick, &mut rows)
             .await
             .context("figure 14 (files)")?;
+        uploads::figure(args.quick, &mut rows)
+            .await
+            .context("figure 14 (uploads)")?;
     }
     let table = table(&rows);
     say(format!(
