@@ -49,6 +49,15 @@ impl Client {
         if let Some(body) = body {
             request = request.json(&body);
         }
+        self.exchange(request).await
+    }
+
+    /// Sends a request built on this client: the status and the JSON body
+    /// (`Null` when there is none); an error only when chatd does not answer.
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
         let response = request.send().await.with_context(|| {
             format!(
                 "chatd does not answer at {} (is it running? `tandem up`)",
@@ -61,7 +70,8 @@ impl Client {
     }
 
     /// A `multipart/form-data` request: `settings` as text parts first,
-    /// then each local file, read from disk as it is sent.
+    /// then each local file, read from disk as it is sent. A refusal is
+    /// printed and handed back as `Err` with its body.
     pub(crate) async fn send_form(
         &self,
         method: reqwest::Method,
@@ -69,7 +79,7 @@ impl Client {
         query: &[(&str, &str)],
         settings: &[(&str, String)],
         files: &[std::path::PathBuf],
-    ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
+    ) -> anyhow::Result<Result<Value, Value>> {
         let mut form = reqwest::multipart::Form::new();
         for (name, value) in settings {
             form = form.text(name.to_string(), value.clone());
@@ -95,15 +105,21 @@ impl Client {
         if !query.is_empty() {
             request = request.query(query);
         }
-        let response = request.send().await.with_context(|| {
-            format!(
-                "chatd does not answer at {} (is it running? `tandem up`)",
-                self.base
-            )
-        })?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        Ok((status, body))
+        let (status, answer) = self.exchange(request).await?;
+        Ok(answered(status, answer))
+    }
+
+    /// [`Client::send`], with a refusal printed (the daemon's words) and
+    /// handed back as `Err` with its body, so a caller can add its own hint.
+    pub(crate) async fn send_or_refuse(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> anyhow::Result<Result<Value, Value>> {
+        let (status, answer) = self.send(method, path, query, body).await?;
+        Ok(answered(status, answer))
     }
 
     pub(crate) async fn call(
@@ -122,6 +138,15 @@ impl Client {
         }
         Ok(body)
     }
+}
+
+/// A success's body, or a refusal printed and handed back.
+fn answered(status: reqwest::StatusCode, answer: Value) -> Result<Value, Value> {
+    if status.is_success() {
+        return Ok(answer);
+    }
+    eprintln!("tandem: {}", refusal(status.as_u16(), &answer));
+    Err(answer)
 }
 
 /// `{"error": {"type", "message", "field"?}}` as one line.

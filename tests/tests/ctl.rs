@@ -466,36 +466,33 @@ async fn start_status_logs_restart_stop() {
     let local = b.home().join("plan.md");
     std::fs::write(&local, "v1\n").unwrap();
     let local = local.to_str().unwrap();
-    let put = b.tandem(&[
-        "chat",
-        "files",
-        &chat,
-        "put",
-        local,
-        "--to",
-        "notes/plan.md",
-    ]);
-    assert!(put.status.success(), "{}", text(&put));
+    let put = |extra: &[&str]| {
+        let mut args = vec![
+            "chat",
+            "files",
+            &chat,
+            "put",
+            local,
+            "--to",
+            "notes/plan.md",
+        ];
+        args.extend_from_slice(extra);
+        b.tandem(&args)
+    };
+    let put_first = put(&[]);
+    assert!(put_first.status.success(), "{}", text(&put_first));
     assert!(
-        text(&put).contains("notes/plan.md: 3 bytes saved (change set "),
+        text(&put_first).contains("notes/plan.md: 3 bytes saved (change set "),
         "{}",
-        text(&put)
+        text(&put_first)
     );
-    let first_rev = text(&put)
+    let first_rev = text(&put_first)
         .rsplit("change set ")
         .next()
         .and_then(|t| t.split(')').next())
         .unwrap()
         .to_string();
-    let beside = b.tandem(&[
-        "chat",
-        "files",
-        &chat,
-        "put",
-        local,
-        "--to",
-        "notes/plan.md",
-    ]);
+    let beside = put(&[]);
     assert!(
         text(&beside).contains(
             "notes/plan.md is there already: yours is saved beside it as notes/plan (2).md"
@@ -504,17 +501,7 @@ async fn start_status_logs_restart_stop() {
         text(&beside)
     );
     std::fs::write(b.home().join("plan.md"), "v2\n").unwrap();
-    let replaced = b.tandem(&[
-        "chat",
-        "files",
-        &chat,
-        "put",
-        local,
-        "--to",
-        "notes/plan.md",
-        "--base",
-        &first_rev,
-    ]);
+    let replaced = put(&["--base", &first_rev]);
     assert!(replaced.status.success(), "{}", text(&replaced));
     assert_eq!(
         std::fs::read_to_string(workspace.join("notes/plan.md")).unwrap(),

@@ -212,16 +212,12 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                     .await?
             } else {
                 let settings = [("text", text)];
-                let (status, answer) = client
+                let sent = client
                     .send_form(reqwest::Method::POST, &route, &[], &settings, &file)
                     .await?;
-                if !status.is_success() {
-                    eprintln!(
-                        "tandem: {}",
-                        crate::client::refusal(status.as_u16(), &answer)
-                    );
+                let Ok(answer) = sent else {
                     return Ok(ExitCode::FAILURE);
-                }
+                };
                 answer
             };
             let Some(run_id) = sent["run_id"].as_str() else {

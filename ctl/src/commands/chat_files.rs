@@ -91,7 +91,10 @@ pub async fn undo(chat: &str, target: &str, skip_conflicts: bool) -> anyhow::Res
         body["skip_conflicts"] = json!(true);
     }
     let route = format!("/conversations/{chat}/files/undo");
-    let answer = match send_or_refuse(reqwest::Method::POST, &route, &[], Some(body)).await? {
+    let answer = match Client::new()?
+        .send_or_refuse(reqwest::Method::POST, &route, &[], Some(body))
+        .await?
+    {
         Ok(answer) => answer,
         Err(refused) => {
             if refused["error"]["type"] == "undo_conflict" {
@@ -159,7 +162,7 @@ pub async fn put(
             .ok_or_else(|| anyhow::anyhow!("{} names no file", local.display()))?,
     };
     let settings: Vec<(&str, String)> = base.map(|b| ("base", b.to_string())).into_iter().collect();
-    let (status, answer) = Client::new()?
+    let sent = Client::new()?
         .send_form(
             reqwest::Method::PUT,
             &format!("/conversations/{chat}/files/content"),
@@ -168,13 +171,9 @@ pub async fn put(
             std::slice::from_ref(&local),
         )
         .await?;
-    if !status.is_success() {
-        eprintln!(
-            "tandem: {}",
-            crate::client::refusal(status.as_u16(), &answer)
-        );
+    let Ok(answer) = sent else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     let saved = text(&answer["path"]);
     match (answer["conflict_of"].as_str(), base) {
         (Some(there), None) => println!(
@@ -208,7 +207,10 @@ pub async fn delete_or_restore(chat: &str, verb: &str, path: &str) -> anyhow::Re
         &[]
     };
     let route = format!("/conversations/{chat}{route}");
-    let Ok(answer) = send_or_refuse(method, &route, query, body).await? else {
+    let Ok(answer) = Client::new()?
+        .send_or_refuse(method, &route, query, body)
+        .await?
+    else {
         return Ok(ExitCode::FAILURE);
     };
     let done = if verb == "delete" {
@@ -230,7 +232,10 @@ pub async fn purge(chat: &str, path: Option<&str>) -> anyhow::Result<ExitCode> {
         None => json!({}),
     };
     let route = format!("/conversations/{chat}/files/trash/purge");
-    let Ok(answer) = send_or_refuse(reqwest::Method::POST, &route, &[], Some(body)).await? else {
+    let Ok(answer) = Client::new()?
+        .send_or_refuse(reqwest::Method::POST, &route, &[], Some(body))
+        .await?
+    else {
         return Ok(ExitCode::FAILURE);
     };
     println!(
@@ -238,23 +243,4 @@ pub async fn purge(chat: &str, path: Option<&str>) -> anyhow::Result<ExitCode> {
         answer["files"], answer["bytes"]
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Sends one request; a refusal is printed (the daemon's words) and handed
-/// back as `Err` with its body, so a caller can add its own hint.
-async fn send_or_refuse(
-    method: reqwest::Method,
-    route: &str,
-    query: &[(&str, &str)],
-    body: Option<Value>,
-) -> anyhow::Result<Result<Value, Value>> {
-    let (status, answer) = Client::new()?.send(method, route, query, body).await?;
-    if status.is_success() {
-        return Ok(Ok(answer));
-    }
-    eprintln!(
-        "tandem: {}",
-        crate::client::refusal(status.as_u16(), &answer)
-    );
-    Ok(Err(answer))
 }

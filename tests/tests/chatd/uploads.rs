@@ -25,19 +25,29 @@ async fn start(env: &[(&str, &str)]) -> anyhow::Result<(Sim, Chatd, Client)> {
     Ok((sim, chatd, client))
 }
 
+/// A whole form sent; the status and body.
+async fn form(
+    client: &Client,
+    method: Method,
+    route: String,
+    parts: &[FormPart],
+) -> anyhow::Result<(u16, Value)> {
+    let answer = client.send_form(method, &route, form_body(parts)).await?;
+    Ok((answer.status, answer.body))
+}
+
 async fn send_form(
     client: &Client,
     chat: &str,
     parts: &[FormPart],
 ) -> anyhow::Result<(u16, Value)> {
-    let answer = client
-        .send_form(
-            Method::POST,
-            &format!("/conversations/{chat}/messages"),
-            form_body(parts),
-        )
-        .await?;
-    Ok((answer.status, answer.body))
+    form(
+        client,
+        Method::POST,
+        format!("/conversations/{chat}/messages"),
+        parts,
+    )
+    .await
 }
 
 async fn put(
@@ -46,14 +56,8 @@ async fn put(
     path: &str,
     parts: &[FormPart],
 ) -> anyhow::Result<(u16, Value)> {
-    let answer = client
-        .send_form(
-            Method::PUT,
-            &format!("/conversations/{chat}/files/content?path={path}"),
-            form_body(parts),
-        )
-        .await?;
-    Ok((answer.status, answer.body))
+    let route = format!("/conversations/{chat}/files/content?path={path}");
+    form(client, Method::PUT, route, parts).await
 }
 
 /// Every entry under `dir`, hidden ones included, as paths relative to it.
