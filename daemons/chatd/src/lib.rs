@@ -13,6 +13,7 @@ pub mod context;
 pub mod egress;
 pub mod engine;
 pub mod events;
+pub mod failure;
 pub mod folders;
 pub mod forward;
 pub mod front;

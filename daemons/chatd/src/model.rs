@@ -192,6 +192,10 @@ pub struct Run {
     pub ended: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Value>,
+    /// Why a failed, interrupted or stopped run ended, in a word, and its
+    /// error cleaned for showing (`failure.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<crate::failure::Failure>,
 }
 
 pub const RUN_COLUMNS: &str =
@@ -213,11 +217,18 @@ impl Run {
             started: row.get(9)?,
             ended: row.get(10)?,
             usage: usage.and_then(|u| serde_json::from_str(&u).ok()),
-        })
+            failure: None,
+        }
+        .with_failure())
     }
 
     pub fn is_active(&self) -> bool {
         self.status.is_active()
+    }
+
+    fn with_failure(mut self) -> Run {
+        self.failure = crate::failure::of_run(self.status, self.error.as_deref());
+        self
     }
 }
 

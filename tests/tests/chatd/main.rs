@@ -6,6 +6,7 @@
 mod agent;
 mod agents;
 mod chatd;
+mod failures;
 mod files;
 mod inbox;
 mod instances;

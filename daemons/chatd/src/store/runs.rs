@@ -72,6 +72,7 @@ pub fn insert_run(
         started: now_rfc3339(),
         ended: None,
         usage: None,
+        failure: None,
     };
     ctx.conn().execute(
         "INSERT INTO runs (id, conversation_id, status, mode, model, origin, message_id, started) \
@@ -162,6 +163,9 @@ pub fn finish_run(
     let mut data = json!({"run_id": run.id, "status": outcome.run_status()});
     if let Some(error) = error {
         data["error"] = json!(error);
+    }
+    if let Some(failure) = crate::failure::of_run(outcome.run_status(), error) {
+        data["failure"] = json!(failure);
     }
     ctx.emit(&run.conversation_id, EventKind::RunFinished, data)?;
     set_state(ctx, &run.conversation_id, ChatState::Idle)?;
