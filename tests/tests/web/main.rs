@@ -2,6 +2,7 @@
 //! over HTTP, the web page in headless Chromium, and the web tools through
 //! egressd. Each module is one area's tests.
 
+mod around;
 mod composer;
 mod files_page;
 mod files_page_gone;

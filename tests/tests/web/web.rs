@@ -395,6 +395,7 @@ async fn model_html_is_text() -> anyhow::Result<()> {
         scripts,
         [
             format!("{front}/chat-app/composer.js"),
+            format!("{front}/chat-app/around.js"),
             format!("{front}/chat-app/app.js")
         ],
         "the page's scripts are its own: {scripts:?}"
@@ -596,9 +597,10 @@ struct Forwarder {
     >,
 }
 
-const PAGE_FILES: [&str; 5] = [
+const PAGE_FILES: [&str; 6] = [
     "/",
     "/chat-app/composer.js",
+    "/chat-app/around.js",
     "/chat-app/app.js",
     "/chat-app/app.css",
     "/chat-app/icon.svg",

@@ -30,6 +30,7 @@ use crate::App;
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");
 const COMPOSER_JS: &str = include_str!("page/composer.js");
+const AROUND_JS: &str = include_str!("page/around.js");
 const APP_CSS: &str = include_str!("page/app.css");
 const ICON_SVG: &str = include_str!("page/icon.svg");
 
@@ -77,6 +78,10 @@ pub fn router(app: Arc<App>, api: Router) -> anyhow::Result<Router> {
         .route(
             "/chat-app/composer.js",
             get(|| async { page(COMPOSER_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/chat-app/around.js",
+            get(|| async { page(AROUND_JS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/chat-app/app.css",

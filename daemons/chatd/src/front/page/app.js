@@ -858,6 +858,7 @@ function renderChat() {
 function renderTitle() {
   $('#chat-title').textContent = chat ? titleOf(chat.conversation) : 'New chat';
   $('#files-toggle').hidden = !chat;
+  renderChatMenu(); // around.js
 }
 
 /** Adds a message's view at its place on the path (a summary can go in the middle). */
@@ -876,6 +877,7 @@ function makeView(c, message) {
   if (message.role === 'user') {
     node.append(attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
   }
+  addBranch(c, message, node); // around.js
   c.views.set(message.id, view);
   fillView(c, message, view);
   return view;
@@ -986,6 +988,7 @@ function fillCall(c, node, call) {
   node.result.hidden = !result;
   node.result.textContent = result.length > RESULT_CHARS
     ? `${result.slice(0, RESULT_CHARS)}\n… (${result.length - RESULT_CHARS} more characters)` : result;
+  fillConsentLines(c, node, call); // around.js: its answered cards, one line each
 }
 
 /** Repaints one call under the answer that made it. */
@@ -1099,6 +1102,7 @@ async function answerCard(c, card, decision, buttons, error) {
   for (const b of buttons) b.disabled = true;
   try {
     await api('POST', `/conversations/${enc(c.id)}/consent`, { card_id: card.card_id, decision });
+    noteAnswered(c, card, decision, true); // around.js
     dropCard(c, card.card_id);
   } catch (failure) {
     if (failure.status === 409 || failure.status === 410) { // answered elsewhere, or no longer waited for
@@ -2233,6 +2237,7 @@ const EVENTS = {
   },
   'tool.consent_answered'(c, d) {
     const card = c.consents.get(d.card_id);
+    noteAnswered(c, card, d.decision, false); // around.js
     dropCard(c, d.card_id);
     const call = c.calls.get(d.call_id || (card && card.call_id));
     if (!call || call.status !== 'waiting') return;
@@ -2717,6 +2722,7 @@ function init() {
   on('#menu', 'click', () => (document.body.classList.contains('drawer-open') ? closeDrawer() : openDrawer()));
   on('#backdrop', 'click', closeDrawer);
   initComposer(); // composer.js: the box, its files, drafts and keys
+  initAround(); // around.js: branch, export, import, Ctrl+K, answered cards
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', () => (pane.open ? closeFilesPane() : openFilesPane()));
