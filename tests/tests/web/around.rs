@@ -8,7 +8,7 @@
 use anyhow::{ensure, Context};
 use serde_json::{json, Value};
 use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, ENTER, PHONE, WAIT};
-use tandem_tests::harness::{sim_answer, Chatd, Client, Sim};
+use tandem_tests::harness::{sim_answer, wait_until, Chatd, Client, Sim};
 
 use crate::files_page::LONG;
 
@@ -186,7 +186,8 @@ async fn branch_from_a_message() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Export as Markdown holds the messages' text; export as JSON, then
+/// Export as Markdown holds the messages' text, and Copy as Markdown copies
+/// it (or selects it when the clipboard is refused); export as JSON, then
 /// Import of that file, opens a new chat with the same messages; a file
 /// chatd refuses is refused in chatd's words.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,6 +223,49 @@ async fn export_and_import() -> anyhow::Result<()> {
         ensure!(name.ends_with(".json"), "a JSON file: {name:?}");
         let export: Value = serde_json::from_str(json_text)?;
         assert_eq!(export["version"], 1, "{export}");
+
+        // Copy as Markdown: the clipboard when the page may use it; when it
+        // may not (plain http), the text shown selected for Ctrl+C.
+        b.eval(
+            "window.copied = null;
+             navigator.clipboard.writeText = async (text) => {
+                 if (window.noClipboard) throw new DOMException('denied', 'NotAllowedError');
+                 window.copied = text;
+             };
+             return true;",
+        )
+        .await?;
+        b.click("#chat-menu > summary").await?;
+        b.click("#copy-md").await?;
+        let copied = b
+            .wait_js("the copied Markdown", "return window.copied;", WAIT)
+            .await?;
+        ensure!(
+            copied.as_str() == Some(md[0].1.as_str()),
+            "the clipboard has the Markdown export: {copied}"
+        );
+        b.eval("window.noClipboard = true; return true;").await?;
+        b.click("#chat-menu > summary").await?;
+        b.click("#copy-md").await?;
+        b.wait_visible("#copy-dialog", WAIT).await?;
+        let selected = b
+            .wait_js(
+                "the Markdown selected",
+                "const s = String(getSelection()); return s.length > 10 ? s : null;",
+                WAIT,
+            )
+            .await?;
+        let selected = selected.as_str().unwrap_or("");
+        for (_, text) in &source {
+            ensure!(
+                selected.contains(text.trim()),
+                "the selection holds {text:?}: {selected}"
+            );
+        }
+        b.screenshot(&format!("copy-selected-{}", viewport.width))
+            .await?;
+        b.click("#copy-dialog-close").await?;
+        b.wait_hidden("#copy-dialog", WAIT).await?;
 
         let path = t.dir.path().join(format!("export-{}.json", viewport.width));
         std::fs::write(&path, json_text)?;
@@ -388,6 +432,25 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
         );
         b.screenshot(&format!("answered-{}", viewport.width))
             .await?;
+
+        // Opened again, the page reads the decision back from the chat's
+        // events: the line without who and when.
+        wait_until("the run to end", LONG, || async {
+            let s = t.client.snapshot(&chat).await.ok()?;
+            (s["conversation"]["state"] == "idle").then_some(())
+        })
+        .await?;
+        b.eval("location.reload(); return true;").await?;
+        b.wait_state("live").await?;
+        let again = b
+            .wait_js(
+                "the line after a reload",
+                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
+                 return l ? l.textContent : null;",
+                WAIT,
+            )
+            .await?;
+        assert_eq!(again, words.trim_end_matches(" by you, "), "{again}");
         b.close().await?;
     }
     Ok(())

@@ -660,6 +660,7 @@ async function openChat(id) {
   renderChat();
   startStream(chat);
   markActiveChat();
+  loadAnswered(chat); // around.js: the lines of cards answered before
   loadUndoState(chat);
   loadPresence(chat);
   if (pane.open) loadFiles(chat);
@@ -2153,6 +2154,7 @@ async function reload(c, signal) {
   if (signal.aborted || c !== chat) return;
   Object.assign(c, buildChat(snapshot));
   renderChat();
+  loadAnswered(c); // around.js
   loadUndoState(c);
   loadPresence(c);
   if (pane.open) loadFiles(c);
