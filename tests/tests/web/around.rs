@@ -1,14 +1,17 @@
 //! The page's actions around a chat (docs/web.md "Around a chat") in
 //! headless Chromium against the real chatd with its front and the engine
 //! simulator, at 1280 px and at 390 px: Branch on a message, export as
-//! Markdown and JSON and import the JSON back, the Ctrl+K switcher, and a
-//! permission card that becomes one line once answered. What the page made
-//! is checked through chatd's API; every wait is a bounded poll.
+//! Markdown and JSON and import the JSON back, Copy as Markdown, the Ctrl+K
+//! switcher, and a write's card and an egress card (the real egressd) that
+//! become one line once answered. What the page made is checked through
+//! chatd's API; every wait is a bounded poll.
 
 use anyhow::{ensure, Context};
 use serde_json::{json, Value};
 use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, ENTER, PHONE, WAIT};
-use tandem_tests::harness::{sim_answer, wait_until, Chatd, Client, Sim};
+use tandem_tests::harness::{
+    sim_answer, wait_until, write_private, Chatd, Client, Egressd, Sim, FORWARD_KEY,
+};
 
 use crate::files_page::LONG;
 
@@ -451,6 +454,116 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
             )
             .await?;
         assert_eq!(again, words.trim_end_matches(" by you, "), "{again}");
+        b.close().await?;
+    }
+    Ok(())
+}
+
+/// An egress card (egressd asking about a new host while `web_fetch`
+/// reaches out), answered on the page, becomes one line under that call
+/// naming the host: "Always" allows it for this chat, Deny denies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let port = crate::web_tools::origin().await?;
+    let dir = tempfile::tempdir()?;
+    let chat_data = dir.path().join("chat");
+    let secrets = dir.path().join("secrets.env");
+    write_private(&secrets, &format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"))?;
+    let egressd = Egressd::start(
+        &chat_data,
+        &secrets,
+        &format!("ceiling = \"all\"\nports = [{port}]\nallow_ranges = [\"127.0.0.2/32\"]\n"),
+    )
+    .await?;
+    let listen = egressd.listen().await?;
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let env = [
+        ("QSE_CHAT_DATA", chat_data.to_str().context("path")?),
+        ("QSE_SECRETS", secrets.to_str().context("path")?),
+        ("QSE_EGRESS_PROXY", &listen),
+        (
+            "QSE_EGRESS_SOCKET",
+            egressd.socket.to_str().context("path")?,
+        ),
+    ];
+    let chatd = Chatd::start_with_front(&sim.url(), &env, None).await?;
+    let client = chatd.client();
+    let driver = Chromedriver::start().await?;
+    wait_until("chatd to follow egressd's cards", LONG, || async {
+        let (_, health) = egressd.call("GET", "/health", None).await.ok()?;
+        (health["card_listeners"].as_u64()? >= 1).then_some(())
+    })
+    .await?;
+    let url = format!("http://127.0.0.2:{port}/page");
+    for (viewport, decision, words) in [
+        (
+            DESKTOP,
+            "always",
+            "127.0.0.2: Allowed for this chat by you, ",
+        ),
+        (PHONE, "deny", "127.0.0.2: Denied by you, "),
+    ] {
+        let chat = client.create_chat_in("auto").await?;
+        let b = Browser::open(&driver, viewport).await?;
+        b.goto(&format!("{}/#/c/{chat}", chatd.front_url())).await?;
+        b.wait_state("live").await?;
+        b.wait_visible("#chat-menu", WAIT).await?;
+        sim.faults(json!([
+            {"tool_calls": [{"name": "web_fetch", "arguments": {"url": url}}]},
+            {"tokens": 2},
+        ]))
+        .await?;
+        b.type_into("#composer", "Look it up").await?;
+        b.click("#send").await?;
+        b.wait_text(".consent .consent-head .name", |t| t == "egress", LONG)
+            .await?;
+        b.click(&format!(".consent button[data-decision='{decision}']"))
+            .await?;
+        b.wait_count(".consent", |n| n == 0, WAIT).await?;
+        let line = b
+            .wait_js(
+                "the egress card's line under its call",
+                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
+                 return l ? {text: l.textContent,
+                     call: l.closest('.tool-call').querySelector('.name').textContent} : null;",
+                WAIT,
+            )
+            .await?;
+        let text = line["text"].as_str().unwrap_or("");
+        ensure!(
+            text.starts_with(words) && text[words.len()..].contains(':'),
+            "one line with the host, who and when: {line}"
+        );
+        assert_eq!(line["call"], "web_fetch", "{line}");
+        b.screenshot(&format!("egress-answered-{}", viewport.width))
+            .await?;
+
+        // Opened again: the same call, the decision read back from the events.
+        wait_until("the run to end", LONG, || async {
+            let s = client.snapshot(&chat).await.ok()?;
+            (s["conversation"]["state"] == "idle").then_some(())
+        })
+        .await?;
+        b.eval("location.reload(); return true;").await?;
+        b.wait_state("live").await?;
+        let again = b
+            .wait_js(
+                "the line after a reload",
+                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
+                 return l ? {text: l.textContent,
+                     call: l.closest('.tool-call').querySelector('.name').textContent} : null;",
+                WAIT,
+            )
+            .await?;
+        assert_eq!(
+            again["text"],
+            words.trim_end_matches(" by you, "),
+            "{again}"
+        );
+        assert_eq!(again["call"], "web_fetch", "{again}");
         b.close().await?;
     }
     Ok(())
