@@ -15,6 +15,15 @@ use tandem_tests::harness::{
 
 use crate::files_page::LONG;
 
+/// The first answered card's line: its text, the tool of the call it is
+/// under, and whether it is seen with the message's calls folded.
+const LINE: &str =
+    "const l = document.querySelector('#messages .message > .consent-lines .consent-line');
+    if (!l) return null;
+    const call = document.querySelector(`#messages .tool-call[data-call-id='${l.dataset.callId}']`);
+    return {text: l.textContent, call: call ? call.querySelector('.name').textContent : null,
+            folded: !call.closest('details').open, seen: l.getClientRects().length > 0};";
+
 /// WebDriver's Control key: held for the keys after it, until [`RELEASE`].
 const CONTROL: &str = "\u{e009}";
 /// WebDriver's "release the modifiers".
@@ -391,8 +400,8 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
     }
     let t = Around::start().await?;
     for (viewport, decision, words) in [
-        (DESKTOP, "once", "Allowed once by you, "),
-        (PHONE, "deny", "Denied by you, "),
+        (DESKTOP, "once", "write_file · Allowed once by you, "),
+        (PHONE, "deny", "write_file · Denied by you, "),
     ] {
         let chat = t.client.create_chat_in("ask").await?;
         std::fs::create_dir_all(t.chatd.data_dir().join("workspaces").join(&chat))?;
@@ -412,13 +421,7 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
             .await?;
         b.wait_count(".consent", |n| n == 0, WAIT).await?;
         let line = b
-            .wait_js(
-                "the answered card's line under its call",
-                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
-                 return l ? {text: l.textContent,
-                     call: l.closest('.tool-call').querySelector('.name').textContent} : null;",
-                WAIT,
-            )
+            .wait_js("the answered card's line under its call", LINE, WAIT)
             .await?;
         let text = line["text"].as_str().unwrap_or("");
         ensure!(
@@ -428,6 +431,8 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
             "one line with who and when: {line}"
         );
         assert_eq!(line["call"], "write_file", "{line}");
+        assert_eq!(line["folded"], true, "the calls stay folded: {line}");
+        assert_eq!(line["seen"], true, "the line is seen all the same: {line}");
         assert_eq!(
             b.count("#messages .consent-line").await?,
             1,
@@ -445,15 +450,13 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
         .await?;
         b.eval("location.reload(); return true;").await?;
         b.wait_state("live").await?;
-        let again = b
-            .wait_js(
-                "the line after a reload",
-                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
-                 return l ? l.textContent : null;",
-                WAIT,
-            )
-            .await?;
-        assert_eq!(again, words.trim_end_matches(" by you, "), "{again}");
+        let again = b.wait_js("the line after a reload", LINE, WAIT).await?;
+        assert_eq!(
+            again["text"],
+            words.trim_end_matches(" by you, "),
+            "{again}"
+        );
+        assert_eq!(again["call"], "write_file", "{again}");
         b.close().await?;
     }
     Ok(())
@@ -502,9 +505,9 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
         (
             DESKTOP,
             "always",
-            "127.0.0.2: Allowed for this chat by you, ",
+            "web_fetch · 127.0.0.2: Allowed for this chat by you, ",
         ),
-        (PHONE, "deny", "127.0.0.2: Denied by you, "),
+        (PHONE, "deny", "web_fetch · 127.0.0.2: Denied by you, "),
     ] {
         let chat = client.create_chat_in("auto").await?;
         let b = Browser::open(&driver, viewport).await?;
@@ -524,13 +527,7 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
             .await?;
         b.wait_count(".consent", |n| n == 0, WAIT).await?;
         let line = b
-            .wait_js(
-                "the egress card's line under its call",
-                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
-                 return l ? {text: l.textContent,
-                     call: l.closest('.tool-call').querySelector('.name').textContent} : null;",
-                WAIT,
-            )
+            .wait_js("the egress card's line under its call", LINE, WAIT)
             .await?;
         let text = line["text"].as_str().unwrap_or("");
         ensure!(
@@ -538,6 +535,7 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
             "one line with the host, who and when: {line}"
         );
         assert_eq!(line["call"], "web_fetch", "{line}");
+        assert_eq!(line["seen"], true, "{line}");
         b.screenshot(&format!("egress-answered-{}", viewport.width))
             .await?;
 
@@ -549,15 +547,7 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
         .await?;
         b.eval("location.reload(); return true;").await?;
         b.wait_state("live").await?;
-        let again = b
-            .wait_js(
-                "the line after a reload",
-                "const l = document.querySelector('#messages .tool-call .consent-lines .consent-line');
-                 return l ? {text: l.textContent,
-                     call: l.closest('.tool-call').querySelector('.name').textContent} : null;",
-                WAIT,
-            )
-            .await?;
+        let again = b.wait_js("the line after a reload", LINE, WAIT).await?;
         assert_eq!(
             again["text"],
             words.trim_end_matches(" by you, "),

@@ -382,17 +382,34 @@ function paintAnswered(c, line) {
   else view.node.append(answeredLine(line));
 }
 
-function answeredLine(line) {
-  return el('p', { class: 'consent-line', 'data-card-id': line.cardId, 'data-decision': line.decision, text: answeredText(line) });
+/** One answered card's line; `name` is its call's tool ("web_fetch · 127.0.0.2: Allowed once by you, 14:02"). */
+function answeredLine(line, name = '') {
+  return el('p', {
+    class: 'consent-line',
+    'data-card-id': line.cardId,
+    'data-call-id': line.callId || '',
+    'data-decision': line.decision,
+    text: `${name ? `${name} · ` : ''}${answeredText(line)}`,
+  });
 }
 
-/** The answered cards' lines under a call (app.js's fillCall). */
+/**
+ * The answered cards' lines of a call (app.js's fillCall): right under the
+ * message's folded calls, so they are seen without unfolding them.
+ */
 function fillConsentLines(c, node, call) {
+  const message = node.root.closest('.message');
+  const tools = node.root.closest('details.tools');
+  if (!message || !tools) return;
   const lines = c.answered ? [...c.answered.values()].filter((l) => l.callId === call.id) : [];
-  let box = $(':scope > .consent-lines', node.root);
-  if (!lines.length) { if (box) box.remove(); return; }
-  if (!box) node.root.querySelector('.tool-head').after(box = el('div', { class: 'consent-lines' }));
-  box.replaceChildren(...lines.map(answeredLine));
+  let box = $(':scope > .consent-lines', message);
+  if (!box) {
+    if (!lines.length) return;
+    tools.after(box = el('div', { class: 'consent-lines' }));
+  }
+  for (const old of [...box.children]) if (old.dataset.callId === call.id) old.remove();
+  box.append(...lines.map((line) => answeredLine(line, call.name)));
+  if (!box.children.length) box.remove();
 }
 
 /* ------------------------------------------------------------------ init -- */
