@@ -52,9 +52,15 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         .await?;
     for chat in chats {
         let place = crate::history::Place::of(&app.folders, &chat);
-        app.history
+        // One chat's purge failing leaves the others and the rest of the
+        // housekeeping to run; the next pass tries it again.
+        if let Err(e) = app
+            .history
             .purge(&place, &chat, None, Some(file_cutoff))
-            .await?;
+            .await
+        {
+            tracing::warn!(conversation = %chat, kind = e.kind, "old deleted files not purged");
+        }
     }
     let delta_cutoff = now_unix() - (app.config.delta_days * 86_400) as i64;
     let dropped = app

@@ -326,6 +326,56 @@ async fn a_put_replaces_only_the_version_it_names_and_keeps_both_otherwise() -> 
         .collect();
     assert_eq!(origins, ["outside", "user", "user"], "{}", sets.body);
 
+    // An edit that lands while an upload based on the newest version is
+    // still coming: the upload is kept beside it, never over it.
+    let newest = client
+        .get(&format!(
+            "/conversations/{chat}/files/history?path=notes/plan.md"
+        ))
+        .await?
+        .body["changes"][0]["rev"]
+        .as_i64()
+        .context("newest rev")?;
+    let url = reqwest::Url::parse(&chatd.url())?;
+    let address = format!(
+        "{}:{}",
+        url.host_str().context("host")?,
+        url.port().context("port")?
+    );
+    let mut socket = std::net::TcpStream::connect(address)?;
+    let mut body = form_body(&[
+        FormPart::setting("base", &newest.to_string()),
+        FormPart::file("plan.md", "text/markdown", "from the slow upload\n"),
+    ]);
+    // Held back: the last 10 bytes of the file and the form's end (35 bytes).
+    let tail = body.split_off(body.len() - 45);
+    let head = format!(
+        "PUT /v1/chat-app/conversations/{chat}/files/content?path=notes/plan.md HTTP/1.1\r\nHost: x\r\n\
+         x-forward-key: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        client.key(),
+        form_type(),
+        body.len() + tail.len()
+    );
+    socket.write_all(head.as_bytes())?;
+    socket.write_all(&body)?;
+    let notes = ws.join("notes");
+    wait_until("the slow upload's staging file", QUICK, || async {
+        entries(&notes)
+            .into_iter()
+            .find(|e| e.contains("plan.md.tandem-"))
+    })
+    .await?;
+    std::fs::write(ws.join("notes/plan.md"), "edited during the upload\n")?;
+    socket.write_all(&tail)?;
+    let mut raw = String::new();
+    std::io::Read::read_to_string(&mut socket, &mut raw)?;
+    assert!(raw.starts_with("HTTP/1.1 201"), "{raw}");
+    assert!(raw.contains("\"conflict_of\":\"notes/plan.md\""), "{raw}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/plan.md"))?,
+        "edited during the upload\n"
+    );
+
     // Bad puts name their field and change nothing.
     let before = entries(&ws);
     let (status, body) = put(&client, &chat, "notes", &file("x")).await?;
@@ -474,7 +524,7 @@ async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyh
     let temp = |ws: &Path| {
         entries(ws)
             .into_iter()
-            .find(|e| e.starts_with(".cut.bin.tandem-") && e.ends_with(".tmp"))
+            .find(|e| e.starts_with(".") && e.contains("cut.bin.tandem-") && e.ends_with(".tmp"))
     };
     wait_until("the upload's temp file", QUICK, || async { temp(&ws) })
         .await

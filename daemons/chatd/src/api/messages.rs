@@ -25,7 +25,6 @@ use crate::store::queries::{self, Trashed};
 use crate::store::runs::insert_run;
 use crate::store::{conversations, messages};
 use crate::words::{Choice, Origin, PendingState, Role, RunMode, RunStatus};
-use crate::workspace::Workspace;
 use crate::App;
 
 #[derive(Deserialize)]
@@ -68,15 +67,7 @@ pub async fn send(
     let mut text = outgoing.text.clone();
     if !files.is_empty() {
         // Saved before the message is, so the model can read them at once.
-        let root = app.runs.workspace_root(&id);
-        let placed = tokio::task::spawn_blocking(move || {
-            let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;
-            attachments::place(&workspace, files)
-        })
-        .await
-        .map_err(|_| ApiError::internal("saving the attachments stopped"))?
-        .map_err(|e| ApiError::internal(format!("the attachments could not be saved: {e}")))?;
-        let saved = attached(&app, &id, placed).await?;
+        let saved = attached(&app, &id, attachments::Incoming::Decoded(files)).await?;
         text.push_str(&saved.text);
         records = Some(Value::Array(saved.records));
     }

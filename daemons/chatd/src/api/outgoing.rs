@@ -18,7 +18,6 @@ use crate::store::messages::{insert_at_head, insert_message};
 use crate::store::queries::{self, Trashed};
 use crate::store::runs::insert_run;
 use crate::words::{Origin, Role, RunMode};
-use crate::workspace::Workspace;
 use crate::App;
 
 /// The most characters one message may hold.
@@ -151,12 +150,13 @@ impl Outgoing {
     }
 }
 
-/// What files on disk add to their message, kept as the person's change set
-/// (origin `user`).
+/// Lands a message's files under `uploads/` (under the workspace's history
+/// lock, kept as the person's change set, origin `user`) and says what they
+/// add to the message.
 pub async fn attached(
     app: &App,
     id: &str,
-    placed: Vec<attachments::Placed>,
+    files: attachments::Incoming,
 ) -> Result<attachments::Saved, ApiError> {
     let cid = id.to_string();
     let conversation = app
@@ -165,15 +165,6 @@ pub async fn attached(
         .await?;
     let room = app.runs.free_tokens(id, &conversation.model).await? / 4;
     let vision = app.models.reads_images(&conversation.model);
-    let paths: Vec<String> = placed.iter().map(|p| p.path.clone()).collect();
-    let root = app.runs.workspace_root(id);
-    let saved = tokio::task::spawn_blocking(move || {
-        let workspace = Workspace::open(&root).map_err(|e| e.to_string())?;
-        Ok::<_, String>(attachments::describe(&workspace, &placed, room, vision))
-    })
-    .await
-    .map_err(|_| ApiError::internal("reading the attachments stopped"))?
-    .map_err(|e| ApiError::internal(format!("the attachments could not be read: {e}")))?;
     let author = crate::store::files::Author {
         conversation_id: id.to_string(),
         run_id: None,
@@ -182,8 +173,19 @@ pub async fn attached(
         undoes: Vec::new(),
     };
     let place = crate::history::Place::of(&app.folders, id);
-    app.history
-        .sync_upload(&place, paths, &author, app.config.upload_message_max_bytes)
+    let max = app.config.upload_message_max_bytes;
+    let (saved, _) = app
+        .history
+        .land(&place, &author, max, None, move |workspace, _| {
+            let placed = attachments::land(workspace, files).map_err(|e| {
+                ApiError::internal(format!("the attachments could not be saved: {e}"))
+            })?;
+            let paths = placed.iter().map(|p| p.path.clone()).collect();
+            Ok((
+                paths,
+                attachments::describe(workspace, &placed, room, vision),
+            ))
+        })
         .await?;
     Ok(saved)
 }

@@ -17,12 +17,12 @@ use tandem_shared::http::ApiError;
 use super::files::FileParams;
 use super::form::{self, FilePart, Form, Part};
 use super::outgoing::{accepted, attached, Outgoing, MAX_TEXT};
-use crate::attachments::{self, names, Placed, MAX_FILES, UPLOADS};
-use crate::history::{Place, Scope};
-use crate::store::files::{self as stored, Author};
+use crate::attachments::{self, names, Incoming, Staged, MAX_FILES, UPLOADS};
+use crate::history::Place;
+use crate::store::files::Author;
 use crate::store::queries::{self, Trashed};
 use crate::words::FileOrigin;
-use crate::workspace::Workspace;
+use crate::workspace::{staging_path, Workspace};
 use crate::App;
 
 /// A message form's settings and their largest size in bytes.
@@ -31,12 +31,12 @@ const MESSAGE_SETTINGS: &[(&str, u64)] =
 /// A file put's one setting: the version it replaces.
 const PUT_SETTINGS: &[(&str, u64)] = &[("base", 32)];
 
-/// What a request that has not ended yet wrote: files, and the folders it
-/// made for them (shallow first). Taken back on an error ([`Written::take_back`])
+/// What a request that has not ended yet wrote: files at their staging
+/// names, and the folders it made for them (shallow first). Taken back on an error ([`Written::take_back`])
 /// or when the request is dropped, unless it [`Written::keep`]s them.
 struct Written {
     root: PathBuf,
-    placed: Vec<Placed>,
+    staged: Vec<Staged>,
     folders: Vec<String>,
 }
 
@@ -57,14 +57,15 @@ impl Written {
         }
         Written {
             root,
-            placed: Vec::new(),
+            staged: Vec::new(),
             folders,
         }
     }
 
-    fn keep(mut self) -> Vec<Placed> {
+    /// The staged files, now the history's to land: nothing is taken back.
+    fn keep(mut self) -> Vec<Staged> {
         self.folders.clear();
-        std::mem::take(&mut self.placed)
+        std::mem::take(&mut self.staged)
     }
 
     /// Takes back what was written, before the answer goes out.
@@ -75,11 +76,11 @@ impl Written {
     }
 
     fn remover(&mut self) -> Option<impl FnOnce() + Send + 'static> {
-        if self.placed.is_empty() && self.folders.is_empty() {
+        if self.staged.is_empty() && self.folders.is_empty() {
             return None;
         }
         let root = self.root.clone();
-        let paths: Vec<String> = self.placed.drain(..).map(|p| p.path).collect();
+        let paths: Vec<String> = self.staged.drain(..).map(|p| p.staged).collect();
         let folders = std::mem::take(&mut self.folders);
         Some(move || {
             let Ok(workspace) = Workspace::open(&root) else {
@@ -136,11 +137,11 @@ pub async fn send_form(app: Arc<App>, id: String, request: Request) -> Result<Re
         }
     };
     let mut text = outgoing.text.clone();
-    let placed = written.keep();
-    if placed.is_empty() {
+    if written.staged.is_empty() {
         return outgoing.store(&app, id, text, None).await;
     }
-    let saved = attached(&app, &id, placed).await?;
+    let landed = attached(&app, &id, Incoming::Staged(written.keep())).await;
+    let saved = landed?;
     text.push_str(&saved.text);
     outgoing
         .store(&app, id, text, Some(Value::Array(saved.records)))
@@ -176,10 +177,11 @@ async fn read_message(
             }
             outgoing = Some(checked);
         }
-        if written.placed.len() == MAX_FILES {
+        if written.staged.len() == MAX_FILES {
             return Err(attachments::too_many(MAX_FILES + 1));
         }
-        written.placed.push(save_part(&written.root, file).await?);
+        let staged = save_part(&written.root, file).await?;
+        written.staged.push(staged);
     }
     match outgoing {
         Some(outgoing) => Ok(Ok(outgoing)),
@@ -210,8 +212,8 @@ fn checked(settings: Vec<(&str, String)>) -> Result<Outgoing, ApiError> {
     Outgoing::checked(text, origin, key)
 }
 
-/// One file of a message, streamed to a free name under `uploads/`.
-async fn save_part(root: &std::path::Path, file: Box<FilePart>) -> Result<Placed, ApiError> {
+/// One file of a message, streamed to a staging name under `uploads/`.
+async fn save_part(root: &std::path::Path, file: Box<FilePart>) -> Result<Staged, ApiError> {
     let name = names::free_base(&file.name).ok_or_else(|| {
         ApiError::bad_input(&format!("{}.filename", file.label), "is not a file name")
     })?;
@@ -220,12 +222,11 @@ async fn save_part(root: &std::path::Path, file: Box<FilePart>) -> Result<Placed
         .clone()
         .filter(|m| m != "application/octet-stream")
         .unwrap_or_else(|| names::guess_mime(&name).to_string());
-    let workspace = open(root)?;
-    let held = names::reserve_free(&workspace, UPLOADS, &name);
-    let size = file.write_to(root.to_path_buf(), held.path.clone()).await?;
-    Ok(Placed {
-        conflict_of: attachments::asked_for(&held.path, &name),
-        path: held.path.clone(),
+    let staged = staging_path(&format!("{UPLOADS}/{name}"));
+    let size = file.write_to(root.to_path_buf(), staged.clone()).await?;
+    Ok(Staged {
+        staged,
+        name,
         mime,
         size,
     })
@@ -251,21 +252,29 @@ pub async fn put_content(
     params: Result<Query<FileParams>, QueryRejection>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let (path, _) = super::files::path_param(params)?;
+    let (asked, _) = super::files::path_param(params)?;
     live(&app, &id).await?;
     let place = Place::of(&app.folders, &id);
     let workspace = open(&place.root)?;
+    // One spelling of the path (`./a//b.md` is `a/b.md`) for the history.
+    let path = workspace
+        .resolve(&asked)
+        .map_err(|e| ApiError::bad_input("path", e.message()))?;
+    if path.is_root() {
+        return Err(ApiError::bad_input(
+            "path",
+            "`.` is the workspace folder; give a file path",
+        ));
+    }
+    let path = path.to_string();
     let there = workspace
         .lstat(&path)
         .map_err(|e| ApiError::bad_input("path", e.message()))?;
-    match there.map(|e| e.node) {
-        None | Some(tandem_shared::tree::Node::File) => {}
-        Some(_) => {
-            return Err(ApiError::bad_input(
-                "path",
-                format!("`{path}` is a folder or not a regular file; give a file path"),
-            ))
-        }
+    if there.is_some_and(|e| e.node != tandem_shared::tree::Node::File) {
+        return Err(ApiError::bad_input(
+            "path",
+            format!("`{path}` is a folder or not a regular file; give a file path"),
+        ));
     }
     let limits = form::Limits {
         body: app.config.upload_file_max_bytes + (64 << 10),
@@ -281,54 +290,58 @@ pub async fn put_content(
             None => return Err(ApiError::bad_input("file", "is missing: one file part")),
         }
     };
-    // A person's edit by hand since the last scan becomes its own version first.
-    let outside = author(&id, FileOrigin::Outside);
-    app.history
-        .sync(&place, Scope::Paths(vec![path.clone()]), &outside)
-        .await?;
-    let (key, p) = (place.key.clone(), path.clone());
-    let newest = app
-        .store
-        .read(move |conn| stored::newest_rev_of(conn, &key, &p))
-        .await?;
-    let exists = there.is_some();
-    let replaces = exists && base.is_some() && base == newest;
-    let held = match names::reserve_exact(&workspace, &path, replaces) {
-        Some(held) => held,
-        None => {
-            let (folder, name) = path.rsplit_once('/').unwrap_or(("", &path));
-            names::reserve_free(&workspace, folder, name)
-        }
-    };
-    let mut written = Written::new(place.root.clone(), &workspace, &held.path);
-    let size = match file.write_to(place.root.clone(), held.path.clone()).await {
+    let staged = staging_path(&path);
+    let mut written = Written::new(place.root.clone(), &workspace, &staged);
+    let size = match file.write_to(place.root.clone(), staged.clone()).await {
         Ok(size) => size,
         Err(e) => {
             written.take_back().await;
             return Err(e);
         }
     };
-    if !replaces {
-        // A new file: taken back should the rest fail.
-        written.placed.push(Placed {
-            path: held.path.clone(),
-            mime: String::new(),
-            size,
-            conflict_of: None,
-        });
-    }
+    written.staged.push(Staged {
+        staged: staged.clone(),
+        name: String::new(),
+        mime: String::new(),
+        size,
+    });
+    // Under the history's lock: a hand edit since is kept first, `base` is
+    // held to the newest set then, and the move is the last step.
     let user = author(&id, FileOrigin::User);
-    let kept = app
+    let target = path.clone();
+    let landed = app
         .history
-        .sync_upload(
+        .land(
             &place,
-            vec![held.path.clone()],
             &user,
             app.config.upload_file_max_bytes,
+            Some(path.clone()),
+            move |workspace, newest| {
+                let exists = matches!(
+                    workspace.lstat(&target),
+                    Ok(Some(e)) if e.node == tandem_shared::tree::Node::File
+                );
+                let replaces = exists && base.is_some() && base == newest;
+                let (folder, name) = target.rsplit_once('/').unwrap_or(("", &target));
+                let landed = if replaces {
+                    workspace
+                        .rename_file_with(&staged, &target, true)
+                        .map(|_| target.clone())
+                } else {
+                    names::land_free(workspace, &staged, folder, name)
+                };
+                let landed = landed.map_err(|e| {
+                    ApiError::internal(format!(
+                        "the upload could not be put in place: {}",
+                        e.message()
+                    ))
+                })?;
+                Ok((vec![landed.clone()], (landed, replaces)))
+            },
         )
         .await;
-    let kept = match kept {
-        Ok(kept) => kept,
+    let ((landed, replaced), kept) = match landed {
+        Ok(done) => done,
         Err(e) => {
             written.take_back().await;
             return Err(e);
@@ -336,15 +349,15 @@ pub async fn put_content(
     };
     written.keep();
     let mut answer = json!({
-        "path": held.path,
+        "path": landed,
         "bytes": size,
         "rev": kept.as_ref().map(|k| k.rev),
         "card": kept.as_ref().map(|k| k.card()),
     });
-    if held.path != path {
+    if landed != path {
         answer["conflict_of"] = json!(path);
     }
-    let status = if replaces {
+    let status = if replaced {
         StatusCode::OK
     } else {
         StatusCode::CREATED

@@ -104,20 +104,53 @@ pub fn too_many(count: usize) -> ApiError {
     .with("limit", MAX_FILES)
 }
 
-/// Writes decoded files under `uploads/`, each under a free name.
-pub fn place(workspace: &Workspace, files: Vec<Decoded>) -> Result<Vec<Placed>, String> {
-    let mut placed = Vec::with_capacity(files.len());
-    for file in files {
-        let held = names::reserve_free(workspace, UPLOADS, &file.name);
-        workspace
-            .write_file(&held.path, &file.bytes)
-            .map_err(|e| e.to_string())?;
-        placed.push(Placed {
-            conflict_of: asked_for(&held.path, &file.name),
-            path: held.path.clone(),
-            mime: file.mime,
-            size: file.bytes.len() as u64,
-        });
+/// A streamed file waiting at its hidden staging name to be landed.
+pub struct Staged {
+    pub staged: String,
+    /// The name asked for (already made safe).
+    pub name: String,
+    pub mime: String,
+    pub size: u64,
+}
+
+/// A message's files on their way in: decoded from a JSON body, or
+/// streamed to staging names by a form.
+pub enum Incoming {
+    Decoded(Vec<Decoded>),
+    Staged(Vec<Staged>),
+}
+
+/// Puts a message's files under `uploads/`, each under a free name (run
+/// under the workspace's history lock: `FileHistory::land`).
+pub fn land(workspace: &Workspace, files: Incoming) -> Result<Vec<Placed>, String> {
+    let mut placed = Vec::new();
+    match files {
+        Incoming::Decoded(files) => {
+            for file in files {
+                let path = names::free_path(workspace, UPLOADS, &file.name);
+                workspace
+                    .write_file(&path, &file.bytes)
+                    .map_err(|e| e.to_string())?;
+                placed.push(Placed {
+                    conflict_of: asked_for(&path, &file.name),
+                    path,
+                    mime: file.mime,
+                    size: file.bytes.len() as u64,
+                });
+            }
+        }
+        Incoming::Staged(files) => {
+            for file in files {
+                let path = names::land_free(workspace, &file.staged, UPLOADS, &file.name)
+                    .map_err(|e| e.to_string())?;
+                placed.push(Placed {
+                    conflict_of: asked_for(&path, &file.name),
+                    path,
+                    mime: file.mime,
+                    size: file.size,
+                });
+            }
+        }
     }
     Ok(placed)
 }

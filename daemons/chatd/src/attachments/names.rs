@@ -1,14 +1,8 @@
 //! The names uploaded files get: one safe path component cut to 255 bytes,
-//! and a free name beside what is there (`a (2).md`), never one another
-//! upload of this process is still writing.
+//! and a free name beside what is there (`a (2).md`), taken by a move that
+//! never replaces a file.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex};
-
-use tandem_shared::sync::lock;
-
-use crate::workspace::Workspace;
+use crate::workspace::{ToolError, Workspace};
 
 /// The file name part of what a device sent, safe as one path component,
 /// cut to 255 bytes keeping its extension. `None`: nothing usable is left.
@@ -43,54 +37,18 @@ fn split_ext(name: &str, max_ext: usize) -> (&str, &str) {
     }
 }
 
-/// Paths (workspace root joined with the relative path) an upload of this
-/// process is writing: a second upload of the same name picks another even
-/// before the first is on disk. Process-wide because chatd is the only
-/// writer of uploads and a name is held for one request at most.
-static WRITING: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Mutex::default);
-
-/// A name held for one upload; let go when dropped.
-pub struct Reserved {
-    key: PathBuf,
-    /// The workspace-relative path.
-    pub path: String,
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        lock(&WRITING).remove(&self.key);
-    }
-}
-
-/// Holds `path` itself when it is neither on disk nor being written
-/// (`taken_ok`: the caller replaces what is there on purpose).
-pub fn reserve_exact(workspace: &Workspace, path: &str, taken_ok: bool) -> Option<Reserved> {
-    let key = workspace.root().join(path);
-    let mut writing = lock(&WRITING);
-    if writing.contains(&key) || (!taken_ok && workspace.stat(path).is_ok()) {
-        return None;
-    }
-    writing.insert(key.clone());
-    Some(Reserved {
-        key,
-        path: path.to_string(),
-    })
-}
-
-/// `folder/<name>`, or `folder/<stem> (2).<ext>` and on while that is taken.
-pub fn reserve_free(workspace: &Workspace, folder: &str, name: &str) -> Reserved {
-    let join = |n: &str| {
+/// The candidates for `name` in `folder`: `name`, then `<stem> (2).<ext>`
+/// and on, each cut to 255 bytes with its suffix kept.
+fn candidates<'a>(folder: &'a str, name: &'a str) -> impl Iterator<Item = String> + 'a {
+    let join = move |n: String| {
         if folder.is_empty() {
-            n.to_string()
+            n
         } else {
             format!("{folder}/{n}")
         }
     };
-    if let Some(held) = reserve_exact(workspace, &join(name), false) {
-        return held;
-    }
     let (stem, ext) = split_ext(name, usize::MAX);
-    for n in 2..10_000 {
+    std::iter::once(join(name.to_string())).chain((2..10_000).map(move |n| {
         let suffix = format!(" ({n}){ext}");
         let candidate = cut_name(&format!("{stem}{suffix}"), 255);
         // Cutting may have eaten the suffix: put it back after a shorter stem.
@@ -103,15 +61,39 @@ pub fn reserve_free(workspace: &Workspace, folder: &str, name: &str) -> Reserved
             }
             format!("{}{suffix}", &stem[..end])
         };
-        if let Some(held) = reserve_exact(workspace, &join(&candidate), false) {
-            return held;
+        join(candidate)
+    }))
+}
+
+/// Moves the file at `staged` to `folder/<name>`, or the first free name
+/// beside it (`a (2).md`); never over a file. The path it took.
+pub fn land_free(
+    workspace: &Workspace,
+    staged: &str,
+    folder: &str,
+    name: &str,
+) -> Result<String, ToolError> {
+    for path in candidates(folder, name) {
+        if workspace.stat(&path).is_ok() {
+            continue;
+        }
+        match workspace.rename_file(staged, &path) {
+            Ok(_) => return Ok(path),
+            // Taken between the look and the move: the next name.
+            Err(_) if workspace.stat(&path).is_ok() => continue,
+            Err(e) => return Err(e),
         }
     }
-    let id = join(&tandem_shared::time::new_id("upload_"));
-    Reserved {
-        key: workspace.root().join(&id),
-        path: id,
-    }
+    Err(ToolError::new(format!(
+        "no free name for `{name}` in `{folder}`"
+    )))
+}
+
+/// The first free name for `name` in `folder` (a file written whole at once).
+pub fn free_path(workspace: &Workspace, folder: &str, name: &str) -> String {
+    candidates(folder, name)
+        .find(|p| workspace.stat(p).is_err())
+        .unwrap_or_else(|| format!("{folder}/{}", tandem_shared::time::new_id("upload_")))
 }
 
 /// The type a file's name says, for a file sent without one.
@@ -146,15 +128,23 @@ mod tests {
     }
 
     #[test]
-    fn a_name_being_written_is_not_given_twice() {
+    fn a_taken_name_gets_the_next_free_one() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
-        let first = reserve_free(&ws, "uploads", "a.md");
-        let second = reserve_free(&ws, "uploads", "a.md");
-        assert_eq!(first.path, "uploads/a.md");
-        assert_eq!(second.path, "uploads/a (2).md");
-        drop(first);
-        assert_eq!(reserve_free(&ws, "uploads", "a.md").path, "uploads/a.md");
-        assert!(reserve_exact(&ws, "uploads/a (2).md", true).is_none());
+        ws.write_file("uploads/.a.tmp", b"1").unwrap();
+        assert_eq!(
+            land_free(&ws, "uploads/.a.tmp", "uploads", "a.md").unwrap(),
+            "uploads/a.md"
+        );
+        ws.write_file("uploads/.b.tmp", b"2").unwrap();
+        assert_eq!(
+            land_free(&ws, "uploads/.b.tmp", "uploads", "a.md").unwrap(),
+            "uploads/a (2).md"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("uploads/a.md")).unwrap(),
+            b"1"
+        );
+        assert_eq!(free_path(&ws, "uploads", "a.md"), "uploads/a (3).md");
     }
 }

@@ -12,7 +12,7 @@ fn upload(name: &str, text: &str) -> Upload {
 }
 
 fn save(ws: &Workspace, uploads: Vec<Upload>, room: u64, vision: bool) -> Saved {
-    let placed = place(ws, check(uploads).unwrap()).unwrap();
+    let placed = land(ws, Incoming::Decoded(check(uploads).unwrap())).unwrap();
     describe(ws, &placed, room, vision)
 }
 

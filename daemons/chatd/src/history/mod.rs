@@ -190,22 +190,63 @@ impl FileHistory {
         self.sync_held(place, scope, author).await
     }
 
-    /// Keeps files a person just uploaded as one set, reading up to
-    /// `max_bytes` (an upload's own limit, past the bound of a scan).
-    pub async fn sync_upload(
+    /// Lands files a person sent, under the workspace's lock, so no scan of
+    /// a run going at the same time takes them for its own and nothing
+    /// changes between the look and the move: first `watched` (a put's
+    /// path) is brought up to date (a hand edit becomes its `outside` set)
+    /// and its newest set looked up; then `plan` moves the files into place
+    /// and names their paths; they are kept as one set by `author`, read up
+    /// to `max_bytes` (an upload's own limit, past the bound of a scan).
+    pub async fn land<T, F>(
         &self,
         place: &Place,
-        paths: Vec<String>,
         author: &Author,
         max_bytes: u64,
-    ) -> Result<Option<Kept>, ApiError> {
+        watched: Option<String>,
+        plan: F,
+    ) -> Result<(T, Option<Kept>), ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Workspace, Option<i64>) -> Result<(Vec<String>, T), ApiError> + Send + 'static,
+    {
         let _held = self.lock(&place.key).await;
+        let mut newest = None;
+        if let Some(path) = watched {
+            let outside = Author {
+                origin: crate::words::FileOrigin::Outside,
+                run_id: None,
+                call_id: None,
+                undoes: Vec::new(),
+                ..author.clone()
+            };
+            self.sync_held(place, Scope::Paths(vec![path.clone()]), &outside)
+                .await?;
+            let key = place.key.clone();
+            newest = self
+                .store
+                .read(move |conn| stored::newest_rev_of(conn, &key, &path))
+                .await?;
+        }
+        let root = place.root.clone();
+        let (paths, out) = tokio::task::spawn_blocking(move || {
+            let workspace = Workspace::open(&root).map_err(|e| {
+                ApiError::internal(format!(
+                    "the chat's workspace could not be opened: {}",
+                    e.kind()
+                ))
+            })?;
+            plan(&workspace, newest)
+        })
+        .await
+        .map_err(|_| ApiError::internal("placing the upload stopped"))??;
         let limits = Limits {
             hashed: max_bytes.max(self.limits.hashed),
             ..self.limits
         };
-        self.sync_with(place, Scope::Paths(paths), author, limits)
-            .await
+        let kept = self
+            .sync_with(place, Scope::Paths(paths), author, limits)
+            .await?;
+        Ok((out, kept))
     }
 
     /// [`FileHistory::sync`] with the workspace's lock already held.

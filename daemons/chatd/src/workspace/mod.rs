@@ -515,6 +515,18 @@ pub fn is_temp_name(name: &str) -> bool {
         })
 }
 
+/// A hidden name beside `path` that scans skip: where an upload is
+/// streamed before it is moved to `path` under the history's lock.
+pub fn staging_path(path: &str) -> String {
+    let (folder, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let staged = temp_name(name).to_string_lossy().into_owned();
+    if folder.is_empty() {
+        staged
+    } else {
+        format!("{folder}/{staged}")
+    }
+}
+
 fn temp_name(name: &str) -> CString {
     let mut cut = name.len().min(100);
     while !name.is_char_boundary(cut) {

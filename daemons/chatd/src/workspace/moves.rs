@@ -75,6 +75,17 @@ impl Workspace {
     /// Moves a regular file to a new name (missing folders made, 0700); an
     /// existing `to` is refused, never replaced.
     pub fn rename_file(&self, from: &str, to: &str) -> Result<(RelPath, RelPath), ToolError> {
+        self.rename_file_with(from, to, false)
+    }
+
+    /// [`Workspace::rename_file`], replacing a regular file at `to` when
+    /// `replace` (an upload that named the version it replaces).
+    pub fn rename_file_with(
+        &self,
+        from: &str,
+        to: &str,
+        replace: bool,
+    ) -> Result<(RelPath, RelPath), ToolError> {
         let from_rel = self.resolve(from)?;
         let to_rel = self.resolve(to)?;
         let (Some(from_last), Some(to_last)) = (from_rel.parts.last(), to_rel.parts.last()) else {
@@ -85,6 +96,7 @@ impl Workspace {
         let to_dir = self.open_dirs(&to_rel, to_rel.parts.len() - 1, Missing::Create)?;
         match fstatat(&to_dir, to_last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Err(Errno::ENOENT) => {}
+            Ok(st) if replace && EntryKind::of(&st) == EntryKind::File => {}
             Ok(_) => {
                 return Err(ToolError::new(format!(
                     "`{to_rel}` already exists; delete it first or choose another name"

@@ -69,7 +69,11 @@ async function exportOf(c, format) {
   } catch {
     throw new ApiError(0, 'network', 'The chat service does not answer.');
   }
-  if (!res.ok) throw await errorFrom(res);
+  if (!res.ok) {
+    const error = await errorFrom(res);
+    if (error.status === 401) signedOut();
+    throw error;
+  }
   return res.blob();
 }
 

@@ -58,7 +58,9 @@ pub fn write_file_spec() -> ToolSpec {
     ToolSpec {
         name: "write_file",
         description: "Create or replace a whole file in the workspace with `content` \
-            (missing folders are made). To change part of an existing file, use edit_file.",
+            (missing folders are made). To change part of an existing file, use edit_file. \
+            Put scripts, logs and drafts under work/; the files the person asked for go \
+            elsewhere. Every write is kept and can be undone.",
         parameters: json!({
             "type": "object",
             "properties": {

@@ -11,7 +11,8 @@ pub fn move_file_spec() -> ToolSpec {
     ToolSpec {
         name: "move_file",
         description: "Move or rename a file of the workspace (missing folders are made). \
-            An existing file at `to` is never replaced: delete it first if that is meant.",
+            An existing file at `to` is never replaced: delete it first if that is meant. \
+            A helper that is done with (a script, a log, a draft) belongs under work/.",
         parameters: json!({
             "type": "object",
             "properties": {
