@@ -32,7 +32,12 @@ async fn a_failed_reply_says_why_in_a_word_and_names_no_address() -> anyhow::Res
         let mut device = client.events(&chat, 0).await?;
         let run = run_id(&client.send(&chat, "hello").await?)?;
         let record = client
-            .wait_run(&chat, &run, &["done", "failed", "stopped", "interrupted"], QUICK)
+            .wait_run(
+                &chat,
+                &run,
+                &["done", "failed", "stopped", "interrupted"],
+                QUICK,
+            )
             .await?;
         assert_eq!(record["status"], "failed", "{record}");
         assert_eq!(record["failure"]["cause"], cause, "{record}");
@@ -43,7 +48,10 @@ async fn a_failed_reply_says_why_in_a_word_and_names_no_address() -> anyhow::Res
         let finished = device
             .read_until(QUICK, |e| e.kind == "run.finished")
             .await?;
-        let last = finished.last().map(|e| e.data.clone()).unwrap_or(Value::Null);
+        let last = finished
+            .last()
+            .map(|e| e.data.clone())
+            .unwrap_or(Value::Null);
         assert_eq!(last["failure"]["cause"], cause, "{last}");
     }
     // A Stop is a cause too; a reply that ended well has none.
