@@ -154,6 +154,11 @@ pub struct FileHistory {
     blobs: Blobs,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     limits: Limits,
+    /// Held shared from a scan's first blob to its set's record, and alone
+    /// by a purge from its look at the blobs in use to their removal, so a
+    /// purge never removes a blob a scan of another workspace just counted
+    /// on. Always taken after a workspace's lock, never before one.
+    blob_gate: tokio::sync::RwLock<()>,
 }
 
 impl FileHistory {
@@ -163,6 +168,7 @@ impl FileHistory {
             blobs: Blobs::new(data_dir.join("blobs")),
             locks: Mutex::new(HashMap::new()),
             limits: Limits::default(),
+            blob_gate: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -266,6 +272,7 @@ impl FileHistory {
         author: &Author,
         limits: Limits,
     ) -> Result<Option<Kept>, ApiError> {
+        let _blobs_stay = self.blob_gate.read().await;
         let key = place.key.clone();
         let paths = match &scope {
             Scope::All => None,

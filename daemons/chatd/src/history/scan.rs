@@ -174,6 +174,12 @@ pub fn scan(
                     continue;
                 }
                 let room = limits.hashed.saturating_sub(hashed);
+                // Too big for what is left of this scan's reading: not even
+                // opened, so a large file costs each later scan one stat.
+                if u64::try_from(e.size).unwrap_or(u64::MAX) > room {
+                    skipped += 1;
+                    continue;
+                }
                 let kept = workspace
                     .open_file(path)
                     .ok()
@@ -258,4 +264,37 @@ fn pair_moves(changes: Vec<Change>) -> Vec<Change> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_past_the_reading_left_is_not_read_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(&dir.path().join("ws")).unwrap();
+        let blobs = Blobs::new(dir.path().join("blobs"));
+        ws.write_file("small.txt", b"small").unwrap();
+        ws.write_file("big.bin", &vec![7u8; 4096]).unwrap();
+        let limits = Limits {
+            entries: 100,
+            hashed: 1024,
+        };
+        let found = scan(&ws, &blobs, &Scope::All, &HashMap::new(), limits);
+        let kept: Vec<&str> = found.changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(kept, ["small.txt"]);
+        assert!(
+            found.note.as_deref().unwrap_or("").contains("1 file(s) were not kept"),
+            "{:?}",
+            found.note
+        );
+        // One blob, the small file's; nothing of the big one stays.
+        let kept_files: usize = std::fs::read_dir(dir.path().join("blobs"))
+            .unwrap()
+            .flatten()
+            .map(|d| std::fs::read_dir(d.path()).map(|f| f.count()).unwrap_or(0))
+            .sum();
+        assert_eq!(kept_files, 1);
+    }
 }

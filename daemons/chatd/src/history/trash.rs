@@ -170,6 +170,9 @@ impl FileHistory {
             place.key.clone(),
             trashed.clone(),
         );
+        // No scan may keep a blob between the look at what is in use and
+        // the removal: a blob it found already there would then be gone.
+        let _no_scans = self.blob_gate.write().await;
         let removable = self
             .store
             .read(move |conn| {
