@@ -162,7 +162,7 @@ impl FileHistory {
                         continue;
                     }
                 }
-                todo.push((path, step.target));
+                todo.push((path, step.expected, step.target));
             }
             Ok::<_, ApiError>((workspace, conflicts, todo))
         })
@@ -198,24 +198,44 @@ impl FileHistory {
             .map(|s| s.rev)
             .collect();
         let blobs = self.blobs.clone();
-        let paths: Vec<String> = todo.iter().map(|(p, _)| p.clone()).collect();
-        tokio::task::spawn_blocking(move || {
-            for (path, target) in &todo {
-                let done = match target {
-                    None => workspace.remove_file(path).map(|_| ()),
+        // Each file is looked at again just before it is put back (a file
+        // tool of a run may have written it since the check); the first
+        // that changed or cannot be written stops the undo, and what was
+        // put back until then is still kept as the undo's set below.
+        let (paths, stopped) = tokio::task::spawn_blocking(move || {
+            let mut done = Vec::new();
+            for (path, expected, target) in todo {
+                if current(&workspace, &path).ok() != Some(expected) {
+                    let conflict = Conflict {
+                        path: path.clone(),
+                        reason: "was changed while the undo ran",
+                    };
+                    let error = ApiError::new(
+                        StatusCode::CONFLICT,
+                        "undo_conflict",
+                        format!("`{path}` was changed while the undo ran; it is left as it is"),
+                    )
+                    .with("conflicts", json!([conflict]));
+                    return (done, Some(error));
+                }
+                let written = match &target {
+                    None => workspace.remove_file(&path).map(|_| ()),
                     Some(sha) => match blobs.open(sha) {
-                        Ok(mut blob) => workspace.write_from(path, &mut blob).map(|_| ()),
+                        Ok(mut blob) => workspace.write_from(&path, &mut blob).map(|_| ()),
                         Err(_) => Err(crate::workspace::ToolError::new(format!(
                             "the earlier bytes of `{path}` could not be read"
                         ))),
                     },
                 };
-                done.map_err(|e| ApiError::internal(format!("undo: {e}")))?;
+                if let Err(e) = written {
+                    return (done, Some(ApiError::internal(format!("undo: {e}"))));
+                }
+                done.push(path);
             }
-            Ok::<_, ApiError>(())
+            (done, None)
         })
         .await
-        .map_err(|_| ApiError::internal("the undo stopped unexpectedly"))??;
+        .map_err(|_| ApiError::internal("the undo stopped unexpectedly"))?;
         let author = Author {
             conversation_id: conversation_id.to_string(),
             run_id: None,
@@ -228,6 +248,12 @@ impl FileHistory {
         } else {
             self.sync_held(place, Scope::Paths(paths), &author).await?
         };
+        if let Some(error) = stopped {
+            return Err(match &kept {
+                Some(kept) => error.with("rev", kept.rev),
+                None => error,
+            });
+        }
         Ok(Undone {
             kept,
             undone,
