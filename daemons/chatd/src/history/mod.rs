@@ -147,6 +147,10 @@ pub fn file_kind(path: &str) -> &'static str {
     }
 }
 
+/// A workspace's lock, held by a file tool's call from its scan before to
+/// its scan after.
+pub struct Held(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
+
 /// chatd's file history: the blobs and one lock per workspace, held from a
 /// scan's read of the manifest to its write.
 pub struct FileHistory {
@@ -174,6 +178,24 @@ impl FileHistory {
 
     pub fn blobs(&self) -> &Blobs {
         &self.blobs
+    }
+
+    /// Holds the workspace's lock for a file tool's whole call (its scans
+    /// and its write), so an undo or an upload never lands in between.
+    pub async fn hold(&self, place: &Place) -> Held {
+        Held(self.lock(&place.key).await)
+    }
+
+    /// [`FileHistory::sync`] by a caller that [`FileHistory::hold`]s the
+    /// workspace's lock already.
+    pub async fn sync_under(
+        &self,
+        _held: &Held,
+        place: &Place,
+        scope: Scope,
+        author: &Author,
+    ) -> Result<Option<Kept>, ApiError> {
+        self.sync_held(place, scope, author).await
     }
 
     async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {

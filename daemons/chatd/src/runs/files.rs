@@ -3,7 +3,7 @@
 //! changed is the call's change set, and its card rides on the tool line.
 
 use super::Runs;
-use crate::history::{file_kind, Kept, Place, Scope};
+use crate::history::{file_kind, Held, Kept, Place, Scope};
 use crate::model::Run;
 use crate::store::files::Author;
 use crate::words::FileOrigin;
@@ -69,7 +69,30 @@ pub(super) fn told_line(recent: &[crate::store::files::Recent], total: usize) ->
     line
 }
 
+/// What a call may change and, for a file tool, the lock it holds.
+#[derive(Clone, Copy)]
+pub(super) struct CallFiles<'a> {
+    pub scope: &'a Scope,
+    pub held: Option<&'a Held>,
+}
+
 impl Runs {
+    /// A call's scan: under the lock it holds, or taking it.
+    async fn sync_call(
+        &self,
+        run: &Run,
+        files: CallFiles<'_>,
+        author: &Author,
+    ) -> Result<Option<Kept>, tandem_shared::http::ApiError> {
+        let place = self.place(&run.conversation_id);
+        let history = &self.inner.history;
+        let scope = files.scope.clone();
+        match files.held {
+            Some(held) => history.sync_under(held, &place, scope, author).await,
+            None => history.sync(&place, scope, author).await,
+        }
+    }
+
     /// [`told_line`] of the chat's files as its history last saw them.
     pub(super) async fn files_told(&self, conversation_id: &str) -> String {
         let place = self.place(conversation_id);
@@ -107,7 +130,22 @@ impl Runs {
 
     /// Keeps what changed in `scope` since the last scan as an `outside` set,
     /// so the call's own set holds only the call's changes.
-    pub(super) async fn files_before(&self, run: &Run, scope: &Scope) {
+    /// The lock a file tool's call holds from its scan before to its scan
+    /// after (`None` for `bash`: a command may run for minutes, and what it
+    /// changed is found by the whole-workspace scan after it).
+    pub(super) async fn hold_files(&self, run: &Run, scope: &Scope) -> Option<Held> {
+        match scope {
+            Scope::Paths(_) => Some(
+                self.inner
+                    .history
+                    .hold(&self.place(&run.conversation_id))
+                    .await,
+            ),
+            Scope::All => None,
+        }
+    }
+
+    pub(super) async fn files_before(&self, run: &Run, files: CallFiles<'_>) {
         let author = Author {
             conversation_id: run.conversation_id.clone(),
             run_id: None,
@@ -115,13 +153,7 @@ impl Runs {
             origin: FileOrigin::Outside,
             undoes: Vec::new(),
         };
-        let place = self.place(&run.conversation_id);
-        if let Err(e) = self
-            .inner
-            .history
-            .sync(&place, scope.clone(), &author)
-            .await
-        {
+        if let Err(e) = self.sync_call(run, files, &author).await {
             tracing::warn!(run = %run.id, status = e.status.as_u16(), "file history: the scan before a call failed");
         }
     }
@@ -136,10 +168,10 @@ impl Runs {
         call_id: &str,
         name: &str,
         ok: bool,
-        scope: &Scope,
+        files: CallFiles<'_>,
     ) -> Option<Kept> {
         if !ok && name != "bash" {
-            self.files_before(run, scope).await;
+            self.files_before(run, files).await;
             return None;
         }
         let author = Author {
@@ -153,13 +185,7 @@ impl Runs {
             },
             undoes: Vec::new(),
         };
-        let place = self.place(&run.conversation_id);
-        match self
-            .inner
-            .history
-            .sync(&place, scope.clone(), &author)
-            .await
-        {
+        match self.sync_call(run, files, &author).await {
             Ok(kept) => kept,
             Err(e) => {
                 tracing::warn!(run = %run.id, call = %call_id, status = e.status.as_u16(),

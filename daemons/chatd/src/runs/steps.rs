@@ -8,10 +8,10 @@ use tandem_shared::http::ApiError;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::brief::Chat;
+use super::files::CallFiles;
 use super::kept::KeptPath;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
-use crate::history::Scope;
 use crate::kinds::EventKind;
 use crate::model::{Message, Run};
 use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
@@ -51,7 +51,7 @@ struct AllowedCall<'a> {
     approved: Approval,
     budget: usize,
     /// What the call may change, for its change set.
-    files: Option<&'a Scope>,
+    files: Option<CallFiles<'a>>,
 }
 
 /// How a command on this machine ended for the run.
@@ -265,9 +265,17 @@ impl Runs {
                 // back meanwhile.
                 slot.take();
             }
-            let files = super::files::scope_of(&call.name, &call.arguments, &workspace_root);
-            if let Some(scope) = &files {
-                self.files_before(run, scope).await;
+            let scope = super::files::scope_of(&call.name, &call.arguments, &workspace_root);
+            let held = match &scope {
+                Some(scope) => self.hold_files(run, scope).await,
+                None => None,
+            };
+            let files = scope.as_ref().map(|scope| CallFiles {
+                scope,
+                held: held.as_ref(),
+            });
+            if let Some(files) = files {
+                self.files_before(run, files).await;
             }
             let allowed = AllowedCall {
                 run,
@@ -275,7 +283,7 @@ impl Runs {
                 summary: &summary,
                 approved,
                 budget,
-                files: files.as_ref(),
+                files,
             };
             if sandboxed {
                 match self.execute_sandboxed(&allowed, stop).await? {
@@ -673,7 +681,7 @@ impl Runs {
         call: &ToolCall,
         mut output: tools::ToolOutput,
         began: std::time::Instant,
-        files: Option<&Scope>,
+        files: Option<CallFiles<'_>>,
     ) -> Result<(), ApiError> {
         self.inner
             .metrics
@@ -686,8 +694,8 @@ impl Runs {
         tracing::info!(run = %run.id, call = %call.id, tool = %call.name, ok = output.ok,
             bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
         let mut card = None;
-        if let Some(scope) = files {
-            let found = self.files_after(run, &call.id, &call.name, output.ok, scope);
+        if let Some(files) = files {
+            let found = self.files_after(run, &call.id, &call.name, output.ok, files);
             if let Some(kept) = found.await {
                 output.text.push('\n');
                 output.text.push_str(&kept.line());
