@@ -92,6 +92,39 @@ async fn a_command_s_changes_are_one_set_and_undone_to_the_byte() -> anyhow::Res
     assert_eq!(after, before);
     assert!(!ws.join("new.txt").exists());
     assert!(!ws.join("d/mv.txt").exists());
+
+    // Undoing the undo puts the command's work back, byte for byte; then the
+    // whole turn's undo (by its run) takes it away again.
+    let redo_rev = undone.body["rev"].as_i64().context("the undo's rev")?;
+    let redone = s
+        .client
+        .post(
+            &format!("/conversations/{chat}/files/undo"),
+            json!({"rev": redo_rev}),
+        )
+        .await?;
+    assert_eq!(redone.status, 200, "{redone:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("new.txt"))?, "new\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("keep.txt"))?,
+        "keep\nmore\n"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("d/mv.txt"))?, "moving\n");
+    assert!(!ws.join("old.txt").exists());
+    let turn = s
+        .client
+        .post(
+            &format!("/conversations/{chat}/files/undo"),
+            json!({"run": run}),
+        )
+        .await?;
+    assert_eq!(turn.status, 200, "{turn:?}");
+    let after_turn: Vec<Option<String>> = ["keep.txt", "old.txt", "mv.txt"]
+        .iter()
+        .map(|n| sha256_of(&ws.join(n)))
+        .collect();
+    assert_eq!(after_turn, before);
+    assert!(!ws.join("new.txt").exists());
     Ok(())
 }
 
