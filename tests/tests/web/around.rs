@@ -126,6 +126,34 @@ async fn opened_other(b: &Browser, not: &str) -> anyhow::Result<String> {
     .await
 }
 
+/// Opens the chat list's drawer on a phone and waits until it has slid in
+/// (a click during the slide lands where the button was a moment before).
+async fn open_drawer(b: &Browser) -> anyhow::Result<()> {
+    b.click("#menu").await?;
+    b.wait_js(
+        "the drawer in place",
+        "return document.body.classList.contains('drawer-open')
+             && getComputedStyle(document.querySelector('#sidebar')).transform === 'none';",
+        WAIT,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The answered card's line ([`LINE`]); on a timeout, what the messages
+/// held instead.
+async fn answered_line(b: &Browser, what: &str) -> anyhow::Result<Value> {
+    match b.wait_js(what, LINE, WAIT).await {
+        Ok(line) => Ok(line),
+        Err(e) => {
+            let dom = b
+                .eval("return document.querySelector('#messages').outerHTML.slice(0, 4000);")
+                .await?;
+            Err(e.context(format!("the messages: {dom}")))
+        }
+    }
+}
+
 /// The downloads the page handed to the browser so far: (name, text).
 async fn saved(b: &Browser, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     let v = b
@@ -282,7 +310,7 @@ async fn export_and_import() -> anyhow::Result<()> {
         let path = t.dir.path().join(format!("export-{}.json", viewport.width));
         std::fs::write(&path, json_text)?;
         if viewport.phone {
-            b.click("#menu").await?; // the chat list is a drawer on a phone
+            open_drawer(&b).await?; // the chat list is a drawer on a phone
         }
         b.wait_visible("#import-chat", WAIT).await?;
         b.choose_files("#import-input", &[&path]).await?;
@@ -303,7 +331,7 @@ async fn export_and_import() -> anyhow::Result<()> {
             json!({"version": 9, "model": "m", "messages": []}).to_string(),
         )?;
         if viewport.phone {
-            b.click("#menu").await?;
+            open_drawer(&b).await?;
         }
         b.choose_files("#import-input", &[&bad]).await?;
         b.wait_text(
@@ -350,7 +378,7 @@ async fn ctrl_k_switcher() -> anyhow::Result<()> {
         );
 
         if viewport.phone {
-            b.click("#menu").await?;
+            open_drawer(&b).await?;
             b.click("#switcher-open").await?; // the named button, on a phone
         } else {
             b.type_into("#composer", &format!("{CONTROL}k{RELEASE}"))
@@ -420,9 +448,7 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
         b.click(&format!(".consent button[data-decision='{decision}']"))
             .await?;
         b.wait_count(".consent", |n| n == 0, WAIT).await?;
-        let line = b
-            .wait_js("the answered card's line under its call", LINE, WAIT)
-            .await?;
+        let line = answered_line(&b, "the answered card's line under its call").await?;
         let text = line["text"].as_str().unwrap_or("");
         ensure!(
             text.starts_with(words)
@@ -450,7 +476,7 @@ async fn answered_card_is_one_line() -> anyhow::Result<()> {
         .await?;
         b.eval("location.reload(); return true;").await?;
         b.wait_state("live").await?;
-        let again = b.wait_js("the line after a reload", LINE, WAIT).await?;
+        let again = answered_line(&b, "the line after a reload").await?;
         assert_eq!(
             again["text"],
             words.trim_end_matches(" by you, "),
@@ -526,9 +552,7 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
         b.click(&format!(".consent button[data-decision='{decision}']"))
             .await?;
         b.wait_count(".consent", |n| n == 0, WAIT).await?;
-        let line = b
-            .wait_js("the egress card's line under its call", LINE, WAIT)
-            .await?;
+        let line = answered_line(&b, "the egress card's line under its call").await?;
         let text = line["text"].as_str().unwrap_or("");
         ensure!(
             text.starts_with(words) && text[words.len()..].contains(':'),
@@ -547,7 +571,7 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
         .await?;
         b.eval("location.reload(); return true;").await?;
         b.wait_state("live").await?;
-        let again = b.wait_js("the line after a reload", LINE, WAIT).await?;
+        let again = answered_line(&b, "the line after a reload").await?;
         assert_eq!(
             again["text"],
             words.trim_end_matches(" by you, "),

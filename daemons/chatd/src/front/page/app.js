@@ -2227,6 +2227,7 @@ const EVENTS = {
   },
   'tool.consent'(c, d) {
     if (!d.card_id) return;
+    noteCard(c, d); // around.js: the call an egress card goes under
     c.consents.set(d.card_id, d);
     if (d.call_id) {
       const call = callOf(c, d.call_id, d.name);

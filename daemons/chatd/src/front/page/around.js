@@ -264,12 +264,26 @@ function alwaysWords(card) {
   return card.labels && typeof card.labels === 'object' && card.labels.always ? 'Allowed always on this instance' : 'Allowed for this chat';
 }
 
-/** The call a card goes under: its own, or for an egress card the call of its run that is reaching out. */
+/**
+ * The call a card goes under: its own, or for an egress card the call of its
+ * run that is reaching out (the last one running, else the run's last call).
+ */
 function cardCall(c, card) {
   if (card.call_id) return card.call_id;
-  const live = [...c.calls.values()].filter((call) => (call.status === 'running' || call.status === 'waiting')
-    && (!card.run_id || ownerRun(c, call) === card.run_id));
-  return live.length ? live[live.length - 1].id : null;
+  if (card.callFor) return card.callFor;
+  const ofRun = [...c.calls.values()].filter((call) => !card.run_id || ownerRun(c, call) === card.run_id);
+  const live = ofRun.filter((call) => call.status === 'running' || call.status === 'waiting');
+  const found = live.length ? live[live.length - 1] : ofRun[ofRun.length - 1];
+  return found ? found.id : null;
+}
+
+/**
+ * A card as it comes (app.js's tool.consent): an egress card's call is the
+ * one running now. Its answer may come after that call ended (egressd refused
+ * the connection before chatd heard the card closed).
+ */
+function noteCard(c, card) {
+  if (!card.call_id) card.callFor = cardCall(c, card);
 }
 
 /** Notes a card's answer (app.js: this page's answer, or the event): one line under its call. */
@@ -378,12 +392,11 @@ function paintAnswered(c, line) {
   const call = line.callId && c.calls.get(line.callId);
   if (call) return refreshCall(c, call);
   // No call to go under (an egress card before the run's first call): under the last answer.
+  const shown = $(`#messages .consent-line[data-card-id="${CSS.escape(line.cardId)}"]`);
+  if (shown) return shown.replaceWith(answeredLine(line));
   const last = [...c.path].reverse().find((m) => m.role === 'assistant');
   const view = last && c.views.get(last.id);
-  if (!view) return;
-  const shown = $(`.consent-line[data-card-id="${CSS.escape(line.cardId)}"]`, view.node);
-  if (shown) shown.replaceWith(answeredLine(line));
-  else view.node.append(answeredLine(line));
+  if (view) view.node.append(answeredLine(line));
 }
 
 /** One answered card's line; `name` is its call's tool ("web_fetch · 127.0.0.2: Allowed once by you, 14:02"). */
