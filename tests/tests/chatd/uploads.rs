@@ -378,39 +378,16 @@ async fn a_put_replaces_only_the_version_it_names_and_keeps_both_otherwise() -> 
 
     // Bad puts name their field and change nothing.
     let before = entries(&ws);
-    let (status, body) = put(&client, &chat, "notes", &file("x")).await?;
-    assert_eq!(
-        (
-            status,
-            body["error"]["message"]
-                .as_str()
-                .map(|m| m.contains("path"))
-        ),
-        (400, Some(true)),
-        "{body}"
-    );
-    let (status, body) = put(&client, &chat, "a.md", &[FormPart::setting("base", "x")]).await?;
-    assert_eq!(
-        (
-            status,
-            body["error"]["message"]
-                .as_str()
-                .map(|m| m.contains("base"))
-        ),
-        (400, Some(true)),
-        "{body}"
-    );
-    let (status, body) = put(&client, &chat, "a.md", &[]).await?;
-    assert_eq!(
-        (
-            status,
-            body["error"]["message"]
-                .as_str()
-                .map(|m| m.contains("file"))
-        ),
-        (400, Some(true)),
-        "{body}"
-    );
+    let bad: [(&str, Vec<FormPart>, &str); 3] = [
+        ("notes", file("x").into(), "path"),
+        ("a.md", vec![FormPart::setting("base", "x")], "base"),
+        ("a.md", Vec::new(), "file"),
+    ];
+    for (path, parts, field) in bad {
+        let (status, body) = put(&client, &chat, path, &parts).await?;
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(status == 400 && message.contains(field), "{field}: {body}");
+    }
     assert_eq!(entries(&ws), before);
     Ok(())
 }

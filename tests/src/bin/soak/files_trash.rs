@@ -246,13 +246,7 @@ async fn purge_one(
 /// files pages the chat's whole `…/files/changes`.
 pub(crate) async fn record_and_page(part: &HostexecPart, shared: &Shared, chat: &str, name: &str) {
     let path = format!("/conversations/{chat}/files/history?path={name}");
-    let history = wait_until("the file's history", Duration::from_secs(60), || async {
-        match shared.call(reqwest::Method::GET, &path, None).await {
-            Ok((200, body)) => Some(body),
-            _ => None,
-        }
-    })
-    .await;
+    let history = get_ok(shared, "the file's history", &path).await;
     let body = match history {
         Ok(body) => body,
         Err(err) => {
@@ -300,13 +294,7 @@ pub(crate) async fn page_changes(part: &HostexecPart, shared: &Shared, chat: &st
             None => format!("limit={limit}"),
         };
         let path = format!("/conversations/{chat}/files/changes?{query}");
-        let page = wait_until("a page of the changes", Duration::from_secs(60), || async {
-            match shared.call(reqwest::Method::GET, &path, None).await {
-                Ok((200, body)) => Some(body),
-                _ => None,
-            }
-        })
-        .await;
+        let page = get_ok(shared, "a page of the changes", &path).await;
         let page = match page {
             Ok(page) => page,
             Err(err) => return violate(format!("…/files/changes?{query}: {err:#}")),
@@ -361,6 +349,17 @@ pub(crate) async fn page_changes(part: &HostexecPart, shared: &Shared, chat: &st
     let mut files = lock(&part.files);
     files.pages += pages;
     files.passes += 1;
+}
+
+/// A GET answered 200, asked again while chatd is down (60 s at most).
+async fn get_ok(shared: &Shared, what: &str, path: &str) -> anyhow::Result<Value> {
+    wait_until(what, Duration::from_secs(60), || async {
+        match shared.call(reqwest::Method::GET, path, None).await {
+            Ok((200, body)) => Some(body),
+            _ => None,
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
