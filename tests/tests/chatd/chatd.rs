@@ -1484,6 +1484,21 @@ async fn branches_fork_trash_search_and_export_round_trip() -> anyhow::Result<()
         found.contains(&chat) && found.contains(&forked),
         "{found:?}"
     );
+    // Each chat found by its text says where: the line that matched.
+    for c in by_text.body["conversations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let line = c["match"]["line"].as_str().unwrap_or("");
+        assert!(line.to_lowercase().contains("zebras sleep"), "{c}");
+        assert!(c["match"]["message_id"].is_string(), "{c}");
+    }
+    assert!(
+        by_title.body["conversations"][0].get("match").is_none(),
+        "a title match names no line: {:?}",
+        by_title.body
+    );
     assert!(ids(&client
         .get("/conversations?q=no-such-words-anywhere")
         .await?

@@ -398,8 +398,10 @@ async fn ctrl_k_switcher() -> anyhow::Result<()> {
         assert_eq!(found[0]["id"], wanted.as_str(), "{found}");
         let text = found[0]["text"].as_str().unwrap_or("");
         ensure!(
-            text.contains("Sea notes") && text.contains("changed"),
-            "the title and when it changed: {text:?}"
+            text.contains("Sea notes")
+                && text.contains("Where do narwhals live?")
+                && text.contains("changed"),
+            "the title, the line that matched and when it changed: {text:?}"
         );
         assert_eq!(found[0]["selected"], "true", "{found}");
         b.screenshot(&format!("switcher-{}", viewport.width))

@@ -200,7 +200,24 @@ pub async fn list(
     };
     let (conversations, next) = app
         .store
-        .read(move |conn| queries::list(conn, &query))
+        .read(move |conn| {
+            let (list, next) = queries::list(conn, &query)?;
+            let Some(q) = query.q.as_deref().filter(|q| !q.trim().is_empty()) else {
+                return Ok((serde_json::to_value(&list).unwrap_or_default(), next));
+            };
+            // A search answers where each chat matched: the line, when a
+            // message did (a title match alone has none).
+            let mut found = Vec::with_capacity(list.len());
+            for conversation in &list {
+                let mut value = serde_json::to_value(conversation).unwrap_or_default();
+                if let Some((message_id, line)) = queries::matching_line(conn, &conversation.id, q)?
+                {
+                    value["match"] = json!({"message_id": message_id, "line": line});
+                }
+                found.push(value);
+            }
+            Ok((Value::Array(found), next))
+        })
         .await?;
     let mut body = json!({"conversations": conversations});
     if let Some(next) = next {

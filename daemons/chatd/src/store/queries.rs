@@ -303,11 +303,7 @@ pub fn list(
         sql.push_str(" AND (updated < ?1 OR (updated = ?1 AND id < ?2))");
     }
     if let Some(q) = query.q.as_deref().filter(|q| !q.trim().is_empty()) {
-        let escaped = q
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_");
-        args.push(format!("%{escaped}%"));
+        args.push(like_pattern(q));
         let n = args.len();
         sql.push_str(&format!(
             " AND (title LIKE ?{n} ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m \
@@ -332,4 +328,86 @@ pub fn list(
         None
     };
     Ok((rows, next))
+}
+
+/// `%q%` for `LIKE … ESCAPE '\'`, `q`'s own `%`, `_` and `\` taken as text.
+fn like_pattern(q: &str) -> String {
+    let escaped = q
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
+}
+
+/// The most characters of a matching line a search answers.
+const MATCH_CHARS: usize = 160;
+
+/// Where `q` is in a chat's messages, newest first: the message's id and
+/// the line holding it, cut to 160 characters around the match; `None`
+/// when only the title matches.
+pub fn matching_line(
+    conn: &Connection,
+    conversation_id: &str,
+    q: &str,
+) -> Result<Option<(String, String)>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, text FROM messages WHERE conversation_id = ?1 AND text LIKE ?2 ESCAPE '\\' \
+         ORDER BY created DESC, rowid DESC LIMIT 1",
+    )?;
+    let found: Option<(String, String)> = stmt
+        .query_row(params![conversation_id, like_pattern(q)], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    let needle = q.to_lowercase();
+    Ok(found.map(|(id, text)| {
+        let line = text
+            .lines()
+            .find(|l| l.to_lowercase().contains(&needle))
+            .unwrap_or_else(|| text.lines().next().unwrap_or(""));
+        (id, around(line.trim(), &needle))
+    }))
+}
+
+/// `line` cut to [`MATCH_CHARS`] characters with the match inside, an
+/// ellipsis where it was cut.
+fn around(line: &str, needle: &str) -> String {
+    let chars: Vec<char> = line.chars().collect();
+    if chars.len() <= MATCH_CHARS {
+        return line.to_string();
+    }
+    let lower: Vec<char> = line.to_lowercase().chars().collect();
+    let needle: Vec<char> = needle.chars().collect();
+    let at = (0..lower.len().saturating_sub(needle.len()))
+        .find(|&i| lower[i..].starts_with(&needle))
+        .unwrap_or(0)
+        .min(chars.len());
+    let start = at.saturating_sub(MATCH_CHARS / 3);
+    let end = (start + MATCH_CHARS).min(chars.len());
+    let start = end.saturating_sub(MATCH_CHARS);
+    let mut out: String = chars[start..end].iter().collect();
+    if start > 0 {
+        out.insert(0, '…');
+    }
+    if end < chars.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_around_its_match() {
+        assert_eq!(around("a short line", "short"), "a short line");
+        let long = format!("{}needle{}", "x".repeat(300), "y".repeat(300));
+        let cut = around(&long, "needle");
+        assert!(
+            cut.contains("needle") && cut.starts_with('…') && cut.ends_with('…'),
+            "{cut}"
+        );
+        assert!(cut.chars().count() <= MATCH_CHARS + 2, "{cut}");
+    }
 }

@@ -14,8 +14,9 @@
  *             the new chat; chatd's refusal is shown in its words.
  *   switcher  Ctrl+K (Cmd+K) opens a dialog: chatd's search as you type
  *             (title or a word in a message), ↑ ↓ Enter to open, Esc to
- *             close. chatd's list gives no matching line: a result shows its
- *             title and when it last changed.
+ *             close. A result shows its title, the line that matched (as
+ *             text, never HTML; none for a title match) and when it last
+ *             changed.
  *   answered  a permission card once answered leaves one line under its
  *             call ("Allowed for this chat by you, 14:02"): from this page's
  *             own answer or chatd's tool.consent_answered event; an egress
@@ -205,8 +206,10 @@ function paintSwitcher() {
   const box = $('#switcher-list');
   box.replaceChildren(...switcher.items.map((conversation, i) => {
     const when = whenText(conversation.updated);
+    const line = conversation.match && typeof conversation.match.line === 'string' ? conversation.match.line : '';
     const li = el('li', { id: `switch-${i}`, role: 'option', class: 'switch-item', 'data-chat-id': conversation.id },
       el('span', { class: 'switch-title', text: titleOf(conversation) }),
+      el('span', { class: 'switch-line muted', text: line }),
       el('span', { class: 'switch-when muted', text: when ? `changed ${when}` : '' }));
     li.addEventListener('click', () => pickSwitcher(i));
     return li;
