@@ -285,7 +285,11 @@ mod tests {
         let kept: Vec<&str> = found.changes.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(kept, ["small.txt"]);
         assert!(
-            found.note.as_deref().unwrap_or("").contains("1 file(s) were not kept"),
+            found
+                .note
+                .as_deref()
+                .unwrap_or("")
+                .contains("1 file(s) were not kept"),
             "{:?}",
             found.note
         );
