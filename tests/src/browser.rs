@@ -339,6 +339,26 @@ impl Browser {
         self.client.as_ref().expect("this browser was closed")
     }
 
+    /// A new browser on the page at `front` showing `chat` (or the start
+    /// screen), live; with a chat, `ready` (a control of the chat's header)
+    /// is visible before it answers.
+    pub async fn open_chat(
+        driver: &Chromedriver,
+        viewport: Viewport,
+        front: &str,
+        chat: Option<&str>,
+        ready: &str,
+    ) -> anyhow::Result<Browser> {
+        let b = Browser::open(driver, viewport).await?;
+        let hash = chat.map(|c| format!("#/c/{c}")).unwrap_or_default();
+        b.goto(&format!("{front}/{hash}")).await?;
+        b.wait_state("live").await?;
+        if chat.is_some() {
+            b.wait_visible(ready, WAIT).await?;
+        }
+        Ok(b)
+    }
+
     pub async fn goto(&self, url: &str) -> anyhow::Result<()> {
         self.client()
             .goto(url)

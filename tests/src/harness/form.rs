@@ -48,6 +48,34 @@ pub fn form_end() -> Vec<u8> {
     format!("--{BOUNDARY}--\r\n").into_bytes()
 }
 
+/// The head of a file put written by hand (a slow or a cut upload): the
+/// form of `length` bytes follows it.
+pub fn put_head(key: &str, chat: &str, path: &str, length: u64) -> String {
+    format!(
+        "PUT /v1/chat-app/conversations/{chat}/files/content?path={path} HTTP/1.1\r\nHost: x\r\n\
+         x-forward-key: {key}\r\nContent-Type: {}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n",
+        form_type()
+    )
+}
+
+/// A socket to chatd at `base` (`http://host:port`) with [`put_head`]
+/// written; the test writes the body, all of it or not.
+pub fn raw_put(
+    base: &str,
+    key: &str,
+    chat: &str,
+    path: &str,
+    length: u64,
+) -> anyhow::Result<std::net::TcpStream> {
+    use std::io::Write;
+    let url = reqwest::Url::parse(base)?;
+    let host = url.host_str().context("chatd's host")?;
+    let port = url.port().context("chatd's port")?;
+    let mut socket = std::net::TcpStream::connect((host, port))?;
+    socket.write_all(put_head(key, chat, path, length).as_bytes())?;
+    Ok(socket)
+}
+
 /// The whole body of a form.
 pub fn form_body(parts: &[FormPart]) -> Vec<u8> {
     let mut body = Vec::new();

@@ -11,8 +11,8 @@ use anyhow::Context;
 use reqwest::Method;
 use serde_json::Value;
 use tandem_tests::harness::{
-    file_head, form_body, form_type, generated_chunk, is_generated, run_id, sha256_of,
-    streamed_form, wait_until, Chatd, Client, FormPart, Sim,
+    file_head, form_body, generated_chunk, is_generated, raw_put, run_id, sha256_of, streamed_form,
+    wait_until, Chatd, Client, FormPart, Sim,
 };
 use tandem_tests::procstat::{rss_kib, PeakRss};
 
@@ -336,27 +336,14 @@ async fn a_put_replaces_only_the_version_it_names_and_keeps_both_otherwise() -> 
         .body["changes"][0]["rev"]
         .as_i64()
         .context("newest rev")?;
-    let url = reqwest::Url::parse(&chatd.url())?;
-    let address = format!(
-        "{}:{}",
-        url.host_str().context("host")?,
-        url.port().context("port")?
-    );
-    let mut socket = std::net::TcpStream::connect(address)?;
     let mut body = form_body(&[
         FormPart::setting("base", &newest.to_string()),
         FormPart::file("plan.md", "text/markdown", "from the slow upload\n"),
     ]);
     // Held back: the last 10 bytes of the file and the form's end (35 bytes).
     let tail = body.split_off(body.len() - 45);
-    let head = format!(
-        "PUT /v1/chat-app/conversations/{chat}/files/content?path=notes/plan.md HTTP/1.1\r\nHost: x\r\n\
-         x-forward-key: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        client.key(),
-        form_type(),
-        body.len() + tail.len()
-    );
-    socket.write_all(head.as_bytes())?;
+    let length = (body.len() + tail.len()) as u64;
+    let mut socket = raw_put(&chatd.url(), client.key(), &chat, "notes/plan.md", length)?;
     socket.write_all(&body)?;
     let notes = ws.join("notes");
     wait_until("the slow upload's staging file", QUICK, || async {
@@ -478,21 +465,7 @@ async fn a_200_mib_upload_streams_to_disk_and_a_cut_one_leaves_nothing() -> anyh
         .exists());
 
     // Cut half-way: 20 of 50 MiB sent, then the connection is dropped.
-    let url = reqwest::Url::parse(&chatd.url())?;
-    let address = format!(
-        "{}:{}",
-        url.host_str().context("host")?,
-        url.port().context("port")?
-    );
-    let mut socket = std::net::TcpStream::connect(address)?;
-    let head = format!(
-        "PUT /v1/chat-app/conversations/{chat}/files/content?path=cut.bin HTTP/1.1\r\nHost: x\r\n\
-         x-forward-key: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
-        client.key(),
-        form_type(),
-        50u64 << 20
-    );
-    socket.write_all(head.as_bytes())?;
+    let mut socket = raw_put(&chatd.url(), client.key(), &chat, "cut.bin", 50 << 20)?;
     socket.write_all(&file_head("cut.bin", "application/octet-stream"))?;
     for i in 0..20 {
         socket.write_all(&generated_chunk(i))?;

@@ -9,9 +9,7 @@
 use anyhow::{ensure, Context};
 use serde_json::{json, Value};
 use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, ENTER, PHONE, WAIT};
-use tandem_tests::harness::{
-    sim_answer, wait_until, write_private, Chatd, Client, Egressd, Sim, FORWARD_KEY,
-};
+use tandem_tests::harness::{sim_answer, wait_until, Chatd, Client, Sim};
 
 use crate::files_page::LONG;
 
@@ -56,14 +54,8 @@ impl Around {
     /// A new browser on `chat` (or the start screen), live, with the
     /// downloads the page hands to the browser kept in `window.saved`.
     async fn open(&self, viewport: Viewport, chat: Option<&str>) -> anyhow::Result<Browser> {
-        let b = Browser::open(&self.driver, viewport).await?;
-        let hash = chat.map(|c| format!("#/c/{c}")).unwrap_or_default();
-        b.goto(&format!("{}/{hash}", self.chatd.front_url()))
-            .await?;
-        b.wait_state("live").await?;
-        if chat.is_some() {
-            b.wait_visible("#chat-menu", WAIT).await?;
-        }
+        let front = self.chatd.front_url();
+        let b = Browser::open_chat(&self.driver, viewport, &front, chat, "#chat-menu").await?;
         // A download is a blob URL clicked with `download`: keep the blob
         // and its name instead of a file the test would have to find.
         b.eval(
@@ -498,30 +490,9 @@ async fn answered_egress_card_is_one_line() -> anyhow::Result<()> {
     if !browser::available() {
         return Ok(());
     }
-    let port = crate::web_tools::origin().await?;
-    let dir = tempfile::tempdir()?;
-    let chat_data = dir.path().join("chat");
-    let secrets = dir.path().join("secrets.env");
-    write_private(&secrets, &format!("QSE_FORWARD_KEY={FORWARD_KEY}\n"))?;
-    let egressd = Egressd::start(
-        &chat_data,
-        &secrets,
-        &format!("ceiling = \"all\"\nports = [{port}]\nallow_ranges = [\"127.0.0.2/32\"]\n"),
-    )
-    .await?;
-    let listen = egressd.listen().await?;
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let env = [
-        ("QSE_CHAT_DATA", chat_data.to_str().context("path")?),
-        ("QSE_SECRETS", secrets.to_str().context("path")?),
-        ("QSE_EGRESS_PROXY", &listen),
-        (
-            "QSE_EGRESS_SOCKET",
-            egressd.socket.to_str().context("path")?,
-        ),
-    ];
-    let chatd = Chatd::start_with_front(&sim.url(), &env, None).await?;
-    let client = chatd.client();
+    let setup = crate::web_tools::start_with(&[], true).await?;
+    let (client, egressd, port) = (&setup.client, &setup.egressd, setup.port);
+    let (chatd, sim) = (&setup.chatd, &setup.sim);
     let driver = Chromedriver::start().await?;
     wait_until("chatd to follow egressd's cards", LONG, || async {
         let (_, health) = egressd.call("GET", "/health", None).await.ok()?;

@@ -51,14 +51,8 @@ impl Composer {
 
     /// A new browser on `chat` (or the start screen), live.
     async fn open(&self, viewport: Viewport, chat: Option<&str>) -> anyhow::Result<Browser> {
-        let b = Browser::open(&self.driver, viewport).await?;
-        let hash = chat.map(|c| format!("#/c/{c}")).unwrap_or_default();
-        b.goto(&format!("{}/{hash}", self.chatd.front_url()))
-            .await?;
-        b.wait_state("live").await?;
-        if chat.is_some() {
-            b.wait_visible("#files-toggle", WAIT).await?;
-        }
+        let front = self.chatd.front_url();
+        let b = Browser::open_chat(&self.driver, viewport, &front, chat, "#files-toggle").await?;
         Ok(b)
     }
 

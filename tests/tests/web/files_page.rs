@@ -50,12 +50,15 @@ impl Files {
 
     /// A new browser on the chat, live.
     pub(crate) async fn open(&self, viewport: browser::Viewport) -> anyhow::Result<Browser> {
-        let b = Browser::open(&self.driver, viewport).await?;
-        b.goto(&format!("{}/#/c/{}", self.chatd.front_url(), self.chat))
-            .await?;
-        b.wait_state("live").await?;
-        b.wait_visible("#files-toggle", WAIT).await?;
-        Ok(b)
+        let front = self.chatd.front_url();
+        Browser::open_chat(
+            &self.driver,
+            viewport,
+            &front,
+            Some(&self.chat),
+            "#files-toggle",
+        )
+        .await
     }
 
     /// Cues `calls` (one answer calling them all, then a short answer),

@@ -64,18 +64,23 @@ pub(crate) async fn origin() -> anyhow::Result<u16> {
     Ok(port)
 }
 
-struct Setup {
+pub(crate) struct Setup {
     _dir: tempfile::TempDir,
-    sim: Sim,
-    chatd: Chatd,
-    egressd: Egressd,
-    client: Client,
-    port: u16,
+    pub(crate) sim: Sim,
+    pub(crate) chatd: Chatd,
+    pub(crate) egressd: Egressd,
+    pub(crate) client: Client,
+    pub(crate) port: u16,
 }
 
-/// egressd first (its listener's port is then known), chatd pointed at it,
-/// both with the same forward key so the chat tokens agree.
 async fn start(env: &[(&str, &str)]) -> anyhow::Result<Setup> {
+    start_with(env, false).await
+}
+
+/// egressd first (its listener's port is then known), chatd pointed at it
+/// (with its front and the page when `front`), both with the same forward
+/// key so the chat tokens agree.
+pub(crate) async fn start_with(env: &[(&str, &str)], front: bool) -> anyhow::Result<Setup> {
     let port = origin().await?;
     let dir = tempfile::tempdir()?;
     let chat_data = dir.path().join("chat");
@@ -99,7 +104,11 @@ async fn start(env: &[(&str, &str)]) -> anyhow::Result<Setup> {
         ),
     ];
     all.extend_from_slice(env);
-    let chatd = Chatd::start(&sim.url(), &all).await?;
+    let chatd = if front {
+        Chatd::start_with_front(&sim.url(), &all, None).await?
+    } else {
+        Chatd::start(&sim.url(), &all).await?
+    };
     let client = chatd.client();
     Ok(Setup {
         _dir: dir,

@@ -8,7 +8,7 @@
 
 use super::*;
 
-use tandem_tests::harness::{file_head, form_body, form_type, wait_until, FormPart};
+use tandem_tests::harness::{file_head, form_body, form_type, put_head, wait_until, FormPart};
 
 /// What a put should have left.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -148,12 +148,7 @@ async fn cut_put(shared: &Shared, chat: &str, path: &str, bytes: &[u8], keep: f6
     let Ok(mut socket) = TcpStream::connect(("127.0.0.1", shared.chatd_port)).await else {
         return;
     };
-    let head = format!(
-        "PUT /v1/chat-app/conversations/{chat}/files/content?path={path} HTTP/1.1\r\nHost: x\r\n\
-         x-forward-key: {FORWARD_KEY}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
-        form_type(),
-        bytes.len() + 512
-    );
+    let head = put_head(FORWARD_KEY, chat, path, bytes.len() as u64 + 512);
     let sent = (bytes.len() as f64 * keep) as usize;
     let _ = socket.write_all(head.as_bytes()).await;
     let _ = socket
