@@ -396,6 +396,10 @@ async fn model_html_is_text() -> anyhow::Result<()> {
         [
             format!("{front}/chat-app/composer.js"),
             format!("{front}/chat-app/around.js"),
+            format!("{front}/chat-app/markdown.js"),
+            format!("{front}/chat-app/chat.js"),
+            format!("{front}/chat-app/files.js"),
+            format!("{front}/chat-app/stream.js"),
             format!("{front}/chat-app/app.js")
         ],
         "the page's scripts are its own: {scripts:?}"
@@ -589,7 +593,7 @@ async fn no_admin_token_is_trusted_network() -> anyhow::Result<()> {
 /// chatd's front byte for byte (streams as they stream) once it is on.
 struct Forwarder {
     on: AtomicBool,
-    files: HashMap<&'static str, (HeaderValue, bytes::Bytes)>,
+    files: HashMap<String, (HeaderValue, bytes::Bytes)>,
     chatd: String,
     http: hyper_util::client::legacy::Client<
         hyper_util::client::legacy::connect::HttpConnector,
@@ -597,18 +601,20 @@ struct Forwarder {
     >,
 }
 
-const PAGE_FILES: [&str; 6] = [
-    "/",
-    "/chat-app/composer.js",
-    "/chat-app/around.js",
-    "/chat-app/app.js",
-    "/chat-app/app.css",
-    "/chat-app/icon.svg",
-];
+/// The page's own files: "/" and what it names under /chat-app/.
+async fn page_files(front: &str) -> anyhow::Result<Vec<String>> {
+    let index = reqwest::get(format!("{front}/")).await?.text().await?;
+    let mut paths = vec!["/".to_string()];
+    for piece in index.split('"').filter(|p| p.starts_with("/chat-app/")) {
+        paths.push(piece.to_string());
+    }
+    ensure!(paths.len() > 5, "the page names its files: {paths:?}");
+    Ok(paths)
+}
 
 async fn forwarder(front: &str) -> anyhow::Result<(u16, Arc<Forwarder>)> {
     let mut files = HashMap::new();
-    for path in PAGE_FILES {
+    for path in page_files(front).await? {
         let r = reqwest::get(format!("{front}{path}")).await?;
         ensure!(r.status() == 200, "{path}: {}", r.status());
         let kind = r

@@ -26,13 +26,39 @@ use tower::ServiceExt;
 
 use crate::App;
 
-/// The page and its files, served as they are: no build step.
+/// The page and its files, served as they are: no build step. index.html
+/// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const APP_JS: &str = include_str!("page/app.js");
-const COMPOSER_JS: &str = include_str!("page/composer.js");
-const AROUND_JS: &str = include_str!("page/around.js");
-const APP_CSS: &str = include_str!("page/app.css");
-const ICON_SVG: &str = include_str!("page/icon.svg");
+const PAGE_FILES: [(&str, &str, &str); 10] = [
+    (
+        "/chat-app/composer.js",
+        include_str!("page/composer.js"),
+        JS,
+    ),
+    ("/chat-app/around.js", include_str!("page/around.js"), JS),
+    (
+        "/chat-app/markdown.js",
+        include_str!("page/markdown.js"),
+        JS,
+    ),
+    ("/chat-app/chat.js", include_str!("page/chat.js"), JS),
+    ("/chat-app/files.js", include_str!("page/files.js"), JS),
+    ("/chat-app/stream.js", include_str!("page/stream.js"), JS),
+    ("/chat-app/app.js", include_str!("page/app.js"), JS),
+    (
+        "/chat-app/app.css",
+        include_str!("page/app.css"),
+        "text/css; charset=utf-8",
+    ),
+    (
+        "/chat-app/icon.svg",
+        include_str!("page/icon.svg"),
+        "image/svg+xml",
+    ),
+    ("/index.html", INDEX_HTML, HTML),
+];
+const JS: &str = "text/javascript; charset=utf-8";
+const HTML: &str = "text/html; charset=utf-8";
 
 /// The page may load only what the front serves; it talks only to the front.
 /// `frame-src blob:` is for one thing: a PDF in the files pane, shown by the
@@ -62,35 +88,11 @@ pub fn router(app: Arc<App>, api: Router) -> anyhow::Result<Router> {
         api,
         limiter: session::Limiter::default(),
     });
-    Ok(Router::new()
-        .route(
-            "/",
-            get(|| async { page(INDEX_HTML, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/index.html",
-            get(|| async { page(INDEX_HTML, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/chat-app/app.js",
-            get(|| async { page(APP_JS, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/chat-app/composer.js",
-            get(|| async { page(COMPOSER_JS, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/chat-app/around.js",
-            get(|| async { page(AROUND_JS, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/chat-app/app.css",
-            get(|| async { page(APP_CSS, "text/css; charset=utf-8") }),
-        )
-        .route(
-            "/chat-app/icon.svg",
-            get(|| async { page(ICON_SVG, "image/svg+xml") }),
-        )
+    let mut router = Router::new().route("/", get(|| async { page(INDEX_HTML, HTML) }));
+    for (path, body, kind) in PAGE_FILES {
+        router = router.route(path, get(move || async move { page(body, kind) }));
+    }
+    Ok(router
         .route(
             "/v1/chat-app/session",
             get(session_state).post(sign_in).delete(sign_out),

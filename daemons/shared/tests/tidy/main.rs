@@ -8,6 +8,9 @@
 //! `#[cfg(test)]` modules (an inline `mod tests { … }` and a module file
 //! declared `#[cfg(test)] mod tests;` hold no code by this count).
 //!
+//! The web page's scripts are held to the same bound (their comments are
+//! `//` and `/* */` too).
+//!
 //! And no two modules of a crate name each other ([`circles`]).
 
 mod circles;
@@ -205,6 +208,33 @@ fn no_module_holds_more_than_800_lines_of_code() {
         "KNOWN_OVER in daemons/shared/tests/tidy.rs lists files no longer over {MAX_CODE_LINES} lines of code: take them off\n  {}\n  {:?}",
         paid.join("\n  "),
         gone
+    );
+}
+
+#[test]
+fn no_page_script_holds_more_than_800_lines_of_code() {
+    let page = root().join("daemons/chatd/src/front/page");
+    let mut scripts = 0;
+    let mut over = Vec::new();
+    for entry in std::fs::read_dir(&page).expect("the page's folder") {
+        let path = entry.expect("a folder entry").path();
+        if path.extension().is_some_and(|e| e == "js") {
+            scripts += 1;
+            let text = std::fs::read_to_string(&path).expect("a readable script");
+            let lines = code_lines(&text);
+            if lines > MAX_CODE_LINES {
+                over.push(format!(
+                    "{}: {lines} lines of code",
+                    relative(&root(), &path)
+                ));
+            }
+        }
+    }
+    assert!(scripts > 3, "only {scripts} page scripts found");
+    assert!(
+        over.is_empty(),
+        "page scripts over {MAX_CODE_LINES} lines of code (split each along its seams):\n  {}",
+        over.join("\n  ")
     );
 }
 
