@@ -17,6 +17,7 @@ pub mod fakeslack;
 pub mod fuzzing;
 pub mod harness;
 pub mod needs;
+pub mod npm;
 pub mod netlab;
 pub mod procstat;
 pub mod requestbench;
