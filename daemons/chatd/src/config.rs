@@ -92,6 +92,12 @@ pub struct ChatdConfig {
     pub web_timeout_s: u64,
     /// The most bytes of an answer web_fetch reads; the rest is cut.
     pub web_max_bytes: usize,
+    /// The contact (mailto: or https:) every push's VAPID token names.
+    pub push_contact: String,
+    /// Seconds a push service keeps a push for a device that is off.
+    pub push_ttl_s: u64,
+    /// Tests only: push endpoints on loopback addresses, over http too.
+    pub push_allow_loopback_for_tests: bool,
     /// Commands on this machine (the `bash` tool through hostexecd, when a
     /// chat has no sandbox): `off`, `ask` (a card for each) or `on`; empty
     /// means `ask`.
@@ -266,6 +272,9 @@ impl Default for ChatdConfig {
             search_url: "https://html.duckduckgo.com/html/".into(),
             web_timeout_s: 30,
             web_max_bytes: 2 << 20,
+            push_contact: "mailto:owner@tandem.invalid".into(),
+            push_ttl_s: 86_400,
+            push_allow_loopback_for_tests: false,
             host_exec: "ask".into(),
             hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             host_card_wait_s: 300,
@@ -364,6 +373,12 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_HOST_CARD_WAIT_S",
         key: "chatd.host_card_wait_s",
     },
+    EnvKey::new("QSE_CHAT_PUSH_CONTACT", "chatd.push_contact"),
+    EnvKey::new("QSE_CHAT_PUSH_TTL_S", "chatd.push_ttl_s"),
+    EnvKey::new(
+        "QSE_CHAT_PUSH_ALLOW_LOOPBACK_FOR_TESTS",
+        "chatd.push_allow_loopback_for_tests",
+    ),
     EnvKey::new("QSE_TRIGGERS_SOCKET", "chatd.triggers_socket"),
     EnvKey::new("QSE_CONNECTORS_SOCKET", "chatd.connectors_socket"),
     EnvKey::new("QSE_SHARED_WORKSPACE", "chatd.shared_workspace"),
@@ -553,6 +568,28 @@ impl ChatdConfig {
                 format!("{} is outside 4096..=67108864", self.web_max_bytes),
             ));
         }
+        let contact_ok = (self.push_contact.starts_with("mailto:")
+            || self.push_contact.starts_with("https://"))
+            && self.push_contact.len() <= 200
+            && !self
+                .push_contact
+                .bytes()
+                .any(|b| b.is_ascii_control() || b == b'"');
+        if !contact_ok {
+            return Err(bad(
+                "push_contact",
+                format!(
+                    "{:?} must be a mailto: or https:// address of 200 characters at most",
+                    self.push_contact
+                ),
+            ));
+        }
+        if !(60..=2_419_200).contains(&self.push_ttl_s) {
+            return Err(bad(
+                "push_ttl_s",
+                format!("{} is outside 60..=2419200", self.push_ttl_s),
+            ));
+        }
         self.sandbox
             .check()
             .map_err(|e| anyhow::anyhow!("chatd.{e}"))?;
@@ -705,6 +742,14 @@ mod tests {
         check(
             |c| c.web_max_bytes = 100,
             "chatd.web_max_bytes: 100 is outside 4096..=67108864",
+        );
+        check(
+            |c| c.push_contact = "me@example.org".into(),
+            "chatd.push_contact: \"me@example.org\" must be a mailto: or https:// address",
+        );
+        check(
+            |c| c.push_ttl_s = 1,
+            "chatd.push_ttl_s: 1 is outside 60..=2419200",
         );
         check(
             |c| c.sandbox.mem_gb = 0.0,

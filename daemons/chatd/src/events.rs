@@ -47,10 +47,16 @@ struct Channel {
     head: watch::Sender<i64>,
 }
 
+/// Told of each published event with the number of devices that held the
+/// chat's event stream open at that moment (the push queue's door: it must
+/// be quick, it runs on the writer thread).
+pub type Tap = Box<dyn Fn(&Event, usize) + Send + Sync>;
+
 /// Per-conversation channels of committed events.
 #[derive(Clone, Default)]
 pub struct Hub {
     channels: Arc<Mutex<HashMap<String, Arc<Channel>>>>,
+    tap: Arc<std::sync::OnceLock<Tap>>,
 }
 
 /// What a device gets when it asks for events after its cursor.
@@ -83,12 +89,30 @@ impl Hub {
             .clone()
     }
 
+    /// Sets the tap (once; a second call changes nothing).
+    pub fn set_tap(&self, tap: Tap) {
+        let _ = self.tap.set(tap);
+    }
+
+    /// Devices holding a conversation's event stream open now.
+    pub fn watchers(&self, conversation_id: &str) -> usize {
+        lock(&self.channels)
+            .get(conversation_id)
+            .map_or(0, |c| c.head.receiver_count())
+    }
+
     /// Publishes one conversation's committed events, in seq order.
     pub fn publish(&self, conversation_id: &str, events: Vec<Arc<Event>>) {
         let Some(last) = events.last().map(|e| e.seq) else {
             return;
         };
         let channel = self.channel(conversation_id, 0);
+        if let Some(tap) = self.tap.get() {
+            let watchers = channel.head.receiver_count();
+            for event in &events {
+                tap(event, watchers);
+            }
+        }
         {
             let mut ring = lock(&channel.ring);
             let head = *channel.head.borrow();
@@ -226,6 +250,24 @@ mod tests {
         );
         let last = RING as i64 + 10;
         assert_eq!(seqs(sub.fetch(last - 2, 10)), vec![last - 1, last]);
+    }
+
+    #[test]
+    fn the_tap_hears_each_event_with_the_devices_attached_then() {
+        let hub = Hub::default();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let into = heard.clone();
+        hub.set_tap(Box::new(move |e, watchers| {
+            lock(&into).push((e.seq, watchers))
+        }));
+        hub.publish("c", vec![event(1)]);
+        let sub = hub.subscribe("c", 1);
+        assert_eq!(hub.watchers("c"), 1);
+        hub.publish("c", vec![event(2), event(3)]);
+        drop(sub);
+        hub.publish("c", vec![event(4)]);
+        assert_eq!(*lock(&heard), vec![(1, 0), (2, 1), (3, 1), (4, 0)]);
+        assert_eq!(hub.watchers("nobody"), 0);
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod models;
 pub mod ndjson;
 pub mod permissions;
 pub mod prompt;
+pub mod push;
 pub mod runs;
 pub mod sandbox;
 pub mod settings;
@@ -70,6 +71,8 @@ pub struct App {
     pub connectors: crate::forward::Forward,
     /// The inbox's live stream (notifications as they commit).
     pub inbox: crate::inbox::Inbox,
+    /// Web Push to subscribed browsers (runs ended, cards, inbox entries).
+    pub push: Arc<crate::push::Push>,
     pub engine: Engine,
     pub secrets: Secrets,
     pub metrics: Arc<Metrics>,
@@ -275,6 +278,14 @@ pub async fn run(
     crate::runs::spawn_card_listener(egress.clone(), runs.clone(), shutdown.clone());
     let triggers = crate::forward::Forward::triggers(&config.triggers_socket)?;
     let connectors = crate::forward::Forward::connectors(&config.connectors_socket)?;
+    let inbox = crate::inbox::Inbox::default();
+    let push = crate::push::Push::start(
+        &config,
+        store.clone(),
+        metrics.clone(),
+        &inbox,
+        shutdown.clone(),
+    )?;
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
@@ -283,7 +294,8 @@ pub async fn run(
         egress,
         triggers,
         connectors,
-        inbox: crate::inbox::Inbox::default(),
+        inbox,
+        push,
         engine,
         secrets,
         metrics,

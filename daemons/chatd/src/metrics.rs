@@ -28,6 +28,12 @@ pub struct NotificationLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabels {
+    /// delivered | gone | refused | failed | dropped (the queue was full)
+    pub outcome: String,
+}
+
 pub struct Metrics {
     pub tool_calls: Family<ToolLabels, Counter>,
     pub compactions: Counter,
@@ -39,6 +45,7 @@ pub struct Metrics {
     pub runs_queued: Gauge,
     pub engine_garbage_lines: Counter,
     pub notifications: Family<NotificationLabels, Counter>,
+    pub pushes: Family<PushLabels, Counter>,
 }
 
 impl Metrics {
@@ -55,6 +62,7 @@ impl Metrics {
             runs_queued: Gauge::default(),
             engine_garbage_lines: Counter::default(),
             notifications: Family::default(),
+            pushes: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("tandem");
         r.register(
@@ -106,6 +114,11 @@ impl Metrics {
             "notifications",
             "Notifications stored in the inbox, by kind",
             metrics.notifications.clone(),
+        );
+        r.register(
+            "pushes",
+            "Web Push messages sent to browsers, by outcome",
+            metrics.pushes.clone(),
         );
         metrics
     }

@@ -14,6 +14,7 @@ mod history;
 mod messages;
 mod notifications;
 mod outgoing;
+mod push;
 mod rules;
 mod sandbox;
 mod system;
@@ -148,6 +149,13 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/notifications/count", get(notifications::count))
         .route("/notifications/read", post(notifications::mark_read))
         .route("/notifications/events", get(notifications::events))
+        .route("/push/key", get(push::key))
+        .route(
+            "/push/subscribe",
+            post(push::subscribe).delete(push::unsubscribe),
+        )
+        .route("/push/subscriptions", get(push::list))
+        .route("/push/test", post(push::test))
         // triggerd's and connectord's routes, forwarded as they come.
         .route("/triggers", any(forward::triggers))
         .route("/triggers/{*rest}", any(forward::triggers))

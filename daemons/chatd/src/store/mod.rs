@@ -4,7 +4,8 @@
 //! Reads use a small pool of read-only connections (WAL lets them run
 //! beside the writer). Every write of chatd is a function of a module
 //! here named for the rows it holds (`conversations`, `messages`, `runs`,
-//! `consents`, `agents`, `rules`, `meta`, `inbox`, `files`), run in a writer job.
+//! `consents`, `agents`, `rules`, `meta`, `inbox`, `files`, `push`), run in a
+//! writer job.
 
 pub mod agents;
 pub mod consents;
@@ -13,6 +14,7 @@ pub mod files;
 pub mod inbox;
 pub mod messages;
 pub mod meta;
+pub mod push;
 pub mod queries;
 pub mod rules;
 pub mod runs;

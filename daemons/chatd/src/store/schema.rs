@@ -249,4 +249,18 @@ CREATE TABLE workspace_files (
 -- On a tool result: the card its tool line shows (a files_change).
 ALTER TABLE messages ADD COLUMN card TEXT;
 "#,
+    r#"
+-- Web Push: one row per subscribed browser (at most 10; by rowid, the
+-- oldest go first). endpoint and keys are the browser's PushSubscription.
+CREATE TABLE push_subscriptions (
+    id TEXT PRIMARY KEY,
+    endpoint TEXT NOT NULL UNIQUE,
+    p256dh TEXT NOT NULL,
+    auth TEXT NOT NULL,
+    created TEXT NOT NULL,
+    -- the last push: `201`, `refused 413`, `failed` and when
+    last_result TEXT,
+    last_sent TEXT
+);
+"#,
 ];
