@@ -177,6 +177,9 @@ pub struct SimConfig {
     /// adds what it frees (at most what `/sim/cache` says it can) to
     /// MemAvailable in this /proc/meminfo-shaped file.
     pub meminfo: Option<std::path::PathBuf>,
+    /// More model ids `/v1/models` lists after `model` (same window, text
+    /// only): a picker has more than one to choose from. Any id is answered.
+    pub extra_models: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -189,6 +192,7 @@ impl Default for SimConfig {
             memory_limit_tokens: None,
             tokenize: true,
             vision: false,
+            extra_models: Vec::new(),
             meminfo: None,
         }
     }

@@ -47,6 +47,10 @@ struct Args {
     /// it can).
     #[arg(long)]
     meminfo: Option<std::path::PathBuf>,
+    /// Another model id /v1/models lists (text only, the same window);
+    /// may be given more than once.
+    #[arg(long, value_name = "ID")]
+    extra_model: Vec<String>,
 }
 
 fn parse_tps(s: &str) -> Result<f64, String> {
@@ -77,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
         tokenize: !args.no_tokenize,
         vision: args.vision,
         meminfo: args.meminfo,
+        extra_models: args.extra_model,
     };
     sim::serve_with_shutdown(listener, config, async {
         let mut term =

@@ -69,18 +69,22 @@ pub(super) async fn models(State(sim): State<Arc<Sim>>) -> Json<Value> {
     if c.vision {
         capabilities.push("vision");
     }
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": c.model,
+    let entry = |id: &str, capabilities: &[&str]| {
+        json!({
+            "id": id,
             "object": "model",
             "created": unix_secs(),
             "owned_by": "engine-sim",
             "max_model_len": c.context_window,
             "meta": {"n_ctx_train": c.context_window},
             "capabilities": capabilities,
-        }]
-    }))
+        })
+    };
+    let mut data = vec![entry(&c.model, &capabilities)];
+    for id in &c.extra_models {
+        data.push(entry(id, &["completion", "tools"]));
+    }
+    Json(json!({"object": "list", "data": data}))
 }
 
 pub(super) fn unix_secs() -> u64 {

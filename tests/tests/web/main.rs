@@ -8,5 +8,6 @@ mod files_page;
 mod files_page_gone;
 mod files_page_trash;
 mod front;
+mod settings;
 mod web;
 mod web_tools;

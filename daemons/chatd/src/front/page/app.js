@@ -10,6 +10,7 @@
  *   chat.js      the open chat's model and its rendering, run actions
  *   files.js     change cards, file chips, the files pane and its trash
  *   stream.js    the event stream and one handler per event type
+ *   settings.js  the model picker, the settings panel, the defaults for new chats
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -696,6 +697,7 @@ function init() {
   on('#backdrop', 'click', closeDrawer);
   initComposer(); // composer.js: the box, its files, drafts and keys
   initAround(); // around.js: branch, export, import, Ctrl+K, answered cards
+  initSettings(); // settings.js: the model picker, the settings panel, the defaults
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', () => (pane.open ? closeFilesPane() : openFilesPane()));

@@ -208,6 +208,7 @@ function renderTitle() {
   $('#chat-title').textContent = chat ? titleOf(chat.conversation) : 'New chat';
   $('#files-toggle').hidden = !chat;
   renderChatMenu(); // around.js
+  renderChatTools(); // settings.js: the model picker and the settings button
 }
 
 /** Adds a message's view at its place on the path (a summary can go in the middle). */
