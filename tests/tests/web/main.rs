@@ -8,6 +8,7 @@ mod files_page;
 mod files_page_gone;
 mod files_page_trash;
 mod front;
+mod inbox;
 mod settings;
 mod web;
 mod web_tools;

@@ -400,6 +400,7 @@ async fn model_html_is_text() -> anyhow::Result<()> {
             format!("{front}/chat-app/chat.js"),
             format!("{front}/chat-app/files.js"),
             format!("{front}/chat-app/stream.js"),
+            format!("{front}/chat-app/inbox.js"),
             format!("{front}/chat-app/settings.js"),
             format!("{front}/chat-app/app.js")
         ],

@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 11] = [
+const PAGE_FILES: [(&str, &str, &str); 12] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -49,6 +49,7 @@ const PAGE_FILES: [(&str, &str, &str); 11] = [
         include_str!("page/settings.js"),
         JS,
     ),
+    ("/chat-app/inbox.js", include_str!("page/inbox.js"), JS),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",

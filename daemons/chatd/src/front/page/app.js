@@ -10,6 +10,7 @@
  *   chat.js      the open chat's model and its rendering, run actions
  *   files.js     change cards, file chips, the files pane and its trash
  *   stream.js    the event stream and one handler per event type
+ *   inbox.js     the Notifications button, its panel and chatd's inbox stream
  *   settings.js  the model picker, the settings panel, the defaults for new chats
  *   app.js       this file, below
  *
@@ -386,6 +387,7 @@ async function goLive() {
     if (error.status === 401) return showSignin();
   }
   setState('live');
+  startInbox(); // inbox.js: the badge, the panel, the inbox's stream
   clearInterval(page.listTimer);
   page.listTimer = setInterval(refreshList, LIST_EVERY_MS);
   await route();
@@ -394,6 +396,7 @@ async function goLive() {
 /** Leaves the app: no stream, no timers, nothing of the old session on screen. */
 function leaveLive() {
   stopStream();
+  stopInbox();
   clearInterval(page.listTimer);
   page.openTicket += 1;
   page.openingId = null;
@@ -697,6 +700,7 @@ function init() {
   on('#backdrop', 'click', closeDrawer);
   initComposer(); // composer.js: the box, its files, drafts and keys
   initAround(); // around.js: branch, export, import, Ctrl+K, answered cards
+  initInbox(); // inbox.js: the Notifications button and its panel
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
