@@ -12,6 +12,7 @@ use anyhow::{ensure, Context};
 use serde_json::{json, Value};
 use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, ENTER, PHONE, WAIT};
 use tandem_tests::harness::{Chatd, Client, Sim};
+use tandem_tests::npm;
 
 use crate::files_page::LONG;
 
@@ -547,6 +548,10 @@ async fn permission_mode_is_confirmed_and_kept() -> anyhow::Result<()> {
         b.wait_visible("#set-mode-error", WAIT).await?;
         assert_eq!(t.conversation(&chat).await?["permission_mode"], "auto");
         b.screenshot(&format!("yolo-asks-{w}")).await?;
+        if let Some(axe) = npm::file("axe-core", "axe.min.js") {
+            let found = axe_on_settings(&b, &axe).await?;
+            ensure!(found.is_empty(), "axe on the panel at {w} px: {found:#?}");
+        }
         b.click("#set-yolo-sure").await?;
         b.click("#settings-save").await?;
         closed_back_on(&b, "#settings-open").await?;
@@ -581,6 +586,23 @@ async fn permission_mode_is_confirmed_and_kept() -> anyhow::Result<()> {
         b.close().await?;
     }
     Ok(())
+}
+
+/// axe-core's serious and critical findings in the header's model tools
+/// and the open settings panel (the rest of the page is accessibility.rs's).
+async fn axe_on_settings(b: &Browser, axe: &str) -> anyhow::Result<Vec<String>> {
+    if b.eval("return typeof window.axe === 'object';").await? != json!(true) {
+        b.eval(&format!("{axe}\nreturn typeof window.axe;")).await?;
+    }
+    let found = b
+        .eval(
+            "return axe.run({include: [['#chat-tools'], ['#settings-panel']]}, {resultTypes: ['violations']})
+                 .then((r) => r.violations
+                     .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+                     .map((v) => `${v.id}: ${v.help} [${v.nodes.map((n) => n.target.join(' ')).join(', ')}]`));",
+        )
+        .await?;
+    serde_json::from_value(found).context("axe's answer")
 }
 
 /// Opens the chat list's drawer on a phone and waits until it has slid in.

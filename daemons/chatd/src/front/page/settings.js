@@ -107,7 +107,7 @@ function renderChatTools() {
   select.title = model ? `${current}: ${modelMarks(model).join(', ')}` : `${current} is not served by the engine now`;
   const mode = c.conversation.permission_mode || 'auto';
   $('#settings-open .mode-badge').textContent = mode;
-  $('#settings-open').setAttribute('aria-label', `Settings, permission mode ${mode}`);
+  $('#settings-open').title = `This chat's model settings and permission mode (now ${mode})`; // its name is its text
 }
 
 async function pickModel(event) {
