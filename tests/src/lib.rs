@@ -13,6 +13,7 @@ pub mod connectord;
 pub mod daemon;
 pub mod egressbench;
 pub mod fakebot;
+pub mod fakepush;
 pub mod fakeslack;
 pub mod fuzzing;
 pub mod harness;

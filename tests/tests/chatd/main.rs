@@ -1,5 +1,5 @@
 //! chatd's integration tests, one binary (one link): chatd end to end, the
-//! agent loop, saved agents, what a run sends the engine, the inbox,
+//! agent loop, saved agents, what a run sends the engine, the inbox, Web Push,
 //! sd-notify, the listeners under idle connections, one daemon per data
 //! folder (chatd, egressd, hostexecd), and the engine simulator itself. Each module is one area's tests.
 
@@ -12,6 +12,7 @@ mod inbox;
 mod instances;
 mod listeners;
 mod notify;
+mod push;
 mod requests;
 mod sim;
 mod uploads;

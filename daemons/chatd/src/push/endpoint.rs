@@ -134,10 +134,11 @@ pub async fn resolve(
         );
     }
     policy.check_all(&ips).map_err(|(ip, why)| {
-        format!(
-            "{} resolves to {ip}, {why}: a push endpoint must be on a public address",
-            endpoint.host
-        )
+        let what = match &endpoint.host {
+            Host::Ip(_) => format!("{ip} is {why}"),
+            Host::Name(name) => format!("{name} resolves to {ip}, {why}"),
+        };
+        format!("{what}: a push endpoint must be on a public address")
     })?;
     Ok(addresses)
 }
@@ -245,7 +246,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            refused.contains("127.0.0.1, a loopback address"),
+            refused.contains("127.0.0.1 is a loopback address"),
             "{refused}"
         );
         let private = at("https://10.1.2.3/x", Loopback::AllowedForTests)
@@ -275,7 +276,7 @@ mod tests {
         let named = at("https://localhost/x", Loopback::Refused)
             .await
             .unwrap_err();
-        assert!(named.contains("localhost resolves to"), "{named}");
+        assert!(named.contains("a loopback address"), "{named}");
     }
 
     #[test]
