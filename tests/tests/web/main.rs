@@ -11,4 +11,5 @@ mod front;
 mod inbox;
 mod settings;
 mod web;
+mod status;
 mod web_tools;

@@ -10,6 +10,7 @@
  *   chat.js      the open chat's model and its rendering, run actions
  *   files.js     change cards, file chips, the files pane and its trash
  *   stream.js    the event stream and one handler per event type
+ *   status.js    the status line, the context meter, the failure banner
  *   inbox.js     the Notifications button, its panel and chatd's inbox stream
  *   settings.js  the model picker, the settings panel, the defaults for new chats
  *   app.js       this file, below
@@ -701,6 +702,7 @@ function init() {
   initComposer(); // composer.js: the box, its files, drafts and keys
   initAround(); // around.js: branch, export, import, Ctrl+K, answered cards
   initInbox(); // inbox.js: the Notifications button and its panel
+  initStatus(); // status.js: the meter's details, the failure banner
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });

@@ -7,7 +7,8 @@
  *   chat     the model of the open chat: its active path, tool calls, runs,
  *            waiting messages, consent cards, the last applied event seq.
  *   render   messages (body, reasoning, tool calls), consent cards, waiting
- *            messages, status line, context meter, run controls. Text deltas
+ *            messages, run controls (the status line, the meter and the
+ *            failure banner are status.js's). Text deltas
  *            are painted once per animation frame; a streaming answer renders
  *            only its last blocks again (md.renderLive).
  *   actions  stop, continue, regenerate, send now.
@@ -115,23 +116,6 @@ function summarizeArguments(args) {
   if (key) return oneLine(value[key]).slice(0, 120);
   const text = JSON.stringify(value);
   return text === '{}' ? '' : text.slice(0, 120);
-}
-
-/** [state, detail] of the status line for a run (none yet: Ready). */
-function runStatusLabel(c, run) {
-  switch (run && run.status) {
-    case 'queued': return ['Queued', run.position ? `number ${run.position} in line` : ''];
-    case 'running': {
-      const message = run.message_id && c.byId.get(run.message_id);
-      return [message && message.status === 'streaming' && message.text ? 'Answering' : 'Thinking', ''];
-    }
-    case 'waiting': return ['Waiting for you', ''];
-    case 'failed': return ['Failed', oneLine(run.error) || 'the run failed'];
-    case 'interrupted': return ['Interrupted', oneLine(run.error)];
-    case 'paused': return ['Interrupted', oneLine(run.error) || 'paused at the step limit: Continue goes on'];
-    case 'stopped': return ['Stopped', ''];
-    default: return ['Ready', ''];
-  }
 }
 
 function isRunActive(c) {
@@ -384,38 +368,7 @@ function onScroll() {
   page.stick = s.scrollHeight - s.scrollTop - s.clientHeight < 80;
 }
 
-/* Status line, context meter, run controls. */
-
-function setStatus(c, state, detail = '') {
-  if (c.status.state === state && c.status.detail === detail) return;
-  c.status = { state, detail };
-  if (c === chat) renderStatus();
-}
-
-const STATUS_KIND = { Ready: 'idle', Stopped: 'idle', 'Waiting for you': 'attention', Interrupted: 'bad', Failed: 'bad' };
-
-function renderStatus() {
-  const status = chat ? chat.status : { state: 'Ready', detail: '' };
-  $('#status .state').textContent = status.state;
-  $('#status .detail').textContent = status.detail;
-  $('#status').dataset.kind = STATUS_KIND[status.state] || 'working';
-}
-
-/** 12.3k from 12345; plain below 1000. */
-const formatTokens = (n) => (n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(Math.round(n)));
-
-function renderMeter() {
-  const meter = $('#context-meter');
-  const usage = (chat && chat.usage) || {};
-  const used = Number(usage.used);
-  const limit = Number(usage.limit);
-  const known = Number.isFinite(used) && limit > 0;
-  meter.textContent = known ? `${formatTokens(used)} / ${formatTokens(limit)} tokens` : '';
-  meter.classList.toggle('red', known && used / limit >= 0.9);
-  meter.classList.toggle('amber', known && used / limit >= 0.8 && used / limit < 0.9);
-  const speed = Number(usage.tokens_per_second); // 0 for a step that only called tools: not shown
-  $('#tps').textContent = speed > 0 ? `${speed.toFixed(1)} tok/s` : '';
-}
+/* Run controls (the status line and the meter are status.js's). */
 
 function renderControls() {
   const c = chat;

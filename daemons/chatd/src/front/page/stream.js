@@ -197,6 +197,7 @@ const EVENTS = {
   },
   'run.started'(c, d) {
     runOf(c, d.run_id).status = 'running';
+    requestBegins(c); // status.js: the time to first token starts here
     setStatus(c, 'Thinking');
     renderControls();
   },
@@ -205,6 +206,7 @@ const EVENTS = {
     if (!message) return;
     message.text = (message.text || '') + (d.text || '');
     markDirty(c, message.id);
+    noteDelta(c, d.text); // status.js: first token, the meter's estimate
     setStatus(c, 'Answering');
   },
   'reasoning.delta'(c, d) {
@@ -212,6 +214,7 @@ const EVENTS = {
     if (!message) return;
     message.reasoning = (message.reasoning || '') + (d.text || '');
     markDirty(c, message.id);
+    noteDelta(c, d.text);
     setStatus(c, 'Thinking');
   },
   'tool.started'(c, d) {
@@ -219,7 +222,7 @@ const EVENTS = {
     call.status = 'running';
     if (d.summary) call.summary = oneLine(d.summary);
     refreshCall(c, call);
-    setStatus(c, `Running ${call.name}`);
+    setStatus(c, toolStep(call.name, d.summary || call.summary)); // status.js: "Reading notes.md"
   },
   'tool.finished'(c, d) {
     const call = callOf(c, d.call_id);
@@ -227,6 +230,7 @@ const EVENTS = {
     if (isFilesCard(d.card)) call.card = d.card;
     refreshCall(c, call);
     renderChips(c);
+    requestBegins(c); // the next request goes with this result
     setStatus(c, 'Thinking');
   },
   files(c, d) { // a change set was kept: the list changed, and an undo (origin user) may concern a card here
@@ -258,10 +262,8 @@ const EVENTS = {
     if (!allowed) call.resultSummary = d.decision === 'expired' ? 'nobody answered in time' : 'denied';
     refreshCall(c, call);
   },
-  usage(c, d) {
-    c.usage = d;
-    if (c === chat) renderMeter();
-  },
+  usage(c, d) { noteUsage(c, d); }, // status.js
+  paused(c, d) { runOf(c, d.run_id).steps = d.steps; }, // run.finished follows: Paused · after N steps
   'run.retrying'(c, d) {
     setStatus(c, 'Thinking', `retrying${d.wait_s != null ? ` in ${d.wait_s} s` : ''}${d.reason ? `: ${oneLine(d.reason)}` : ''}`);
   },
@@ -274,6 +276,7 @@ const EVENTS = {
       }
     }
     for (const card of [...c.consents.values()]) if (card.run_id === d.run_id) dropCard(c, card.card_id);
+    noteFinished(c, run, d); // status.js: its failure, for the banner
     setStatus(c, ...runStatusLabel(c, run));
     renderControls();
   },
