@@ -561,3 +561,23 @@ async fn a_bad_front_address_stops_the_start_with_the_reason() {
         "{stderr}"
     );
 }
+
+/// The page's own bytes (`/` and every file it names) stay within the
+/// budget the benchmark prints (figure 12b): a page a phone loads on every
+/// visit, with no build step to shrink it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_weighs_within_its_budget() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = Chatd::start_with_front(&sim.url(), &[], None)
+        .await
+        .unwrap();
+    let files = tandem_tests::pagebench::weight(&chatd.front_url())
+        .await
+        .unwrap();
+    let total: u64 = files.iter().map(|(_, n)| n).sum();
+    assert!(
+        total <= tandem_tests::pagebench::WEIGHT_BUDGET,
+        "the page weighs {total} bytes, over its budget of {} bytes: {files:?}",
+        tandem_tests::pagebench::WEIGHT_BUDGET
+    );
+}

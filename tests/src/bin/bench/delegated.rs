@@ -68,6 +68,12 @@ pub(crate) async fn web(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> 
         rows,
         tandem_tests::webbench::figure(&sizes, &|line| say(line)).await?,
     );
+    say("\n## 12b. web page: its bytes and a cold first paint, against their budgets");
+    let loads = if quick { 3 } else { 9 };
+    push_lines(
+        rows,
+        tandem_tests::pagebench::figure(loads, &|line| say(line)).await?,
+    );
     Ok(())
 }
 
