@@ -863,8 +863,17 @@ async fn a_folder_swapped_for_a_link_out_is_never_followed() -> anyhow::Result<(
         json!({"name": "Drop box", "folder": "Drop", "quiet_seconds": 1, "prompt": "p"}),
     )
     .await?);
-    std::fs::remove_dir(&drop)?;
-    std::os::unix::fs::symlink(outside.path(), &drop)?;
+    // Swapped in one step (RENAME_EXCHANGE): a remove, then a link, let
+    // triggerd see the folder gone in between and switch it off for that.
+    let link = b.td.workspace.join("Drop.link");
+    std::os::unix::fs::symlink(outside.path(), &link)?;
+    nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        &link,
+        nix::fcntl::AT_FDCWD,
+        &drop,
+        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+    )?;
     let t = wait_until("the trigger to be switched off", QUICK, || async {
         let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await.ok()?;
         (t["enabled"] == false).then_some(t)
