@@ -9,6 +9,7 @@ mod files_page_gone;
 mod files_page_trash;
 mod front;
 mod inbox;
+mod push;
 mod settings;
 mod web;
 mod status;

@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 13] = [
+const PAGE_FILES: [(&str, &str, &str); 15] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -51,6 +51,7 @@ const PAGE_FILES: [(&str, &str, &str); 13] = [
         JS,
     ),
     ("/chat-app/inbox.js", include_str!("page/inbox.js"), JS),
+    ("/chat-app/push.js", include_str!("page/push.js"), JS),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",
@@ -63,6 +64,8 @@ const PAGE_FILES: [(&str, &str, &str); 13] = [
         "image/svg+xml",
     ),
     ("/index.html", INDEX_HTML, HTML),
+    // The service worker at the root, so its scope is the whole page.
+    ("/sw.js", include_str!("page/sw.js"), JS),
 ];
 const JS: &str = "text/javascript; charset=utf-8";
 const HTML: &str = "text/html; charset=utf-8";
@@ -73,9 +76,10 @@ const HTML: &str = "text/html; charset=utf-8";
 /// bytes, typed `application/pdf` by the page itself (app.js `pdfUrl`). The
 /// API's own answers stay unframeable (`API_CSP`), and no frame may load
 /// anything else; `object-src` stays at `'self'` (no `<embed>`/`<object>`).
+/// `worker-src 'self'`: push.js registers the front's own /sw.js, nothing else.
 const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-    img-src 'self' data: blob:; frame-src blob:; connect-src 'self'; base-uri 'none'; \
-    form-action 'none'; frame-ancestors 'none'";
+    img-src 'self' data: blob:; frame-src blob:; connect-src 'self'; worker-src 'self'; \
+    base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 /// API answers are data, never a document: opened as a page they run nothing.
 pub(crate) const API_CSP: &str = "sandbox; default-src 'none'; frame-ancestors 'none'";
 

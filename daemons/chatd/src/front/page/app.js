@@ -13,6 +13,7 @@
  *   status.js    the status line, the context meter, the failure banner
  *   inbox.js     the Notifications button, its panel and chatd's inbox stream
  *   settings.js  the model picker, the settings panel, the defaults for new chats
+ *   push.js      "Notify me on this device": the service worker (sw.js) and Web Push
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -705,6 +706,7 @@ function init() {
   initInbox(); // inbox.js: the Notifications button and its panel
   initStatus(); // status.js: the meter's details, the failure banner
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
+  initPush(); // push.js: "Notify me on this device"
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', () => (pane.open ? closeFilesPane() : openFilesPane()));
