@@ -197,9 +197,6 @@ function renderMeter() {
   $('#meter-percent').textContent = bounded ? `${about}${Math.round(ratio * 100)} %` : '';
   $('#tokens-left').textContent = bounded ? `${about}${formatTokens(Math.max(0, limit - used))} left` : '';
   $('#tps').textContent = speed > 0 ? `${about}${speed.toFixed(1)} tok/s` : '';
-  $('#meter').setAttribute('aria-label', known
-    ? `Context: ${meter.textContent}${bounded ? `, ${$('#tokens-left').textContent}` : ''}. Details`
-    : 'Context details');
   if (!$('#meter-details').hidden) fillDetails();
 }
 
