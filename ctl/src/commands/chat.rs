@@ -63,6 +63,21 @@ pub enum ChatCommand {
         #[arg(value_parser = ["once", "always", "deny"])]
         decision: String,
     },
+    /// List the browsers that get this box's push notifications, or send
+    /// each a test.
+    ///
+    /// A browser joins with the page's "Notify me on this device" switch;
+    /// chatd keeps ten. `list` shows each one's id, push service and how its
+    /// last push went; `test` sends "Test from tandem" to all of them now and
+    /// says how many took it (one a push service calls gone is forgotten).
+    /// Exit 1 when a test reached no browser.
+    ///
+    /// Example: tandem chat push test
+    Push {
+        /// list or test.
+        #[arg(value_parser = ["list", "test"])]
+        action: String,
+    },
     /// Show or set how far a chat's commands may reach (egressd).
     ///
     /// `off` nowhere, `registries` the package registries (PyPI, npm,
@@ -240,6 +255,52 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 )
                 .await?;
             eprintln!("tandem: answered {card}: {decision}");
+            Ok(ExitCode::SUCCESS)
+        }
+        ChatCommand::Push { action } => {
+            let client = Client::new()?;
+            if action == "test" {
+                let t = client
+                    .call(reqwest::Method::POST, "/push/test", Some(json!({})))
+                    .await?;
+                let n = |k: &str| t[k].as_u64().unwrap_or(0);
+                println!(
+                    "{} browsers: {} delivered, {} gone (forgotten), {} refused, {} failed",
+                    n("subscriptions"),
+                    n("delivered"),
+                    n("gone"),
+                    n("refused"),
+                    n("failed")
+                );
+                return Ok(if n("delivered") > 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
+            let listed = client
+                .call(reqwest::Method::GET, "/push/subscriptions", None)
+                .await?;
+            let all = listed["subscriptions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if all.is_empty() {
+                println!(
+                    "no browser is subscribed: turn on \"Notify me on this device\" on the page"
+                );
+            }
+            for s in &all {
+                let text = |k: &str| s[k].as_str().unwrap_or("-").to_string();
+                println!(
+                    "{}  {}  since {}  last push {} {}",
+                    text("id"),
+                    text("origin"),
+                    text("created"),
+                    text("last_result"),
+                    text("last_sent")
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         ChatCommand::Egress { chat, preset } => {
