@@ -18,12 +18,15 @@
  *            count). On a phone the panel is a sheet over the bottom.
  *   keys     ↑ ↓ Home End move between entries, Enter opens, Delete
  *            deletes, Esc closes and gives the focus back to the button.
- *   live     chatd's GET /notifications/events (fetch + a small SSE
- *            reader, reconnecting after 0.5 s growing to 5 s like the
- *            chat's stream). The stream is live only, so every connect
- *            reads the list and the count again; events that come while
- *            that read is out are applied after it. A tab out of sight
- *            lets the stream go, as the chat's stream does.
+ *   live     while the panel is open, chatd's GET /notifications/events
+ *            (fetch + a small SSE reader, reconnecting after 0.5 s growing
+ *            to 5 s like the chat's stream). The stream is live only, so
+ *            every connect reads the list and the count again; events that
+ *            come while that read is out are applied after it. With the
+ *            panel closed the badge reads the count every 15 s while the
+ *            tab is in sight (and the list when the count moved): a browser
+ *            opens 6 connections to a host, and a second stream in every
+ *            tab would halve the tabs that can follow a chat.
  *   seen     opening a chat (the address names it) marks its unread
  *            entries read.
  *
@@ -49,6 +52,7 @@ const inbox = {
   fresh: new Set(), // ids highlighted as new
   marking: new Set(), // ids whose read is on its way
   countTimer: null,
+  pollTimer: null,
   hiddenTimer: null,
   confirming: false,
 };
@@ -178,14 +182,35 @@ async function deleteEntries(body) {
 
 function startInbox() {
   stopInbox();
+  loadInbox().catch(() => {});
+  inbox.pollTimer = setInterval(pollInbox, LIST_EVERY_MS);
+}
+
+/** The panel is open and in sight: follow chatd's inbox stream. */
+function followInbox() {
+  if (inbox.control || page.state !== 'live') return;
   inbox.control = new AbortController();
   tailInbox(inbox.control.signal);
 }
 
-/** Leaves the inbox: no stream, nothing of the old session shown. */
-function stopInbox() {
+function unfollowInbox() {
   if (inbox.control) inbox.control.abort();
   inbox.control = null;
+}
+
+/** The panel closed, the tab in sight: the count, and the list when the count moved. */
+async function pollInbox() {
+  if (page.state !== 'live' || inbox.control || document.visibilityState !== 'visible') return;
+  const before = [inbox.unread, inbox.total];
+  await loadInboxCount().catch(() => {});
+  if (inbox.unread !== before[0] || inbox.total !== before[1]) loadInbox().catch(() => {});
+}
+
+/** Leaves the inbox: no stream, nothing of the old session shown. */
+function stopInbox() {
+  unfollowInbox();
+  clearInterval(inbox.pollTimer);
+  inbox.pollTimer = null;
   inbox.ticket += 1;
   inbox.loading = false;
   inbox.queued = [];
@@ -202,11 +227,11 @@ function onInboxVisibility() {
   clearTimeout(inbox.hiddenTimer);
   if (document.visibilityState === 'hidden') {
     inbox.hiddenTimer = setTimeout(() => {
-      if (document.visibilityState === 'hidden' && inbox.control) { inbox.control.abort(); inbox.control = null; }
+      if (document.visibilityState === 'hidden') unfollowInbox();
     }, HIDDEN_DROP_MS);
-  } else if (page.state === 'live' && !inbox.control) {
-    inbox.control = new AbortController();
-    tailInbox(inbox.control.signal);
+  } else if (page.state === 'live') {
+    if (inbox.open) followInbox();
+    else pollInbox();
   }
 }
 
@@ -321,6 +346,7 @@ function openInbox() {
   inbox.confirming = false;
   $('#inbox').hidden = false;
   $('#inbox-open').setAttribute('aria-expanded', 'true');
+  followInbox(); // its connect reads the list again
   closeDrawer();
   renderInbox();
   const first = $('#inbox-list .inbox-entry-open');
@@ -333,6 +359,7 @@ function closeInbox(refocus) {
   inbox.open = false;
   inbox.confirming = false;
   inbox.fresh.clear();
+  unfollowInbox();
   $('#inbox').hidden = true;
   $('#inbox-open').setAttribute('aria-expanded', 'false');
   if (refocus) $('#inbox-open').focus();
