@@ -2,6 +2,7 @@
 //! over HTTP, the web page in headless Chromium, and the web tools through
 //! egressd. Each module is one area's tests.
 
+mod accessibility;
 mod around;
 mod composer;
 mod files_page;
@@ -11,6 +12,6 @@ mod front;
 mod inbox;
 mod push;
 mod settings;
-mod web;
 mod status;
+mod web;
 mod web_tools;
