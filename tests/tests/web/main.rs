@@ -10,6 +10,7 @@ mod files_page_gone;
 mod files_page_trash;
 mod front;
 mod inbox;
+mod keyboard;
 mod push;
 mod settings;
 mod status;

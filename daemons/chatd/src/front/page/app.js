@@ -666,9 +666,12 @@ function openDrawer() {
   document.body.classList.add('drawer-open');
   $('#menu').setAttribute('aria-expanded', 'true');
   $('#backdrop').hidden = false;
+  $('#new-chat').focus(); // the drawer is before the menu button: Tab alone would not reach it
 }
 
 function closeDrawer() {
+  // The focus in the drawer going hidden: back on the button that opened it.
+  if (document.body.classList.contains('drawer-open') && $('#sidebar').contains(document.activeElement)) $('#menu').focus();
   document.body.classList.remove('drawer-open');
   $('#menu').setAttribute('aria-expanded', 'false');
   $('#backdrop').hidden = true;
@@ -709,8 +712,9 @@ function init() {
   initPush(); // push.js: "Notify me on this device"
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
-  on('#files-toggle', 'click', () => (pane.open ? closeFilesPane() : openFilesPane()));
-  on('#files-close', 'click', closeFilesPane);
+  on('#files-toggle', 'click', toggleFilesPane);
+  on('#files-close', 'click', closeFilesPaneToToggle);
+  on('#files-pane', 'keydown', (e) => { if (e.key === 'Escape' && !e.defaultPrevented) { e.preventDefault(); closeFilesPaneToToggle(); } });
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape') closeDrawer(); });
   window.addEventListener('hashchange', route);
   document.addEventListener('visibilitychange', onVisibility);

@@ -378,6 +378,9 @@ function renderControls() {
   $('#continue').hidden = !c || active || !c.lastRun || !CONTINUABLE.has(c.lastRun.status);
   $('#regenerate').hidden = !c || active || !shown || shown.role !== 'assistant';
   $('#send-now').hidden = !c || active || c.pending.size === 0;
+  // A button hidden under the focus (Continue pressed) hands it to the box, not to the page's body.
+  const focused = document.activeElement;
+  if (focused && focused.hidden && focused.parentElement === $('#run-controls')) $('#composer').focus();
 }
 
 /* Consent cards. */
@@ -402,6 +405,7 @@ function consentCard(c, card) {
 }
 
 async function answerCard(c, card, decision, buttons, error) {
+  const pressed = buttons.find((b) => b === document.activeElement); // disabling drops the focus: given back below
   for (const b of buttons) b.disabled = true;
   try {
     await api('POST', `/conversations/${enc(c.id)}/consent`, { card_id: card.card_id, decision });
@@ -414,6 +418,9 @@ async function answerCard(c, card, decision, buttons, error) {
     }
     for (const b of buttons) b.disabled = false;
     showInlineError(error, failure);
+  } finally {
+    // Still shown: the button again; the card gone: the next card, else the box.
+    if (pressed && document.activeElement === document.body) (pressed.isConnected ? pressed : $('#consents .consent button') || $('#composer')).focus();
   }
 }
 
@@ -569,6 +576,7 @@ async function startingRun(c, request) {
 async function runAction(target, action) {
   const c = chat;
   if (!c) return;
+  const hadFocus = document.activeElement === target; // disabling it drops the focus: given back below
   target.disabled = true;
   try {
     const post = () => api('POST', `/conversations/${enc(c.id)}/${action}`, {});
@@ -578,5 +586,6 @@ async function runAction(target, action) {
     if (error.type !== 'no_active_run') showError(error); // a Stop that came after the end
   } finally {
     target.disabled = false;
+    if (hadFocus && document.activeElement === document.body) (target.hidden ? $('#composer') : target).focus();
   }
 }

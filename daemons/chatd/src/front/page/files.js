@@ -385,6 +385,19 @@ function closeFilesPane() {
   clearFilesPane();
 }
 
+/** Files pressed: the pane opens with the focus in it (over the chat on a phone), or closes. */
+function toggleFilesPane() {
+  if (pane.open) return closeFilesPaneToToggle();
+  openFilesPane();
+  if (pane.open) $('#files-close').focus();
+}
+
+/** ✕ or Esc: the pane closes and the focus goes back on Files, not to the page's body. */
+function closeFilesPaneToToggle() {
+  closeFilesPane();
+  $('#files-toggle').focus();
+}
+
 /** Empties the pane (another chat, or none): the list, the preview and its blob URL. */
 function clearFilesPane() {
   pane.ticket += 1;

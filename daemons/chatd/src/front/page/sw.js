@@ -9,9 +9,14 @@
  */
 'use strict';
 
-/** A push's link, kept to a path of this site (anything else opens the page). */
+/**
+ * A push's link, kept to a chat of this page: chatd only sends `/#/…`, and
+ * past the `#` nothing can change the origin. Anything else opens the page
+ * (a bare `/` check let "/\\evil.example" through: a browser reads the
+ * backslash as a slash, so it opened evil.example).
+ */
 function safeLink(url) {
-  return typeof url === 'string' && url.startsWith('/') && !url.startsWith('//') ? url : '/';
+  return typeof url === 'string' && url.startsWith('/#/') ? url : '/';
 }
 
 self.addEventListener('install', () => self.skipWaiting());
