@@ -8,7 +8,9 @@
 //! here from the RFC, not with the sender's crate) and answers 201; a
 //! subscription marked gone answers 410 as a real service does for an
 //! expired one. A push that fails a check answers 400/401/403 and is kept
-//! with why, so a test sees it.
+//! with why, so a test sees it. A subscription marked flaky plays a busy
+//! service's faults on pushes that passed every check: one in three answers
+//! 500, one in three answers 201 only after a delay (`Received::played`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -60,6 +62,8 @@ pub struct Received {
     pub payload: Value,
     /// The decrypted bytes as text.
     pub text: String,
+    /// The fault a flaky subscription played on this push, if any.
+    pub played: Option<&'static str>,
 }
 
 struct Keys {
@@ -71,6 +75,8 @@ struct Keys {
 struct Inner {
     keys: HashMap<String, Keys>,
     gone: HashSet<String>,
+    /// Flaky subscriptions: the delay of a slow answer, and pushes taken so far.
+    flaky: HashMap<String, (std::time::Duration, u64)>,
     received: Vec<Received>,
 }
 
@@ -141,6 +147,14 @@ impl FakePush {
         lock(&self.shared.inner).gone.insert(name.to_string());
     }
 
+    /// Pushes to `name` that pass every check answer 500 (one in three) or
+    /// 201 after `slow` (one in three) from now on.
+    pub fn flaky(&self, name: &str, slow: std::time::Duration) {
+        lock(&self.shared.inner)
+            .flaky
+            .insert(name.to_string(), (slow, 0));
+    }
+
     /// Every push received so far, in order.
     pub fn received(&self) -> Vec<Received> {
         lock(&self.shared.inner).received.clone()
@@ -167,6 +181,7 @@ async fn take(
         urgency: header("urgency"),
         payload: Value::Null,
         text: String::new(),
+        played: None,
     };
     let checked = check(&shared, &headers, received.ttl).and_then(|()| {
         let inner = lock(&shared.inner);
@@ -179,10 +194,25 @@ async fn take(
             .ok_or((StatusCode::NOT_FOUND, "no such subscription".to_string()))?;
         decrypt(&body, keys).map_err(|why| (StatusCode::BAD_REQUEST, why))
     });
+    let mut delay = None;
     match checked {
         Ok(plain) => {
             received.text = String::from_utf8_lossy(&plain).into_owned();
             received.payload = serde_json::from_slice(&plain).unwrap_or(Value::Null);
+            if let Some((slow, taken)) = lock(&shared.inner).flaky.get_mut(&name) {
+                *taken += 1;
+                match *taken % 3 {
+                    1 => {
+                        received.status = 500;
+                        received.played = Some("answered 500");
+                    }
+                    2 => {
+                        delay = Some(*slow);
+                        received.played = Some("answered slowly");
+                    }
+                    _ => {}
+                }
+            }
         }
         Err((status, why)) => {
             received.status = status.as_u16();
@@ -191,6 +221,10 @@ async fn take(
     }
     let status = StatusCode::from_u16(received.status).unwrap_or(StatusCode::BAD_REQUEST);
     lock(&shared.inner).received.push(received);
+    if let Some(delay) = delay {
+        // A busy push service, not a wait for anything.
+        tokio::time::sleep(delay).await;
+    }
     status
 }
 

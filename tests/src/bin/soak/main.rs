@@ -15,7 +15,9 @@
 //!   (`/sim/refuse`), chatd SIGKILLed and restarted (every `--kill-every` on
 //!   average, and at least once in every run);
 //! - the box's other daemons, each a part (`parts.rs`, `--parts`) with its
-//!   own load and faults: egressd, hostexecd, triggerd, connectord.
+//!   own load and faults: egressd, hostexecd, triggerd, connectord, and
+//!   push (chatd's Web Push to a fake push service, the settings, the
+//!   permission mode and the inbox routes: `push.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -45,7 +47,12 @@
 //! 14. every file a host command made is in its chat's file list, an undone
 //!     or deleted one is gone from the disk, a restored one is back whole, a
 //!     purged one is out of the trash, and `…/files/changes` pages each set
-//!     once (`files.rs`, `files_trash.rs`).
+//!     once (`files.rs`, `files_trash.rs`);
+//! 15. every upload chatd answered is there whole, a cut one not at all
+//!     (`uploads.rs`);
+//! 16. every push decrypts to a title and a link only, the unwatched chats
+//!     were pushed, a gone browser removed, and the settings, modes and
+//!     inbox hold what was saved (`push.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -84,6 +91,7 @@ mod files_trash;
 mod hostexec;
 mod hostexec_calls;
 mod parts;
+mod push;
 mod shared;
 mod sse;
 mod trigger_dues;
@@ -130,7 +138,7 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     refuse_every: Duration,
     /// The daemons driven beside chatd: `all`, `none`, or some of egressd,
-    /// hostexecd, triggerd, connectord (comma-separated).
+    /// hostexecd, triggerd, connectord, push (comma-separated).
     #[arg(long, default_value = "all", value_parser = parse_parts)]
     parts: Chosen,
 }

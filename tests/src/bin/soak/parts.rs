@@ -16,13 +16,16 @@ pub(crate) enum PartName {
     Hostexecd,
     Triggerd,
     Connectord,
+    /// chatd's Web Push to a fake push service, and the page's routes.
+    Push,
 }
 
-pub(crate) const PARTS: [PartName; 4] = [
+pub(crate) const PARTS: [PartName; 5] = [
     PartName::Egressd,
     PartName::Hostexecd,
     PartName::Triggerd,
     PartName::Connectord,
+    PartName::Push,
 ];
 
 impl PartName {
@@ -32,6 +35,7 @@ impl PartName {
             PartName::Hostexecd => "hostexecd",
             PartName::Triggerd => "triggerd",
             PartName::Connectord => "connectord",
+            PartName::Push => "push",
         }
     }
 }
@@ -132,6 +136,7 @@ pub(crate) async fn prepare(
             PartName::Hostexecd => hostexec_part(&ctx)?,
             PartName::Triggerd => Arc::new(TriggersPart::new(&ctx)?),
             PartName::Connectord => Arc::new(bots::Bots::prepare(&ctx).await?),
+            PartName::Push => Arc::new(push::PushPart::new(&ctx)),
         };
         parts.push(part);
     }

@@ -33,9 +33,10 @@ pub(crate) enum Inv {
     Secrets,
     Files,
     Uploads,
+    Push,
 }
 
-pub(crate) const INVARIANTS: [Inv; 15] = [
+pub(crate) const INVARIANTS: [Inv; 16] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -51,6 +52,7 @@ pub(crate) const INVARIANTS: [Inv; 15] = [
     Inv::Secrets,
     Inv::Files,
     Inv::Uploads,
+    Inv::Push,
 ];
 
 impl Inv {
@@ -70,6 +72,7 @@ impl Inv {
             Inv::Bots => "every bot message answered exactly once: none lost, none twice (but a kill inside connectord's documented window)",
             Inv::Secrets => "no secret in any log",
             Inv::Uploads => "every upload chatd answered is there with its bytes, every one cut part-way is not there at all, none is there with other bytes",
+            Inv::Push => "every push decrypts to a title and a chat link only, no message text; unwatched chats were pushed; a gone (410) browser was removed; settings and modes hold the last saved (a bad one changed nothing); the inbox's count matches its list",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -81,6 +84,7 @@ impl Inv {
             Inv::Leftovers | Inv::Files => Some(PartName::Hostexecd),
             Inv::Triggers => Some(PartName::Triggerd),
             Inv::Bots => Some(PartName::Connectord),
+            Inv::Push => Some(PartName::Push),
             _ => None,
         }
     }
