@@ -281,10 +281,13 @@ pub struct Consent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
     pub created: String,
+    /// When it was answered (or expired, or closed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered: Option<String>,
 }
 
 pub const CONSENT_COLUMNS: &str =
-    "id, conversation_id, run_id, call_id, tool, summary, reason, choices, decision, created, labels";
+    "id, conversation_id, run_id, call_id, tool, summary, reason, choices, decision, created, labels, answered";
 
 impl Consent {
     pub fn from_row(row: &Row) -> rusqlite::Result<Consent> {
@@ -303,6 +306,7 @@ impl Consent {
             labels: row
                 .get::<_, Option<String>>(10)?
                 .and_then(|text| serde_json::from_str(&text).ok()),
+            answered: row.get(11)?,
         })
     }
 }
@@ -316,5 +320,8 @@ pub struct Snapshot {
     pub pending: Vec<Pending>,
     /// Consent cards nobody has answered, of the chat's live run.
     pub consents: Vec<Consent>,
+    /// The chat's answered cards, the newest [`crate::store::queries::ANSWERED_SHOWN`]
+    /// oldest first: a page shows each as one line under its call.
+    pub answered: Vec<Consent>,
     pub seq: i64,
 }

@@ -160,6 +160,7 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
         let runs = runs(conn, id)?;
         let pending = waiting(conn, id)?;
         let consents = open_consents(conn, id)?;
+        let answered = answered_consents(conn, id)?;
         let seq = conversation.last_seq;
         Ok(Snapshot {
             conversation,
@@ -167,6 +168,7 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
             runs,
             pending,
             consents,
+            answered,
             seq,
         })
     })();
@@ -188,6 +190,28 @@ pub fn open_consents(conn: &Connection, conversation_id: &str) -> Result<Vec<Con
         Consent::from_row,
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Answered cards a snapshot carries at most (a long chat's older ones
+/// are in its events).
+pub const ANSWERED_SHOWN: usize = 200;
+
+/// The chat's newest answered cards, oldest first.
+pub fn answered_consents(
+    conn: &Connection,
+    conversation_id: &str,
+) -> Result<Vec<Consent>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {CONSENT_COLUMNS} FROM consents WHERE conversation_id = ?1 AND decision IS NOT NULL \
+         ORDER BY rowid DESC LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(
+        params![conversation_id, ANSWERED_SHOWN as i64],
+        Consent::from_row,
+    )?;
+    let mut cards: Vec<Consent> = rows.collect::<Result<_, _>>()?;
+    cards.reverse();
+    Ok(cards)
 }
 
 /// The card asked for one tool call of a run, if any.

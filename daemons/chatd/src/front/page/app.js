@@ -654,7 +654,7 @@ async function openChat(id) {
   renderChat();
   startStream(chat);
   markActiveChat();
-  loadAnswered(chat); // around.js: the lines of cards answered before
+  loadAnswered(chat, snapshot); // around.js: the lines of cards answered before
   loadUndoState(chat);
   loadPresence(chat);
   if (pane.open) loadFiles(chat);

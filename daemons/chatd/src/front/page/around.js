@@ -21,16 +21,14 @@
  *             call ("Allowed for this chat by you, 14:02"): from this page's
  *             own answer or chatd's tool.consent_answered event; an egress
  *             card (no call of its own) goes under the call that reached out.
- *             A chat opened later reads its recent events back for the
- *             decision (who and when are not in them).
+ *             A chat opened later takes its lines from the snapshot's
+ *             `answered` cards, with when each was answered.
  */
 'use strict';
 
 const SWITCH_DEBOUNCE_MS = 180;
 const SWITCH_LIMIT = 20;
 const SAVE_URL_MS = 60000; // a download's blob URL is kept this long, then freed
-const HISTORY_EVENTS = 1500; // events read back for answered cards (under chatd's sse_reset_after, 2000)
-const HISTORY_MS = 8000;
 
 const switcher = { ticket: 0, timer: null, items: [], at: 0, back: null };
 
@@ -317,77 +315,38 @@ function answeredText(line) {
   return `${line.host}${line.words}${who}${line.at ? `, ${line.at}` : ''}`;
 }
 
+/** An answer's time as a line says it: hh:mm today, the day too before today. */
+function answeredAt(iso) {
+  const t = new Date(iso);
+  if (!iso || Number.isNaN(t.getTime())) return '';
+  const time = t.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+  return t.toDateString() === new Date().toDateString() ? time : `${t.toLocaleDateString([], { month: 'short', day: 'numeric' })} ${time}`;
+}
+
 /**
- * The cards answered before the page opened the chat: the snapshot keeps only
- * open ones, so the chat's recent events are read back (up to the snapshot's
- * seq, at most HISTORY_EVENTS of them: chatd resets a device further back).
- * Their answer's time and who gave it are not in the events: the line says
- * what was decided. Called by app.js when a chat opens or reloads.
+ * The cards answered before the page opened the chat, from the snapshot's
+ * `answered` (chatd's newest 200, with when each was answered). An egress
+ * card's row names no call of its own (its id stands in) and says its host
+ * in its reason. Called by app.js when a chat opens or reloads.
  */
-async function loadAnswered(c) {
-  const upTo = c.seq;
-  if (!upTo) return;
-  const after = Math.max(0, upTo - HISTORY_EVENTS);
-  const stop = new AbortController();
-  const timer = setTimeout(() => stop.abort(), HISTORY_MS);
-  const cards = new Map(); // card id → the tool.consent event, with the call it goes under
-  const lastCall = new Map(); // run id → the call it started last (an egress card's call)
-  const answers = [];
-  try {
-    const res = await fetch(`${API}/conversations/${enc(c.id)}/events?after=${after}`,
-      { signal: stop.signal, cache: 'no-store', headers: { accept: 'text/event-stream' } });
-    if (!res.ok) return;
-    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = '';
-    let frame = { id: 0, type: '', data: [] };
-    for (let done = false; !done;) {
-      const chunk = await reader.read();
-      if (chunk.done) break;
-      buffer += chunk.value;
-      let start = 0;
-      for (let end; (end = buffer.indexOf('\n', start)) !== -1 && !done; start = end + 1) {
-        const line = buffer.slice(start, buffer[end - 1] === '\r' ? end - 1 : end);
-        if (line === '') {
-          if (frame.type === 'reset') { done = true; break; }
-          let d = null;
-          try { d = frame.data.length ? JSON.parse(frame.data.join('\n')) : null; } catch { /* not JSON: skipped */ }
-          if (d && frame.type === 'tool.started' && d.run_id && d.call_id) lastCall.set(d.run_id, d.call_id);
-          if (d && frame.type === 'tool.consent' && d.card_id) cards.set(d.card_id, { ...d, call_id: d.call_id || lastCall.get(d.run_id) || null });
-          if (d && frame.type === 'tool.consent_answered' && d.card_id) answers.push(d);
-          if (frame.id >= upTo) done = true;
-          frame = { id: 0, type: '', data: [] };
-        } else if (line[0] !== ':') {
-          const colon = line.indexOf(':');
-          const field = colon === -1 ? line : line.slice(0, colon);
-          const value = colon === -1 ? '' : line.slice(colon + (line[colon + 1] === ' ' ? 2 : 1));
-          if (field === 'id') frame.id = Number(value) || 0;
-          else if (field === 'event') frame.type = value;
-          else if (field === 'data') frame.data.push(value);
-        }
-      }
-      buffer = buffer.slice(start);
-    }
-  } catch {
-    return; // chatd gone or too slow: the lines are a nicety, the stream's banner says the rest
-  } finally {
-    clearTimeout(timer);
-    stop.abort();
-  }
-  if (c !== chat) return;
+function loadAnswered(c, snapshot) {
+  const cards = Array.isArray(snapshot && snapshot.answered) ? snapshot.answered : [];
   if (!c.answered) c.answered = new Map();
-  for (const d of answers) {
-    const card = cards.get(d.card_id);
-    if (!card || c.answered.has(d.card_id)) continue;
-    c.answered.set(d.card_id, {
-      cardId: d.card_id,
-      callId: card.call_id,
-      decision: d.decision,
-      words: d.decision === 'always' ? alwaysWords(card) : ANSWER_WORDS[d.decision] || `Answered: ${d.decision}`,
-      byYou: false,
-      at: '',
-      host: card.name === 'egress' && card.host ? `${card.host}: ` : '',
-    });
-    paintAnswered(c, c.answered.get(d.card_id));
+  for (const card of cards) {
+    if (!card || !card.card_id || !card.decision || c.answered.has(card.card_id)) continue;
+    const egress = card.name === 'egress';
+    const host = egress ? String(card.reason || '').split(' ')[0].replace(/:\d+$/, '') : ''; // "host:port is not…"
+    const line = {
+      cardId: card.card_id,
+      callId: cardCall(c, egress ? { ...card, call_id: null } : card),
+      decision: card.decision,
+      words: card.decision === 'always' ? alwaysWords(card) : ANSWER_WORDS[card.decision] || `Answered: ${card.decision}`,
+      byYou: true,
+      at: answeredAt(card.answered),
+      host: host ? `${host}: ` : '',
+    };
+    c.answered.set(card.card_id, line);
+    paintAnswered(c, line);
   }
 }
 

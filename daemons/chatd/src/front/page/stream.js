@@ -163,7 +163,7 @@ async function reload(c, signal) {
   if (signal.aborted || c !== chat) return;
   Object.assign(c, buildChat(snapshot));
   renderChat();
-  loadAnswered(c); // around.js
+  loadAnswered(c, snapshot); // around.js
   loadUndoState(c);
   loadPresence(c);
   if (pane.open) loadFiles(c);
