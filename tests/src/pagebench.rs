@@ -34,7 +34,13 @@ pub async fn weight(front: &str) -> anyhow::Result<Vec<(String, u64)>> {
     let http = reqwest::Client::new();
     let index = http.get(format!("{front}/")).send().await?.text().await?;
     let mut files = vec![("/".to_string(), index.len() as u64)];
-    for path in index.split('"').filter(|p| p.starts_with("/chat-app/")) {
+    let mut named: Vec<&str> = index
+        .split('"')
+        .filter(|p| p.starts_with("/chat-app/"))
+        .collect();
+    named.sort_unstable();
+    named.dedup(); // the icon is named more than once
+    for path in named {
         let r = http.get(format!("{front}{path}")).send().await?;
         ensure!(r.status() == 200, "{path}: {}", r.status());
         files.push((path.to_string(), r.bytes().await?.len() as u64));
