@@ -366,6 +366,7 @@ async function signIn() {
 }
 
 async function signOut() {
+  await pushOffForSignOut(); // push.js: a shared device stops being told
   await fetch(`${API}/session`, { method: 'DELETE', signal: timeout() }).catch(() => {});
   showSignin();
 }
@@ -391,6 +392,7 @@ async function goLive() {
   setState('live');
   performance.mark('tandem-live'); // the benchmark's "chat list shown" (tests/src/pagebench.rs)
   startInbox(); // inbox.js: the badge, the panel, the inbox's stream
+  renewPush(); // push.js: chatd may have let this browser's subscription go
   clearInterval(page.listTimer);
   page.listTimer = setInterval(refreshList, LIST_EVERY_MS);
   await route();
@@ -407,6 +409,11 @@ function leaveLive() {
   list.items = [];
   for (const box of ['#chat-list', '#messages', '#consents', '#pending']) $(box).replaceChildren();
   closeFilesPane();
+  // Nothing of the session stays open over the sign-in card.
+  closePanel(); // settings.js
+  closeSwitcher(); // around.js
+  if ($('#copy-dialog').open) $('#copy-dialog').close();
+  closeDetails(false); // status.js
   hideToast();
   link.reset();
 }

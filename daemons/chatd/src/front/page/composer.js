@@ -270,7 +270,8 @@ async function sendComposer() {
         : api('POST', `/conversations/${enc(c.id)}/messages`, { text });
     });
     if (answer && answer.pending_id) addPending(c, { id: answer.pending_id, text, state: 'waiting' });
-    draftSet(sentKey, '');
+    // What was typed in this chat while the upload ran is the new draft.
+    draftSet(sentKey, compose.key === sentKey ? $('#composer').value : '');
     const sent = new Set(items.map((item) => item.id));
     const left = attachedOf(sentKey);
     for (const item of left) if (sent.has(item.id) && item.thumb) URL.revokeObjectURL(item.thumb);
@@ -419,8 +420,8 @@ function onPaste(event) {
   const files = data ? [...data.files] : [];
   if (!files.length) return;
   attachFiles(files);
-  // A copied picture often comes with its name as text too: only the file goes in.
-  if (!event.target.isSameNode($('#composer')) || ![...data.types].includes('text/plain')) event.preventDefault();
+  // A copied file or picture often comes with its name as text too: only the file goes in.
+  event.preventDefault();
 }
 
 function initComposer() {

@@ -86,6 +86,28 @@ async function onPushSwitch(event) {
   }
 }
 
+/**
+ * This browser's subscription handed to chatd again when the page goes live:
+ * chatd may have let it go (an 11th browser, a 410, a new key) while the
+ * browser still holds it, and the switch would say On with nothing arriving.
+ */
+async function renewPush() {
+  if (!pushSupported() || push.busy) return;
+  try {
+    const subscription = await pushSubscription();
+    if (subscription && Notification.permission === 'granted') await api('POST', '/push/subscribe', subscription.toJSON());
+  } catch (error) {
+    pushSay(`This device may not be told: ${error.message || error}`);
+  }
+}
+
+/** Before signing out: this device stops being told about this box's chats. */
+async function pushOffForSignOut() {
+  if (!pushSupported()) return;
+  await pushOff().catch(() => {});
+  pushSwitch().checked = false;
+}
+
 /** Shows whether this browser is subscribed now. */
 async function refreshPush() {
   try {

@@ -306,10 +306,17 @@ async function savePanel() {
   try {
     if (target.kind === 'chat') {
       const updated = await api('PATCH', `/conversations/${enc(target.id)}`, { settings });
-      if (mode !== panel.savedMode) await api('PUT', `/conversations/${enc(target.id)}/permission-mode`, { mode });
-      if (chat && chat.id === target.id && updated) {
-        chat.conversation = Object.assign(updated, { permission_mode: mode });
-        renderTitle();
+      const shown = chat && chat.id === target.id && updated;
+      if (shown) { chat.conversation = updated; renderTitle(); }
+      if (mode !== panel.savedMode) {
+        try {
+          await api('PUT', `/conversations/${enc(target.id)}/permission-mode`, { mode });
+        } catch (error) {
+          // Two routes, one after the other: say which half was kept.
+          if (!error.lost && error.status !== 401) error.message = `The settings were saved; the mode was not: ${error.message}`;
+          throw error;
+        }
+        if (shown) { chat.conversation = Object.assign(chat.conversation, { permission_mode: mode }); renderTitle(); }
       }
     } else {
       await api('PATCH', '/defaults', { settings, permission_mode: mode });
