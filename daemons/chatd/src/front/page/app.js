@@ -131,15 +131,19 @@ class ApiError extends Error {
 /** A request's signal: it gives up after REQUEST_MS (a hung link must not hang the page). */
 const timeout = () => AbortSignal.timeout(REQUEST_MS);
 
-/** An ApiError from a refusal: the server's error.message (as text), else its body's start. */
-async function errorFrom(res) {
-  const text = await res.text().catch(() => '');
+/** An ApiError from a refusal's status and body: the server's error.message (as text), else the body's start. */
+function refusal(status, text, retryAfter = 0) {
   let error = {};
   try { error = JSON.parse(text).error || {}; } catch { /* not JSON */ }
-  const message = (typeof error.message === 'string' && error.message) || text.trim().slice(0, 200) || `HTTP ${res.status}`;
-  const refused = new ApiError(res.status, String(error.type || ''), message, Number(res.headers.get('retry-after')) || 0);
+  const message = (typeof error.message === 'string' && error.message) || String(text || '').trim().slice(0, 200) || `HTTP ${status}`;
+  const refused = new ApiError(status, String(error.type || ''), message, retryAfter);
   refused.detail = error; // the rest of the error object (an undo's `conflicts`)
   return refused;
+}
+
+/** An ApiError from a fetch's refusal. */
+async function errorFrom(res) {
+  return refusal(res.status, await res.text().catch(() => ''), Number(res.headers.get('retry-after')) || 0);
 }
 
 /** One API call: the JSON answer (null for none), or a rejection with an ApiError. */

@@ -233,15 +233,8 @@ function uploadMessage(c, key, text, items) {
   });
 }
 
-/** An ApiError from a refused upload: chatd's error.message, as errorFrom() reads a fetch. */
-function refusalOf(xhr) {
-  let error = {};
-  try { error = JSON.parse(xhr.responseText).error || {}; } catch { /* not JSON */ }
-  const message = (typeof error.message === 'string' && error.message) || String(xhr.responseText || '').trim().slice(0, 200) || `HTTP ${xhr.status}`;
-  const refused = new ApiError(xhr.status, String(error.type || ''), message);
-  refused.detail = error;
-  return refused;
-}
+/** An ApiError from a refused upload (app.js's refusal(), as for a fetch). */
+const refusalOf = (xhr) => refusal(xhr.status, xhr.responseText);
 
 /* ------------------------------------------------------------------ send -- */
 

@@ -271,44 +271,15 @@ async function tailInbox(signal) {
   }
 }
 
-/** SSE frames (`event:` and `data:` lines, a blank line ends one); silence past SILENCE_MS is a dead link. */
-async function readInboxEvents(body, attempt, progress) {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = '';
-  let type = '';
-  let data = [];
-  let watchdog = setTimeout(() => attempt.abort(), SILENCE_MS);
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      clearTimeout(watchdog);
-      watchdog = setTimeout(() => attempt.abort(), SILENCE_MS);
-      buffer += value;
-      let start = 0;
-      for (let end; (end = buffer.indexOf('\n', start)) !== -1; start = end + 1) {
-        const line = buffer.slice(start, buffer[end - 1] === '\r' ? end - 1 : end);
-        if (line === '') {
-          if (type && data.length) {
-            try {
-              onInboxEvent(type, JSON.parse(data.join('\n')));
-              progress.heard = true;
-            } catch { /* not JSON: skipped */ }
-          }
-          type = '';
-          data = [];
-        } else if (line.startsWith('event:')) {
-          type = line.slice(6).trim();
-        } else if (line.startsWith('data:')) {
-          data.push(line.slice(line[5] === ' ' ? 6 : 5));
-        }
-      }
-      buffer = buffer.slice(start);
-    }
-  } finally {
-    clearTimeout(watchdog);
-    reader.cancel().catch(() => {});
-  }
+/** The inbox's frames (stream.js's reader): each JSON event applied, `progress.heard` once one came. */
+function readInboxEvents(body, attempt, progress) {
+  return readSse(body, attempt, (frame) => {
+    if (!frame.type || !frame.data.length) return;
+    let data;
+    try { data = JSON.parse(frame.data.join('\n')); } catch { return; } // not JSON: skipped
+    onInboxEvent(frame.type, data);
+    progress.heard = true;
+  });
 }
 
 function onInboxEvent(type, data) {

@@ -99,8 +99,13 @@ async function tail(c, signal) {
   }
 }
 
-/** SSE: `id:`, `event:`, `data:` lines; a blank line ends an event; `:` lines are comments. */
-async function readEvents(body, c, attempt, progress) {
+/**
+ * Reads an SSE body frame by frame (`id:`, `event:`, `data:` lines; a blank
+ * line ends one; comments skipped), calling `onFrame({id, type, data})`
+ * for each; silence past SILENCE_MS (keepalives come every 15 s) aborts
+ * `attempt`: a dead link. The chat's stream and the inbox's both read here.
+ */
+async function readSse(body, attempt, onFrame) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   let frame = { id: null, type: '', data: [] };
@@ -116,7 +121,7 @@ async function readEvents(body, c, attempt, progress) {
       for (let end; (end = buffer.indexOf('\n', start)) !== -1; start = end + 1) {
         const line = buffer.slice(start, buffer[end - 1] === '\r' ? end - 1 : end);
         if (line === '') {
-          if (dispatchFrame(c, frame)) progress.applied = true;
+          onFrame(frame);
           frame = { id: null, type: '', data: [] };
         } else if (line[0] !== ':') {
           const colon = line.indexOf(':');
@@ -133,6 +138,11 @@ async function readEvents(body, c, attempt, progress) {
     clearTimeout(watchdog);
     reader.cancel().catch(() => {});
   }
+}
+
+/** The chat's events, applied in order; `progress.applied` once one applied. */
+function readEvents(body, c, attempt, progress) {
+  return readSse(body, attempt, (frame) => { if (dispatchFrame(c, frame)) progress.applied = true; });
 }
 
 /** One SSE frame: true when it was an event that applied. */
