@@ -75,8 +75,8 @@ pub enum ChatCommand {
     /// Example: tandem chat push test
     Push {
         /// list or test.
-        #[arg(value_parser = ["list", "test"])]
-        action: String,
+        #[arg(value_enum)]
+        action: PushAction,
     },
     /// Show or set how far a chat's commands may reach (egressd).
     ///
@@ -259,7 +259,7 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
         }
         ChatCommand::Push { action } => {
             let client = Client::new()?;
-            if action == "test" {
+            if action == PushAction::Test {
                 let t = client
                     .call(reqwest::Method::POST, "/push/test", Some(json!({})))
                     .await?;
@@ -550,4 +550,13 @@ async fn follow(
         eprintln!("\ntandem: the event stream closed; reconnecting from event {after}");
         lost_since.get_or_insert_with(tokio::time::Instant::now);
     }
+}
+
+/// What `tandem chat push` does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum PushAction {
+    /// The browsers chatd pushes to.
+    List,
+    /// A test push to each.
+    Test,
 }

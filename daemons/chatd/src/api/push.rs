@@ -118,7 +118,7 @@ pub async fn test(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
     let message = Message {
         title: "Test from tandem".into(),
         url: "/".into(),
-        urgency: "normal",
+        urgency: crate::push::Urgency::Normal,
         about: "test".into(),
     };
     let tally = app.push.send_to_all(&message).await;

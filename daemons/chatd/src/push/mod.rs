@@ -40,6 +40,7 @@ use crate::events::Event;
 use crate::kinds::EventKind;
 use crate::metrics::{Metrics, PushLabels};
 use crate::store::{self, Store};
+use crate::words::RunStatus;
 use endpoint::Loopback;
 use send::Sent;
 use vapid::Vapid;
@@ -51,6 +52,15 @@ const MAX_TITLE: usize = 120;
 /// A VAPID token is valid this long (push services take 24 h at most).
 const TOKEN_LIFE: Duration = Duration::from_secs(12 * 3600);
 
+tandem_shared::words! {
+    /// How soon a push service should deliver a push (RFC 8030's `Urgency`).
+    pub enum Urgency("push urgency") {
+        /// A chat waits for the person's answer.
+        High => "high",
+        Normal => "normal",
+    }
+}
+
 /// One notification for every subscribed browser.
 #[derive(Debug, Clone)]
 pub struct Message {
@@ -58,7 +68,7 @@ pub struct Message {
     /// Where a click goes: `/#/c/<chat>`, or `/` for no chat.
     pub url: String,
     /// `high` for a chat waiting for an answer, else `normal`.
-    pub urgency: &'static str,
+    pub urgency: Urgency,
     /// What it is about, for the log: a chat or an inbox entry id.
     pub about: String,
 }
@@ -241,7 +251,7 @@ impl Push {
         &self,
         subscription: &store::push::Subscription,
         payload: &str,
-        urgency: &'static str,
+        urgency: Urgency,
         policy: &Policy,
     ) -> Sent {
         let endpoint = match endpoint::parse(&subscription.endpoint, self.loopback) {
@@ -276,7 +286,10 @@ impl Push {
         value.set_sensitive(true);
         let headers = request.headers_mut();
         headers.insert(hyper::header::AUTHORIZATION, value);
-        headers.insert("urgency", hyper::header::HeaderValue::from_static(urgency));
+        headers.insert(
+            "urgency",
+            hyper::header::HeaderValue::from_static(urgency.as_str()),
+        );
         send::send(&endpoint, policy, self.loopback, request).await
     }
 }
@@ -298,13 +311,13 @@ fn chat_link(conversation_id: &str) -> String {
 /// ended (not one a person stopped) or a card waiting for an answer.
 pub fn message_of(event: &Event) -> Option<Message> {
     let (title, urgency) = match event.kind {
-        EventKind::ToolConsent => ("A chat is waiting for your answer", "high"),
+        EventKind::ToolConsent => ("A chat is waiting for your answer", Urgency::High),
         EventKind::RunFinished => {
             let data: Value = serde_json::from_str(&event.data).ok()?;
-            match data["status"].as_str()? {
-                "done" => ("A reply is ready", "normal"),
-                "failed" | "interrupted" => ("A reply failed", "normal"),
-                "paused" => ("A run paused: Continue goes on", "normal"),
+            match RunStatus::parse(data["status"].as_str()?)? {
+                RunStatus::Done => ("A reply is ready", Urgency::Normal),
+                RunStatus::Failed | RunStatus::Interrupted => ("A reply failed", Urgency::Normal),
+                RunStatus::Paused => ("A run paused: Continue goes on", Urgency::Normal),
                 _ => return None,
             }
         }
@@ -333,7 +346,7 @@ fn message_of_entry(frame: &[u8]) -> Option<Message> {
     Some(Message {
         title,
         url,
-        urgency: "normal",
+        urgency: Urgency::Normal,
         about: entry["id"].as_str().unwrap_or("").to_string(),
     })
 }
@@ -391,7 +404,7 @@ mod tests {
         let check = |kind, data: Value, expect: Option<(&str, &str)>| {
             let got = message_of(&event(kind, data.clone()));
             assert_eq!(
-                got.as_ref().map(|m| (m.title.as_str(), m.urgency)),
+                got.as_ref().map(|m| (m.title.as_str(), m.urgency.as_str())),
                 expect,
                 "{kind} {data}"
             );
