@@ -581,3 +581,35 @@ async fn the_page_weighs_within_its_budget() {
         tandem_tests::pagebench::WEIGHT_BUDGET
     );
 }
+
+/// A browser that has the page asks again (`no-cache`) and, with the file's
+/// tag, gets a 304 and no bytes; another tag gets the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_answers_a_browser_that_has_it_with_304() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = Chatd::start_with_front(&sim.url(), &[], None)
+        .await
+        .unwrap();
+    let url = format!("{}/chat-app/app.js", chatd.front_url());
+    let first = client().get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["cache-control"], "no-cache");
+    let tag = first.headers()["etag"].to_str().unwrap().to_string();
+    assert!(first.bytes().await.unwrap().len() > 1000);
+    let again = client()
+        .get(&url)
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    assert_eq!(again.headers()["etag"].to_str().unwrap(), tag);
+    assert!(again.bytes().await.unwrap().is_empty());
+    let other = client()
+        .get(&url)
+        .header("if-none-match", "\"0000000000000000\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200, "another tag gets the file");
+}

@@ -99,9 +99,15 @@ pub fn router(app: Arc<App>, api: Router) -> anyhow::Result<Router> {
         api,
         limiter: session::Limiter::default(),
     });
-    let mut router = Router::new().route("/", get(|| async { page(INDEX_HTML, HTML) }));
+    let mut router = Router::new().route(
+        "/",
+        get(|headers: HeaderMap| async move { page(INDEX_HTML, HTML, &headers) }),
+    );
     for (path, body, kind) in PAGE_FILES {
-        router = router.route(path, get(move || async move { page(body, kind) }));
+        router = router.route(
+            path,
+            get(move |headers: HeaderMap| async move { page(body, kind, &headers) }),
+        );
     }
     Ok(router
         .route(
@@ -112,9 +118,31 @@ pub fn router(app: Arc<App>, api: Router) -> anyhow::Result<Router> {
         .with_state(front))
 }
 
-fn page(body: &'static str, content_type: &'static str) -> Response {
-    let mut response = body.into_response();
+/// A page file's validator: its bytes' hash, so a browser that has them
+/// (`If-None-Match`) gets a 304 instead of the file again.
+fn etag(body: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    // DefaultHasher::new() has fixed keys: the same bytes, the same tag, in every chatd.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut hasher);
+    format!("\"{:016x}\"", hasher.finish())
+}
+
+fn page(body: &'static str, content_type: &'static str, asked: &HeaderMap) -> Response {
+    let tag = etag(body);
+    let fresh = asked
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        body.into_response()
+    };
     let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&tag) {
+        headers.insert(header::ETAG, value);
+    }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -129,7 +157,8 @@ fn page(body: &'static str, content_type: &'static str) -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    // A new chatd binary brings a new page: the browser asks each time.
+    // A new chatd binary brings a new page: the browser asks each time, and
+    // the ETag above makes the answer a 304 while the file is the same.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
