@@ -92,6 +92,7 @@ mod hostexec;
 mod hostexec_calls;
 mod parts;
 mod push;
+mod push_checks;
 mod shared;
 mod sse;
 mod trigger_dues;

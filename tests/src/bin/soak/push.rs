@@ -25,24 +25,26 @@
 //! the two others are; every chat holds its last saved settings and mode;
 //! the inbox holds what was posted, read and deleted, and its count route
 //! agrees with its list. The keys and endpoint names are secrets: no log
-//! may name them (`Inv::Secrets`).
+//! may name them (`Inv::Secrets`). The checks are `push_checks.rs`'s.
 
 use super::*;
 
 use futures_util::future::BoxFuture;
 use reqwest::Method;
-use tandem_tests::fakepush::{FakePush, Received, Subscriber};
+use tandem_tests::fakepush::{FakePush, Subscriber};
+
+use crate::push_checks::*;
 use tandem_tests::harness::wait_until;
 
 /// In every message the soak sends (chats.rs' engine cue) and every inbox
 /// body posted here: a push that carries it carried a message's text.
-const MARKER: &str = "[sim ";
+pub(crate) const MARKER: &str = "[sim ";
 /// Words of every system prompt set here; no push may carry them.
-const PROMPT: &str = "soak system prompt";
+pub(crate) const PROMPT: &str = "soak system prompt";
 /// Chats of its own, no device attached: their runs' ends must push.
 const OWN_CHATS: usize = 3;
 /// The flaky browser's slow answer.
-const SLOW: Duration = Duration::from_millis(1500);
+pub(crate) const SLOW: Duration = Duration::from_millis(1500);
 /// How long a request is asked again while chatd is down (a restart).
 const RIDE: Duration = Duration::from_secs(45);
 /// Inbox entries posted per run at most (chatd keeps the newest 500, and
@@ -50,14 +52,14 @@ const RIDE: Duration = Duration::from_secs(45);
 const MAX_ENTRIES: u64 = 80;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Steady,
     Gone,
     Flaky,
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::Steady => "steady",
             Kind::Gone => "gone",
@@ -66,44 +68,46 @@ impl Kind {
     }
 }
 
-struct Browser {
-    kind: Kind,
-    subscriber: Subscriber,
-    id: String,
+pub(crate) struct Browser {
+    pub(crate) kind: Kind,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) id: String,
 }
 
 /// An inbox entry posted here: what it should be at the end (`None`: a
 /// request whose answer was lost, so either).
-struct Entry {
-    title: String,
-    read: Option<bool>,
-    deleted: Option<bool>,
+pub(crate) struct Entry {
+    pub(crate) title: String,
+    pub(crate) read: Option<bool>,
+    pub(crate) deleted: Option<bool>,
 }
 
 #[derive(Default)]
-struct Counts {
-    messages: u64,
-    patches: u64,
-    bad_patches: u64,
-    modes: u64,
-    posted: u64,
-    marked: u64,
-    deleted: u64,
-    retried: u64,
-    lost: u64,
+pub(crate) struct Counts {
+    pub(crate) messages: u64,
+    pub(crate) patches: u64,
+    pub(crate) bad_patches: u64,
+    pub(crate) modes: u64,
+    pub(crate) posted: u64,
+    pub(crate) marked: u64,
+    pub(crate) deleted: u64,
+    pub(crate) retried: u64,
+    pub(crate) lost: u64,
 }
 
 /// What the load did, for the checks.
-struct Run {
-    fake: FakePush,
-    browsers: Vec<Browser>,
-    own: Vec<String>,
+pub(crate) struct Run {
+    pub(crate) fake: FakePush,
+    pub(crate) browsers: Vec<Browser>,
+    pub(crate) own: Vec<String>,
+    /// Its chats a message went to (each must have been pushed).
+    pub(crate) sent_to: std::collections::BTreeSet<String>,
     /// Per chat, the settings last saved (`None`: an answer was lost).
-    settings: HashMap<String, Option<(f64, String)>>,
-    modes: HashMap<String, Option<String>>,
-    entries: BTreeMap<String, Entry>,
-    gone_at: Option<f64>,
-    counts: Counts,
+    pub(crate) settings: HashMap<String, Option<(f64, String)>>,
+    pub(crate) modes: HashMap<String, Option<String>>,
+    pub(crate) entries: BTreeMap<String, Entry>,
+    pub(crate) gone_at: Option<f64>,
+    pub(crate) counts: Counts,
 }
 
 pub(crate) struct PushPart {
@@ -186,7 +190,7 @@ impl Part for PushPart {
 
 /// A request to chatd, asked again while chatd does not answer (a kill's
 /// restart) for at most `RIDE`; `None` when it never answered.
-async fn ask(
+pub(crate) async fn ask(
     shared: &Shared,
     counts: &mut Counts,
     method: Method,
@@ -271,6 +275,7 @@ async fn start(shared: &Shared, rng: &mut StdRng) -> anyhow::Result<Run> {
         fake,
         browsers,
         own,
+        sent_to: std::collections::BTreeSet::new(),
         settings: HashMap::new(),
         modes: HashMap::new(),
         entries: BTreeMap::new(),
@@ -308,7 +313,7 @@ async fn load(shared: &Shared, mut run: Run, rng: &mut StdRng, duration: f64, se
             60..=79 if run.counts.posted < MAX_ENTRIES => {
                 post(shared, &mut run, rng, n, seed).await
             }
-            60..=89 => mark_read(shared, &mut run, rng).await,
+            60..=91 => mark_read(shared, &mut run, rng).await,
             _ => delete(shared, &mut run, rng).await,
         }
     }
@@ -325,7 +330,10 @@ async fn send(shared: &Shared, run: &mut Run, rng: &mut StdRng, n: u64) {
     });
     let path = format!("/conversations/{chat}/messages");
     match ask(shared, &mut run.counts, Method::POST, &path, Some(body)).await {
-        Some((200..=202, _)) => run.counts.messages += 1,
+        Some((200..=202, _)) => {
+            run.counts.messages += 1;
+            run.sent_to.insert(chat);
+        }
         Some((status, body)) => shared.unexpected(format!(
             "push: a message to its own chat {status} {}",
             body["error"]["code"]
@@ -495,7 +503,8 @@ async fn mark_read(shared: &Shared, run: &mut Run, rng: &mut StdRng) {
 }
 
 async fn delete(shared: &Shared, run: &mut Run, rng: &mut StdRng) {
-    let ids = pick(run, rng, 3, |_| true);
+    // Read ones only, as "Clear read" would: some stay read, some unread.
+    let ids = pick(run, rng, 2, |e| e.read == Some(true));
     if ids.is_empty() {
         return;
     }
@@ -554,355 +563,4 @@ async fn settle(shared: &Shared, run: Run) -> Run {
         }
     }
     run
-}
-
-fn listed_ids(body: &Value) -> Vec<String> {
-    body["subscriptions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["id"].as_str().map(str::to_string))
-        .collect()
-}
-
-/// The gone browser is no longer listed (a push after its 410 at the
-/// latest: a kill may take the removal of the first), the two others are,
-/// and the list names no endpoint or key.
-async fn check_browsers(shared: &Shared, run: &mut Run) -> Vec<String> {
-    let Some(gone) = run.browsers.iter().find(|b| b.kind == Kind::Gone) else {
-        return Vec::new();
-    };
-    let gone_id = gone.id.clone();
-    let gone_name = gone.subscriber.name.clone();
-    let answered_410 = || {
-        run.fake
-            .received()
-            .iter()
-            .filter(|r| r.name == gone_name && r.status == 410)
-            .count()
-    };
-    let mut nudged = false;
-    let mut list = ask(
-        shared,
-        &mut run.counts,
-        Method::GET,
-        "/push/subscriptions",
-        None,
-    )
-    .await;
-    if matches!(&list, Some((200, body)) if listed_ids(body).contains(&gone_id)) {
-        // One more push (410 again) removes it.
-        nudged = true;
-        let _ = ask(shared, &mut run.counts, Method::POST, "/push/test", None).await;
-        list = ask(
-            shared,
-            &mut run.counts,
-            Method::GET,
-            "/push/subscriptions",
-            None,
-        )
-        .await;
-    }
-    let Some((200, body)) = list else {
-        shared.violate(
-            Inv::Push,
-            format!("GET /push/subscriptions answered {list:?}"),
-        );
-        return Vec::new();
-    };
-    let ids = listed_ids(&body);
-    let text = body.to_string();
-    for b in &run.browsers {
-        let listed = ids.contains(&b.id);
-        if listed == (b.kind == Kind::Gone) {
-            shared.violate(
-                Inv::Push,
-                format!(
-                    "the {} browser (subscription {}) is {}listed at the end ({} answers 410)",
-                    b.kind.as_str(),
-                    b.id,
-                    if listed { "still " } else { "not " },
-                    answered_410()
-                ),
-            );
-        }
-        let s = &b.subscriber;
-        if [&s.p256dh, &s.auth, &s.name]
-            .iter()
-            .any(|secret| text.contains(secret.as_str()))
-        {
-            shared.violate(
-                Inv::Push,
-                format!(
-                    "GET /push/subscriptions names the {} browser's endpoint or keys",
-                    b.kind.as_str()
-                ),
-            );
-        }
-    }
-    vec![format!(
-        "browsers: 3 subscribed; the gone one answered 410 {} times from t={:.1} s and {}; {} listed at the end",
-        answered_410(),
-        run.gone_at.unwrap_or(f64::NAN),
-        if nudged {
-            "was removed by one more push (a kill took the first removal)"
-        } else {
-            "was removed"
-        },
-        ids.len()
-    )]
-}
-
-/// What a push may be: a title and a link, no message text.
-fn push_fault(push: &Received) -> Option<String> {
-    if let Some(why) = &push.refused {
-        return Some(format!("refused by the push service: {why}"));
-    }
-    let mut fields: Vec<&str> = push
-        .payload
-        .as_object()
-        .map(|o| o.keys().map(String::as_str).collect())
-        .unwrap_or_default();
-    fields.sort_unstable();
-    if fields != ["title", "url"] {
-        return Some(format!("fields {fields:?}, not a title and a url only"));
-    }
-    if push.payload["title"].as_str().is_none_or(str::is_empty) {
-        return Some("an empty title".into());
-    }
-    let url = push.payload["url"].as_str().unwrap_or("");
-    let chat_link = url.strip_prefix("/#/c/").is_some_and(|id| {
-        !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    });
-    if !(chat_link || url == "/") {
-        return Some(format!("the link {url:?} is not /#/c/<chat> or /"));
-    }
-    if push.text.contains(MARKER) || push.text.contains(PROMPT) || push.text.contains("body=") {
-        return Some("it carries a message's, a prompt's or an entry body's text".into());
-    }
-    None
-}
-
-fn check_pushes(shared: &Shared, run: &Run) -> Vec<String> {
-    let received = run.fake.received();
-    let name_of = |kind: Kind| {
-        run.browsers
-            .iter()
-            .find(|b| b.kind == kind)
-            .map(|b| b.subscriber.name.clone())
-            .unwrap_or_default()
-    };
-    let (steady, gone) = (name_of(Kind::Steady), name_of(Kind::Gone));
-    let (mut own_chats, mut other_chats, mut entries, mut no_chat) = (0, 0, 0, 0);
-    let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
-    for push in &received {
-        if push.name == gone && push.status == 410 {
-            continue;
-        }
-        if let Some(played) = push.played {
-            *faults.entry(played).or_default() += 1;
-            shared.fault(&format!("push service {played} (flaky browser)"));
-        }
-        if let Some(why) = push_fault(push) {
-            shared.violate(
-                Inv::Push,
-                format!(
-                    "a push to the {} browser: {why}",
-                    run.browsers
-                        .iter()
-                        .find(|b| b.subscriber.name == push.name)
-                        .map_or("unknown", |b| b.kind.as_str())
-                ),
-            );
-            continue;
-        }
-        if push.name != steady {
-            continue;
-        }
-        let title = push.payload["title"].as_str().unwrap_or("");
-        let url = push.payload["url"].as_str().unwrap_or("");
-        if run.entries.values().any(|e| e.title == title) {
-            entries += 1;
-        } else if run.own.iter().any(|c| url == format!("/#/c/{c}")) {
-            own_chats += 1;
-        } else if url == "/" {
-            no_chat += 1;
-        } else {
-            other_chats += 1;
-        }
-    }
-    if own_chats == 0 {
-        shared.violate(
-            Inv::Push,
-            format!(
-                "no push reached the steady browser for the {} chats no device watched",
-                run.own.len()
-            ),
-        );
-    }
-    vec![
-        format!(
-            "pushes: {} received, all decrypted with a title and a link only; the steady browser's: {own_chats} for the unwatched chats, {other_chats} for other chats, {entries} for its inbox entries, {no_chat} without a chat",
-            received.len()
-        ),
-        format!(
-            "flaky browser: {} answered 500, {} answered after {:.1} s",
-            faults.get("answered 500").copied().unwrap_or(0),
-            faults.get("answered slowly").copied().unwrap_or(0),
-            SLOW.as_secs_f64()
-        ),
-    ]
-}
-
-/// The snapshot's settings are the last saved ones.
-fn check_settings(shared: &Shared, run: &Run, chat: &str, snapshot: &Value, when: &str) {
-    let Some(Some((temperature, prompt))) = run.settings.get(chat) else {
-        return;
-    };
-    let settings = &snapshot["conversation"]["settings"];
-    let held = settings["temperature"]
-        .as_f64()
-        .is_some_and(|t| (t - temperature).abs() < 1e-9)
-        && settings["system_prompt"].as_str() == Some(prompt.as_str());
-    if !held {
-        let shown = settings.to_string().replace(PROMPT, "<prompt>");
-        shared.violate(
-            Inv::Push,
-            format!("chat {chat}: settings {shown} {when}, not temperature {temperature} and the last prompt saved"),
-        );
-    }
-}
-
-/// Every chat holds its last saved settings and permission mode.
-async fn check_chats(shared: &Shared, run: &mut Run) -> Vec<String> {
-    let mut chats: Vec<String> = run
-        .settings
-        .keys()
-        .chain(run.modes.keys())
-        .cloned()
-        .collect();
-    chats.sort();
-    chats.dedup();
-    for chat in &chats {
-        let path = format!("/conversations/{chat}");
-        let Some((200, snapshot)) = ask(shared, &mut run.counts, Method::GET, &path, None).await
-        else {
-            shared.violate(Inv::Push, format!("chat {chat}: no snapshot at the end"));
-            continue;
-        };
-        check_settings(shared, run, chat, &snapshot, "at the end");
-        if let Some(Some(mode)) = run.modes.get(chat) {
-            let held = &snapshot["conversation"]["permission_mode"];
-            if held.as_str() != Some(mode.as_str()) {
-                shared.violate(
-                    Inv::Push,
-                    format!("chat {chat}: permission mode {held} at the end, not {mode}"),
-                );
-            }
-        }
-    }
-    let c = &run.counts;
-    vec![
-        format!(
-            "chats: {} messages to its {} unwatched chats; {} settings saved and {} refused (temperature 9) in {} chats; {} permission modes set",
-            c.messages,
-            run.own.len(),
-            c.patches,
-            c.bad_patches,
-            run.settings.len(),
-            c.modes
-        ),
-    ]
-}
-
-/// Ids and read flags of the whole inbox (it keeps 500, the route lists 500).
-fn inbox_of(body: &Value) -> Vec<(String, bool)> {
-    body["notifications"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|n| {
-            (
-                n["id"].as_str().unwrap_or("").to_string(),
-                n["read"].as_bool().unwrap_or(false),
-            )
-        })
-        .collect()
-}
-
-/// The count route agrees with the list (read between two equal lists),
-/// and its own entries are as it left them.
-async fn check_inbox(shared: &Shared, run: &mut Run) -> Vec<String> {
-    let list_path = "/notifications?limit=500";
-    let mut agreed = None;
-    for _ in 0..5 {
-        let first = ask(shared, &mut run.counts, Method::GET, list_path, None).await;
-        let count = ask(
-            shared,
-            &mut run.counts,
-            Method::GET,
-            "/notifications/count",
-            None,
-        )
-        .await;
-        let second = ask(shared, &mut run.counts, Method::GET, list_path, None).await;
-        if let (Some((200, a)), Some((200, count)), Some((200, b))) = (first, count, second) {
-            if inbox_of(&a) == inbox_of(&b) {
-                agreed = Some((inbox_of(&a), count));
-                break;
-            }
-        }
-    }
-    let Some((list, count)) = agreed else {
-        shared.violate(
-            Inv::Push,
-            "the inbox's list did not hold still (or answer) for a count in 5 tries".into(),
-        );
-        return Vec::new();
-    };
-    let unread = list.iter().filter(|(_, read)| !read).count() as i64;
-    if count["unread"].as_i64() != Some(unread)
-        || count["total"].as_i64() != Some(list.len() as i64)
-    {
-        shared.violate(
-            Inv::Push,
-            format!(
-                "GET /notifications/count says {count}, the list holds {} entries, {unread} unread",
-                list.len()
-            ),
-        );
-    }
-    let held: HashMap<&str, bool> = list.iter().map(|(id, read)| (id.as_str(), *read)).collect();
-    let full = list.len() >= 500;
-    let (mut kept, mut gone) = (0, 0);
-    for (id, entry) in &run.entries {
-        match (held.get(id.as_str()), entry.deleted) {
-            (Some(_), Some(true)) => shared.violate(
-                Inv::Push,
-                format!("inbox entry {id} was deleted and is listed"),
-            ),
-            (None, Some(false)) if !full => shared.violate(
-                Inv::Push,
-                format!("inbox entry {id} was never deleted and is not listed"),
-            ),
-            (Some(read), _) => {
-                kept += 1;
-                if entry.read.is_some_and(|r| r != *read) {
-                    shared.violate(
-                        Inv::Push,
-                        format!("inbox entry {id} is read={read}, not as it was left"),
-                    );
-                }
-            }
-            (None, _) => gone += 1,
-        }
-    }
-    let c = &run.counts;
-    vec![format!(
-        "inbox: {} entries posted ({} marked read, {} deleted); {kept} of them listed and {gone} gone at the end; {} entries in all, {unread} unread, as the count route says",
-        c.posted,
-        c.marked,
-        c.deleted,
-        list.len()
-    )]
 }
