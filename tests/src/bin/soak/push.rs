@@ -471,33 +471,12 @@ fn pick(run: &Run, rng: &mut StdRng, k: usize, keep: impl Fn(&Entry) -> bool) ->
 
 async fn mark_read(shared: &Shared, run: &mut Run, rng: &mut StdRng) {
     let ids = pick(run, rng, 4, |e| e.read == Some(false));
-    if ids.is_empty() {
-        return;
-    }
-    let body = json!({ "ids": ids });
-    let answer = ask(
-        shared,
-        &mut run.counts,
-        Method::POST,
-        "/notifications/read",
-        Some(body),
-    )
-    .await;
-    let read = match answer {
-        Some((200, _)) => Some(true),
-        Some((status, body)) => {
-            shared.violate(
-                Inv::Push,
-                format!("POST /notifications/read answered {status}: {body}"),
-            );
-            return;
-        }
-        None => None,
-    };
-    run.counts.marked += ids.len() as u64;
-    for id in &ids {
-        if let Some(entry) = run.entries.get_mut(id) {
-            entry.read = read;
+    if let Some(read) = on_entries(shared, run, Method::POST, "/notifications/read", &ids).await {
+        run.counts.marked += ids.len() as u64;
+        for id in &ids {
+            if let Some(entry) = run.entries.get_mut(id) {
+                entry.read = read;
+            }
         }
     }
 }
@@ -505,34 +484,40 @@ async fn mark_read(shared: &Shared, run: &mut Run, rng: &mut StdRng) {
 async fn delete(shared: &Shared, run: &mut Run, rng: &mut StdRng) {
     // Read ones only, as "Clear read" would: some stay read, some unread.
     let ids = pick(run, rng, 2, |e| e.read == Some(true));
+    if let Some(deleted) = on_entries(shared, run, Method::DELETE, "/notifications", &ids).await {
+        run.counts.deleted += ids.len() as u64;
+        for id in &ids {
+            if let Some(entry) = run.entries.get_mut(id) {
+                entry.deleted = deleted;
+            }
+        }
+    }
+}
+
+/// `{ids}` to an inbox route: `Some(Some(true))` done, `Some(None)` not known
+/// (no answer while chatd was down), `None` nothing asked or a refusal (a
+/// violation).
+async fn on_entries(
+    shared: &Shared,
+    run: &mut Run,
+    method: Method,
+    path: &str,
+    ids: &[String],
+) -> Option<Option<bool>> {
     if ids.is_empty() {
-        return;
+        return None;
     }
     let body = json!({ "ids": ids });
-    let answer = ask(
-        shared,
-        &mut run.counts,
-        Method::DELETE,
-        "/notifications",
-        Some(body),
-    )
-    .await;
-    let deleted = match answer {
-        Some((200, _)) => Some(true),
+    match ask(shared, &mut run.counts, method.clone(), path, Some(body)).await {
+        Some((200, _)) => Some(Some(true)),
         Some((status, body)) => {
             shared.violate(
                 Inv::Push,
-                format!("DELETE /notifications answered {status}: {body}"),
+                format!("{method} {path} answered {status}: {body}"),
             );
-            return;
+            None
         }
-        None => None,
-    };
-    run.counts.deleted += ids.len() as u64;
-    for id in &ids {
-        if let Some(entry) = run.entries.get_mut(id) {
-            entry.deleted = deleted;
-        }
+        None => Some(None),
     }
 }
 
