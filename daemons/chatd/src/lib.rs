@@ -10,6 +10,7 @@ pub mod api;
 pub mod attachments;
 pub mod config;
 pub mod context;
+pub mod documents;
 pub mod egress;
 pub mod engine;
 pub mod events;
