@@ -7,6 +7,15 @@
 //! `## Slide 2: Title`, `## Chapter 1: Title`) and [`Extracted::parts`]
 //! says where in the text each mark is, so a search hit can name its page.
 
+mod docx;
+mod epub;
+mod ooxml;
+mod pdf;
+mod pptx;
+mod table;
+mod workbook;
+mod zipcheck;
+
 use serde::{Deserialize, Serialize};
 
 /// The largest document read, in bytes.
@@ -100,6 +109,165 @@ pub enum Refusal {
 
 /// Reads `bytes` as a document of `kind`.
 pub fn extract(kind: DocKind, bytes: &[u8]) -> Result<Extracted, Refusal> {
-    let _ = bytes;
-    Err(Refusal::Damaged(format!("{} is not read yet", kind.word())))
+    let mut out = match kind {
+        DocKind::Pdf => pdf::read(bytes)?,
+        DocKind::Workbook => workbook::read(bytes)?,
+        DocKind::Docx => docx::read(bytes)?,
+        DocKind::Pptx => pptx::read(bytes)?,
+        DocKind::Epub => epub::read(bytes)?,
+        DocKind::Csv => table::read(bytes, table::Delimiter::Comma)?,
+        DocKind::Tsv => table::read(bytes, table::Delimiter::Tab)?,
+    };
+    cut_to(&mut out, MAX_TEXT);
+    Ok(out)
+}
+
+/// Cuts `out.text` to at most `max` bytes, at the last line end before the
+/// bound when there is one, dropping the parts that start past the cut.
+fn cut_to(out: &mut Extracted, max: usize) {
+    let total = out.text.len();
+    if total <= max {
+        return;
+    }
+    let mut end = max;
+    while !out.text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if let Some(line_end) = out.text[..end].rfind('\n') {
+        end = line_end + 1;
+    }
+    out.text.truncate(end);
+    out.parts.retain(|p| p.start < end);
+    let at = match out.parts.last() {
+        Some(part) => format!(" in {}", part.label),
+        None => String::new(),
+    };
+    out.notes.push(format!(
+        "the text stops{at} at {} of its {} bytes: the rest is left out",
+        grouped(end),
+        grouped(total)
+    ));
+}
+
+/// A count with thousands separators, as the notes show it ("2,001").
+pub(crate) fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The text of a document as it is built: parts each under a mark line,
+/// separated by a blank line.
+#[derive(Default)]
+struct Builder {
+    text: String,
+    parts: Vec<Part>,
+    notes: Vec<String>,
+}
+
+impl Builder {
+    /// Starts a part: its `mark` line, recorded as where `label` starts.
+    fn part(&mut self, label: String, mark: &str) {
+        if !self.text.is_empty() {
+            if !self.text.ends_with('\n') {
+                self.text.push('\n');
+            }
+            self.text.push('\n');
+        }
+        self.parts.push(Part {
+            label,
+            start: self.text.len(),
+        });
+        self.line(mark);
+    }
+
+    /// One line of text (a line end is added).
+    fn line(&mut self, line: &str) {
+        self.text.push_str(line);
+        self.text.push('\n');
+    }
+
+    fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+
+    fn finish(mut self) -> Extracted {
+        while self.text.ends_with("\n\n") {
+            self.text.pop();
+        }
+        Extracted {
+            text: self.text,
+            parts: self.parts,
+            notes: self.notes,
+        }
+    }
+}
+
+/// A cell's text on one line: tabs and line breaks inside it would read as
+/// more cells or rows.
+fn one_line(cell: &str) -> String {
+    cell.trim()
+        .chars()
+        .map(|c| {
+            if matches!(c, '\t' | '\n' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// A short cause for [`Refusal::Damaged`]: a parser's message, cut so the
+/// one line a person reads stays one line.
+fn cause(message: impl std::fmt::Display) -> String {
+    const MAX: usize = 160;
+    let text = one_line(&message.to_string());
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(grouped(7), "7");
+        assert_eq!(grouped(2_001), "2,001");
+        assert_eq!(grouped(12_345_678), "12,345,678");
+    }
+
+    #[test]
+    fn a_long_text_is_cut_at_a_line_end_with_a_note() {
+        let mut out = Extracted {
+            text: "## Page 1\nabc\n\n## Page 2\ndefgh\n".into(),
+            parts: vec![
+                Part {
+                    label: "page 1".into(),
+                    start: 0,
+                },
+                Part {
+                    label: "page 2".into(),
+                    start: 15,
+                },
+            ],
+            notes: vec![],
+        };
+        cut_to(&mut out, 12);
+        assert_eq!(out.text, "## Page 1\n");
+        assert_eq!(out.parts.len(), 1);
+        assert_eq!(
+            out.notes,
+            ["the text stops in page 1 at 10 of its 31 bytes: the rest is left out"]
+        );
+    }
 }

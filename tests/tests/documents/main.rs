@@ -1,0 +1,4 @@
+//! Documents: the readers of each format against real files the tests
+//! write (`tandem_tests::docfixtures`).
+
+mod formats;
