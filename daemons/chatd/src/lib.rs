@@ -82,6 +82,8 @@ pub struct App {
     pub folders: crate::folders::Folders,
     /// Every change to a chat's files, kept to list and undo.
     pub history: Arc<crate::history::FileHistory>,
+    /// Documents read into text, for attachments and the tools.
+    pub documents: crate::documents::Documents,
     /// Each chat's container; `None` when no runtime answered at start.
     pub sandboxes: Option<crate::sandbox::Sandboxes>,
     /// What the runtime said at start (capabilities read it).
@@ -261,7 +263,13 @@ pub async fn run(
         store.clone(),
         &config.data_dir,
     ));
+    // The reader is chatd's own binary (main.rs starts it as the reader).
+    let documents = crate::documents::Documents::new(
+        crate::documents::Reader::new("/proc/self/exe".into(), crate::documents::Limits::default()),
+        store.clone(),
+    );
     let runs = Runs::new(crate::runs::RunsParts {
+        documents: documents.clone(),
         history: history.clone(),
         store: store.clone(),
         engine: engine.clone(),
@@ -303,6 +311,7 @@ pub async fn run(
         registry: Arc::new(registry),
         folders,
         history,
+        documents,
         sandboxes: sandboxes.clone(),
         sandboxes_probe: probe.clone(),
         started: Instant::now(),

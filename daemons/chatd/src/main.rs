@@ -20,6 +20,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // The document reader: chatd's own binary in a child process (documents::helper).
+    let mut argv = std::env::args();
+    if argv.nth(1).as_deref() == Some(chatd::documents::helper::SUBCOMMAND) {
+        return chatd::documents::helper::child_main(&argv.next().unwrap_or_default());
+    }
     let args = Args::parse();
     let common = args.common.clone();
     tandem_shared::daemon::main("chatd", &common, chatd::config::DEFAULT_TOML, || {

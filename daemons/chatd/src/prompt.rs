@@ -124,6 +124,12 @@ pub fn tools_block(offer: &Offer) -> String {
              or where the whole output was saved.\n",
         );
     }
+    if offer.has("read_document") {
+        out.push_str(
+            "Documents (PDF, spreadsheets, Word, slides, EPUB) are read as text with \
+             read_document, a page, sheet or slide at a time by its `## Page N` lines.\n",
+        );
+    }
     if writes || offer.has("bash") {
         out.push_str(
             "Every change to the workspace's files is kept in the chat's file history, so the \

@@ -1,4 +1,6 @@
 //! Documents: the readers of each format against real files the tests
 //! write (`tandem_tests::docfixtures`).
 
+mod chat;
 mod formats;
+mod reader;

@@ -18,6 +18,7 @@ use crate::store::messages::{insert_at_head, insert_message};
 use crate::store::queries::{self, Trashed};
 use crate::store::runs::insert_run;
 use crate::words::{Origin, Role, RunMode};
+use crate::workspace::Workspace;
 use crate::App;
 
 /// The most characters one message may hold.
@@ -174,20 +175,36 @@ pub async fn attached(
     };
     let place = crate::history::Place::of(&app.folders, id);
     let max = app.config.upload_message_max_bytes;
-    let (saved, _) = app
+    let root = place.root.clone();
+    let (placed, _) = app
         .history
         .land(&place, &author, max, None, move |workspace, _| {
             let placed = attachments::land(workspace, files).map_err(|e| {
                 ApiError::internal(format!("the attachments could not be saved: {e}"))
             })?;
             let paths = placed.iter().map(|p| p.path.clone()).collect();
-            Ok((
-                paths,
-                attachments::describe(workspace, &placed, room, vision),
-            ))
+            Ok((paths, placed))
         })
         .await?;
-    Ok(saved)
+    // Documents are read outside the history lock: a long read never holds
+    // up the chat's file tools.
+    let workspace = Arc::new(
+        Workspace::existing(&root)
+            .map_err(|e| ApiError::internal(format!("the workspace could not be opened: {e}")))?,
+    );
+    let mut docs = attachments::DocTexts::new();
+    for (path, kind) in attachments::documents_of(&placed) {
+        let read = match workspace.open_file(&path) {
+            Ok(opened) => app.documents.read(opened.file, kind).await,
+            Err(e) => Err(e.message().to_string()),
+        };
+        docs.insert(path, read);
+    }
+    tokio::task::spawn_blocking(move || {
+        attachments::describe(&workspace, &placed, room, vision, &docs)
+    })
+    .await
+    .map_err(|_| ApiError::internal("the attachments could not be described"))
 }
 
 /// The send itself, in the write job: a waiting message while a run works,

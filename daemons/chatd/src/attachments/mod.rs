@@ -11,13 +11,16 @@
 
 pub mod names;
 
+use std::collections::HashMap;
 use std::io::Read;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
+use crate::documents::{DocKind, DocText, INLINE_CHARS};
 use crate::tools::fit::commas;
 use crate::workspace::Workspace;
 pub use names::{free_base, guess_mime};
@@ -168,13 +171,30 @@ pub struct Saved {
     pub records: Vec<Value>,
 }
 
+/// What the reader made of each attached document, by path.
+pub type DocTexts = HashMap<String, Result<Arc<DocText>, String>>;
+
+/// The attached files the document reader reads (a CSV or TSV is text and
+/// goes in as it is).
+pub fn documents_of(files: &[Placed]) -> Vec<(String, DocKind)> {
+    files
+        .iter()
+        .filter_map(|f| {
+            let kind = DocKind::of(&f.path)?;
+            (!matches!(kind, DocKind::Csv | DocKind::Tsv)).then(|| (f.path.clone(), kind))
+        })
+        .collect()
+}
+
 /// Writes what the model reads of files on disk. `inline_tokens`: the room
 /// for text in the message. `vision`: whether the chat's model reads images.
+/// `docs`: the documents among them as the reader read them.
 pub fn describe(
     workspace: &Workspace,
     files: &[Placed],
     inline_tokens: u64,
     vision: bool,
+    docs: &DocTexts,
 ) -> Saved {
     let budget = inline_tokens.min(MAX_INLINE_TOKENS);
     let mut used = 0u64;
@@ -201,6 +221,14 @@ pub fn describe(
                 "\n\n[attached image {path}, {} bytes{why}]",
                 commas(size)
             ));
+        } else if let Some(read) = docs.get(path) {
+            used += document(
+                &mut text,
+                &mut record,
+                file,
+                read,
+                budget.saturating_sub(used),
+            );
         } else if let Some((content, whole)) = text_of(workspace, path, size) {
             let tokens = if whole {
                 estimate_tokens(&content)
@@ -230,14 +258,99 @@ pub fn describe(
         } else {
             record["kind"] = json!("binary");
             text.push_str(&format!(
-                "\n\n[attached file {path}: {} bytes of binary data ({})]",
+                "\n\n[attached file {path}: {} bytes of binary data ({}); {}]",
                 commas(size),
-                file.mime
+                file.mime,
+                crate::documents::hints::for_binary(path)
             ));
         }
         records.push(record);
     }
     Saved { text, records }
+}
+
+/// A document's part of the message: its first [`INLINE_CHARS`] characters
+/// (whole lines, within `room` tokens), and where to read on. Returns the
+/// tokens it put in.
+fn document(
+    text: &mut String,
+    record: &mut Value,
+    file: &Placed,
+    read: &Result<Arc<DocText>, String>,
+    room: u64,
+) -> u64 {
+    let (path, size) = (&file.path, commas(file.size));
+    record["kind"] = json!("document");
+    let doc = match read {
+        Ok(doc) => doc,
+        Err(cause) => {
+            record["inline"] = json!(false);
+            record["unread"] = json!(cause);
+            text.push_str(&format!(
+                "\n\n[attached file {path}: {size} bytes; it could not be read: {cause}]"
+            ));
+            return 0;
+        }
+    };
+    let all = &doc.extracted.text;
+    let total_chars = all.chars().count();
+    let total_tokens = estimate_tokens(all);
+    record["tokens"] = json!(total_tokens);
+    record["document"] = json!(doc.kind);
+    // Characters run about 4 to a token: the room in characters.
+    let fits = INLINE_CHARS.min(room.saturating_mul(4).min(usize::MAX as u64) as usize);
+    let (shown, lines) = whole_lines(all, fits);
+    if shown.is_empty() && !all.is_empty() {
+        record["inline"] = json!(false);
+        text.push_str(&format!(
+            "\n\n[attached {} {path}: {size} bytes, {}, about {} tokens, no room for it here; read it with read_document]",
+            doc.kind.word(),
+            doc.line(),
+            commas(total_tokens)
+        ));
+        return 0;
+    }
+    record["inline"] = json!(true);
+    let fence = fence_for(shown);
+    text.push_str(&format!(
+        "\n\n[attached {} {path}, {size} bytes: {}]\n{fence}\n{shown}{}{fence}",
+        doc.kind.word(),
+        doc.line(),
+        if shown.ends_with('\n') { "" } else { "\n" }
+    ));
+    let shown_chars = shown.chars().count();
+    if shown_chars < total_chars {
+        record["inline_chars"] = json!(shown_chars);
+        text.push_str(&format!(
+            "\n[the first {} of {} characters; read on with read_document path={path} offset={}]",
+            commas(shown_chars as u64),
+            commas(total_chars as u64),
+            lines + 1
+        ));
+    }
+    estimate_tokens(shown)
+}
+
+/// The longest start of `text` of whole lines within `max` characters (a
+/// first line longer than that is cut inside), and how many lines it has.
+fn whole_lines(text: &str, max: usize) -> (&str, u64) {
+    let mut end = 0;
+    let mut chars = 0;
+    let mut lines = 0;
+    for line in text.split_inclusive('\n') {
+        let n = line.chars().count();
+        if chars + n > max {
+            if lines == 0 {
+                let cut = line.char_indices().nth(max).map_or(line.len(), |(i, _)| i);
+                return (&text[..cut], 0);
+            }
+            break;
+        }
+        chars += n;
+        end += line.len();
+        lines += 1;
+    }
+    (&text[..end], lines)
 }
 
 /// The file's text (`true`: all of it) when it reads as UTF-8 without NUL,

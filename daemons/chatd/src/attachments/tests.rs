@@ -13,7 +13,7 @@ fn upload(name: &str, text: &str) -> Upload {
 
 fn save(ws: &Workspace, uploads: Vec<Upload>, room: u64, vision: bool) -> Saved {
     let placed = land(ws, Incoming::Decoded(check(uploads).unwrap())).unwrap();
-    describe(ws, &placed, room, vision)
+    describe(ws, &placed, room, vision, &DocTexts::new())
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn a_file_past_the_inline_read_is_text_by_its_start() {
         size: body.len() as u64,
         conflict_of: None,
     };
-    let saved = describe(&ws, &[placed], 32_000, false);
+    let saved = describe(&ws, &[placed], 32_000, false, &DocTexts::new());
     assert_eq!(saved.records[0]["kind"], "text", "{}", saved.text);
     assert_eq!(saved.records[0]["inline"], false);
 }
@@ -106,4 +106,73 @@ fn images_reach_only_a_model_that_reads_them() {
     let saved = save(&ws, vec![png], 1_000, false);
     assert!(saved.text.contains("this model does not read images"));
     assert_eq!(saved.records[0]["image"], false);
+}
+
+fn pdf_placed(path: &str) -> Placed {
+    Placed {
+        path: path.into(),
+        mime: "application/pdf".into(),
+        size: 123_456,
+        conflict_of: None,
+    }
+}
+
+fn pdf_read(text: String) -> Result<Arc<DocText>, String> {
+    Ok(Arc::new(DocText {
+        kind: DocKind::Pdf,
+        extracted: crate::documents::Extracted {
+            parts: vec![crate::documents::Part {
+                label: "page 1".into(),
+                start: 0,
+            }],
+            notes: vec!["page 2 has no text layer: a probable scan".into()],
+            text,
+        },
+    }))
+}
+
+#[test]
+fn a_document_goes_in_by_its_first_20000_characters_in_whole_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path()).unwrap();
+    // 30,000 characters in lines of 100: 200 whole lines fit.
+    let line = format!("{}\n", "w".repeat(99));
+    let body = format!("## Page 1\n{}", line.repeat(300));
+    let placed = pdf_placed("uploads/report.pdf");
+    let docs = DocTexts::from([(placed.path.clone(), pdf_read(body.clone()))]);
+    let saved = describe(&ws, &[placed], 32_000, false, &docs);
+    assert!(saved.text.contains(
+        "[attached PDF uploads/report.pdf, 123,456 bytes: PDF, 1 page; page 2 has no text layer: a probable scan]\n```\n## Page 1\n"
+    ));
+    // "## Page 1\n" (10) and 199 lines of 100: the 200th would pass 20,000.
+    assert!(saved.text.contains(
+        "[the first 19,910 of 30,010 characters; read on with read_document path=uploads/report.pdf offset=201]"
+    ), "{}", saved.text);
+    assert_eq!(saved.records[0]["kind"], "document");
+    assert_eq!(saved.records[0]["inline"], true);
+    assert_eq!(saved.records[0]["document"], "pdf");
+}
+
+#[test]
+fn a_document_without_room_or_unread_is_named_with_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path()).unwrap();
+    let placed = pdf_placed("uploads/a.pdf");
+    let docs = DocTexts::from([(placed.path.clone(), pdf_read("## Page 1\nhello\n".into()))]);
+    let saved = describe(&ws, &[placed], 0, false, &docs);
+    assert!(saved
+        .text
+        .contains("no room for it here; read it with read_document]"));
+    assert_eq!(saved.records[0]["inline"], false);
+
+    let placed = pdf_placed("uploads/b.pdf");
+    let docs = DocTexts::from([(
+        placed.path.clone(),
+        Err("it is damaged (no trailer)".into()),
+    )]);
+    let saved = describe(&ws, &[placed], 32_000, false, &docs);
+    assert!(saved.text.contains(
+        "[attached file uploads/b.pdf: 123,456 bytes; it could not be read: it is damaged (no trailer)]"
+    ));
+    assert_eq!(saved.records[0]["unread"], "it is damaged (no trailer)");
 }

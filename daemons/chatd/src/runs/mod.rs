@@ -111,6 +111,8 @@ struct Inner {
     refused: Mutex<HashMap<String, u64>>,
     /// The tools a model may call.
     registry: Arc<Registry>,
+    /// Reads documents for read_document and read_file.
+    documents: crate::documents::Documents,
     /// hostexecd, where `bash` runs.
     hostexec: Option<crate::hostexec::HostExec>,
     /// Each chat's container, where `bash` runs when there is a runtime.
@@ -142,6 +144,7 @@ pub struct RunsParts {
     pub sandboxes: Option<crate::sandbox::Sandboxes>,
     pub folders: crate::folders::Folders,
     pub history: Arc<crate::history::FileHistory>,
+    pub documents: crate::documents::Documents,
 }
 
 impl Runs {
@@ -157,6 +160,7 @@ impl Runs {
             sandboxes,
             folders,
             history,
+            documents,
         } = parts;
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         // `bash` runs in the chat's sandbox when there is a runtime;
@@ -192,6 +196,7 @@ impl Runs {
                 forward_key,
                 folders,
                 history,
+                documents,
             }),
         }
     }

@@ -611,6 +611,7 @@ impl Runs {
         let began = std::time::Instant::now();
         let registry = self.inner.registry.clone();
         let root = workspace_root.to_path_buf();
+        let documents = self.inner.documents.clone();
         let (name, arguments, call_id) =
             (call.name.clone(), call.arguments.clone(), call.id.clone());
         let web = tools::web::WebAccess::new(
@@ -633,6 +634,7 @@ impl Runs {
                 call_id: &call_id,
                 budget_chars: budget,
                 web: Some(&web),
+                documents: Some(&documents),
             };
             tools::run(&registry, &name, &arguments, &ctx)
         })

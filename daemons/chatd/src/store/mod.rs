@@ -10,6 +10,7 @@
 pub mod agents;
 pub mod consents;
 pub mod conversations;
+pub mod documents;
 pub mod files;
 pub mod inbox;
 pub mod messages;

@@ -263,4 +263,20 @@ CREATE TABLE push_subscriptions (
     last_sent TEXT
 );
 "#,
+    r#"
+-- Documents read into text (documents/), by content and kind: a version of
+-- a file is read once whatever its path. `reader` is the reader's version
+-- (a newer reader reads again); `failure` the cause when it could not be read.
+CREATE TABLE document_texts (
+    sha TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reader INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    parts TEXT NOT NULL,
+    notes TEXT NOT NULL,
+    failure TEXT,
+    read_unix INTEGER NOT NULL,
+    PRIMARY KEY (sha, kind)
+) WITHOUT ROWID;
+"#,
 ];

@@ -67,6 +67,7 @@ impl Registry {
     /// web_search (through egressd, which asks the person per new host).
     pub fn chatd() -> Registry {
         let mut registry = Registry::base();
+        registry.register(files::read_document_spec());
         registry.register(web::web_fetch_spec());
         registry.register(web::web_search_spec());
         registry
@@ -120,6 +121,8 @@ pub struct ToolContext<'a> {
     /// The chat's way to the web (egressd's listener and the chat's token);
     /// `None` where the web tools are not offered.
     pub web: Option<&'a web::WebAccess>,
+    /// The document reader; `None` where documents are not read (tests).
+    pub documents: Option<&'a crate::documents::Documents>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +179,7 @@ pub fn run(registry: &Registry, name: &str, arguments: &str, ctx: &ToolContext) 
     };
     let result = match name {
         "read_file" => files::read_file(&args, ctx),
+        "read_document" => files::read_document(&args, ctx),
         "write_file" => files::write_file(&args, ctx),
         "edit_file" => files::edit_file(&args, ctx),
         "move_file" => files::move_file(&args, ctx),
@@ -314,8 +318,8 @@ pub fn summarize_call(name: &str, arguments: &str) -> String {
     };
     let path = text("path").unwrap_or_else(|| "?".into());
     let line = match name {
-        "read_file" => {
-            let mut line = format!("read_file {path}");
+        "read_file" | "read_document" => {
+            let mut line = format!("{name} {path}");
             match (number("offset"), number("column")) {
                 (Some(offset), Some(column)) if column > 1 => {
                     line.push_str(&format!(" (line {offset} from column {column})"))
@@ -496,7 +500,10 @@ mod tests {
         );
         assert_eq!(registry.names().len(), 9);
         let chatd = Registry::chatd();
-        assert_eq!(&chatd.names()[8..], ["web_fetch", "web_search"]);
+        assert_eq!(
+            &chatd.names()[8..],
+            ["read_document", "web_fetch", "web_search"]
+        );
         assert!(chatd.specs().iter().all(|s| s.effect != Effect::Command));
         assert_eq!(chatd.get("web_fetch").map(|s| s.effect), Some(Effect::Read));
     }
@@ -510,6 +517,7 @@ mod tests {
             call_id: "c1",
             budget_chars: MAX_RESULT_CHARS,
             web: None,
+            documents: None,
         };
         let registry = Registry::base();
         let out = run(&registry, "read_file", "{}", &ctx);

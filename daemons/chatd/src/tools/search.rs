@@ -344,6 +344,7 @@ mod tests {
             call_id: "g1",
             budget_chars: budget,
             web: None,
+            documents: None,
         };
         run(&Registry::base(), "grep", &args.to_string(), &ctx)
     }

@@ -177,6 +177,7 @@ mod tests {
             call_id: "t1",
             budget_chars: 64_000,
             web: None,
+            documents: None,
         };
         let registry = Registry::base();
         let args = json!({"todos": [

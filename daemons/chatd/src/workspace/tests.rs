@@ -109,6 +109,7 @@ fn tool(ws: &Workspace, name: &str, args: serde_json::Value) -> ToolOutput {
         call_id: "t",
         budget_chars: 64_000,
         web: None,
+        documents: None,
     };
     run(&Registry::base(), name, &args.to_string(), &ctx)
 }

@@ -77,7 +77,8 @@ function toolStep(name, summary) {
   else if (rest.startsWith(`${name} `)) rest = rest.slice(name.length + 1);
   const file = () => cut(baseName(rest.replace(/ \((?:all|from line .*|line .*)\)$/, '')));
   switch (name) {
-    case 'read_file': return rest ? `Reading ${file()}` : 'Reading a file';
+    case 'read_file':
+    case 'read_document': return rest ? `Reading ${file()}` : 'Reading a file';
     case 'write_file': return rest ? `Writing ${file()}` : 'Writing a file';
     case 'edit_file': return rest ? `Editing ${file()}` : 'Editing a file';
     case 'delete_file': return rest ? `Deleting ${file()}` : 'Deleting a file';

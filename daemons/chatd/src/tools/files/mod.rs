@@ -8,6 +8,7 @@ use super::fit::commas;
 use super::{Args, Effect, ToolContext, ToolOutput, ToolSpec};
 use crate::workspace::ToolError;
 
+mod document;
 mod edit;
 mod list;
 mod moves;
@@ -15,10 +16,19 @@ mod read;
 #[cfg(test)]
 mod tests;
 
+pub use document::{read_document, read_document_spec};
 pub use edit::edit_file;
 pub use list::list_files;
 pub use moves::{delete_file, delete_file_spec, move_file, move_file_spec};
-pub use read::read_file;
+
+/// read_file: a document (a PDF, a workbook, …) as the reader's text, any
+/// other file as it is.
+pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    match document::as_document(args, ctx) {
+        Some(shown) => shown,
+        None => read::read_file(args, ctx),
+    }
+}
 
 /// Files up to this size are read whole; larger ones this much at a time.
 pub const WINDOW: usize = 4 * 1024 * 1024;

@@ -41,6 +41,15 @@ impl Text {
         })
     }
 
+    /// Text held in memory (a document's).
+    pub(super) fn whole(bytes: Vec<u8>) -> Text {
+        let size = bytes.len() as u64;
+        Text {
+            source: Source::Whole(bytes),
+            size,
+        }
+    }
+
     /// Up to `len` bytes from `pos`; fewer only at the end of the file.
     fn window(&self, pos: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
         match &self.source {
@@ -193,7 +202,6 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
     let limit = args.opt_count("limit", 1)?.unwrap_or(DEFAULT_LIMIT);
     let column = args.opt_count("column", 1)?.unwrap_or(1);
     let budget = effective_budget(ctx.budget_chars);
-    let room = content_budget(budget);
 
     let opened = ctx.workspace.open_file(path)?;
     let rel = opened.path.to_string();
@@ -212,15 +220,31 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
     if probe.contains(&0) {
         return Ok(ToolOutput::ok(
             format!(
-                "`{rel}` is a binary file ({} bytes); not shown",
-                commas(size)
+                "`{rel}` is a binary file ({} bytes); not shown: {}",
+                commas(size),
+                crate::documents::hints::for_binary(&rel)
             ),
             format!("read {rel}: binary, {} bytes", commas(size)),
             size,
         ));
     }
     drop(probe);
-    let start = match text.line_start(offset).map_err(|e| read_error(&rel, e))? {
+    show_lines(&rel, &text, offset, limit, column, budget)
+}
+
+/// `text` from line `offset` (and column `column` of it), at most `limit`
+/// lines and the room `budget` leaves, with a line saying how to read on.
+pub(super) fn show_lines(
+    rel: &str,
+    text: &Text,
+    offset: u64,
+    limit: u64,
+    column: u64,
+    budget: usize,
+) -> Result<ToolOutput, ToolError> {
+    let room = content_budget(budget);
+    let size = text.size;
+    let start = match text.line_start(offset).map_err(|e| read_error(rel, e))? {
         Ok(start) => start,
         Err(total) => {
             return Err(ToolError::new(format!(
@@ -238,7 +262,7 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
     let end_line = offset.saturating_add(limit);
 
     if column > 1 {
-        match long_line(&text, pos, column, room).map_err(|e| read_error(&rel, e))? {
+        match long_line(text, pos, column, room).map_err(|e| read_error(rel, e))? {
             LongLine::PastEnd(chars) => {
                 return Err(ToolError::new(format!(
                     "line {offset} of `{rel}` has {} characters; column={column} is past its end",
@@ -251,7 +275,7 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
                 shown_chars,
             } => {
                 return Ok(long_line_output(
-                    &rel,
+                    rel,
                     offset,
                     column,
                     shown,
@@ -274,7 +298,7 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
         Limit,
         Budget,
     }
-    let mut buf = text.window(pos, WINDOW).map_err(|e| read_error(&rel, e))?;
+    let mut buf = text.window(pos, WINDOW).map_err(|e| read_error(rel, e))?;
     let mut buf_start = pos;
     let stop = loop {
         if pos >= size {
@@ -290,7 +314,7 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
             None if at_end => rest,
             // Whole lines only: the next window starts where this line does.
             None if pos > buf_start => {
-                buf = text.window(pos, WINDOW).map_err(|e| read_error(&rel, e))?;
+                buf = text.window(pos, WINDOW).map_err(|e| read_error(rel, e))?;
                 buf_start = pos;
                 continue;
             }
@@ -311,13 +335,13 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
 
     if matches!(stop, Stop::Budget) && line == offset {
         // Not even the first line fits: show it in parts.
-        return match long_line(&text, pos, 1, room).map_err(|e| read_error(&rel, e))? {
+        return match long_line(text, pos, 1, room).map_err(|e| read_error(rel, e))? {
             LongLine::Cut {
                 shown,
                 chars,
                 shown_chars,
             } => Ok(long_line_output(
-                &rel,
+                rel,
                 offset,
                 1,
                 shown,
@@ -344,7 +368,7 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
             Ok(ToolOutput::ok(out, summary, size))
         }
         Stop::Limit => {
-            let total = last + text.lines_from(pos).map_err(|e| read_error(&rel, e))?;
+            let total = last + text.lines_from(pos).map_err(|e| read_error(rel, e))?;
             out.push_str(&format!(
                 "[lines {range} of {} shown; read on with offset={line}]",
                 commas(total)
@@ -353,7 +377,7 @@ pub fn read_file(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError
             Ok(ToolOutput::ok(out, summary, size))
         }
         Stop::Budget => {
-            let total = last + text.lines_from(pos).map_err(|e| read_error(&rel, e))?;
+            let total = last + text.lines_from(pos).map_err(|e| read_error(rel, e))?;
             out.push_str(&format!(
                 "[truncated at {} characters: lines {range} of {} shown, {} more bytes; read on with offset={line}]",
                 commas(budget as u64),

@@ -29,6 +29,7 @@ impl Fixture {
             call_id: "call1",
             budget_chars: budget,
             web: None,
+            documents: None,
         };
         run(&self.registry, name, &args.to_string(), &ctx)
     }
@@ -268,7 +269,10 @@ fn read_file_small_cases() {
     let empty = f.call("read_file", json!({"path": "empty.txt"}), 64_000);
     assert!(empty.ok && empty.text.contains("is empty"));
     let bin = f.call("read_file", json!({"path": "bin.dat"}), 64_000);
-    assert_eq!(bin.text, "`bin.dat` is a binary file (7 bytes); not shown");
+    assert_eq!(
+        bin.text,
+        "`bin.dat` is a binary file (7 bytes); not shown: `file` and `xxd | head` in bash say what it is"
+    );
     let latin = f.call("read_file", json!({"path": "latin.txt"}), 64_000);
     assert_eq!(latin.text, "caf\u{fffd}\n");
     let short = f.call("read_file", json!({"path": "./short.txt"}), 64_000);

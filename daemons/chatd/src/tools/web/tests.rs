@@ -360,6 +360,7 @@ impl Call {
             call_id: "call_w",
             budget_chars: crate::tools::MAX_RESULT_CHARS,
             web: Some(&self.access),
+            documents: None,
         };
         let out = run(&Registry::chatd(), name, &args.to_string(), &ctx);
         no_secret(&out);
@@ -1082,6 +1083,7 @@ fn without_web_access_the_tools_say_so() {
         call_id: "c",
         budget_chars: 10_000,
         web: None,
+        documents: None,
     };
     let out = run(
         &Registry::chatd(),
