@@ -224,9 +224,12 @@ async fn status_words_and_the_meter() -> anyhow::Result<()> {
             Some(ms) => ms.parse::<f64>()? / 1000.0,
             None => ttft.strip_suffix(" s").context("ttft")?.parse()?,
         };
+        // The page times it from the run.started it saw to its first delta:
+        // both come over the stream, so delivery jitter on a loaded box can
+        // take some tens of ms off the sim's 300 ms (CI saw 235 ms).
         ensure!(
-            (0.25..10.0).contains(&ttft_s),
-            "the first token came after the sim's 300 ms: {figures}"
+            (0.1..10.0).contains(&ttft_s),
+            "the first token came after the sim's 300 ms, less the stream's jitter: {figures}"
         );
         ensure!(
             figures["average-head"][0]
