@@ -1236,9 +1236,10 @@ async fn a_consent_answers_one_call_even_when_the_engine_repeats_ids() -> anyhow
 }
 
 /// A model whose `/v1/models` says it reads images gets the image itself,
-/// as an `image_url` part of the question it came with.
+/// as an `image_url` part of the question it came with, in that turn only:
+/// the next turn's request has a one-line note in its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_reaches_a_model_that_reads_images() -> anyhow::Result<()> {
+async fn an_image_reaches_a_model_that_reads_images_in_its_own_turn() -> anyhow::Result<()> {
     let (sim, chatd, client) = start(&["--vision"], &[]).await?;
     let (chat, workspace) = chat(&client, &chatd, "auto").await?;
     let sent = client
@@ -1269,6 +1270,20 @@ async fn an_image_reaches_a_model_that_reads_images() -> anyhow::Result<()> {
     assert_eq!(
         question["content"][1]["image_url"]["url"],
         "data:image/png;base64,iVBORw0KGgo="
+    );
+
+    let run = run_id(&client.send(&chat, "and now? [sim tokens=2]").await?)?;
+    assert_eq!(
+        finished_run(&client, &chat, &run, QUICK).await?["status"],
+        "done"
+    );
+    let requests = sim.requests().await?;
+    let body = serde_json::to_string(&requests.last().context("a request")?["body"])?;
+    assert!(body.contains("and now?"), "{body}");
+    assert!(!body.contains("image_url"), "the image went again: {body}");
+    assert!(
+        body.contains("[uploads/shot.png was shown with this message's turn only; it is not sent again]"),
+        "{body}"
     );
     Ok(())
 }

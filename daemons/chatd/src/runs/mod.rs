@@ -248,8 +248,11 @@ impl Runs {
             .await
     }
 
-    /// The image parts of the transcript's user messages, read from the
-    /// workspace, for a model that reads images (none for any other).
+    /// The image parts of the turn's question (the transcript's last user
+    /// message), read from the workspace, for a model that reads images;
+    /// an earlier message's images are a one-line note each: an image goes
+    /// with the requests of its own turn only, so it never fills every
+    /// later request. None for a model that does not read images.
     async fn images_of(
         &self,
         transcript: &context::Transcript<'_>,
@@ -259,26 +262,40 @@ impl Runs {
         if !self.inner.models.reads_images(model) {
             return HashMap::new();
         }
-        let wanted: Vec<(String, String, String)> = transcript
+        let question = transcript
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::words::Role::User)
+            .map(|m| m.id.clone());
+        let mut parts: HashMap<String, Vec<Value>> = HashMap::new();
+        let mut wanted: Vec<(String, String, String)> = Vec::new();
+        let pictures = transcript
             .messages
             .iter()
             .filter_map(|m| Some((m, m.attachments.as_ref()?.as_array()?)))
-            .flat_map(|(m, files)| {
-                files.iter().filter(|f| f["image"] == true).filter_map(|f| {
-                    Some((
-                        m.id.clone(),
-                        f["path"].as_str()?.to_string(),
-                        f["mime"].as_str().unwrap_or("image/png").to_string(),
-                    ))
-                })
-            })
-            .collect();
+            .flat_map(|(m, files)| files.iter().map(move |f| (m, f)))
+            .filter(|(_, f)| f["image"] == true);
+        for (m, f) in pictures {
+            let Some(path) = f["path"].as_str() else {
+                continue;
+            };
+            if question.as_deref() == Some(m.id.as_str()) {
+                let mime = f["mime"].as_str().unwrap_or("image/png");
+                wanted.push((m.id.clone(), path.to_string(), mime.to_string()));
+            } else {
+                parts.entry(m.id.clone()).or_default().push(json!({
+                    "type": "text",
+                    "text": format!("[{path} was shown with this message's turn only; it is not sent again]"),
+                }));
+            }
+        }
         if wanted.is_empty() {
-            return HashMap::new();
+            return parts;
         }
         let root = self.workspace_root(conversation_id);
+        let notes = parts.clone();
         tokio::task::spawn_blocking(move || {
-            let mut parts: HashMap<String, Vec<Value>> = HashMap::new();
             let Ok(workspace) = crate::workspace::Workspace::open(&root) else {
                 return parts;
             };
@@ -296,7 +313,7 @@ impl Runs {
             parts
         })
         .await
-        .unwrap_or_default()
+        .unwrap_or(notes)
     }
 
     /// Ends runs a crash left open (`interrupted`, text kept) and starts the
