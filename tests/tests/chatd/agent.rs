@@ -1282,7 +1282,9 @@ async fn an_image_reaches_a_model_that_reads_images_in_its_own_turn() -> anyhow:
     assert!(body.contains("and now?"), "{body}");
     assert!(!body.contains("image_url"), "the image went again: {body}");
     assert!(
-        body.contains("[uploads/shot.png was shown with this message's turn only; it is not sent again]"),
+        body.contains(
+            "[uploads/shot.png was shown with this message's turn only; it is not sent again]"
+        ),
         "{body}"
     );
     Ok(())
