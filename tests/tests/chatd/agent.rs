@@ -1240,14 +1240,20 @@ async fn a_consent_answers_one_call_even_when_the_engine_repeats_ids() -> anyhow
 /// the next turn's request has a one-line note in its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_reaches_a_model_that_reads_images_in_its_own_turn() -> anyhow::Result<()> {
+    use base64::Engine as _;
     let (sim, chatd, client) = start(&["--vision"], &[]).await?;
     let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    // A small real PNG: it fits, so its own bytes go.
+    let mut png = Vec::new();
+    image::RgbImage::from_pixel(3, 2, image::Rgb([200, 10, 10]))
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)?;
+    let png = base64::engine::general_purpose::STANDARD.encode(&png);
     let sent = client
         .post(
             &format!("/conversations/{chat}/messages"),
             json!({
                 "text": "what is in it? [sim tokens=2]",
-                "attachments": [{"name": "shot.png", "data_base64": "iVBORw0KGgo="}],
+                "attachments": [{"name": "shot.png", "data_base64": png}],
             }),
         )
         .await?;
@@ -1269,7 +1275,7 @@ async fn an_image_reaches_a_model_that_reads_images_in_its_own_turn() -> anyhow:
     assert_eq!(question["content"][0]["type"], "text");
     assert_eq!(
         question["content"][1]["image_url"]["url"],
-        "data:image/png;base64,iVBORw0KGgo="
+        format!("data:image/png;base64,{png}")
     );
 
     let run = run_id(&client.send(&chat, "and now? [sim tokens=2]").await?)?;
@@ -1287,5 +1293,71 @@ async fn an_image_reaches_a_model_that_reads_images_in_its_own_turn() -> anyhow:
         ),
         "{body}"
     );
+    Ok(())
+}
+
+/// A 4,000 × 3,000 photo reaches the model at 2,048 px on its longest side,
+/// as a JPEG (it is opaque); the stored file keeps every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_photo_reaches_the_model_scaled_to_2048_px() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let (sim, chatd, client) = start(&["--vision"], &[]).await?;
+    let (chat, workspace) = chat(&client, &chatd, "auto").await?;
+    let photo = image::RgbImage::from_fn(4_000, 3_000, |x, y| {
+        image::Rgb([(x % 251) as u8, (y % 241) as u8, ((x + y) % 239) as u8])
+    });
+    let mut png = Vec::new();
+    photo.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)?;
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({
+                "text": "what is in it? [sim tokens=2]",
+                "attachments": [{"name": "big.png", "data_base64":
+                    base64::engine::general_purpose::STANDARD.encode(&png)}],
+            }),
+        )
+        .await;
+    // Over the JSON body's 1 MiB: sent as a form instead.
+    let sent = match sent {
+        Ok(answer) if answer.status == 202 => answer,
+        _ => {
+            let parts = [
+                tandem_tests::harness::FormPart::setting("text", "what is in it? [sim tokens=2]"),
+                tandem_tests::harness::FormPart::file("big.png", "image/png", png.clone()),
+            ];
+            client
+                .send_form(
+                    reqwest::Method::POST,
+                    &format!("/conversations/{chat}/messages"),
+                    tandem_tests::harness::form_body(&parts),
+                )
+                .await?
+        }
+    };
+    assert_eq!(sent.status, 202, "{sent:?}");
+    let run = run_id(&sent.body)?;
+    assert_eq!(
+        finished_run(&client, &chat, &run, LONG).await?["status"],
+        "done"
+    );
+    assert_eq!(std::fs::read(workspace.join("uploads/big.png"))?, png);
+    let requests = sim.requests().await?;
+    let body = &requests.last().context("a request")?["body"];
+    let question = body["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .find(|m| m["role"] == "user")
+        .context("the question")?;
+    let url = question["content"][1]["image_url"]["url"]
+        .as_str()
+        .context("an image part")?;
+    let data = url
+        .strip_prefix("data:image/jpeg;base64,")
+        .with_context(|| format!("a JPEG: {}", &url[..40.min(url.len())]))?;
+    let jpeg = base64::engine::general_purpose::STANDARD.decode(data)?;
+    let seen = image::load_from_memory(&jpeg)?;
+    assert_eq!((seen.width(), seen.height()), (2_048, 1_536));
     Ok(())
 }

@@ -212,7 +212,8 @@ async fn attach_a_photo_and_a_pdf_with_progress() -> anyhow::Result<()> {
         let chips = b
             .poll("the chips measured", WAIT, || async {
                 let chips = composer_chips(&b).await?;
-                Ok(if chips.iter().all(|c| c.2) && chips[0].3 {
+                // Measured: the photo's thumbnail drawn, the PDF known as a document.
+                Ok(if chips[0].3 && chips[1].1.ends_with("read as text") {
                     Ok(chips)
                 } else {
                     Err(format!("{chips:?}"))
@@ -222,15 +223,15 @@ async fn attach_a_photo_and_a_pdf_with_progress() -> anyhow::Result<()> {
         assert_eq!(
             chips,
             [
-                ("photo.png".into(), shown_size(photo_len), true, true),
+                ("photo.png".into(), shown_size(photo_len), false, true),
                 (
                     "paper.pdf".into(),
-                    shown_size(PDF.len() as u64),
-                    true,
+                    format!("{} · read as text", shown_size(PDF.len() as u64)),
+                    false,
                     false
                 )
             ],
-            "a thumbnail for the photo; both go as files (an image over 10 MiB, a binary)"
+            "a thumbnail for the photo, which chatd scales for the model; the PDF is read as text"
         );
         b.screenshot("attached").await?;
 

@@ -29,8 +29,9 @@ pub use names::{free_base, guess_mime};
 pub const MAX_FILES: usize = 20;
 /// The most tokens of text all of a message's files may put inline.
 pub const MAX_INLINE_TOKENS: u64 = 32_000;
-/// The largest image sent to a model, in bytes.
-pub const MAX_IMAGE_BYTES: u64 = 10 << 20;
+/// The largest image shown to a model, in bytes (scaled to fit first:
+/// `documents::images`).
+pub const MAX_IMAGE_BYTES: u64 = crate::documents::formats::MAX_INPUT;
 /// The folder of the workspace uploads go to.
 pub const UPLOADS: &str = "uploads";
 /// The most of a file read to put it inline: more can never fit the
@@ -213,7 +214,7 @@ pub fn describe(
             let why = if !vision {
                 ": this model does not read images"
             } else if !seen {
-                ": over the 10 MiB a model is sent"
+                ": over the 50 MiB an image may be to be shown"
             } else {
                 ""
             };

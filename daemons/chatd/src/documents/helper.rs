@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 use super::formats::{self, DocKind, Extracted, Refusal, MAX_INPUT};
+use super::images::Scaled;
 use crate::tools::fit::commas;
 
 /// The first argument that makes chatd a document reader.
@@ -23,12 +24,11 @@ pub const SUBCOMMAND: &str = "read-document";
 /// What the reader answers on its stdout.
 type Answer = Result<Extracted, Refusal>;
 
-/// The reader's side: `chatd read-document <kind>`, the document on stdin.
+/// The argument that asks for an image made fit for a model (`images`).
+pub const IMAGE: &str = "image";
+
+/// The reader's side: `chatd read-document <kind>` (or `image`), the file on stdin.
 pub fn child_main(kind: &str) -> ExitCode {
-    let Ok(kind) = serde_json::from_value::<DocKind>(serde_json::Value::String(kind.into())) else {
-        eprintln!("{SUBCOMMAND}: unknown kind");
-        return ExitCode::from(2);
-    };
     let mut bytes = Vec::new();
     if std::io::stdin()
         .lock()
@@ -38,14 +38,28 @@ pub fn child_main(kind: &str) -> ExitCode {
     {
         return ExitCode::from(3);
     }
-    let answer: Answer = if bytes.len() as u64 > MAX_INPUT {
-        Err(Refusal::Damaged("over the size a document may be".into()))
-    } else {
-        formats::extract(kind, &bytes)
-    };
-    drop(bytes);
+    let too_large = bytes.len() as u64 > MAX_INPUT;
+    let refused = || Refusal::Damaged("over the size a document may be".into());
     let mut out = std::io::stdout().lock();
-    let written = serde_json::to_writer(&mut out, &answer).is_ok() && out.flush().is_ok();
+    let written = if kind == IMAGE {
+        let answer: Result<Scaled, Refusal> = match too_large {
+            true => Err(refused()),
+            false => super::images::scale(&bytes),
+        };
+        serde_json::to_writer(&mut out, &answer)
+    } else {
+        let Ok(kind) = serde_json::from_value::<DocKind>(serde_json::Value::String(kind.into()))
+        else {
+            eprintln!("{SUBCOMMAND}: unknown kind");
+            return ExitCode::from(2);
+        };
+        let answer: Answer = match too_large {
+            true => Err(refused()),
+            false => formats::extract(kind, &bytes),
+        };
+        serde_json::to_writer(&mut out, &answer)
+    };
+    let written = written.is_ok() && out.flush().is_ok();
     if written {
         ExitCode::SUCCESS
     } else {
@@ -154,6 +168,26 @@ impl Reader {
 
     /// Reads `file` (its offset at 0) as a document of `kind`.
     pub async fn read(&self, file: std::fs::File, kind: DocKind) -> Result<Extracted, Failure> {
+        let out = self.answer(file, &kind_arg(kind)).await?;
+        match serde_json::from_slice::<Answer>(&out) {
+            Ok(Ok(extracted)) => Ok(extracted),
+            Ok(Err(refusal)) => Err(Failure::Refused(refusal)),
+            Err(_) => Err(Failure::Unavailable("its answer was not JSON".into())),
+        }
+    }
+
+    /// Makes the image `file` fit for a model (`images::scale`).
+    pub async fn scale_image(&self, file: std::fs::File) -> Result<Scaled, Failure> {
+        let out = self.answer(file, IMAGE).await?;
+        match serde_json::from_slice::<Result<Scaled, Refusal>>(&out) {
+            Ok(Ok(scaled)) => Ok(scaled),
+            Ok(Err(refusal)) => Err(Failure::Refused(refusal)),
+            Err(_) => Err(Failure::Unavailable("its answer was not JSON".into())),
+        }
+    }
+
+    /// Runs a reader on `file` with `arg`; what it wrote when it succeeded.
+    async fn answer(&self, file: std::fs::File, arg: &str) -> Result<Vec<u8>, Failure> {
         let size = file
             .metadata()
             .map_err(|e| Failure::Unavailable(format!("stat: {}", e.kind())))?
@@ -167,7 +201,7 @@ impl Reader {
         let mut command = tokio::process::Command::new(&self.exe);
         command
             .arg(SUBCOMMAND)
-            .arg(kind_arg(kind))
+            .arg(arg)
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::from(file))
@@ -227,11 +261,7 @@ impl Reader {
         if !status.success() {
             return Err(judge(status, &err, limits));
         }
-        match serde_json::from_slice::<Answer>(&out) {
-            Ok(Ok(extracted)) => Ok(extracted),
-            Ok(Err(refusal)) => Err(Failure::Refused(refusal)),
-            Err(_) => Err(Failure::Unavailable("its answer was not JSON".into())),
-        }
+        Ok(out)
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod formats;
 pub mod helper;
 pub mod hints;
+pub mod images;
 
 use std::io::{Read, Seek};
 use std::sync::Arc;
@@ -114,6 +115,14 @@ impl Documents {
             Kept::Read(extracted) => Ok(Arc::new(DocText { kind, extracted })),
             Kept::Failed(cause) => Err(cause),
         }
+    }
+
+    /// The image `file` made fit for a model, or why it cannot be.
+    pub async fn scale_image(&self, file: std::fs::File) -> Result<images::Scaled, String> {
+        self.reader
+            .scale_image(file)
+            .await
+            .map_err(|failure| failure.to_string())
     }
 
     /// [`Documents::read`] from a blocking thread (a tool's).

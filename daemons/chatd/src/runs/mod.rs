@@ -294,26 +294,54 @@ impl Runs {
             return parts;
         }
         let root = self.workspace_root(conversation_id);
-        let notes = parts.clone();
-        tokio::task::spawn_blocking(move || {
-            let Ok(workspace) = crate::workspace::Workspace::open(&root) else {
-                return parts;
-            };
-            for (mid, path, mime) in wanted {
-                // An image deleted or swapped for a link since is left out.
-                if let Ok((_, bytes)) =
-                    workspace.read_all(&path, crate::attachments::MAX_IMAGE_BYTES)
-                {
-                    parts.entry(mid).or_default().push(json!({
-                        "type": "image_url",
-                        "image_url": {"url": crate::attachments::data_url(&mime, &bytes)},
-                    }));
-                }
-            }
-            parts
+        for (mid, path, mime) in wanted {
+            let part = self.image_part(&root, &path, &mime).await;
+            parts.entry(mid).or_default().push(part);
+        }
+        parts
+    }
+
+    /// One image as a request part: scaled to fit by the reader when it is
+    /// too large, else its own bytes; a note when it cannot be shown.
+    async fn image_part(&self, root: &std::path::Path, path: &str, mime: &str) -> Value {
+        use crate::documents::images::{Scaled, MAX_SENT_BYTES};
+        let note = |why: &str| json!({"type": "text", "text": format!("[{path} could not be shown: {why}]")});
+        let (root, rel) = (root.to_path_buf(), path.to_string());
+        let opened = tokio::task::spawn_blocking(move || {
+            let workspace = crate::workspace::Workspace::open(&root).ok()?;
+            let opened = workspace.open_file(&rel).ok()?;
+            Some((workspace, opened.file))
         })
         .await
-        .unwrap_or(notes)
+        .ok()
+        .flatten();
+        // An image deleted or swapped for a link since.
+        let Some((workspace, file)) = opened else {
+            return note("it is no longer there");
+        };
+        match self.inner.documents.scale_image(file).await {
+            Ok(Scaled::Smaller {
+                mime, data_base64, ..
+            }) => json!({
+                "type": "image_url",
+                "image_url": {"url": format!("data:{mime};base64,{data_base64}")},
+            }),
+            Ok(Scaled::AsItIs { .. }) => {
+                let rel = path.to_string();
+                let read = tokio::task::spawn_blocking(move || {
+                    workspace.read_all(&rel, MAX_SENT_BYTES).map(|(_, b)| b)
+                })
+                .await;
+                match read {
+                    Ok(Ok(bytes)) => json!({
+                        "type": "image_url",
+                        "image_url": {"url": crate::attachments::data_url(mime, &bytes)},
+                    }),
+                    _ => note("it could not be read"),
+                }
+            }
+            Err(cause) => note(&cause),
+        }
     }
 
     /// Ends runs a crash left open (`interrupted`, text kept) and starts the

@@ -9,7 +9,7 @@
  *            open): a chip each with its name, size, a thumbnail for an
  *            image, the tokens of a text, and "as a file" when chatd will not
  *            put it in the message (a text over ~32k tokens, anything that is
- *            not text, an image over the 10 MiB a model is sent). ✕ removes it.
+ *            not text, an image over the 50 MiB a model is shown (smaller ones are scaled to fit)). ✕ removes it.
  *   send     text alone: the JSON send, as before. With files: one
  *            multipart/form-data POST through XMLHttpRequest, whose
  *            upload.onprogress drives the bar; Cancel (or Esc) aborts it and
@@ -27,7 +27,9 @@
 'use strict';
 
 const INLINE_TOKENS = 32000; // chatd's most tokens of text a message's files put inline
-const MODEL_IMAGE_BYTES = 10 * 1024 * 1024; // a larger image is kept but not sent to a model
+/** Documents chatd reads into text (docs/api.md "Documents"): their start goes into the message. */
+const DOCUMENT = /\.(pdf|xlsx|xlsm|xls|ods|docx|pptx|epub)$/i;
+const MODEL_IMAGE_BYTES = 50 * 1024 * 1024; // a larger image is kept but not shown to a model (chatd scales the rest)
 const TEXT_READ_BYTES = 1024 * 1024; // chatd judges text on this much of a file
 const DRAFT_PREFIX = 'tandem.draft.';
 const NEW_CHAT_KEY = 'new'; // the start screen's composer (its first send makes the chat)
@@ -112,7 +114,7 @@ async function measure(key, item) {
   } catch {
     text = null;
   }
-  if (text == null) item.kind = 'binary';
+  if (text == null) item.kind = DOCUMENT.test(file.name) ? 'document' : 'binary';
   else {
     item.kind = 'text';
     const chars = file.size <= TEXT_READ_BYTES ? [...text].length : file.size; // past the read: bytes stand for characters
@@ -152,7 +154,8 @@ function paintAttached() {
   box.hidden = !mine.length;
   box.replaceChildren(...mine.map((item) => {
     const { file } = item;
-    const meta = [formatBytes(file.size), item.kind === 'text' ? tokensText(item.tokens) : ''].filter(Boolean).join(' · ');
+    const note = item.kind === 'text' ? tokensText(item.tokens) : item.kind === 'document' ? 'read as text' : '';
+    const meta = [formatBytes(file.size), note].filter(Boolean).join(' · ');
     return el('div', { class: 'attach-chip', 'data-name': file.name, 'data-kind': item.kind || 'pending' },
       item.thumb ? el('img', { class: 'attach-thumb', src: item.thumb, alt: '' }) : el('span', { class: 'attach-icon', text: extensionOf(file.name), 'aria-hidden': 'true' }),
       el('span', { class: 'attach-name', text: file.name, title: file.name }),
