@@ -74,6 +74,19 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         .store
         .write(move |ctx| messages::drop_send_keys_before(ctx, key_cutoff))
         .await?;
+    // What documents read as, of contents gone from every workspace and
+    // history a day since: read again should they come back.
+    let read_before = now_unix() - 86_400;
+    let texts_dropped = app
+        .store
+        .write(move |ctx| {
+            Ok(crate::store::documents::prune(
+                ctx.conn(),
+                read_before,
+                crate::documents::READER_VERSION,
+            )?)
+        })
+        .await?;
     let notifications_dropped = app
         .store
         .write(|ctx| Ok(inbox::prune(ctx.conn(), now_unix())?))
@@ -83,6 +96,7 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         deltas_dropped = dropped,
         notifications_dropped,
         keys_dropped,
+        texts_dropped,
         "housekeeping done"
     );
     Ok(())

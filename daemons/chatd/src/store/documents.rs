@@ -89,3 +89,64 @@ pub fn put(
     )?;
     Ok(())
 }
+
+/// Drops what was read, before `read_before`, of contents no file of a
+/// workspace and no kept version is any more (or by an older reader): they
+/// are read again if they come back. Returns how many rows went.
+pub fn prune(conn: &Connection, read_before: i64, reader: u32) -> rusqlite::Result<usize> {
+    conn.execute(
+        "DELETE FROM document_texts
+         WHERE reader < ?2
+            OR (read_unix < ?1
+                AND sha NOT IN (SELECT sha FROM workspace_files WHERE sha IS NOT NULL)
+                AND sha NOT IN (SELECT after_sha FROM file_changes WHERE after_sha IS NOT NULL))",
+        params![read_before, reader],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_of_contents_no_file_holds_go_and_the_rest_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = tandem_shared::db::open_writer(
+            &dir.path().join("chat.sqlite3"),
+            crate::store::schema::MIGRATIONS,
+        )
+        .unwrap();
+        let text = Kept::Read(Extracted {
+            text: "## Page 1\n".into(),
+            parts: Vec::new(),
+            notes: Vec::new(),
+        });
+        for sha in ["held", "kept", "gone", "fresh"] {
+            put(&conn, sha, DocKind::Pdf, 1, &text, 100).unwrap();
+        }
+        put(&conn, "fresh", DocKind::Pdf, 1, &text, 5_000).unwrap();
+        put(&conn, "old", DocKind::Pdf, 0, &text, 5_000).unwrap();
+        conn.execute(
+            "INSERT INTO workspace_files (workspace, path, size, mtime_ns, ino, sha)
+             VALUES ('c', 'a.pdf', 1, 1, 1, 'held')",
+            [],
+        )
+        .unwrap();
+        conn.execute_batch(
+            "INSERT INTO conversations (id, title, model, created, updated) VALUES ('c', 't', 'm', 'x', 'x');
+             INSERT INTO file_sets (rev, conversation_id, workspace, origin, created, created_unix)
+             VALUES (1, 'c', 'c', 'user', 'x', 1);
+             INSERT INTO file_changes (rev, path, op, after_sha, size) VALUES (1, 'b.pdf', 'created', 'kept', 1);",
+        )
+        .unwrap();
+        assert_eq!(prune(&conn, 1_000, 1).unwrap(), 2);
+        let left: Vec<String> = conn
+            .prepare("SELECT sha FROM document_texts ORDER BY sha")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(left, ["fresh", "held", "kept"]);
+    }
+}
