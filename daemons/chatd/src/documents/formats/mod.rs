@@ -151,15 +151,7 @@ fn cut_to(out: &mut Extracted, max: usize) {
 
 /// A count with thousands separators, as the notes show it ("2,001").
 pub(crate) fn grouped(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::tools::fit::commas(n as u64)
 }
 
 /// The text of a document as it is built: parts each under a mark line,
@@ -238,13 +230,6 @@ fn cause(message: impl std::fmt::Display) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_are_grouped_by_thousands() {
-        assert_eq!(grouped(7), "7");
-        assert_eq!(grouped(2_001), "2,001");
-        assert_eq!(grouped(12_345_678), "12,345,678");
-    }
 
     #[test]
     fn a_long_text_is_cut_at_a_line_end_with_a_note() {
