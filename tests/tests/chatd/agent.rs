@@ -1235,6 +1235,17 @@ async fn a_consent_answers_one_call_even_when_the_engine_repeats_ids() -> anyhow
     Ok(())
 }
 
+/// The first user message of the last request the sim received.
+fn first_question(requests: &[Value]) -> anyhow::Result<Value> {
+    requests.last().context("a request")?["body"]["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .find(|m| m["role"] == "user")
+        .cloned()
+        .context("the question")
+}
+
 /// A model whose `/v1/models` says it reads images gets the image itself,
 /// as an `image_url` part of the question it came with, in that turn only:
 /// the next turn's request has a one-line note in its place.
@@ -1265,13 +1276,7 @@ async fn an_image_reaches_a_model_that_reads_images_in_its_own_turn() -> anyhow:
     );
     assert!(workspace.join("uploads/shot.png").exists());
     let requests = sim.requests().await?;
-    let body = &requests.last().context("a request")?["body"];
-    let question = body["messages"]
-        .as_array()
-        .context("messages")?
-        .iter()
-        .find(|m| m["role"] == "user")
-        .context("the question")?;
+    let question = first_question(&requests)?;
     assert_eq!(question["content"][0]["type"], "text");
     assert_eq!(
         question["content"][1]["image_url"]["url"],
@@ -1343,13 +1348,7 @@ async fn a_large_photo_reaches_the_model_scaled_to_2048_px() -> anyhow::Result<(
     );
     assert_eq!(std::fs::read(workspace.join("uploads/big.png"))?, png);
     let requests = sim.requests().await?;
-    let body = &requests.last().context("a request")?["body"];
-    let question = body["messages"]
-        .as_array()
-        .context("messages")?
-        .iter()
-        .find(|m| m["role"] == "user")
-        .context("the question")?;
+    let question = first_question(&requests)?;
     let url = question["content"][1]["image_url"]["url"]
         .as_str()
         .context("an image part")?;
