@@ -508,6 +508,63 @@ pub fn csv(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// A PDF of `n` pages of 36 lines of text each (no scan), named by `n`:
+/// the documents benchmark's long PDF.
+pub fn pdf_pages(dir: &Path, n: usize) -> Result<PathBuf> {
+    let pages: Vec<Vec<String>> = (1..=n)
+        .map(|p| {
+            (1..=36)
+                .map(|l| {
+                    format!("Page {p}, line {l}: the figures for region {l} were checked twice.")
+                })
+                .collect()
+        })
+        .collect();
+    let lines: Vec<Vec<&str>> = pages
+        .iter()
+        .map(|p| p.iter().map(String::as_str).collect())
+        .collect();
+    let pages: Vec<&[&str]> = lines.iter().map(Vec::as_slice).collect();
+    let mut doc = pdf_document(&pages, ScanPage::None, None)?;
+    let path = dir.join(format!("pages-{n}.pdf"));
+    save_pdf(&mut doc, &path)?;
+    Ok(path)
+}
+
+/// A long DOCX: `paragraphs` paragraphs, a heading before every 20, then a
+/// table of 100 rows (no styles part: the headings read as plain lines).
+pub fn long_docx(dir: &Path, paragraphs: usize) -> Result<PathBuf> {
+    let mut body = String::new();
+    for i in 0..paragraphs {
+        if i % 20 == 0 {
+            body += &docx_paragraph(Some("Heading1"), false, &format!("Section {}", i / 20 + 1));
+        }
+        let text =
+            format!("Paragraph {i}: the supplier delivered on time and the invoice was paid.");
+        body += &docx_paragraph(None, false, &text);
+    }
+    let rows: String = (0..100)
+        .map(|r| docx_row(&[&format!("Supplier {r}"), &format!("{}", r * 7), "EUR"]))
+        .collect();
+    let document = format!(
+        r#"{XML_HEAD}<w:document xmlns:w="{W}" xmlns:r="{R}"><w:body>{body}<w:tbl>{rows}</w:tbl><w:sectPr/></w:body></w:document>"#
+    );
+    let types = format!(
+        r#"{XML_HEAD}<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#
+    );
+    let rels = format!(
+        r#"{XML_HEAD}<Relationships xmlns="{PKG_RELS}"><Relationship Id="rId1" Type="{R}/officeDocument" Target="word/document.xml"/></Relationships>"#
+    );
+    let path = dir.join(format!("long-{paragraphs}.docx"));
+    let parts = [
+        ("[Content_Types].xml", types),
+        ("_rels/.rels", rels),
+        ("word/document.xml", document),
+    ];
+    write_zip(&path, &parts)?;
+    Ok(path)
+}
+
 /// How much the zip bomb's one entry unpacks to.
 pub const BOMB_UNPACKED: u32 = 1 << 30;
 

@@ -11,6 +11,7 @@ pub mod chunked;
 pub mod connectorbench;
 pub mod connectord;
 pub mod daemon;
+pub mod docbench;
 pub mod docfixtures;
 pub mod egressbench;
 pub mod fakebot;

@@ -1,6 +1,6 @@
-//! Figures 7 and 9 to 13, whose measuring lives in the `tandem_tests` library
+//! Figures 7, 9 to 13 and 15, whose measuring lives in the `tandem_tests` library
 //! (egressbench, sandboxbench, triggerbench, connectorbench, webbench,
-//! requestbench): each prints its heading and turns the library's lines into
+//! requestbench, docbench): each prints its heading and turns the library's lines into
 //! rows of the table.
 
 use super::*;
@@ -83,6 +83,17 @@ pub(crate) async fn connectors(quick: bool, rows: &mut Vec<Row>) -> anyhow::Resu
     push_lines(
         rows,
         tandem_tests::connectorbench::figure(&sizes, &|line| say(line)).await?,
+    );
+    Ok(())
+}
+
+/// Figure 15: the measuring is in `tandem_tests::docbench`.
+pub(crate) async fn documents(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 15. documents read into text: PDF, DOCX, XLSX, against reading their bytes");
+    let sizes = tandem_tests::docbench::Sizes::new(quick);
+    push_lines(
+        rows,
+        tandem_tests::docbench::figure(&sizes, &|line| say(line)).await?,
     );
     Ok(())
 }

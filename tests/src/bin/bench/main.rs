@@ -57,6 +57,11 @@
 //!     write alone, a `bash` call in a workspace of 10,000 files with its two
 //!     whole-workspace scans against the call alone (p50, p99), and the blob
 //!     bytes kept per MiB changed (`files.rs`).
+//! 15. documents: a 50-page PDF, a DOCX of 2,000 paragraphs and a workbook
+//!     of 3 × 2,000 rows read into text by chatd's `formats::extract`
+//!     in-process and through its reader process, against reading the same
+//!     bytes and their sha-256; the cached read, and a message with the PDF
+//!     attached through chatd (`tests/src/docbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -111,7 +116,8 @@ struct Args {
     /// `egress` needs egressd built next to bench; `sandbox` needs root,
     /// podman, and tandem and tandem-shim built next to bench; `triggers`
     /// needs triggerd built next to bench; `connectors` connectord; `web`
-    /// Debian's chromium and chromium-driver; `requests` egressd).
+    /// Debian's chromium and chromium-driver; `requests` egressd; `documents`
+    /// chatd).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -147,6 +153,7 @@ enum Figure {
     Web,
     Requests,
     Files,
+    Documents,
 }
 
 /// How big each figure's workload is.
@@ -358,6 +365,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         uploads::figure(args.quick, &mut rows)
             .await
             .context("figure 14 (uploads)")?;
+    }
+    if wants(Figure::Documents) {
+        documents(args.quick, &mut rows)
+            .await
+            .context("figure 15 (documents)")?;
     }
     let table = table(&rows);
     say(format!(
