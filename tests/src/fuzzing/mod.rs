@@ -8,6 +8,7 @@
 mod chatd;
 mod config;
 mod connectors;
+mod documents;
 mod egress;
 mod sse;
 mod triggers;
@@ -82,6 +83,10 @@ pub fn all() -> Vec<Target> {
         Target {
             name: "config",
             run: config::config,
+        },
+        Target {
+            name: "documents",
+            run: documents::documents,
         },
     ]
 }

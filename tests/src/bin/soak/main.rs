@@ -17,7 +17,9 @@
 //! - the box's other daemons, each a part (`parts.rs`, `--parts`) with its
 //!   own load and faults: egressd, hostexecd, triggerd, connectord, and
 //!   push (chatd's Web Push to a fake push service, the settings, the
-//!   permission mode and the inbox routes: `push.rs`).
+//!   permission mode and the inbox routes: `push.rs`), and documents
+//!   (PDFs, workbooks, a damaged PDF and a zip bomb attached to messages:
+//!   `documents.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -52,7 +54,10 @@
 //!     (`uploads.rs`);
 //! 16. every push decrypts to a title and a link only, the unwatched chats
 //!     were pushed, a gone browser removed, and the settings, modes and
-//!     inbox hold what was saved (`push.rs`).
+//!     inbox hold what was saved (`push.rs`);
+//! 17. every accepted message holds each attached document's text or one
+//!     line why it could not be read, a good one never unreadable and no
+//!     failure kept for its bytes (`documents.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -83,6 +88,8 @@ mod chats;
 mod checks;
 mod daemons;
 mod devices;
+mod documents;
+mod documents_checks;
 mod egress;
 mod egress_load;
 mod faults;
@@ -139,7 +146,7 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     refuse_every: Duration,
     /// The daemons driven beside chatd: `all`, `none`, or some of egressd,
-    /// hostexecd, triggerd, connectord, push (comma-separated).
+    /// hostexecd, triggerd, connectord, push, documents (comma-separated).
     #[arg(long, default_value = "all", value_parser = parse_parts)]
     parts: Chosen,
 }

@@ -18,14 +18,17 @@ pub(crate) enum PartName {
     Connectord,
     /// chatd's Web Push to a fake push service, and the page's routes.
     Push,
+    /// Documents attached to messages, read by chatd's reader process.
+    Documents,
 }
 
-pub(crate) const PARTS: [PartName; 5] = [
+pub(crate) const PARTS: [PartName; 6] = [
     PartName::Egressd,
     PartName::Hostexecd,
     PartName::Triggerd,
     PartName::Connectord,
     PartName::Push,
+    PartName::Documents,
 ];
 
 impl PartName {
@@ -36,6 +39,7 @@ impl PartName {
             PartName::Triggerd => "triggerd",
             PartName::Connectord => "connectord",
             PartName::Push => "push",
+            PartName::Documents => "documents",
         }
     }
 }
@@ -137,6 +141,7 @@ pub(crate) async fn prepare(
             PartName::Triggerd => Arc::new(TriggersPart::new(&ctx)?),
             PartName::Connectord => Arc::new(bots::Bots::prepare(&ctx).await?),
             PartName::Push => Arc::new(push::PushPart::new(&ctx)),
+            PartName::Documents => Arc::new(documents::DocumentsPart::new(&ctx)?),
         };
         parts.push(part);
     }
