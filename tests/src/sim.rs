@@ -38,18 +38,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod answer;
+mod audio;
 mod cues;
 mod plan;
 mod routes;
 mod stream;
 mod tokens;
+mod vision;
 
 use answer::*;
+use audio::*;
 pub use cues::*;
 use plan::*;
 pub use routes::*;
 use stream::*;
 pub use tokens::*;
+use vision::*;
 
 /// The cue and fault syntax, for `--help` and the README.
 pub const CUE_HELP: &str = "\
@@ -123,6 +127,14 @@ PROMPT TOKENS
 
 ENGINE ROUTES
   GET  /health, GET /v1/models, POST /v1/chat/completions
+         A chat request to --vision-model takes no cue and no queued fault:
+         it is answered \"NAME sees a WxH JPEG image. Asked: <question>\",
+         each image part of its last user message decoded for its size.
+  POST /v1/audio/transcriptions  (OpenAI's multipart: file, model; 404 with
+         --no-transcriptions) -> {\"text\"}. A cue inside the audio's bytes:
+         [sim transcript=\"TEXT\"] the transcript (default: \"engine-sim heard
+         N bytes of audio.\"), [sim status=CODE message=\"TEXT\"] an OpenAI
+         error body, [sim hang=1] no answer for 10 minutes
   POST /v1/tokenize  (also /tokenize; vLLM's shape)
          {\"model\":..,\"messages\":[..],\"tools\":[..]} -> the chat request's count
          {\"prompt\":\"text\"}                          -> characters/4 + 1
@@ -151,6 +163,9 @@ CONTROL ROUTES
                          none (yet)>,\"body_bytes\":<size of the request body>,
                          \"n\":<the request's number since the sim started>}]
   DELETE /sim/requests clear that list
+  GET    /sim/transcriptions  transcription requests received (last 1000):
+                       [{\"model\",\"file_name\",\"content_type\",\"file_bytes\",
+                         \"fields\",\"at_us\",\"n\"}];  DELETE clears them
   GET    /sim/stats    {\"requests\",\"completed\",\"tokens_sent\",\"cuts\",\"refusals\",
                         \"statuses\",\"queued_faults\",\"tokenize_requests\"}
   POST   /sim/reset    clear queue, request list, fail_times counters and stats
@@ -180,6 +195,14 @@ pub struct SimConfig {
     /// More model ids `/v1/models` lists after `model` (same window, text
     /// only): a picker has more than one to choose from. Any id is answered.
     pub extra_models: Vec<String>,
+    /// A second model `/v1/models` lists as seeing images; a request to it
+    /// is answered with the sizes of the images it was shown.
+    pub vision_model: Option<String>,
+    /// Serve `POST /v1/audio/transcriptions`; off, it is 404.
+    pub transcriptions: bool,
+    /// A model `/v1/models` lists as transcribing (`capabilities:
+    /// ["transcription"]`).
+    pub transcription_model: Option<String>,
 }
 
 impl Default for SimConfig {
@@ -194,6 +217,9 @@ impl Default for SimConfig {
             vision: false,
             extra_models: Vec::new(),
             meminfo: None,
+            vision_model: None,
+            transcriptions: true,
+            transcription_model: None,
         }
     }
 }
@@ -214,6 +240,8 @@ struct Inner {
     queue: VecDeque<Fault>,
     counters: HashMap<String, u64>,
     log: VecDeque<Value>,
+    /// Transcription requests, as `/sim/transcriptions` lists them.
+    transcriptions: VecDeque<Value>,
     stats: Stats,
     /// Bytes the cache can still give back (`/sim/cache`).
     can_free: u64,

@@ -413,6 +413,29 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&files)
     );
+    // Search: its words found on their line, any case; nothing found
+    // exits 1 as grep does; a bad pattern is refused naming the field.
+    let found = b.tandem(&["chat", "files", &chat, "search", "BY HAND"]);
+    assert!(found.status.success(), "{}", text(&found));
+    assert!(
+        text(&found).contains("notes.md (line 1): by hand"),
+        "{}",
+        text(&found)
+    );
+    let none = b.tandem(&["chat", "files", &chat, "search", "zebra", "--case"]);
+    assert_eq!(none.status.code(), Some(1), "{}", text(&none));
+    assert!(
+        text(&none).contains("nothing matches in 1 file(s)"),
+        "{}",
+        text(&none)
+    );
+    let bad = b.tandem(&["chat", "files", &chat, "search", "(", "--regex"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("q: is not a regular expression"),
+        "{}",
+        text(&bad)
+    );
     let rev = text(&files)
         .lines()
         .find_map(|l| l.trim().strip_prefix("rev "))

@@ -145,6 +145,12 @@ pub enum ChatCommand {
     /// `restore PATH` puts one back, `purge [PATH]` deletes it (or the whole
     /// trash) for good and prints the bytes freed.
     ///
+    /// `search WORDS` finds the lines that hold every word (any case, unless
+    /// --case) in the chat's file names, text files and documents' text (PDF
+    /// pages, workbook sheets, Word, slides), from chatd's index: each as
+    /// `path (page 3, line 40): text`. --regex takes a regular expression,
+    /// --path one folder or file. Exits 1 when nothing matches, as grep does.
+    ///
     /// Examples:
     ///
     ///   tandem chat files c_0123abcd
@@ -154,14 +160,17 @@ pub enum ChatCommand {
     ///   tandem chat files c_0123abcd restore notes/plan.md
     ///
     ///   tandem chat files c_0123abcd put plan.md --to notes/plan.md --base 42
+    ///
+    ///   tandem chat files c_0123abcd search 'acme invoice' --path uploads
     Files {
         /// The chat id.
         chat: String,
-        /// undo, put, delete, trash, restore or purge.
-        #[arg(value_parser = ["undo", "put", "delete", "trash", "restore", "purge"])]
+        /// undo, put, delete, trash, restore, purge or search.
+        #[arg(value_parser = ["undo", "put", "delete", "trash", "restore", "purge", "search"])]
         action: Option<String>,
         /// undo: a change set's number, or a run id for a whole turn;
-        /// put: a local file; delete, restore, purge: a file's path.
+        /// put: a local file; delete, restore, purge: a file's path;
+        /// search: the words to find.
         target: Option<String>,
         /// Put back what does not conflict, and list what was left.
         #[arg(long)]
@@ -172,6 +181,15 @@ pub enum ChatCommand {
         /// put: the change set of the version this file replaces.
         #[arg(long, value_name = "REV")]
         base: Option<i64>,
+        /// search: only this folder or file of the chat's.
+        #[arg(long, value_name = "PATH")]
+        path: Option<String>,
+        /// search: the words are a regular expression.
+        #[arg(long)]
+        regex: bool,
+        /// search: match case.
+        #[arg(long)]
+        case: bool,
     },
     /// Show, start or stop a chat's sandbox container.
     ///
@@ -404,10 +422,22 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             skip_conflicts,
             to,
             base,
+            path,
+            regex,
+            case,
         } => {
             use crate::commands::chat_files as files;
             match (action.as_deref(), target) {
                 (Some("put"), Some(local)) => files::put(&chat, &local, to, base).await,
+                (Some("search"), Some(words)) => {
+                    let asked = files::Search {
+                        words,
+                        path,
+                        regex,
+                        case,
+                    };
+                    files::search(&chat, &asked).await
+                }
                 (None, None) => files::show(&chat).await,
                 (Some("undo"), Some(target)) => files::undo(&chat, &target, skip_conflicts).await,
                 (Some("trash"), None) => files::trash(&chat).await,
@@ -416,6 +446,9 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                     files::delete_or_restore(&chat, verb, &path).await
                 }
                 (Some(verb), Some(_)) => anyhow::bail!("`{verb}` takes no path"),
+                (Some("search"), None) => anyhow::bail!(
+                    "search what? give the words to find: tandem chat files {chat} search 'acme invoice'"
+                ),
                 (Some(verb), None) => anyhow::bail!("{verb} what? give a change set or a path"),
                 (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }

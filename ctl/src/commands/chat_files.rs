@@ -244,3 +244,74 @@ pub async fn purge(chat: &str, path: Option<&str>) -> anyhow::Result<ExitCode> {
     );
     Ok(ExitCode::SUCCESS)
 }
+
+/// What `tandem chat files CHAT search` asks.
+pub struct Search {
+    pub words: String,
+    pub path: Option<String>,
+    pub regex: bool,
+    pub case: bool,
+}
+
+/// Prints the lines and names that match, each `path (page 3, line 40): text`.
+pub async fn search(chat: &str, asked: &Search) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    let mut query = reqwest::Url::parse("http://chatd/")?;
+    {
+        let mut pairs = query.query_pairs_mut();
+        pairs.append_pair("q", &asked.words);
+        if let Some(path) = &asked.path {
+            pairs.append_pair("path", path);
+        }
+        if asked.regex {
+            pairs.append_pair("regex", "1");
+        }
+        if asked.case {
+            pairs.append_pair("ignore_case", "0");
+        }
+    }
+    let found = client
+        .call(
+            reqwest::Method::GET,
+            &format!(
+                "/conversations/{chat}/files/search?{}",
+                query.query().unwrap_or("")
+            ),
+            None,
+        )
+        .await?;
+    let hits = found["hits"].as_array().cloned().unwrap_or_default();
+    let names = found["names"].as_array().cloned().unwrap_or_default();
+    for hit in &hits {
+        let place = match hit["part"].as_str() {
+            Some(part) => format!("{part}, line {}", hit["line"]),
+            None => format!("line {}", hit["line"]),
+        };
+        println!("{} ({place}): {}", text(&hit["path"]), text(&hit["text"]));
+    }
+    for name in &names {
+        println!("{} (file name)", text(name));
+    }
+    if hits.is_empty() && names.is_empty() {
+        println!("nothing matches in {} file(s)", found["files"]);
+    }
+    if found["more_hits"] == json!(true) {
+        println!(
+            "(only the first {} lines: more words or --path narrow it)",
+            hits.len()
+        );
+    }
+    let pending = found["pending"].as_u64().unwrap_or(0);
+    if pending > 0 {
+        println!("({pending} file(s) still being indexed: search again in a moment)");
+    }
+    let beyond = found["beyond"].as_u64().unwrap_or(0);
+    if beyond > 0 {
+        println!("({beyond} file(s) past the search's limits were not looked at: give --path)");
+    }
+    Ok(if hits.is_empty() && names.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -63,6 +63,14 @@ pub struct ChatdConfig {
     pub default_model: String,
     /// The context window assumed when the engine does not say.
     pub context_window: u64,
+    /// The model describe_image asks about an image for a chat whose model
+    /// does not see images; empty: the engine's first model that does.
+    pub image_model: String,
+    /// The model voice notes are transcribed with (the engine's
+    /// `/v1/audio/transcriptions`); empty: the engine's first that transcribes.
+    pub transcription_model: String,
+    /// Seconds one transcription may take before the message goes without it.
+    pub transcription_timeout_s: u64,
     /// Days a deleted chat stays in the trash.
     pub trash_days: u64,
     /// Days a deleted file's bytes stay in its chat's file trash.
@@ -258,6 +266,9 @@ impl Default for ChatdConfig {
             sse_keepalive_s: 15,
             default_model: String::new(),
             context_window: 32768,
+            image_model: String::new(),
+            transcription_model: String::new(),
+            transcription_timeout_s: 120,
             trash_days: 7,
             file_trash_days: 30,
             delta_days: 7,
@@ -341,6 +352,12 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_CONTEXT_WINDOW",
         key: "chatd.context_window",
     },
+    EnvKey::new("QSE_CHAT_IMAGE_MODEL", "chatd.image_model"),
+    EnvKey::new("QSE_CHAT_TRANSCRIPTION_MODEL", "chatd.transcription_model"),
+    EnvKey::new(
+        "QSE_CHAT_TRANSCRIPTION_TIMEOUT_S",
+        "chatd.transcription_timeout_s",
+    ),
     EnvKey {
         env: "QSE_CHAT_MAX_STEPS",
         key: "chatd.max_steps",
@@ -596,6 +613,23 @@ impl ChatdConfig {
         self.connections
             .check()
             .map_err(|e| anyhow::anyhow!("chatd.{e}"))?;
+        for (key, model) in [
+            ("image_model", &self.image_model),
+            ("transcription_model", &self.transcription_model),
+        ] {
+            if model.len() > 200 || model.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(bad(
+                    key,
+                    format!("{model:?} is not a model id (no spaces, 200 bytes at most)"),
+                ));
+            }
+        }
+        if !(1..=3600).contains(&self.transcription_timeout_s) {
+            return Err(bad(
+                "transcription_timeout_s",
+                format!("{} is outside 1..=3600", self.transcription_timeout_s),
+            ));
+        }
         if self.context_window < 2048 {
             return Err(bad(
                 "context_window",
@@ -762,6 +796,14 @@ mod tests {
         check(
             |c| c.sandbox.user = "bob".into(),
             "chatd.sandbox.user: \"bob\" is not uid:gid",
+        );
+        check(
+            |c| c.image_model = "a model".into(),
+            "chatd.image_model: \"a model\" is not a model id",
+        );
+        check(
+            |c| c.transcription_timeout_s = 0,
+            "chatd.transcription_timeout_s: 0 is outside 1..=3600",
         );
         check(
             |c| c.sandbox.max_running = 0,

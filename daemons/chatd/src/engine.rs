@@ -22,6 +22,8 @@ pub struct ModelInfo {
     pub context_window: Option<u64>,
     pub vision: bool,
     pub tools: bool,
+    /// It transcribes speech (`capabilities` holds "transcription" or "audio").
+    pub transcription: bool,
 }
 
 /// One piece of a streamed answer.
@@ -155,6 +157,7 @@ impl Engine {
                     context_window: window,
                     vision: has("vision"),
                     tools: true,
+                    transcription: has("transcription") || has("audio"),
                 })
             })
             .collect())
@@ -203,6 +206,62 @@ impl Engine {
             .or(answer.tokens.map(|t| t.0))
             .map(Some)
             .ok_or_else(|| "POST /v1/tokenize answered without a count".to_string())
+    }
+
+    /// The text of `audio` (named `file_name`, of type `mime`) as `model`
+    /// hears it, by `POST /v1/audio/transcriptions` (OpenAI's multipart
+    /// shape, answer `{"text"}`). The caller bounds the time.
+    pub async fn transcribe(
+        &self,
+        model: &str,
+        file_name: &str,
+        mime: &str,
+        audio: Vec<u8>,
+    ) -> Result<String, Fault> {
+        let file = reqwest::multipart::Part::bytes(audio)
+            .file_name(file_name.to_string())
+            .mime_str(mime)
+            .map_err(|e| Fault::Rejected {
+                status: 0,
+                message: format!("{mime:?} is not a media type: {e}"),
+            })?;
+        let form = reqwest::multipart::Form::new()
+            .text("model", model.to_string())
+            .text("response_format", "json")
+            .part("file", file);
+        let response = self
+            .http
+            .post(format!("{}/v1/audio/transcriptions", self.base))
+            .multipart(form)
+            .send()
+            .await
+            .map_err(|e| Fault::Unreachable(short(&e)))?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(|e| Fault::Cut(short(&e)))?;
+        if status != 200 {
+            let message = error_message(&text);
+            return Err(match status {
+                503 | 429 => Fault::Busy {
+                    status,
+                    retry_after: None,
+                    message,
+                },
+                400..=499 => Fault::Rejected { status, message },
+                _ => Fault::Server { status, message },
+            });
+        }
+        let answer: Value = serde_json::from_str(&text).map_err(|_| Fault::Server {
+            status,
+            message: "the answer was not JSON".into(),
+        })?;
+        answer
+            .get("text")
+            .and_then(Value::as_str)
+            .map(|t| t.trim().to_string())
+            .ok_or_else(|| Fault::Server {
+                status,
+                message: "the answer had no text".into(),
+            })
     }
 
     /// Starts a streamed chat completion for `session` (`x-session-id`).

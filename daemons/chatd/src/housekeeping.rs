@@ -2,7 +2,8 @@
 //! in the trash past their days removed, deleted files past their days in
 //! the file trash removed for good, old `text.delta` events dropped
 //! (messages keep their text), inbox entries past their 90 days dropped
-//! (an insert drops them too, but the inbox may go quiet for months).
+//! (an insert drops them too, but the inbox may go quiet for months), and
+//! documents' texts and the search index's versions no file holds any more.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -87,6 +88,17 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
             )?)
         })
         .await?;
+    // The search index's versions no workspace has held for a day.
+    let indexed_dropped = app
+        .store
+        .write(move |ctx| {
+            Ok(crate::store::index::prune(
+                ctx.conn(),
+                read_before,
+                crate::index::INDEX_VERSION,
+            )?)
+        })
+        .await?;
     let notifications_dropped = app
         .store
         .write(|ctx| Ok(inbox::prune(ctx.conn(), now_unix())?))
@@ -97,6 +109,7 @@ pub async fn once(app: &Arc<App>) -> Result<(), ApiError> {
         notifications_dropped,
         keys_dropped,
         texts_dropped,
+        indexed_dropped,
         "housekeeping done"
     );
     Ok(())

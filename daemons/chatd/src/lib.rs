@@ -22,6 +22,7 @@ pub mod history;
 pub mod hostexec;
 pub mod housekeeping;
 pub mod inbox;
+pub mod index;
 pub mod kinds;
 pub mod listeners;
 pub mod metrics;
@@ -37,6 +38,7 @@ pub mod settings;
 pub mod store;
 pub mod titles;
 pub mod tools;
+pub mod voice;
 pub mod words;
 pub mod workspace;
 
@@ -84,6 +86,8 @@ pub struct App {
     pub history: Arc<crate::history::FileHistory>,
     /// Documents read into text, for attachments and the tools.
     pub documents: crate::documents::Documents,
+    /// The search index of the chats' files.
+    pub index: crate::index::Index,
     /// Each chat's container; `None` when no runtime answered at start.
     pub sandboxes: Option<crate::sandbox::Sandboxes>,
     /// What the runtime said at start (capabilities read it).
@@ -129,9 +133,7 @@ impl App {
     async fn probe_engine(&self) {
         let state = match self.engine.models(Duration::from_secs(2)).await {
             Ok(models) => {
-                for m in &models {
-                    self.models.remember(m);
-                }
+                self.models.remember_all(&models);
                 EngineState {
                     reachable: true,
                     models,
@@ -247,7 +249,7 @@ pub async fn run(
     // A runtime that answers with the image there: bash runs in sandboxes.
     // Otherwise chats go on without, and bash runs as host_exec says.
     let probe = crate::sandbox::Sandboxes::new(&config, shutdown.clone(), folders.clone())?;
-    let status = probe.probe().await;
+    let status = probe.probe_at_start().await;
     let sandboxes = status.installed.then(|| probe.clone());
     match &status.reason {
         None => {
@@ -268,8 +270,15 @@ pub async fn run(
         crate::documents::Reader::new("/proc/self/exe".into(), crate::documents::Limits::default()),
         store.clone(),
     );
+    let index = crate::index::Index::new(
+        store.clone(),
+        history.blobs().clone(),
+        documents.clone(),
+        history.changed(),
+    );
     let runs = Runs::new(crate::runs::RunsParts {
         documents: documents.clone(),
+        index: index.clone(),
         history: history.clone(),
         store: store.clone(),
         engine: engine.clone(),
@@ -312,6 +321,7 @@ pub async fn run(
         folders,
         history,
         documents,
+        index: index.clone(),
         sandboxes: sandboxes.clone(),
         sandboxes_probe: probe.clone(),
         started: Instant::now(),
@@ -370,6 +380,7 @@ pub async fn run(
         }
     });
     housekeeping::spawn(app.clone());
+    index.spawn(shutdown.clone());
 
     let address = listener.local_addr()?;
     tracing::info!(%address, data = %config.data_dir.display(), engine = %config.engine_url,

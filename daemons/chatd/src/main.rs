@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     // The document reader: chatd's own binary in a child process (documents::helper).
     let mut argv = std::env::args();
     if argv.nth(1).as_deref() == Some(chatd::documents::helper::SUBCOMMAND) {
-        return chatd::documents::helper::child_main(&argv.next().unwrap_or_default());
+        return chatd::documents::helper::child_main(&argv.collect::<Vec<_>>());
     }
     let args = Args::parse();
     let common = args.common.clone();

@@ -1,6 +1,7 @@
 //! What chatd knows of the engine's models (not its records: those are
-//! `model.rs`): each model's context window and whether it reads images,
-//! as `/v1/models` last said, whether the engine counts tokens
+//! `model.rs`): each model's context window, whether it reads images and
+//! which ones transcribe speech, as `/v1/models` last said, how a chat gets
+//! at images ([`Sight`]), whether the engine counts tokens
 //! (`/v1/tokenize`), and a request's prompt tokens, counted or estimated.
 //! The API and the runs ask it alike.
 
@@ -14,6 +15,24 @@ use tandem_shared::sync::lock;
 use crate::context;
 use crate::engine::{Engine, ModelInfo};
 
+/// How a chat's model gets at an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sight {
+    /// It reads images itself.
+    Direct,
+    /// It does not; describe_image asks this model, which does.
+    Described(String),
+    /// No model of the box reads images.
+    Blind,
+}
+
+/// Models by what they can do, in the engine's order.
+#[derive(Debug, Default)]
+struct Listed {
+    vision: Vec<String>,
+    transcription: Vec<String>,
+}
+
 pub struct Models {
     engine: Engine,
     /// The window chatd plans with for a model the engine names none for.
@@ -22,6 +41,9 @@ pub struct Models {
     windows: Mutex<HashMap<String, u64>>,
     /// The models that read images.
     vision: Mutex<HashSet<String>>,
+    /// The models that read images and those that transcribe speech, in
+    /// the order `/v1/models` last listed them.
+    listed: Mutex<Listed>,
     /// Whether the engine counts tokens (`POST /v1/tokenize`): 0 not yet
     /// known, 1 yes, 2 no.
     tokenize: AtomicU8,
@@ -36,6 +58,7 @@ impl Models {
             default_window,
             windows: Mutex::new(HashMap::new()),
             vision: Mutex::new(HashSet::new()),
+            listed: Mutex::new(Listed::default()),
             tokenize: AtomicU8::new(0),
         }
     }
@@ -53,9 +76,61 @@ impl Models {
         }
     }
 
+    /// What `/v1/models` said, in its order: each model remembered, and
+    /// the first that sees images or transcribes known.
+    pub fn remember_all(&self, models: &[ModelInfo]) {
+        for model in models {
+            self.remember(model);
+        }
+        let ids = |keep: fn(&ModelInfo) -> bool| {
+            models
+                .iter()
+                .filter(|m| keep(m))
+                .map(|m| m.id.clone())
+                .collect()
+        };
+        *lock(&self.listed) = Listed {
+            vision: ids(|m| m.vision),
+            transcription: ids(|m| m.transcription),
+        };
+    }
+
     /// Whether `model` reads images (`/v1/models` says so).
     pub fn reads_images(&self, model: &str) -> bool {
         lock(&self.vision).contains(model)
+    }
+
+    /// The model describe_image asks for a chat on `chat_model`: the
+    /// `image_model` setting, else the chat's own when it sees images, else
+    /// the engine's first that does.
+    pub fn describer(&self, chat_model: &str, image_model: &str) -> Option<String> {
+        if !image_model.is_empty() {
+            return Some(image_model.to_string());
+        }
+        if self.reads_images(chat_model) {
+            return Some(chat_model.to_string());
+        }
+        lock(&self.listed).vision.first().cloned()
+    }
+
+    /// How a chat on `chat_model` gets at images.
+    pub fn sight(&self, chat_model: &str, image_model: &str) -> Sight {
+        if self.reads_images(chat_model) {
+            return Sight::Direct;
+        }
+        match self.describer(chat_model, image_model) {
+            Some(model) => Sight::Described(model),
+            None => Sight::Blind,
+        }
+    }
+
+    /// The model voice notes are transcribed with: the setting, else the
+    /// engine's first that transcribes.
+    pub fn transcriber(&self, transcription_model: &str) -> Option<String> {
+        if !transcription_model.is_empty() {
+            return Some(transcription_model.to_string());
+        }
+        lock(&self.listed).transcription.first().cloned()
     }
 
     /// What the engine says a model holds (`None`: it did not say).
@@ -127,5 +202,51 @@ impl Models {
             }
         }
         (estimate, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(id: &str, vision: bool, transcription: bool) -> ModelInfo {
+        ModelInfo {
+            id: id.into(),
+            context_window: None,
+            vision,
+            tools: true,
+            transcription,
+        }
+    }
+
+    #[test]
+    fn images_and_voice_go_to_the_setting_else_the_engines_first_that_can() {
+        let models = Models::new(Engine::new("http://127.0.0.1:9"), 8192);
+        let check = |chat: &str, setting: &str, expect: Sight| {
+            assert_eq!(
+                models.sight(chat, setting),
+                expect,
+                "{chat} with {setting:?}"
+            );
+        };
+        check("text", "", Sight::Blind);
+        assert_eq!(models.transcriber(""), None);
+        models.remember_all(&[
+            model("text", false, false),
+            model("eye-1", true, false),
+            model("eye-2", true, false),
+            model("whisper", false, true),
+        ]);
+        check("text", "", Sight::Described("eye-1".into()));
+        check("text", "eye-2", Sight::Described("eye-2".into()));
+        check("eye-2", "eye-1", Sight::Direct);
+        // Called anyway, on a chat whose model sees: its own model.
+        assert_eq!(models.describer("eye-2", "").as_deref(), Some("eye-2"));
+        assert_eq!(models.transcriber("").as_deref(), Some("whisper"));
+        assert_eq!(models.transcriber("big-ear").as_deref(), Some("big-ear"));
+        // The engine said otherwise since.
+        models.remember_all(&[model("text", false, false)]);
+        check("text", "", Sight::Blind);
+        assert_eq!(models.transcriber(""), None);
     }
 }

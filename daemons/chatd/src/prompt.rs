@@ -2,8 +2,10 @@
 //! prompt, a saved agent's instructions, then what this chat's tools can
 //! and cannot do. Every sentence of the last part is made from what the chat
 //! is really offered (the agent's grants, `host_exec`, the sandbox, the
-//! chat's network as egressd has it), never from the box's full registry:
-//! the model repeats what it is told to the person.
+//! chat's network as egressd has it, how it gets at images), never from the
+//! box's full registry: the model repeats what it is told to the person.
+
+pub use crate::models::Sight;
 
 /// What limits a chat's network, as egressd says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +65,8 @@ pub struct Offer {
     pub network: Network,
     /// The permission mode asks before every change (`ask`).
     pub writes_ask: bool,
+    /// How the chat's model gets at images.
+    pub images: Sight,
 }
 
 impl Offer {
@@ -130,6 +134,12 @@ pub fn tools_block(offer: &Offer) -> String {
              read_document, a page, sheet or slide at a time by its `## Page N` lines.\n",
         );
     }
+    if offer.has("search_files") {
+        out.push_str(
+            "To find which files mention something (their names, text files and documents' \
+             text), use search_files; it names the page or sheet and the line to read on from.\n",
+        );
+    }
     if writes || offer.has("bash") {
         out.push_str(
             "Every change to the workspace's files is kept in the chat's file history, so the \
@@ -148,9 +158,29 @@ pub fn tools_block(offer: &Offer) -> String {
             "For work in several steps, keep a list with todo_write and update it as you go.\n",
         );
     }
+    out.push_str(&images_paragraph(offer));
     out.push_str(&commands_paragraph(offer));
     out.push_str(&web_paragraph(offer));
     out
+}
+
+/// Which of: the model sees images, another model describes them, or no
+/// model of the box sees them.
+fn images_paragraph(offer: &Offer) -> String {
+    match &offer.images {
+        Sight::Direct => "You see attached images yourself, in their own turn only.\n".to_string(),
+        Sight::Described(model) if offer.has("describe_image") => format!(
+            "You do not see images: describe_image has {model}, which does, describe one \
+             (attached ones are in uploads/).\n"
+        ),
+        Sight::Described(_) => {
+            "You do not see images: when one is attached, say so and ask what it shows.\n"
+                .to_string()
+        }
+        Sight::Blind => "No model of this box sees images: when one is attached, say so and \
+                         ask what it shows.\n"
+            .to_string(),
+    }
 }
 
 fn commands_paragraph(offer: &Offer) -> String {
@@ -272,6 +302,7 @@ mod tests {
             commands,
             network,
             writes_ask: false,
+            images: Sight::Blind,
         }
     }
 
@@ -330,6 +361,27 @@ mod tests {
         assert!(words(Reach::Off, Reach::All, false).contains("is refused"));
         assert!(words(Reach::All, Reach::Off, true).contains("blocks the network"));
         assert!(network_words(Network::Unavailable).contains("does not answer"));
+    }
+
+    #[test]
+    fn the_block_says_how_images_are_seen() {
+        let mut chat = offer(&["read_file"], Commands::Nowhere, Network::Unavailable);
+        chat.images = Sight::Direct;
+        assert!(tools_block(&chat).contains("You see attached images yourself"));
+        chat.images = Sight::Described("sim-vision".into());
+        let block = tools_block(&chat);
+        assert!(
+            block.contains("You do not see images: when one is attached, say so"),
+            "not granted: {block}"
+        );
+        chat.tools.push("describe_image");
+        let block = tools_block(&chat);
+        assert!(
+            block.contains("describe_image has sim-vision, which does, describe one"),
+            "{block}"
+        );
+        chat.images = Sight::Blind;
+        assert!(tools_block(&chat).contains("No model of this box sees images"));
     }
 
     #[test]

@@ -197,3 +197,13 @@ tandem_shared::words! {
         Outside => "outside",
     }
 }
+
+tandem_shared::words! {
+    /// What the search index holds of a version of a file.
+    pub enum IndexState("index state") {
+        /// Its text, in parts: found by what it says and by its name.
+        Text => "text",
+        /// Its name only (binary, too big, or unreadable: the note says).
+        Names => "names",
+    }
+}

@@ -51,6 +51,16 @@ struct Args {
     /// may be given more than once.
     #[arg(long, value_name = "ID")]
     extra_model: Vec<String>,
+    /// A second model /v1/models lists as seeing images; a request to it is
+    /// answered with the sizes of the images it was shown.
+    #[arg(long, value_name = "ID")]
+    vision_model: Option<String>,
+    /// A model /v1/models lists as transcribing (`capabilities: ["transcription"]`).
+    #[arg(long, value_name = "ID")]
+    transcription_model: Option<String>,
+    /// No POST /v1/audio/transcriptions: 404, like an engine without it.
+    #[arg(long)]
+    no_transcriptions: bool,
 }
 
 fn parse_tps(s: &str) -> Result<f64, String> {
@@ -82,6 +92,9 @@ async fn main() -> anyhow::Result<()> {
         vision: args.vision,
         meminfo: args.meminfo,
         extra_models: args.extra_model,
+        vision_model: args.vision_model,
+        transcriptions: !args.no_transcriptions,
+        transcription_model: args.transcription_model,
     };
     sim::serve_with_shutdown(listener, config, async {
         let mut term =

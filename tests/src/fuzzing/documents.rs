@@ -2,7 +2,8 @@
 //! that are mostly real documents damaged at random: a PDF, a workbook, a
 //! DOCX, a PPTX, an EPUB and a CSV (docfixtures', and a small workbook made
 //! here, written once), with bytes flipped, cut, spliced or doubled; now and
-//! then bytes of nothing. Each input goes through every kind's reader. A
+//! then bytes of nothing. Each input goes through every kind's reader, and
+//! every kind's preview (the files pane's rows and blocks). A
 //! reader answers text or a refusal; a panic is a finding (pdf-extract's own
 //! panics are caught page by page inside formats/pdf.rs, so one that gets
 //! here escaped that).
@@ -10,6 +11,7 @@
 use std::sync::OnceLock;
 
 use arbitrary::Unstructured;
+use chatd::documents::formats::preview::{preview, PreviewKind, PREVIEW_BYTES};
 use chatd::documents::formats::{extract, DocKind, MAX_TEXT};
 
 use super::Verdict;
@@ -22,6 +24,14 @@ const KINDS: [DocKind; 7] = [
     DocKind::Epub,
     DocKind::Csv,
     DocKind::Tsv,
+];
+
+const PREVIEW_KINDS: [PreviewKind; 5] = [
+    PreviewKind::Workbook,
+    PreviewKind::Csv,
+    PreviewKind::Tsv,
+    PreviewKind::Docx,
+    PreviewKind::Pptx,
 ];
 
 /// The real documents inputs start from, made once a process.
@@ -150,6 +160,21 @@ pub(super) fn documents(u: &mut Unstructured) -> Verdict {
                 ));
             }
             last = Some(part.start);
+        }
+    }
+    // The files pane's previews read the same bytes their own way (rows
+    // and blocks, not text): a preview or a refusal, within its bound.
+    for kind in PREVIEW_KINDS {
+        let Ok(shown) = preview(kind, &bytes) else {
+            continue;
+        };
+        let json = serde_json::to_vec(&shown).map_err(|e| format!("{kind:?}: {e}"))?;
+        // The bound counts text; the JSON adds its quotes and brackets.
+        if json.len() > 2 * PREVIEW_BYTES {
+            return Err(format!(
+                "{kind:?}: a preview of {} bytes of JSON, past its {PREVIEW_BYTES} bytes of text",
+                json.len()
+            ));
         }
     }
     Ok(())

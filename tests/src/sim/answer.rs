@@ -155,6 +155,9 @@ pub(super) async fn chat_answer(
         Ok(m) => m,
         Err(e) => return bad_request(&sim, &e),
     };
+    if let Some(answer) = vision_answer(&sim, &req, messages).await {
+        return answer;
+    }
     let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = req
         .pointer("/stream_options/include_usage")

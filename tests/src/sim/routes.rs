@@ -10,6 +10,9 @@ pub(super) fn router(sim: Arc<Sim>) -> Router {
             .route("/v1/tokenize", post(tokenize))
             .route("/tokenize", post(tokenize));
     }
+    if sim.config.transcriptions {
+        app = app.route("/v1/audio/transcriptions", post(transcriptions));
+    }
     app.route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
@@ -21,6 +24,10 @@ pub(super) fn router(sim: Arc<Sim>) -> Router {
         .route("/sim/cache", post(cache_set).get(cache_get))
         .route("/sim/refuse", post(refuse))
         .route("/sim/requests", get(requests_get).delete(requests_clear))
+        .route(
+            "/sim/transcriptions",
+            get(transcriptions_get).delete(transcriptions_clear),
+        )
         .route("/sim/stats", get(stats))
         .route("/sim/reset", post(reset))
         .fallback(|| async {
@@ -83,6 +90,12 @@ pub(super) async fn models(State(sim): State<Arc<Sim>>) -> Json<Value> {
     let mut data = vec![entry(&c.model, &capabilities)];
     for id in &c.extra_models {
         data.push(entry(id, &["completion", "tools"]));
+    }
+    if let Some(id) = &c.vision_model {
+        data.push(entry(id, &["completion", "vision"]));
+    }
+    if let Some(id) = &c.transcription_model {
+        data.push(entry(id, &["transcription"]));
     }
     Json(json!({"object": "list", "data": data}))
 }

@@ -3,4 +3,7 @@
 
 mod chat;
 mod formats;
+mod media;
+mod preview;
 mod reader;
+mod search;

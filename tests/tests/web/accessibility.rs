@@ -89,10 +89,12 @@ impl Rig {
     }
 
     /// A chat (mode auto) whose answer made a file with `write_file` and
-    /// then answered [`RICH`].
+    /// then answered [`RICH`]; a workbook is in its files for the preview.
     async fn rich_chat(&self) -> anyhow::Result<String> {
         let chat = self.client.create_chat_in("auto").await?;
-        std::fs::create_dir_all(self.chatd.data_dir().join("workspaces").join(&chat))?;
+        let workspace = self.chatd.data_dir().join("workspaces").join(&chat);
+        std::fs::create_dir_all(&workspace)?;
+        tandem_tests::docfixtures::workbook(&workspace)?;
         self.sim
             .faults(json!([
                 {"tool_calls": [{"name": "write_file",
@@ -139,7 +141,8 @@ impl Rig {
 /// Every screen of a live page: the start screen, a chat with rich
 /// answers, a tool call and its file chips, the meter's details, the
 /// settings panel, the inbox, a waiting card, a failed reply's banner, the
-/// composer with a file attached, the files pane, the chat's menu, the
+/// composer with a file attached, the files pane and a workbook's preview
+/// with its sheet tabs, the chat's menu, the
 /// Ctrl+K switcher, and on a phone the chat list's drawer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
@@ -199,6 +202,13 @@ async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
         b.click("#files-toggle").await?;
         b.wait_visible("#files-pane", WAIT).await?;
         check(&b, &axe, "files", viewport, &mut failures).await?;
+        b.click("#files-pane li.file-row[data-path='accounts.xlsx'] .file-open")
+            .await?;
+        b.wait_count("#file-preview [role='tab']", |n| n == 3, WAIT)
+            .await?;
+        b.wait_count("#file-preview .sheet-panel table", |n| n == 1, WAIT)
+            .await?;
+        check(&b, &axe, "sheet-preview", viewport, &mut failures).await?;
         b.click("#files-close").await?;
 
         b.goto(&format!("{front}/#/c/{waiting}")).await?;

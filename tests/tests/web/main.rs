@@ -7,6 +7,8 @@ mod around;
 mod composer;
 mod files_page;
 mod files_page_gone;
+mod files_page_preview;
+mod files_page_search;
 mod files_page_trash;
 mod front;
 mod inbox;

@@ -128,7 +128,10 @@ pub fn path_param(
 
 /// The file's name, the file open and its size, checked the way the tools
 /// check a path.
-fn open(root: &std::path::Path, path: &str) -> Result<(String, std::fs::File, u64), ApiError> {
+pub(super) fn open(
+    root: &std::path::Path,
+    path: &str,
+) -> Result<(String, std::fs::File, u64), ApiError> {
     let missing = || {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -26,7 +26,7 @@ use crate::App;
 /// Change sets one page of `…/files/changes` holds at most.
 const PAGE_MAX: usize = 200;
 
-async fn live_chat(app: &App, id: &str) -> Result<Place, ApiError> {
+pub(super) async fn live_chat(app: &App, id: &str) -> Result<Place, ApiError> {
     let cid = id.to_string();
     app.store
         .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
@@ -36,7 +36,7 @@ async fn live_chat(app: &App, id: &str) -> Result<Place, ApiError> {
 
 /// Keeps what changed since the last scan (a person's editor, a program
 /// outside tandem) as the chat's `outside` set, so a list is never stale.
-async fn catch_up(app: &App, id: &str, place: &Place) -> Result<(), ApiError> {
+pub(super) async fn catch_up(app: &App, id: &str, place: &Place) -> Result<(), ApiError> {
     let author = Author {
         conversation_id: id.to_string(),
         run_id: None,

@@ -14,9 +14,11 @@ mod history;
 mod messages;
 mod notifications;
 mod outgoing;
+mod preview;
 mod push;
 mod rules;
 mod sandbox;
+mod search;
 mod system;
 mod uploads;
 
@@ -76,6 +78,8 @@ pub fn router(app: Arc<App>) -> Router {
             "/conversations/{id}/files/content",
             get(files::download).put(uploads::put_content),
         )
+        .route("/conversations/{id}/files/preview", get(preview::preview))
+        .route("/conversations/{id}/files/search", get(search::search))
         .route("/conversations/{id}/files/changes", get(history::changes))
         .route("/conversations/{id}/files/history", get(history::history))
         .route("/conversations/{id}/files/undo", post(history::undo))

@@ -165,7 +165,9 @@ pub async fn attached(
         .read(move |conn| queries::conversation(conn, &cid, Trashed::Exclude))
         .await?;
     let room = app.runs.free_tokens(id, &conversation.model).await? / 4;
-    let vision = app.models.reads_images(&conversation.model);
+    let sight = app
+        .models
+        .sight(&conversation.model, &app.config.image_model);
     let author = crate::store::files::Author {
         conversation_id: id.to_string(),
         run_id: None,
@@ -192,16 +194,33 @@ pub async fn attached(
         Workspace::existing(&root)
             .map_err(|e| ApiError::internal(format!("the workspace could not be opened: {e}")))?,
     );
-    let mut docs = attachments::DocTexts::new();
+    let mut read = attachments::Readings::default();
     for (path, kind) in attachments::documents_of(&placed) {
-        let read = match workspace.open_file(&path) {
+        let text = match workspace.open_file(&path) {
             Ok(opened) => app.documents.read(opened.file, kind).await,
             Err(e) => Err(e.message().to_string()),
         };
-        docs.insert(path, read);
+        read.docs.insert(path, text);
+    }
+    // Voice notes too, each bounded in size and time: a failed one is a
+    // line in the message, and the message goes on.
+    let transcriber = crate::voice::Transcriber::new(
+        app.engine.clone(),
+        app.models.clone(),
+        app.store.clone(),
+        &app.config,
+    );
+    for (path, name) in attachments::voices_of(&placed) {
+        let heard = match workspace.open_file(&path) {
+            Ok(opened) => transcriber.transcribe(opened.file, &name).await,
+            Err(e) => Err(crate::voice::NotTranscribed::Unreadable(
+                e.message().to_string(),
+            )),
+        };
+        read.voices.insert(path, heard);
     }
     tokio::task::spawn_blocking(move || {
-        attachments::describe(&workspace, &placed, room, vision, &docs)
+        attachments::describe(&workspace, &placed, room, &sight, &read)
     })
     .await
     .map_err(|_| ApiError::internal("the attachments could not be described"))

@@ -3,7 +3,9 @@
 //! message while it fits in a quarter of the free window (32,000 tokens at
 //! most for all of them); a larger file is named by path, size and tokens so
 //! the model can read it with `read_file`. Images go to a model that reads
-//! images; to any other they are named only.
+//! images; to any other they are named only (with describe_image to have
+//! them described, where a model of the box sees images). A voice note goes
+//! in as its transcript (`voice`), or a line saying why there is none.
 //!
 //! A JSON send carries its files inline (text or base64, under the request
 //! body limit); a multipart one streams them to disk (`api/form.rs`). Both
@@ -21,7 +23,9 @@ use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
 use crate::documents::{DocKind, DocText, INLINE_CHARS};
+use crate::models::Sight;
 use crate::tools::fit::commas;
+use crate::voice::{NotTranscribed, Transcript};
 use crate::workspace::Workspace;
 pub use names::{free_base, guess_mime};
 
@@ -175,6 +179,29 @@ pub struct Saved {
 /// What the reader made of each attached document, by path.
 pub type DocTexts = HashMap<String, Result<Arc<DocText>, String>>;
 
+/// What each attached voice note was heard as, by path.
+pub type Voices = HashMap<String, Result<Transcript, NotTranscribed>>;
+
+/// What was made of a message's files before they are described: its
+/// documents read as text, its voice notes transcribed.
+#[derive(Default)]
+pub struct Readings {
+    pub docs: DocTexts,
+    pub voices: Voices,
+}
+
+/// The attached voice notes (audio by their names), with their base names.
+pub fn voices_of(files: &[Placed]) -> Vec<(String, String)> {
+    files
+        .iter()
+        .filter(|f| crate::voice::audio_type(&f.path).is_some())
+        .map(|f| {
+            let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+            (f.path.clone(), name.to_string())
+        })
+        .collect()
+}
+
 /// The attached files the document reader reads (a CSV or TSV is text and
 /// goes in as it is).
 pub fn documents_of(files: &[Placed]) -> Vec<(String, DocKind)> {
@@ -188,15 +215,17 @@ pub fn documents_of(files: &[Placed]) -> Vec<(String, DocKind)> {
 }
 
 /// Writes what the model reads of files on disk. `inline_tokens`: the room
-/// for text in the message. `vision`: whether the chat's model reads images.
-/// `docs`: the documents among them as the reader read them.
+/// for text in the message. `sight`: how the chat's model gets at images.
+/// `read`: the documents among them as the reader read them, the voice
+/// notes as they were transcribed.
 pub fn describe(
     workspace: &Workspace,
     files: &[Placed],
     inline_tokens: u64,
-    vision: bool,
-    docs: &DocTexts,
+    sight: &Sight,
+    read: &Readings,
 ) -> Saved {
+    let vision = *sight == Sight::Direct;
     let budget = inline_tokens.min(MAX_INLINE_TOKENS);
     let mut used = 0u64;
     let mut text = String::new();
@@ -211,7 +240,9 @@ pub fn describe(
             record["kind"] = json!("image");
             let seen = vision && size <= MAX_IMAGE_BYTES;
             record["image"] = json!(seen);
-            let why = if !vision {
+            let why = if let Sight::Described(_) = sight {
+                ": this model does not read images; describe_image has it described"
+            } else if !vision {
                 ": this model does not read images"
             } else if !seen {
                 ": over the 50 MiB an image may be to be shown"
@@ -222,7 +253,15 @@ pub fn describe(
                 "\n\n[attached image {path}, {} bytes{why}]",
                 commas(size)
             ));
-        } else if let Some(read) = docs.get(path) {
+        } else if let Some(heard) = read.voices.get(path) {
+            used += voice(
+                &mut text,
+                &mut record,
+                file,
+                heard,
+                budget.saturating_sub(used),
+            );
+        } else if let Some(read) = read.docs.get(path) {
             used += document(
                 &mut text,
                 &mut record,
@@ -330,6 +369,53 @@ fn document(
         ));
     }
     estimate_tokens(shown)
+}
+
+/// A voice note's part of the message: the line saying it is one, then
+/// its transcript (its first [`INLINE_CHARS`] characters at most, within
+/// `room` tokens but never under 2,000 characters), or one line saying why
+/// there is none. Returns the tokens it put in.
+fn voice(
+    text: &mut String,
+    record: &mut Value,
+    file: &Placed,
+    heard: &Result<Transcript, NotTranscribed>,
+    room: u64,
+) -> u64 {
+    let (path, size) = (&file.path, commas(file.size));
+    record["kind"] = json!("audio");
+    let transcript = match heard {
+        Ok(transcript) => transcript,
+        Err(why) => {
+            record["transcribed"] = json!(false);
+            record["untranscribed"] = json!(why.to_string());
+            text.push_str(&format!(
+                "\n\n[attached voice message {path}, {size} bytes; not transcribed: {why}]"
+            ));
+            return 0;
+        }
+    };
+    let all = transcript.text.trim();
+    let total = all.chars().count();
+    let fits = INLINE_CHARS.min(room.saturating_mul(4).clamp(2_000, usize::MAX as u64) as usize);
+    let shown = if total > fits {
+        let kept: String = all.chars().take(fits).collect();
+        record["inline_chars"] = json!(fits);
+        format!(
+            "{kept}\n[the first {} of {} characters of the transcript]",
+            commas(fits as u64),
+            commas(total as u64)
+        )
+    } else {
+        all.to_string()
+    };
+    record["transcribed"] = json!(true);
+    record["transcript_chars"] = json!(total);
+    text.push_str(&format!(
+        "\n\n[attached voice message {path}, {size} bytes]\n{}\n{shown}",
+        crate::voice::LINE
+    ));
+    estimate_tokens(&shown)
 }
 
 /// The longest start of `text` of whole lines within `max` characters (a

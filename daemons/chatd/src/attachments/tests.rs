@@ -13,7 +13,8 @@ fn upload(name: &str, text: &str) -> Upload {
 
 fn save(ws: &Workspace, uploads: Vec<Upload>, room: u64, vision: bool) -> Saved {
     let placed = land(ws, Incoming::Decoded(check(uploads).unwrap())).unwrap();
-    describe(ws, &placed, room, vision, &DocTexts::new())
+    let sight = if vision { Sight::Direct } else { Sight::Blind };
+    describe(ws, &placed, room, &sight, &Readings::default())
 }
 
 #[test]
@@ -60,7 +61,7 @@ fn a_file_past_the_inline_read_is_text_by_its_start() {
         size: body.len() as u64,
         conflict_of: None,
     };
-    let saved = describe(&ws, &[placed], 32_000, false, &DocTexts::new());
+    let saved = describe(&ws, &[placed], 32_000, &Sight::Blind, &Readings::default());
     assert_eq!(saved.records[0]["kind"], "text", "{}", saved.text);
     assert_eq!(saved.records[0]["inline"], false);
 }
@@ -140,7 +141,7 @@ fn a_document_goes_in_by_its_first_20000_characters_in_whole_lines() {
     let body = format!("## Page 1\n{}", line.repeat(300));
     let placed = pdf_placed("uploads/report.pdf");
     let docs = DocTexts::from([(placed.path.clone(), pdf_read(body.clone()))]);
-    let saved = describe(&ws, &[placed], 32_000, false, &docs);
+    let saved = describe(&ws, &[placed], 32_000, &Sight::Blind, &read(docs));
     assert!(saved.text.contains(
         "[attached PDF uploads/report.pdf, 123,456 bytes: PDF, 1 page; page 2 has no text layer: a probable scan]\n```\n## Page 1\n"
     ));
@@ -159,7 +160,7 @@ fn a_document_without_room_or_unread_is_named_with_why() {
     let ws = Workspace::open(dir.path()).unwrap();
     let placed = pdf_placed("uploads/a.pdf");
     let docs = DocTexts::from([(placed.path.clone(), pdf_read("## Page 1\nhello\n".into()))]);
-    let saved = describe(&ws, &[placed], 0, false, &docs);
+    let saved = describe(&ws, &[placed], 0, &Sight::Blind, &read(docs));
     assert!(saved
         .text
         .contains("no room for it here; read it with read_document]"));
@@ -170,9 +171,81 @@ fn a_document_without_room_or_unread_is_named_with_why() {
         placed.path.clone(),
         Err("it is damaged (no trailer)".into()),
     )]);
-    let saved = describe(&ws, &[placed], 32_000, false, &docs);
+    let saved = describe(&ws, &[placed], 32_000, &Sight::Blind, &read(docs));
     assert!(saved.text.contains(
         "[attached file uploads/b.pdf: 123,456 bytes; it could not be read: it is damaged (no trailer)]"
     ));
     assert_eq!(saved.records[0]["unread"], "it is damaged (no trailer)");
+}
+
+/// What was read of a message's files: these documents, no voice notes.
+fn read(docs: DocTexts) -> Readings {
+    Readings {
+        docs,
+        voices: Voices::new(),
+    }
+}
+
+#[test]
+fn a_voice_note_goes_in_as_its_transcript_or_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path()).unwrap();
+    let file = |name: &str| Placed {
+        path: format!("uploads/{name}"),
+        mime: "audio/ogg".into(),
+        size: 4_321,
+        conflict_of: None,
+    };
+    let mut read = Readings::default();
+    read.voices.insert(
+        "uploads/note.ogg".into(),
+        Ok(Transcript {
+            text: "Buy milk.\n".into(),
+            model: Some("whisper".into()),
+        }),
+    );
+    read.voices
+        .insert("uploads/long.wav".into(), Err(NotTranscribed::TimedOut(2)));
+    let saved = describe(
+        &ws,
+        &[file("note.ogg"), file("long.wav")],
+        32_000,
+        &Sight::Blind,
+        &read,
+    );
+    assert_eq!(
+        saved.text,
+        "\n\n[attached voice message uploads/note.ogg, 4,321 bytes]\n\
+         [Voice message, transcribed]\nBuy milk.\
+         \n\n[attached voice message uploads/long.wav, 4,321 bytes; not transcribed: \
+         the engine gave no transcript within 2 s]"
+    );
+    assert_eq!(saved.records[0]["kind"], "audio");
+    assert_eq!(saved.records[0]["transcribed"], true);
+    assert_eq!(saved.records[0]["transcript_chars"], 9);
+    assert_eq!(saved.records[1]["transcribed"], false);
+    assert_eq!(
+        saved.records[1]["untranscribed"],
+        "the engine gave no transcript within 2 s"
+    );
+}
+
+#[test]
+fn an_image_for_a_blind_model_points_at_describe_image_when_another_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path()).unwrap();
+    let photo = Placed {
+        path: "uploads/shot.png".into(),
+        mime: "image/png".into(),
+        size: 10,
+        conflict_of: None,
+    };
+    let sight = Sight::Described("sim-vision".into());
+    let saved = describe(&ws, &[photo], 32_000, &sight, &Readings::default());
+    assert_eq!(
+        saved.text,
+        "\n\n[attached image uploads/shot.png, 10 bytes: this model does not read images; \
+         describe_image has it described]"
+    );
+    assert_eq!(saved.records[0]["image"], false);
 }

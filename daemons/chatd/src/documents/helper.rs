@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
+use super::formats::preview::{self, Preview, PreviewKind};
 use super::formats::{self, DocKind, Extracted, Refusal, MAX_INPUT};
 use super::images::Scaled;
 use crate::tools::fit::commas;
@@ -27,8 +28,22 @@ type Answer = Result<Extracted, Refusal>;
 /// The argument that asks for an image made fit for a model (`images`).
 pub const IMAGE: &str = "image";
 
-/// The reader's side: `chatd read-document <kind>` (or `image`), the file on stdin.
-pub fn child_main(kind: &str) -> ExitCode {
+/// The argument before a kind that asks for a preview (`formats::preview`)
+/// rather than the text.
+pub const PREVIEW: &str = "--preview";
+
+/// The reader's side: `chatd read-document <kind>` (or `image`, or
+/// `--preview <kind>`), the file on stdin; `args` are the words after
+/// [`SUBCOMMAND`].
+pub fn child_main(args: &[String]) -> ExitCode {
+    let (kind, preview) = match args {
+        [flag, kind] if flag == PREVIEW => (kind.as_str(), true),
+        [kind] => (kind.as_str(), false),
+        _ => {
+            eprintln!("{SUBCOMMAND}: give a kind, `{IMAGE}` or `{PREVIEW} <kind>`");
+            return ExitCode::from(2);
+        }
+    };
     let mut bytes = Vec::new();
     if std::io::stdin()
         .lock()
@@ -41,7 +56,17 @@ pub fn child_main(kind: &str) -> ExitCode {
     let too_large = bytes.len() as u64 > MAX_INPUT;
     let refused = || Refusal::Damaged("over the size a document may be".into());
     let mut out = std::io::stdout().lock();
-    let written = if kind == IMAGE {
+    let written = if preview {
+        let Some(kind) = PreviewKind::parse(kind) else {
+            eprintln!("{SUBCOMMAND}: unknown kind");
+            return ExitCode::from(2);
+        };
+        let answer: Result<Preview, Refusal> = match too_large {
+            true => Err(refused()),
+            false => preview::preview(kind, &bytes),
+        };
+        serde_json::to_writer(&mut out, &answer)
+    } else if kind == IMAGE {
         let answer: Result<Scaled, Refusal> = match too_large {
             true => Err(refused()),
             false => super::images::scale(&bytes),
@@ -168,7 +193,7 @@ impl Reader {
 
     /// Reads `file` (its offset at 0) as a document of `kind`.
     pub async fn read(&self, file: std::fs::File, kind: DocKind) -> Result<Extracted, Failure> {
-        let out = self.answer(file, &kind_arg(kind)).await?;
+        let out = self.answer(file, &[&kind_arg(kind)]).await?;
         match serde_json::from_slice::<Answer>(&out) {
             Ok(Ok(extracted)) => Ok(extracted),
             Ok(Err(refusal)) => Err(Failure::Refused(refusal)),
@@ -176,9 +201,23 @@ impl Reader {
         }
     }
 
+    /// The preview of `file` (its offset at 0), a file of `kind`.
+    pub async fn preview(
+        &self,
+        file: std::fs::File,
+        kind: PreviewKind,
+    ) -> Result<Preview, Failure> {
+        let out = self.answer(file, &[PREVIEW, kind.as_str()]).await?;
+        match serde_json::from_slice::<Result<Preview, Refusal>>(&out) {
+            Ok(Ok(preview)) => Ok(preview),
+            Ok(Err(refusal)) => Err(Failure::Refused(refusal)),
+            Err(_) => Err(Failure::Unavailable("its answer was not JSON".into())),
+        }
+    }
+
     /// Makes the image `file` fit for a model (`images::scale`).
     pub async fn scale_image(&self, file: std::fs::File) -> Result<Scaled, Failure> {
-        let out = self.answer(file, IMAGE).await?;
+        let out = self.answer(file, &[IMAGE]).await?;
         match serde_json::from_slice::<Result<Scaled, Refusal>>(&out) {
             Ok(Ok(scaled)) => Ok(scaled),
             Ok(Err(refusal)) => Err(Failure::Refused(refusal)),
@@ -186,8 +225,8 @@ impl Reader {
         }
     }
 
-    /// Runs a reader on `file` with `arg`; what it wrote when it succeeded.
-    async fn answer(&self, file: std::fs::File, arg: &str) -> Result<Vec<u8>, Failure> {
+    /// Runs a reader on `file` with `args`; what it wrote when it succeeded.
+    async fn answer(&self, file: std::fs::File, args: &[&str]) -> Result<Vec<u8>, Failure> {
         let size = file
             .metadata()
             .map_err(|e| Failure::Unavailable(format!("stat: {}", e.kind())))?
@@ -201,7 +240,7 @@ impl Reader {
         let mut command = tokio::process::Command::new(&self.exe);
         command
             .arg(SUBCOMMAND)
-            .arg(arg)
+            .args(args)
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::from(file))

@@ -117,6 +117,16 @@ impl Documents {
         }
     }
 
+    /// The preview of `file` (opened at offset 0) for the files pane; never
+    /// kept, as a person opens a file far less often than a run reads one.
+    pub async fn preview(
+        &self,
+        file: std::fs::File,
+        kind: formats::preview::PreviewKind,
+    ) -> Result<formats::preview::Preview, Failure> {
+        self.reader.preview(file, kind).await
+    }
+
     /// The image `file` made fit for a model, or why it cannot be.
     pub async fn scale_image(&self, file: std::fs::File) -> Result<images::Scaled, String> {
         self.reader

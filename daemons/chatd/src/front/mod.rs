@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 15] = [
+const PAGE_FILES: [(&str, &str, &str); 17] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -42,7 +42,13 @@ const PAGE_FILES: [(&str, &str, &str); 15] = [
         JS,
     ),
     ("/chat-app/chat.js", include_str!("page/chat.js"), JS),
+    ("/chat-app/preview.js", include_str!("page/preview.js"), JS),
     ("/chat-app/files.js", include_str!("page/files.js"), JS),
+    (
+        "/chat-app/filesearch.js",
+        include_str!("page/filesearch.js"),
+        JS,
+    ),
     ("/chat-app/stream.js", include_str!("page/stream.js"), JS),
     ("/chat-app/status.js", include_str!("page/status.js"), JS),
     (

@@ -163,6 +163,8 @@ pub struct FileHistory {
     /// purge never removes a blob a scan of another workspace just counted
     /// on. Always taken after a workspace's lock, never before one.
     blob_gate: tokio::sync::RwLock<()>,
+    /// Notified when a manifest changed (the search index reads on).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl FileHistory {
@@ -173,11 +175,17 @@ impl FileHistory {
             locks: Mutex::new(HashMap::new()),
             limits: Limits::default(),
             blob_gate: tokio::sync::RwLock::new(()),
+            changed: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
     pub fn blobs(&self) -> &Blobs {
         &self.blobs
+    }
+
+    /// Notified after each scan that changed a manifest.
+    pub fn changed(&self) -> Arc<tokio::sync::Notify> {
+        self.changed.clone()
     }
 
     /// Holds the workspace's lock for a file tool's whole call (its scans
@@ -336,6 +344,7 @@ impl FileHistory {
                 stored::record(ctx, &set)
             })
             .await?;
+        self.changed.notify_one();
         Ok(rev.map(|rev| Kept { rev, changes, note }))
     }
 }

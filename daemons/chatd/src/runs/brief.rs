@@ -17,7 +17,7 @@ use crate::config::HostExec;
 use crate::context::{self, Window};
 use crate::model::{Conversation, Message};
 use crate::permissions::Mode;
-use crate::prompt::{self, Commands, Network, Offer, Reach};
+use crate::prompt::{self, Commands, Network, Offer, Reach, Sight};
 use crate::settings::Settings;
 use crate::store::queries::{self, Trashed};
 use crate::words::Origin;
@@ -105,14 +105,18 @@ impl Runs {
 
     pub(super) async fn brief_of(&self, chat: &Chat, model: &str) -> Brief {
         let (conversation, agent) = (&chat.conversation, chat.agent.as_ref());
-        let tools = self.offered_tools(agent);
+        let sight = self
+            .inner
+            .models
+            .sight(model, &self.inner.config.image_model);
+        let tools = self.offered_tools(agent, &sight);
         let names: Vec<&'static str> = self
             .inner
             .registry
             .specs()
             .iter()
             .map(|s| s.name)
-            .filter(|n| agent.is_none_or(|a| a.grants(n)))
+            .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight))
             .collect();
         let needs_network = names
             .iter()
@@ -136,6 +140,7 @@ impl Runs {
             commands,
             network,
             writes_ask: conversation.permission_mode == Mode::Ask,
+            images: sight,
         };
         let instructions = agent.map(|a| a.instructions.as_str());
         let system = prompt::system_block(
@@ -185,18 +190,17 @@ impl Runs {
         }
     }
 
-    /// The tools a chat made with `agent` is offered: those it grants.
-    fn offered_tools(&self, agent: Option<&Agent>) -> Value {
-        let all = self.inner.registry.openai_tools();
-        let Some(agent) = agent else { return all };
-        match all {
+    /// The tools a chat made with `agent` is offered: those it grants that
+    /// can be of use with the chat's `sight`.
+    fn offered_tools(&self, agent: Option<&Agent>, sight: &Sight) -> Value {
+        match self.inner.registry.openai_tools() {
             Value::Array(tools) => Value::Array(
                 tools
                     .into_iter()
                     .filter(|t| {
                         t["function"]["name"]
                             .as_str()
-                            .is_some_and(|n| agent.grants(n))
+                            .is_some_and(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, sight))
                     })
                     .collect(),
             ),
@@ -305,6 +309,13 @@ impl Runs {
         }
         kept.told.clone().filter(|(_, line)| !line.is_empty())
     }
+}
+
+/// Whether offering tool `name` can help a chat that gets at images by
+/// `sight`: describe_image only where the chat's model does not see images
+/// and another model does.
+fn useful(name: &str, sight: &Sight) -> bool {
+    name != crate::tools::describe::NAME || matches!(sight, Sight::Described(_))
 }
 
 /// The id of the last person's message of `above`: the turn's question.

@@ -124,6 +124,37 @@ impl Runs {
         (!told).then_some(line)
     }
 
+    /// `search_files`: the chat's manifest brought up to date (what changed
+    /// is kept as someone else's, as before any call that looks at files),
+    /// then the index asked.
+    pub(super) async fn search_files(
+        &self,
+        run: &Run,
+        arguments: &str,
+        call_id: &str,
+        budget: usize,
+    ) -> crate::tools::ToolOutput {
+        let scope = Scope::All;
+        self.files_before(
+            run,
+            CallFiles {
+                scope: &scope,
+                held: None,
+            },
+        )
+        .await;
+        let place = self.place(&run.conversation_id);
+        crate::index::tool::run(
+            &self.inner.index,
+            &place.root,
+            &place.key,
+            arguments,
+            call_id,
+            budget,
+        )
+        .await
+    }
+
     fn place(&self, conversation_id: &str) -> Place {
         Place::of(&self.inner.folders, conversation_id)
     }

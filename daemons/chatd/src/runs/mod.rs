@@ -16,6 +16,7 @@ mod body;
 mod brief;
 mod cards;
 mod compaction;
+mod describe;
 mod files;
 mod kept;
 mod slots;
@@ -113,6 +114,8 @@ struct Inner {
     registry: Arc<Registry>,
     /// Reads documents for read_document and read_file.
     documents: crate::documents::Documents,
+    /// The search index, for search_files.
+    index: crate::index::Index,
     /// hostexecd, where `bash` runs.
     hostexec: Option<crate::hostexec::HostExec>,
     /// Each chat's container, where `bash` runs when there is a runtime.
@@ -145,6 +148,7 @@ pub struct RunsParts {
     pub folders: crate::folders::Folders,
     pub history: Arc<crate::history::FileHistory>,
     pub documents: crate::documents::Documents,
+    pub index: crate::index::Index,
 }
 
 impl Runs {
@@ -161,12 +165,14 @@ impl Runs {
             folders,
             history,
             documents,
+            index,
         } = parts;
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         // `bash` runs in the chat's sandbox when there is a runtime;
         // otherwise on this machine through hostexecd, unless host commands
         // are off.
         let mut registry = Registry::chatd();
+        registry.register(crate::index::tool::spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {
@@ -197,6 +203,7 @@ impl Runs {
                 folders,
                 history,
                 documents,
+                index,
             }),
         }
     }

@@ -619,6 +619,16 @@ impl Runs {
             &run.conversation_id,
             &self.inner.forward_key,
         );
+        if name == crate::index::tool::NAME {
+            let output = self.search_files(run, &arguments, &call_id, budget).await;
+            return self.finish_call(run, call, output, began, files).await;
+        }
+        // The image goes through the reader process and another model of
+        // the engine, not the workspace tools.
+        if name == tools::describe::NAME {
+            let output = self.describe_image(run, &arguments, &root, budget).await;
+            return self.finish_call(run, call, output, began, files).await;
+        }
         let output = tokio::task::spawn_blocking(move || {
             let workspace = match Workspace::open(&root) {
                 Ok(w) => w,

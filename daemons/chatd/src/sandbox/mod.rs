@@ -239,6 +239,25 @@ impl Sandboxes {
         }
     }
 
+    /// The probe at chatd's start: a socket that is there but does not
+    /// answer yet (a runtime still starting, or one busy with other work)
+    /// is asked again for up to 10 s, since what this finds holds until
+    /// chatd restarts; no socket at all is "no runtime" at once.
+    pub async fn probe_at_start(&self) -> Status {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = self.probe().await;
+            let unanswered = status.runtime.is_none() && self.inner.settings.socket.exists();
+            if !unanswered || Instant::now() >= deadline || self.inner.shutdown.is_begun() {
+                return status;
+            }
+            tracing::info!(
+                "the container runtime's socket is there but did not answer; asking again"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Asks the runtime who it is and whether the image is there.
     pub async fn probe(&self) -> Status {
         let socket = self.inner.settings.socket.display().to_string();

@@ -1,5 +1,6 @@
 //! The rows of documents read into text (`document_texts`), keyed by the
-//! content's sha-256 and the kind it was read as.
+//! content's sha-256 and the kind it was read as; a voice note's transcript
+//! is such a row too, of its own kind ([`TRANSCRIPT`]).
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -86,6 +87,38 @@ pub fn put(
             failure,
             now_unix
         ],
+    )?;
+    Ok(())
+}
+
+/// The kind of a voice note's transcript row.
+pub const TRANSCRIPT: &str = "transcript";
+
+/// The transcript kept for the audio of `sha`, if it was transcribed.
+pub fn transcript(conn: &Connection, sha: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row(
+        "SELECT text FROM document_texts WHERE sha = ?1 AND kind = ?2 AND failure IS NULL",
+        params![sha, TRANSCRIPT],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+/// Keeps the transcript of the audio of `sha` (as `reader`'s, so the
+/// prune of old readers' rows treats it like a document's).
+pub fn put_transcript(
+    conn: &Connection,
+    sha: &str,
+    text: &str,
+    reader: u32,
+    now_unix: i64,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO document_texts (sha, kind, reader, text, parts, notes, failure, read_unix)
+         VALUES (?1, ?2, ?3, ?4, '[]', '[]', NULL, ?5)
+         ON CONFLICT (sha, kind) DO UPDATE SET reader = ?3, text = ?4, parts = '[]',
+             notes = '[]', failure = NULL, read_unix = ?5",
+        params![sha, TRANSCRIPT, reader, text, now_unix],
     )?;
     Ok(())
 }

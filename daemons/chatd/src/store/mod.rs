@@ -13,6 +13,7 @@ pub mod conversations;
 pub mod documents;
 pub mod files;
 pub mod inbox;
+pub mod index;
 pub mod messages;
 pub mod meta;
 pub mod push;

@@ -279,4 +279,28 @@ CREATE TABLE document_texts (
     PRIMARY KEY (sha, kind)
 ) WITHOUT ROWID;
 "#,
+    r#"
+-- The search index (index/): what each version of a file reads as, by its
+-- sha-256, read once whatever its path. `state` `text`: its parts are below;
+-- `names`: only its name is searched (binary, too big, unreadable: `note`).
+CREATE TABLE search_files (
+    sha TEXT PRIMARY KEY,
+    reader INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    chars INTEGER NOT NULL,
+    note TEXT,
+    indexed_unix INTEGER NOT NULL
+) WITHOUT ROWID;
+-- A page, sheet, slide or run of lines; its text is search_text's row of
+-- the same id (trigram: any three characters find it, any case).
+CREATE TABLE search_parts (
+    id INTEGER PRIMARY KEY,
+    sha TEXT NOT NULL,
+    label TEXT,
+    first_line INTEGER NOT NULL
+);
+CREATE INDEX search_parts_sha ON search_parts(sha);
+CREATE VIRTUAL TABLE search_text USING fts5(body, tokenize = 'trigram');
+CREATE INDEX workspace_files_sha ON workspace_files(sha);
+"#,
 ];

@@ -5,6 +5,7 @@
 //! [`summarize_call`] and [`ToolOutput::summary`] as events, and replaces
 //! arguments by [`stub_arguments`] in later requests so they stay short.
 
+pub mod describe;
 pub mod files;
 pub mod fit;
 pub mod search;
@@ -64,12 +65,15 @@ impl Registry {
     }
 
     /// The tools chatd offers: the workspace tools, then web_fetch and
-    /// web_search (through egressd, which asks the person per new host).
+    /// web_search (through egressd, which asks the person per new host),
+    /// and describe_image (offered to a chat whose model does not see
+    /// images while another model does).
     pub fn chatd() -> Registry {
         let mut registry = Registry::base();
         registry.register(files::read_document_spec());
         registry.register(web::web_fetch_spec());
         registry.register(web::web_search_spec());
+        registry.register(describe::describe_image_spec());
         registry
     }
 
@@ -502,7 +506,7 @@ mod tests {
         let chatd = Registry::chatd();
         assert_eq!(
             &chatd.names()[8..],
-            ["read_document", "web_fetch", "web_search"]
+            ["read_document", "web_fetch", "web_search", "describe_image"]
         );
         assert!(chatd.specs().iter().all(|s| s.effect != Effect::Command));
         assert_eq!(chatd.get("web_fetch").map(|s| s.effect), Some(Effect::Read));

@@ -3,7 +3,7 @@
 //! their id, so a Word in another language reads the same) as `#`, `##`,
 //! `###`; list paragraphs as `- item`, indented by level; other paragraphs
 //! as lines; tables as tab-separated rows. One part, "document", with no
-//! mark line.
+//! mark line. [`blocks`] gives the same reading as blocks, for a preview.
 
 use std::collections::HashMap;
 
@@ -16,7 +16,48 @@ use super::{one_line, Builder, DocKind, Extracted, Part, Refusal};
 const DOCUMENT: &str = "word/document.xml";
 const STYLES: &str = "word/styles.xml";
 
+/// One block of a Word document, in reading order.
+pub(super) enum Block {
+    /// Title and Heading 1 are level 1, Heading 2 is 2, deeper 3.
+    Heading { level: usize, text: String },
+    /// An item of a list, its level 0 at the left (8 at most).
+    Item { level: usize, text: String },
+    /// A paragraph's lines, each with its end trimmed.
+    Paragraph(String),
+    /// A table's rows, each without its empty cells at the end (a table in
+    /// a table reads into its outer cell).
+    Table(Vec<Vec<String>>),
+}
+
 pub(super) fn read(bytes: &[u8]) -> Result<Extracted, Refusal> {
+    let blocks = blocks(bytes)?;
+    let mut out = Builder::default();
+    // One part, the whole text: a page is the renderer's, not the file's.
+    out.parts.push(Part {
+        label: "document".into(),
+        start: 0,
+    });
+    for block in &blocks {
+        match block {
+            Block::Heading { level, text } => out.line(&format!("{} {text}", "#".repeat(*level))),
+            Block::Item { level, text } => out.line(&format!("{}- {text}", "  ".repeat(*level))),
+            Block::Paragraph(text) => {
+                for line in text.lines() {
+                    out.line(line);
+                }
+            }
+            Block::Table(rows) => {
+                for row in rows {
+                    out.line(&row.join("\t"));
+                }
+            }
+        }
+    }
+    Ok(out.finish())
+}
+
+/// The document's blocks: headings, list items, paragraphs and tables.
+pub(super) fn blocks(bytes: &[u8]) -> Result<Vec<Block>, Refusal> {
     let mut archive = zipcheck::open(bytes, DocKind::Docx)?;
     let Some(xml) = zipcheck::read_text(&mut archive, DOCUMENT)? else {
         return Err(Refusal::NotWhatItSays(DocKind::Docx.word().into()));
@@ -25,14 +66,7 @@ pub(super) fn read(bytes: &[u8]) -> Result<Extracted, Refusal> {
         Some(styles) => style_names(&styles),
         None => HashMap::new(),
     };
-    let mut out = Builder::default();
-    // One part, the whole text: a page is the renderer's, not the file's.
-    out.parts.push(Part {
-        label: "document".into(),
-        start: 0,
-    });
-    body(&xml, &styles, &mut out)?;
-    Ok(out.finish())
+    body(&xml, &styles)
 }
 
 /// Each paragraph style's id and its name, lower case ("Heading1" →
@@ -80,11 +114,14 @@ struct State {
     skipping: usize,
     /// Tables open (a table in a table reads into its outer cell).
     tables: usize,
+    /// The rows of the outermost table open.
+    rows: Vec<Vec<String>>,
     row: Vec<String>,
     cell: String,
+    blocks: Vec<Block>,
 }
 
-fn body(xml: &str, styles: &HashMap<String, String>, out: &mut Builder) -> Result<(), Refusal> {
+fn body(xml: &str, styles: &HashMap<String, String>) -> Result<Vec<Block>, Refusal> {
     let mut reader = ooxml::reader(xml);
     let mut state = State::default();
     loop {
@@ -94,7 +131,7 @@ fn body(xml: &str, styles: &HashMap<String, String>, out: &mut Builder) -> Resul
         match event {
             Event::Start(e) => start(&mut state, &e, false),
             Event::Empty(e) => start(&mut state, &e, true),
-            Event::End(e) => end(&mut state, e.local_name().as_ref(), styles, out),
+            Event::End(e) => end(&mut state, e.local_name().as_ref(), styles),
             Event::Text(t) if state.in_text && state.skipping == 0 => {
                 if let Some(p) = &mut state.paragraph {
                     p.text.push_str(&t);
@@ -105,7 +142,11 @@ fn body(xml: &str, styles: &HashMap<String, String>, out: &mut Builder) -> Resul
                     p.text.push_str(&ooxml::entity(&r));
                 }
             }
-            Event::Eof => return Ok(()),
+            Event::Eof => {
+                // A table the file never closed still holds its rows.
+                end_table(&mut state);
+                return Ok(state.blocks);
+            }
             _ => {}
         }
     }
@@ -150,7 +191,7 @@ fn push(state: &mut State, text: &str) {
     }
 }
 
-fn end(state: &mut State, name: &str, styles: &HashMap<String, String>, out: &mut Builder) {
+fn end(state: &mut State, name: &str, styles: &HashMap<String, String>) {
     match name {
         "delText" | "instrText" | "Fallback" if state.skipping > 0 => state.skipping -= 1,
         _ if state.skipping > 0 => {}
@@ -168,40 +209,57 @@ fn end(state: &mut State, name: &str, styles: &HashMap<String, String>, out: &mu
                     }
                     state.cell.push_str(&text);
                 }
-            } else {
-                paragraph(&p, styles, out);
+            } else if let Some(block) = paragraph(&p, styles) {
+                state.blocks.push(block);
             }
         }
         "tc" if state.tables == 1 => state.row.push(std::mem::take(&mut state.cell)),
         "tr" if state.tables == 1 => {
-            let row = std::mem::take(&mut state.row);
+            let mut row = std::mem::take(&mut state.row);
             let used = row.iter().rposition(|c| !c.is_empty()).map_or(0, |i| i + 1);
-            out.line(&row[..used].join("\t"));
+            row.truncate(used);
+            state.rows.push(row);
         }
-        "tbl" => state.tables = state.tables.saturating_sub(1),
+        "tbl" => {
+            state.tables = state.tables.saturating_sub(1);
+            if state.tables == 0 {
+                end_table(state);
+            }
+        }
         _ => {}
     }
 }
 
-/// A paragraph outside tables as its line(s); an empty one as none.
-fn paragraph(p: &Paragraph, styles: &HashMap<String, String>, out: &mut Builder) {
+/// The rows of the table that just ended as a block.
+fn end_table(state: &mut State) {
+    if !state.rows.is_empty() {
+        let rows = std::mem::take(&mut state.rows);
+        state.blocks.push(Block::Table(rows));
+    }
+}
+
+/// A paragraph outside tables as its block; an empty one as none.
+fn paragraph(p: &Paragraph, styles: &HashMap<String, String>) -> Option<Block> {
     let text = p.text.trim();
     if text.is_empty() {
-        return;
+        return None;
     }
-    if let Some(level) = p.style.as_deref().and_then(|id| heading_level(id, styles)) {
-        out.line(&format!("{} {}", "#".repeat(level), one_line(text)));
-    } else if let Some(level) = p.list_level {
-        out.line(&format!(
-            "{}- {}",
-            "  ".repeat(level.min(8)),
-            one_line(text)
-        ));
-    } else {
-        for line in text.lines() {
-            out.line(line.trim_end());
-        }
-    }
+    Some(
+        if let Some(level) = p.style.as_deref().and_then(|id| heading_level(id, styles)) {
+            Block::Heading {
+                level,
+                text: one_line(text),
+            }
+        } else if let Some(level) = p.list_level {
+            Block::Item {
+                level: level.min(8),
+                text: one_line(text),
+            }
+        } else {
+            let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+            Block::Paragraph(lines.join("\n"))
+        },
+    )
 }
 
 /// The heading level of style `id`: Title and Heading 1 are 1, Heading 2 is

@@ -6,12 +6,14 @@
 //! The text marks where each part starts (`## Page 3`, `## Sheet Costs`,
 //! `## Slide 2: Title`, `## Chapter 1: Title`) and [`Extracted::parts`]
 //! says where in the text each mark is, so a search hit can name its page.
+//! [`preview`] makes of the same readers what the files pane shows.
 
 mod docx;
 mod epub;
 mod ooxml;
 mod pdf;
 mod pptx;
+pub mod preview;
 mod table;
 mod workbook;
 mod zipcheck;

@@ -2,7 +2,7 @@
 //! (`ppt/presentation.xml`'s slide ids through its relationships; file
 //! names say nothing of order), each as `## Slide N: <title>`, its text a
 //! paragraph a line (tables as tab-separated rows), then `Notes: …` from
-//! its notes slide.
+//! its notes slide. [`deck`] gives the slides themselves, for a preview.
 
 use quick_xml::events::Event;
 
@@ -12,23 +12,69 @@ use super::{one_line, Builder, DocKind, Extracted, Refusal};
 
 const PRESENTATION: &str = "ppt/presentation.xml";
 
+/// One slide as read.
+pub(super) struct Slide {
+    /// Its place in the deck, from 1.
+    pub number: usize,
+    pub title: Option<String>,
+    /// Its text, a paragraph a line (a table's row a line, cells
+    /// tab-separated).
+    pub lines: Vec<String>,
+    /// Its notes' text, lines joined.
+    pub notes: Option<String>,
+}
+
+/// The slides in presentation order, and what could not be read.
+pub(super) struct Deck {
+    pub slides: Vec<Slide>,
+    pub notes: Vec<String>,
+}
+
 pub(super) fn read(bytes: &[u8]) -> Result<Extracted, Refusal> {
+    let deck = deck(bytes)?;
+    let mut out = Builder::default();
+    for slide in &deck.slides {
+        let number = slide.number;
+        match &slide.title {
+            Some(title) => out.part(
+                format!("slide {number}"),
+                &format!("## Slide {number}: {title}"),
+            ),
+            None => out.part(format!("slide {number}"), &format!("## Slide {number}")),
+        }
+        for line in &slide.lines {
+            out.line(line);
+        }
+        if let Some(notes) = &slide.notes {
+            out.line(&format!("Notes: {notes}"));
+        }
+    }
+    for note in deck.notes {
+        out.note(note);
+    }
+    Ok(out.finish())
+}
+
+pub(super) fn deck(bytes: &[u8]) -> Result<Deck, Refusal> {
     let mut archive = zipcheck::open(bytes, DocKind::Pptx)?;
     let Some(xml) = zipcheck::read_text(&mut archive, PRESENTATION)? else {
         return Err(Refusal::NotWhatItSays(DocKind::Pptx.word().into()));
     };
     let relations = ooxml::relations(&mut archive, PRESENTATION)?;
-    let mut out = Builder::default();
-    let mut number = 0;
+    let mut deck = Deck {
+        slides: Vec::new(),
+        notes: Vec::new(),
+    };
     for id in slide_ids(&xml)? {
         let Some(relation) = relations.get(&id) else {
-            out.note(format!("slide id {id} points to no slide"));
+            deck.notes.push(format!("slide id {id} points to no slide"));
             continue;
         };
-        number += 1;
-        slide(&mut archive, &relation.target, number, &mut out)?;
+        let number = deck.slides.len() + 1;
+        let slide = slide(&mut archive, &relation.target, number, &mut deck.notes)?;
+        deck.slides.push(slide);
     }
-    Ok(out.finish())
+    Ok(deck)
 }
 
 /// The relationship ids of the slides, in presentation order.
@@ -53,35 +99,32 @@ fn slide(
     archive: &mut Archive<'_>,
     part: &str,
     number: usize,
-    out: &mut Builder,
-) -> Result<(), Refusal> {
+    missing: &mut Vec<String>,
+) -> Result<Slide, Refusal> {
+    let mut slide = Slide {
+        number,
+        title: None,
+        lines: Vec::new(),
+        notes: None,
+    };
     let Some(xml) = zipcheck::read_text(archive, part)? else {
-        out.part(format!("slide {number}"), &format!("## Slide {number}"));
-        out.note(format!("slide {number} is missing from the file ({part})"));
-        return Ok(());
+        missing.push(format!("slide {number} is missing from the file ({part})"));
+        return Ok(slide);
     };
     let text = shapes(&xml, part, Placeholders::Slide)?;
-    match &text.title {
-        Some(title) => out.part(
-            format!("slide {number}"),
-            &format!("## Slide {number}: {title}"),
-        ),
-        None => out.part(format!("slide {number}"), &format!("## Slide {number}")),
-    }
-    for line in &text.lines {
-        out.line(line);
-    }
+    slide.title = text.title;
+    slide.lines = text.lines;
     let relations = ooxml::relations(archive, part)?;
     let notes = relations.values().find(|r| r.kind == "notesSlide");
     if let Some(notes) = notes {
         if let Some(xml) = zipcheck::read_text(archive, &notes.target)? {
             let notes = shapes(&xml, &notes.target, Placeholders::Notes)?;
             if !notes.lines.is_empty() {
-                out.line(&format!("Notes: {}", notes.lines.join("\n")));
+                slide.notes = Some(notes.lines.join("\n"));
             }
         }
     }
-    Ok(())
+    Ok(slide)
 }
 
 /// Which shapes of a part are read.

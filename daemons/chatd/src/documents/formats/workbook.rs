@@ -2,10 +2,11 @@
 //! by calamine sheet by sheet under `## Sheet <name>`: rows as tab-separated
 //! cells, each cell as a person sees it (dates in ISO form, TRUE/FALSE, a
 //! formula's cached result), cut at [`SHEET_ROWS`] × [`SHEET_COLS`].
+//! [`open`] and [`cell`] serve a preview as well.
 
 use std::io::Cursor;
 
-use calamine::{Data, Range, Reader};
+use calamine::{Data, Range, Reader, Sheets};
 
 use super::zipcheck::{self, OLE_MAGIC};
 use super::{
@@ -13,6 +14,25 @@ use super::{
 };
 
 pub(super) fn read(bytes: &[u8]) -> Result<Extracted, Refusal> {
+    let mut sheets = open(bytes)?;
+    let mut out = Builder::default();
+    for name in sheets.sheet_names() {
+        let range = match sheets.worksheet_range(&name) {
+            Ok(range) => range,
+            Err(e) => {
+                out.part(format!("sheet {name}"), &format!("## Sheet {name}"));
+                out.note(format!("sheet {name} could not be read ({})", cause(e)));
+                continue;
+            }
+        };
+        sheet(&mut out, &name, &range);
+    }
+    Ok(out.finish())
+}
+
+/// The workbook in `bytes`, after the checks: a zip that holds a workbook
+/// part and is no bomb, or an OLE file that is not an encrypted package.
+pub(super) fn open(bytes: &[u8]) -> Result<Sheets<Cursor<&[u8]>>, Refusal> {
     if zipcheck::is_zip(bytes) {
         let archive = zipcheck::open(bytes, DocKind::Workbook)?;
         let known = ["xl/workbook.xml", "xl/workbook.bin", "content.xml"];
@@ -28,20 +48,7 @@ pub(super) fn read(bytes: &[u8]) -> Result<Extracted, Refusal> {
     } else if !bytes.starts_with(OLE_MAGIC) {
         return Err(Refusal::NotWhatItSays(DocKind::Workbook.word().into()));
     }
-    let mut sheets = calamine::open_workbook_auto_from_rs(Cursor::new(bytes)).map_err(refusal)?;
-    let mut out = Builder::default();
-    for name in sheets.sheet_names() {
-        let range = match sheets.worksheet_range(&name) {
-            Ok(range) => range,
-            Err(e) => {
-                out.part(format!("sheet {name}"), &format!("## Sheet {name}"));
-                out.note(format!("sheet {name} could not be read ({})", cause(e)));
-                continue;
-            }
-        };
-        sheet(&mut out, &name, &range);
-    }
-    Ok(out.finish())
+    calamine::open_workbook_auto_from_rs(Cursor::new(bytes)).map_err(refusal)
 }
 
 fn refusal(e: calamine::Error) -> Refusal {
@@ -98,7 +105,7 @@ fn sheet(out: &mut Builder, name: &str, range: &Range<Data>) {
 }
 
 /// A cell as a person reads it.
-fn cell(data: &Data) -> String {
+pub(super) fn cell(data: &Data) -> String {
     match data {
         Data::Empty => String::new(),
         Data::String(text) => one_line(text),

@@ -8,6 +8,7 @@
  *   around.js    branch, export, import, Ctrl+K, answered cards
  *   markdown.js  md.render: the model's text as DOM nodes, never HTML
  *   chat.js      the open chat's model and its rendering, run actions
+ *   preview.js   the files pane's tables and documents (sheets as tabs, slides)
  *   files.js     change cards, file chips, the files pane and its trash
  *   stream.js    the event stream and one handler per event type
  *   status.js    the status line, the context meter, the failure banner
@@ -721,6 +722,7 @@ function init() {
   initStatus(); // status.js: the meter's details, the failure banner
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
   initPush(); // push.js: "Notify me on this device"
+  initFileSearch(); // filesearch.js: the files pane's search box
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', toggleFilesPane);

@@ -29,6 +29,8 @@
 const INLINE_TOKENS = 32000; // chatd's most tokens of text a message's files put inline
 /** Documents chatd reads into text (docs/api.md "Documents"): their start goes into the message. */
 const DOCUMENT = /\.(pdf|xlsx|xlsm|xls|ods|docx|pptx|epub)$/i;
+/** Voice notes chatd has the engine transcribe (docs/api.md "Voice notes"): their words go into the message. */
+const AUDIO = /\.(wav|mp3|m4a|ogg|oga|opus|webm|flac)$/i;
 const MODEL_IMAGE_BYTES = 50 * 1024 * 1024; // a larger image is kept but not shown to a model (chatd scales the rest)
 const TEXT_READ_BYTES = 1024 * 1024; // chatd judges text on this much of a file
 const DRAFT_PREFIX = 'tandem.draft.';
@@ -37,7 +39,7 @@ const MAX_FILES = 20; // chatd's most files a message (it would refuse the 21st 
 
 const compose = {
   key: null, // the chat id the composer is for (NEW_CHAT_KEY on the start screen)
-  files: new Map(), // key → [{id, file, thumb, kind: image|text|binary|null, tokens}]
+  files: new Map(), // key → [{id, file, thumb, kind: image|text|document|audio|binary|null, tokens}]
   next: 1,
   upload: null, // {xhr, key, sent, total} while a message's files go up
 };
@@ -114,7 +116,7 @@ async function measure(key, item) {
   } catch {
     text = null;
   }
-  if (text == null) item.kind = DOCUMENT.test(file.name) ? 'document' : 'binary';
+  if (text == null) item.kind = DOCUMENT.test(file.name) ? 'document' : AUDIO.test(file.name) ? 'audio' : 'binary';
   else {
     item.kind = 'text';
     const chars = file.size <= TEXT_READ_BYTES ? [...text].length : file.size; // past the read: bytes stand for characters
@@ -154,7 +156,7 @@ function paintAttached() {
   box.hidden = !mine.length;
   box.replaceChildren(...mine.map((item) => {
     const { file } = item;
-    const note = item.kind === 'text' ? tokensText(item.tokens) : item.kind === 'document' ? 'read as text' : '';
+    const note = item.kind === 'text' ? tokensText(item.tokens) : item.kind === 'document' ? 'read as text' : item.kind === 'audio' ? 'transcribed' : '';
     const meta = [formatBytes(file.size), note].filter(Boolean).join(' · ');
     return el('div', { class: 'attach-chip', 'data-name': file.name, 'data-kind': item.kind || 'pending' },
       item.thumb ? el('img', { class: 'attach-thumb', src: item.thumb, alt: '' }) : el('span', { class: 'attach-icon', text: extensionOf(file.name), 'aria-hidden': 'true' }),
@@ -356,7 +358,8 @@ function attachmentChips(message) {
   return el('div', { class: 'file-chips message-files' }, ...files.map((a) => {
     const name = String(a.path).split('/').pop() || a.path;
     const asFile = a.inline === false || a.kind === 'binary' || (a.kind === 'image' && a.image === false);
-    const meta = [formatBytes(Number(a.bytes) || 0), Number(a.tokens) > 0 ? tokensText(Number(a.tokens)) : ''].filter(Boolean).join(' · ');
+    const heard = a.kind === 'audio' ? (a.transcribed ? 'transcribed' : 'not transcribed') : '';
+    const meta = [formatBytes(Number(a.bytes) || 0), Number(a.tokens) > 0 ? tokensText(Number(a.tokens)) : '', heard].filter(Boolean).join(' · ');
     return el('div', { class: 'file-chip attachment-chip', 'data-path': a.path, title: a.conflict_of ? `${a.conflict_of} was taken: kept as ${a.path}` : a.path },
       el('span', { class: 'chip-text', text: name }),
       el('span', { class: 'chip-meta', text: meta }),

@@ -410,6 +410,7 @@ function clearFilesPane() {
   $('#files-status').textContent = '';
   clearTrash();
   clearPreview();
+  clearFound();
 }
 
 function clearPreview() {
@@ -707,6 +708,7 @@ async function previewFile(c, path) {
  * document of the front's origin.
  */
 async function previewOf(blob, path, url) {
+  if (hasDocPreview(path)) return docPreview(chat, path); // tables and documents: preview.js
   const type = (blob.type || '').split(';')[0].trim().toLowerCase();
   if (type.startsWith('image/') && type !== 'image/svg+xml') return el('img', { class: 'preview-image', src: url, alt: path });
   if (type === 'application/pdf') {

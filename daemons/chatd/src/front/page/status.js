@@ -87,6 +87,7 @@ function toolStep(name, summary) {
       return to ? `Moving ${cut(baseName(from))} to ${cut(baseName(to))}` : 'Moving a file';
     }
     case 'list_files': return `Listing ${cut(rest.replace(/^\*\*\/\* in /, '')) || 'files'}`;
+    case 'search_files':
     case 'grep': return rest ? `Searching for ${cut(rest)}` : 'Searching the files';
     case 'todo_write': return 'Planning';
     case 'web_search': return 'Searching the web';
