@@ -4,63 +4,12 @@
 //! once, and a damaged, bombed or oversized document is one line while
 //! chatd's memory and answers carry on.
 
-use std::path::Path;
-use std::time::Duration;
-
 use anyhow::Context;
-use reqwest::Method;
-use serde_json::Value;
 use tandem_tests::docfixtures;
-use tandem_tests::harness::{form_body, run_id, tool_results, Chatd, Client, FormPart, Sim};
+use tandem_tests::harness::{tool_results, Chatd, FormPart};
+
+use crate::messages::{file_part, last_of, send, start};
 use tandem_tests::procstat::rss_kib;
-
-const BOUND: Duration = Duration::from_secs(60);
-
-async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd = Chatd::start(&sim.url(), &[]).await?;
-    let client = chatd.client();
-    Ok((sim, chatd, client))
-}
-
-fn file_part(path: &Path, mime: &str) -> anyhow::Result<FormPart> {
-    let name = path.file_name().context("a name")?.to_string_lossy();
-    Ok(FormPart::file(&name, mime, std::fs::read(path)?))
-}
-
-/// Sends `text` with `files` and waits for its run to end; the snapshot.
-async fn send(
-    client: &Client,
-    chat: &str,
-    text: &str,
-    files: Vec<FormPart>,
-) -> anyhow::Result<Value> {
-    let mut parts = vec![FormPart::setting("text", text)];
-    parts.extend(files);
-    let answer = client
-        .send_form(
-            Method::POST,
-            &format!("/conversations/{chat}/messages"),
-            form_body(&parts),
-        )
-        .await?;
-    anyhow::ensure!(answer.status == 202, "{answer:?}");
-    let run = run_id(&answer.body)?;
-    let ended = client
-        .wait_run(chat, &run, &["done", "failed"], BOUND)
-        .await?;
-    anyhow::ensure!(ended["status"] == "done", "{ended}");
-    client.snapshot(chat).await
-}
-
-/// The newest user message of a snapshot.
-fn last_user(snapshot: &Value) -> anyhow::Result<Value> {
-    snapshot["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .cloned()
-        .context("a user message")
-}
 
 fn rows_kept(chatd: &Chatd) -> anyhow::Result<i64> {
     let conn = rusqlite::Connection::open_with_flags(
@@ -72,7 +21,7 @@ fn rows_kept(chatd: &Chatd) -> anyhow::Result<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attached_pdf_goes_in_as_text_and_is_read_on_by_page() -> anyhow::Result<()> {
-    let (sim, chatd, client) = start().await?;
+    let (sim, chatd, client) = start(&[], &[]).await?;
     let dir = tempfile::tempdir()?;
     let pdf = docfixtures::pdf(dir.path())?;
     let chat = client.create_chat().await?;
@@ -85,7 +34,7 @@ async fn an_attached_pdf_goes_in_as_text_and_is_read_on_by_page() -> anyhow::Res
     )
     .await?;
 
-    let user = last_user(&snapshot)?;
+    let user = last_of(&snapshot, "user")?;
     let text = user["text"].as_str().unwrap_or("");
     assert!(
         text.contains("[attached PDF uploads/report.pdf, ")
@@ -129,7 +78,7 @@ async fn an_attached_pdf_goes_in_as_text_and_is_read_on_by_page() -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_file_on_a_workbook_gives_its_sheets_and_says_what_was_cut() -> anyhow::Result<()> {
-    let (_sim, chatd, client) = start().await?;
+    let (_sim, chatd, client) = start(&[], &[]).await?;
     let chat = client.create_chat().await?;
     let ws = chatd.data_dir().join("workspaces").join(&chat);
     std::fs::create_dir_all(ws.join("books"))?;
@@ -160,7 +109,7 @@ async fn read_file_on_a_workbook_gives_its_sheets_and_says_what_was_cut() -> any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_a_bombed_and_a_huge_document_are_one_line_each() -> anyhow::Result<()> {
-    let (_sim, chatd, client) = start().await?;
+    let (_sim, chatd, client) = start(&[], &[]).await?;
     let dir = tempfile::tempdir()?;
     let chat = client.create_chat().await?;
     let pid = chatd.pid().context("chatd's pid")?;
@@ -193,7 +142,7 @@ async fn a_damaged_a_bombed_and_a_huge_document_are_one_line_each() -> anyhow::R
         })
         .collect();
     let snapshot = send(&client, &chat, "read these", files).await?;
-    let text = last_user(&snapshot)?["text"]
+    let text = last_of(&snapshot, "user")?["text"]
         .as_str()
         .unwrap_or("")
         .to_string();

@@ -4,6 +4,7 @@
 mod chat;
 mod formats;
 mod media;
+mod messages;
 mod preview;
 mod reader;
 mod search;

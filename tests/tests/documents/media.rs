@@ -9,55 +9,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
-use reqwest::Method;
 use serde_json::Value;
-use tandem_tests::harness::{form_body, run_id, tool_results, Chatd, Client, FormPart, Sim};
+use tandem_tests::harness::{tool_results, FormPart, Sim};
 
-const BOUND: Duration = Duration::from_secs(60);
-
-async fn start(sim_args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<(Sim, Chatd, Client)> {
-    let mut args = vec!["--tokens-per-second", "0"];
-    args.extend_from_slice(sim_args);
-    let sim = Sim::start(&args)?;
-    let chatd = Chatd::start(&sim.url(), env).await?;
-    let client = chatd.client();
-    Ok((sim, chatd, client))
-}
-
-/// Sends `text` with `files` as a form, waits for its run to end `done`;
-/// the snapshot.
-async fn send(
-    client: &Client,
-    chat: &str,
-    text: &str,
-    files: Vec<FormPart>,
-) -> anyhow::Result<Value> {
-    let mut parts = vec![FormPart::setting("text", text)];
-    parts.extend(files);
-    let answer = client
-        .send_form(
-            Method::POST,
-            &format!("/conversations/{chat}/messages"),
-            form_body(&parts),
-        )
-        .await?;
-    anyhow::ensure!(answer.status == 202, "{answer:?}");
-    let run = run_id(&answer.body)?;
-    let ended = client
-        .wait_run(chat, &run, &["done", "failed"], BOUND)
-        .await?;
-    anyhow::ensure!(ended["status"] == "done", "{ended}");
-    client.snapshot(chat).await
-}
-
-/// The newest message of `role` in a snapshot.
-fn last_of(snapshot: &Value, role: &str) -> anyhow::Result<Value> {
-    snapshot["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == role))
-        .cloned()
-        .with_context(|| format!("a {role} message"))
-}
+use crate::messages::{last_of, send, start};
 
 /// The requests the sim got for `model`.
 fn requests_to<'a>(requests: &'a [Value], model: &str) -> Vec<&'a Value> {

@@ -4,53 +4,13 @@
 //! workbook at the line read_document shows it on, and a deleted file is
 //! found no more.
 
-use std::path::Path;
-use std::time::Duration;
-
 use anyhow::Context;
 use reqwest::Method;
 use serde_json::Value;
 use tandem_tests::docfixtures;
-use tandem_tests::harness::{form_body, run_id, tool_results, Chatd, Client, FormPart, Sim};
+use tandem_tests::harness::{tool_results, Client};
 
-const BOUND: Duration = Duration::from_secs(60);
-
-async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd = Chatd::start(&sim.url(), &[]).await?;
-    let client = chatd.client();
-    Ok((sim, chatd, client))
-}
-
-fn file_part(path: &Path, mime: &str) -> anyhow::Result<FormPart> {
-    let name = path.file_name().context("a name")?.to_string_lossy();
-    Ok(FormPart::file(&name, mime, std::fs::read(path)?))
-}
-
-/// Sends `text` with `files`, waits for its run; the snapshot.
-async fn send(
-    client: &Client,
-    chat: &str,
-    text: &str,
-    files: Vec<FormPart>,
-) -> anyhow::Result<Value> {
-    let mut parts = vec![FormPart::setting("text", text)];
-    parts.extend(files);
-    let answer = client
-        .send_form(
-            Method::POST,
-            &format!("/conversations/{chat}/messages"),
-            form_body(&parts),
-        )
-        .await?;
-    anyhow::ensure!(answer.status == 202, "{answer:?}");
-    let run = run_id(&answer.body)?;
-    let ended = client
-        .wait_run(chat, &run, &["done", "failed"], BOUND)
-        .await?;
-    anyhow::ensure!(ended["status"] == "done", "{ended}");
-    client.snapshot(chat).await
-}
+use crate::messages::{file_part, send, start};
 
 /// `GET …/files/search` with `query` (already encoded); status and body.
 async fn search(client: &Client, chat: &str, query: &str) -> anyhow::Result<(u16, Value)> {
@@ -82,7 +42,7 @@ fn hits(body: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_word_is_found_on_its_page_and_sheet_and_not_after_the_file_goes() -> anyhow::Result<()> {
-    let (_sim, chatd, client) = start().await?;
+    let (_sim, chatd, client) = start(&[], &[]).await?;
     let dir = tempfile::tempdir()?;
     let pdf = docfixtures::pdf(dir.path())?;
     let book = docfixtures::workbook(dir.path())?;
@@ -196,7 +156,7 @@ async fn a_word_is_found_on_its_page_and_sheet_and_not_after_the_file_goes() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_searches_name_the_field_and_a_version_is_read_once() -> anyhow::Result<()> {
-    let (_sim, chatd, client) = start().await?;
+    let (_sim, chatd, client) = start(&[], &[]).await?;
     let chat = client.create_chat().await?;
     for (query, field) in [
         ("q=", "q"),
