@@ -165,6 +165,8 @@ pub fn candidates(
             body: r.get(3)?,
         })
     };
+    // In id order either way: by the trigram table's rowid (the same id),
+    // which it gives in order, so no match is sorted before the first row.
     let mut stmt;
     let mut rows = match fts {
         Some(query) => {
@@ -173,7 +175,7 @@ pub fn candidates(
                  JOIN search_parts p ON p.id = t.rowid
                  WHERE search_text MATCH ?1
                    AND p.sha IN (SELECT sha FROM workspace_files WHERE workspace = ?2)
-                 ORDER BY p.id",
+                 ORDER BY t.rowid",
             )?;
             stmt.query(params![query, workspace])?
         }
