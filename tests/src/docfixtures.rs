@@ -1,7 +1,8 @@
 //! Real documents written by the tests into a folder: a PDF with text on
 //! three pages and a scanned fourth, a three-sheet workbook with dates,
 //! booleans and formulas, a DOCX, a PPTX with notes, an EPUB, a CSV, and
-//! the bad ones (a PDF cut in half, a zip bomb, a 60 MiB PDF).
+//! the bad ones (a PDF cut in half, a zip bomb, a 60 MiB PDF); and PDFs
+//! and DOCX files of words the caller gives (`pdf_of`, `docx_of`).
 //!
 //! The PDF and workbook come from lopdf and rust_xlsxwriter; the OOXML and
 //! EPUB zips are written part by part with the XML each format needs, so
@@ -546,8 +547,16 @@ pub fn long_docx(dir: &Path, paragraphs: usize) -> Result<PathBuf> {
     let rows: String = (0..100)
         .map(|r| docx_row(&[&format!("Supplier {r}"), &format!("{}", r * 7), "EUR"]))
         .collect();
+    let path = dir.join(format!("long-{paragraphs}.docx"));
+    write_plain_docx(&path, &format!("{body}<w:tbl>{rows}</w:tbl>"))?;
+    Ok(path)
+}
+
+/// A DOCX of `body` (the XML of its paragraphs and tables) with no styles
+/// or numbering part: the fewest parts Word's format needs.
+fn write_plain_docx(path: &Path, body: &str) -> Result<()> {
     let document = format!(
-        r#"{XML_HEAD}<w:document xmlns:w="{W}" xmlns:r="{R}"><w:body>{body}<w:tbl>{rows}</w:tbl><w:sectPr/></w:body></w:document>"#
+        r#"{XML_HEAD}<w:document xmlns:w="{W}" xmlns:r="{R}"><w:body>{body}<w:sectPr/></w:body></w:document>"#
     );
     let types = format!(
         r#"{XML_HEAD}<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#
@@ -555,13 +564,31 @@ pub fn long_docx(dir: &Path, paragraphs: usize) -> Result<PathBuf> {
     let rels = format!(
         r#"{XML_HEAD}<Relationships xmlns="{PKG_RELS}"><Relationship Id="rId1" Type="{R}/officeDocument" Target="word/document.xml"/></Relationships>"#
     );
-    let path = dir.join(format!("long-{paragraphs}.docx"));
     let parts = [
         ("[Content_Types].xml", types),
         ("_rels/.rels", rels),
         ("word/document.xml", document),
     ];
-    write_zip(&path, &parts)?;
+    write_zip(path, &parts)
+}
+
+/// A PDF named `name` with a page of lines for each of `pages` and no
+/// scan: many documents of their own words (the search benchmark's).
+pub fn pdf_of(dir: &Path, name: &str, pages: &[&[&str]]) -> Result<PathBuf> {
+    let mut doc = pdf_document(pages, ScanPage::None, None)?;
+    let path = dir.join(name);
+    save_pdf(&mut doc, &path)?;
+    Ok(path)
+}
+
+/// A DOCX named `name` of plain `paragraphs` (their `&` and `<` escaped).
+pub fn docx_of(dir: &Path, name: &str, paragraphs: &[&str]) -> Result<PathBuf> {
+    let body: String = paragraphs
+        .iter()
+        .map(|p| docx_paragraph(None, false, &p.replace('&', "&amp;").replace('<', "&lt;")))
+        .collect();
+    let path = dir.join(name);
+    write_plain_docx(&path, &body)?;
     Ok(path)
 }
 

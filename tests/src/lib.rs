@@ -2,7 +2,7 @@
 //! `engine-sim`), a harness that runs the real binaries (`harness`), and the
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
 //! `sandboxbench` and `triggerbench`; 11 in `connectorbench`; 12 in
-//! `webbench`; 13 in `requestbench`), headless Chromium for the web page's tests (`browser`),
+//! `webbench`; 13 in `requestbench`; 15 in `docbench`; 16 in `searchbench`), headless Chromium for the web page's tests (`browser`),
 //! a little internet in network namespaces for egressd's (`netlab`), and
 //! what a test needs from the machine (`needs`: root, podman, Chromium).
 
@@ -26,6 +26,7 @@ pub mod pagebench;
 pub mod procstat;
 pub mod requestbench;
 pub mod sandboxbench;
+pub mod searchbench;
 pub mod sim;
 pub mod triggerbench;
 pub mod triggerd;

@@ -3,8 +3,9 @@
 //! finish and write its table). Needs `cargo build --workspace`
 //! (figure 7 runs the built egressd, and tinyproxy when it is installed;
 //! figure 10 the built triggerd, figure 11 connectord, figure 13 egressd;
-//! figure 12, the web page in Chromium, is skipped by `--quick`). The bound
-//! is no figure: a quiet debug run takes about 50 s, twice that is a hang.
+//! figure 12, the web page in Chromium, is skipped by `--quick`; figure 16,
+//! the search index, runs the built chatd for ~8 s). The bound is no
+//! figure: a quiet debug run takes about a minute, twice that is a hang.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -91,6 +92,12 @@ fn quick_bench_finishes_and_writes_its_table() {
         "13. message sent → request at the engine, (a)",
         "13. message sent → request at the engine, (b)",
         "13. message sent → request at the engine, (c)",
+        "16. index build, 50 documents",
+        "16. index size, 50 documents",
+        "16. index build, 500 text files",
+        "16. search 500 files, a rare word",
+        "16. search 500 files, a regular expression",
+        "16. where a search's time goes",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

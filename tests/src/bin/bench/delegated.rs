@@ -1,6 +1,6 @@
-//! Figures 7, 9 to 13 and 15, whose measuring lives in the `tandem_tests` library
+//! Figures 7, 9 to 13, 15 and 16, whose measuring lives in the `tandem_tests` library
 //! (egressbench, sandboxbench, triggerbench, connectorbench, webbench,
-//! requestbench, docbench): each prints its heading and turns the library's lines into
+//! requestbench, docbench, searchbench): each prints its heading and turns the library's lines into
 //! rows of the table.
 
 use super::*;
@@ -94,6 +94,17 @@ pub(crate) async fn documents(quick: bool, rows: &mut Vec<Row>) -> anyhow::Resul
     push_lines(
         rows,
         tandem_tests::docbench::figure(&sizes, &|line| say(line)).await?,
+    );
+    Ok(())
+}
+
+/// Figure 16: the measuring is in `tandem_tests::searchbench`.
+pub(crate) async fn search(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    say("\n## 16. search: the index of 1,000 documents built, and searches against grep -r");
+    let sizes = tandem_tests::searchbench::Sizes::new(quick);
+    push_lines(
+        rows,
+        tandem_tests::searchbench::figure(&sizes, &|line| say(line)).await?,
     );
     Ok(())
 }

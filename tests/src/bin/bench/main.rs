@@ -62,6 +62,12 @@
 //!     in-process and through its reader process, against reading the same
 //!     bytes and their sha-256; the cached read, and a message with the PDF
 //!     attached through chatd (`tests/src/docbench.rs`).
+//! 16. search: 1,000 documents (PDF, DOCX, XLSX) put in a chat's workspace
+//!     and indexed by a real chatd, from the first `…/files/search` to
+//!     nothing pending, and the index's size in chat.sqlite3; searches of
+//!     10,000 text files through the route (p50, p99) against `grep -r` of
+//!     the same files, and the route's time split in-process
+//!     (`tests/src/searchbench.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -117,7 +123,7 @@ struct Args {
     /// podman, and tandem and tandem-shim built next to bench; `triggers`
     /// needs triggerd built next to bench; `connectors` connectord; `web`
     /// Debian's chromium and chromium-driver; `requests` egressd; `documents`
-    /// chatd).
+    /// and `search` chatd).
     #[arg(long, value_enum)]
     only: Option<Figure>,
     /// Also write the final table (markdown) to this file.
@@ -154,6 +160,7 @@ enum Figure {
     Requests,
     Files,
     Documents,
+    Search,
 }
 
 /// How big each figure's workload is.
@@ -370,6 +377,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         documents(args.quick, &mut rows)
             .await
             .context("figure 15 (documents)")?;
+    }
+    if wants(Figure::Search) {
+        search(args.quick, &mut rows)
+            .await
+            .context("figure 16 (search)")?;
     }
     let table = table(&rows);
     say(format!(

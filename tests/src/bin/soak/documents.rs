@@ -13,7 +13,8 @@
 //! with the cause its bytes deserve; a good document is never "could not be
 //! read", and chat.sqlite3's `document_texts` keeps no failure for any good
 //! version's sha-256 (a kill during a read must not be kept as the
-//! document's verdict). chatd's memory is held by `Inv::Rss` as ever.
+//! document's verdict); the chats' search finds the PDFs' page 3, and a
+//! PDF deleted at the end no more. chatd's memory is held by `Inv::Rss` as ever.
 
 use super::*;
 

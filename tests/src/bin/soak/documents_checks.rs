@@ -1,6 +1,8 @@
 //! The documents part's end checks (`Inv::Documents`): each accepted send
-//! is in its chat with every document's text or its one line of cause, and
-//! chat.sqlite3 keeps no failure for a good document's bytes.
+//! is in its chat with every document's text or its one line of cause,
+//! chat.sqlite3 keeps no failure for a good document's bytes, and the
+//! chats' search (`GET …/files/search`) finds the PDFs' page 3 and, once one
+//! is deleted, finds it no more.
 
 use super::*;
 
@@ -17,7 +19,14 @@ struct Found {
     unread: BTreeMap<Doc, u64>,
     no_room: BTreeMap<Doc, u64>,
     lost_unseen: u64,
+    /// (chat, path) of each good PDF a stored message attached.
+    pdfs: Vec<(String, String)>,
 }
+
+/// Words on page 3 of the fixture PDF (`docfixtures::PDF_PAGES`).
+const PAGE_3_WORDS: &str = "Acme invoice";
+/// PDFs searched for at most: each search scans its chat's workspace.
+const MAX_SEARCHED: usize = 12;
 
 /// Holds every send to the invariant; the summary's lines.
 pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
@@ -50,6 +59,7 @@ pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
         check_send(shared, send, &texts, &mut found);
     }
     let (failures, kept) = check_database(shared, run);
+    let searched = check_search(shared, &found.pdfs).await;
     let tally = |m: &BTreeMap<Doc, u64>| {
         m.iter()
             .map(|(d, n)| format!("{} {n}", d.as_str()))
@@ -68,6 +78,7 @@ pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
         format!(
             "document_texts: {kept} rows of the good versions read, {failures} failures kept for the bad files' bytes, none for a good one"
         ),
+        searched,
     ]
 }
 
@@ -151,6 +162,11 @@ fn check_send(shared: &Shared, send: &Sent, texts: &[String], found: &mut Found)
         }
         // Read, but the chat's context had no room left to put it in: the
         // model is told to read it with read_document.
+        if *doc == Doc::Pdf {
+            if let Some(path) = pdf_path(head) {
+                found.pdfs.push((chat.clone(), path));
+            }
+        }
         if doc.good() && head.ends_with("no room for it here; read it with read_document]") {
             *found.no_room.entry(*doc).or_default() += 1;
             continue;
@@ -222,4 +238,150 @@ fn check_database(shared: &Shared, run: &Run) -> (u64, u64) {
         }
     }
     (failures, kept)
+}
+
+/// The workspace path an `[attached …]` line names for a PDF (a renamed
+/// upload's `… (2).pdf` included).
+fn pdf_path(head: &str) -> Option<String> {
+    let start = head.find("uploads/")?;
+    let end = start + head[start..].find(".pdf")? + ".pdf".len();
+    Some(head[start..end].to_string())
+}
+
+/// `GET …/files/search?{query}` asked until chatd answers with nothing
+/// pending (it may have been killed and be indexing again at its start).
+async fn search_settled(shared: &Shared, chat: &str, query: &str) -> Result<Value, String> {
+    let route = format!("/conversations/{chat}/files/search?{query}");
+    let route = route.as_str();
+    let last = Mutex::new(String::from("no answer"));
+    let last_seen = &last;
+    let settled = wait_until("a search with nothing pending", RIDE, move || async move {
+        let (status, body) = match shared.call(Method::GET, route, None).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                *lock(last_seen) = format!("{err:#}");
+                return None;
+            }
+        };
+        *lock(last_seen) = format!("{status}, pending {}", body["pending"]);
+        (status == 200 && body["pending"] == 0).then_some(body)
+    })
+    .await;
+    settled.map_err(|_| format!("{query}: {} after {} s", lock(&last), RIDE.as_secs()))
+}
+
+fn encoded(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// The search check: up to [`MAX_SEARCHED`] of the PDFs, spread over the
+/// run, each found on page 3 by the words there; then the last of them
+/// deleted and found no more, in its folder or in the whole chat. The
+/// summary's line.
+async fn check_search(shared: &Shared, pdfs: &[(String, String)]) -> String {
+    let step = pdfs.len().div_ceil(MAX_SEARCHED).max(1);
+    let sample: Vec<&(String, String)> = pdfs.iter().step_by(step).collect();
+    let words = encoded(PAGE_3_WORDS);
+    let mut on_page_3 = 0;
+    for (chat, path) in &sample {
+        let query = format!("q={words}&path={}", encoded(path));
+        let body = match search_settled(shared, chat, &query).await {
+            Ok(body) => body,
+            Err(why) => {
+                shared.violate(
+                    Inv::Documents,
+                    format!("documents: chat {chat}: the search for {path}'s page 3: {why}"),
+                );
+                continue;
+            }
+        };
+        let found = body["hits"].as_array().into_iter().flatten().any(|h| {
+            h["path"] == path.as_str()
+                && h["part"] == "page 3"
+                && h["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(PAGE_3_WORDS))
+        });
+        if found {
+            on_page_3 += 1;
+        } else {
+            shared.violate(
+                Inv::Documents,
+                format!(
+                    "documents: chat {chat}: {PAGE_3_WORDS:?} is not found on page 3 of {path}: {}",
+                    body["hits"]
+                ),
+            );
+        }
+    }
+    let Some((chat, path)) = sample.last() else {
+        return "search: no stored message attached a good PDF; nothing searched".into();
+    };
+    let deleted = deleted_not_found(shared, chat, path, &words).await;
+    format!(
+        "search: {on_page_3} of {} PDFs found on page 3 (of {} attached and stored){}",
+        sample.len(),
+        pdfs.len(),
+        if deleted {
+            "; the deleted one found no more"
+        } else {
+            "; the deleted one still found (or not deleted)"
+        }
+    )
+}
+
+/// Deletes `path` from `chat` and searches for it again: whether it is
+/// found no more (a failure is a violation).
+async fn deleted_not_found(shared: &Shared, chat: &str, path: &str, words: &str) -> bool {
+    let route = format!("/conversations/{chat}/files?path={}", encoded(path));
+    let gone = wait_until("chatd to delete a PDF", RIDE, || async {
+        let (status, body) = shared.call(Method::DELETE, &route, None).await.ok()?;
+        Some((status, body))
+    })
+    .await;
+    match gone {
+        Ok((status, _)) if status < 300 => {}
+        Ok((status, body)) => {
+            shared.violate(
+                Inv::Documents,
+                format!("documents: chat {chat}: deleting {path} answered {status}: {body}"),
+            );
+            return false;
+        }
+        Err(_) => {
+            shared.violate(
+                Inv::Documents,
+                format!("documents: chat {chat}: deleting {path} got no answer"),
+            );
+            return false;
+        }
+    }
+    let mut clean = true;
+    for query in [
+        format!("q={words}&path={}", encoded(path)),
+        format!("q={words}"),
+    ] {
+        match search_settled(shared, chat, &query).await {
+            Ok(body) => {
+                let hits = body["hits"].as_array().cloned().unwrap_or_default();
+                if hits.iter().any(|h| h["path"] == path) {
+                    clean = false;
+                    shared.violate(
+                        Inv::Documents,
+                        format!(
+                            "documents: chat {chat}: {path} was deleted and {query} still finds it"
+                        ),
+                    );
+                }
+            }
+            Err(why) => {
+                clean = false;
+                shared.violate(
+                    Inv::Documents,
+                    format!("documents: chat {chat}: the search after deleting {path}: {why}"),
+                );
+            }
+        }
+    }
+    clean
 }
