@@ -6,8 +6,9 @@
 //!
 //! The target is named by `TANDEM_FUZZ_TARGET`; every other argument is
 //! libFuzzer's (`-max_total_time=30`, a corpus folder, a crash file to
-//! replay). A verdict against an input is a panic here, which libFuzzer
-//! records as a crash with the input's bytes.
+//! replay). A verdict against an input, or a panic that escapes a target,
+//! aborts the process, which libFuzzer records as a crash with the input's
+//! bytes; a panic the code under test catches is not one.
 
 #![no_main]
 
@@ -35,13 +36,21 @@ fn chosen() -> Target {
 fuzz_target!(
     init: {
         let _ = TARGET.set(chosen());
+        // libfuzzer-sys's hook aborts at any panic, even one the code under
+        // test catches (the document readers catch pdf-extract's panics page
+        // by page, as chatd's reader does). A panic that escapes the target
+        // still aborts: libfuzzer-sys catches each input's unwind and aborts,
+        // a crash with its input (replayed with `fuzz --replay` for its
+        // message).
+        std::panic::set_hook(Box::new(|_| {}));
     },
     |data: &[u8]| {
         // Set by `init` before the first input, or the process has exited.
         let target = TARGET.get().expect("the target is chosen in init");
         let mut u = arbitrary::Unstructured::new(data);
         if let Err(why) = (target.run)(&mut u) {
-            panic!("{}: {why}", target.name);
+            eprintln!("{}: {why}", target.name);
+            std::process::abort();
         }
     }
 );
