@@ -13,7 +13,6 @@ use tandem_shared::http::ApiError;
 
 use super::history::{catch_up, live_chat};
 use crate::index::{Matcher, Query as Asked, Request};
-use crate::workspace::Workspace;
 use crate::App;
 
 /// How long the page's search waits for files still being indexed: it
@@ -62,12 +61,7 @@ pub async fn search(
         Some(path) => {
             let root = place.root.clone();
             tokio::task::spawn_blocking(move || {
-                let workspace = Workspace::open(&root).map_err(|e| {
-                    ApiError::internal(format!(
-                        "the chat's workspace could not be opened: {}",
-                        e.kind()
-                    ))
-                })?;
+                let workspace = crate::history::open_workspace(&root)?;
                 let rel = workspace
                     .resolve(&path)
                     .map_err(|e| ApiError::bad_input("path", e.message()))?;

@@ -233,12 +233,7 @@ async fn save_part(root: &std::path::Path, file: Box<FilePart>) -> Result<Staged
 }
 
 fn open(root: &std::path::Path) -> Result<Workspace, ApiError> {
-    Workspace::open(root).map_err(|e| {
-        ApiError::internal(format!(
-            "the chat's workspace could not be opened: {}",
-            e.kind()
-        ))
-    })
+    crate::history::open_workspace(root)
 }
 
 /// `PUT …/files/content?path=` (a form: `base`, then one file; parts after

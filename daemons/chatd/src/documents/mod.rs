@@ -77,6 +77,17 @@ impl Documents {
             Ok(Err(e)) => return Err(format!("it could not be read ({})", e.kind())),
             Err(_) => return Err("it could not be read".into()),
         };
+        self.read_hashed(file, sha, kind).await
+    }
+
+    /// [`Documents::read`] of a file whose sha-256 is known already (a
+    /// blob, named by it), so its bytes are not hashed again.
+    pub async fn read_hashed(
+        &self,
+        file: std::fs::File,
+        sha: String,
+        kind: DocKind,
+    ) -> Result<Arc<DocText>, String> {
         let key = sha.clone();
         let kept = self
             .store

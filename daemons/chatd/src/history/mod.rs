@@ -147,6 +147,20 @@ pub fn file_kind(path: &str) -> &'static str {
     }
 }
 
+/// The chat's workspace opened for a person's request (its error says why
+/// in the API's shape).
+pub fn open_workspace(root: &std::path::Path) -> Result<Workspace, ApiError> {
+    Workspace::open(root).map_err(unopened)
+}
+
+/// A workspace that could not be opened, as the API answers it.
+pub fn unopened(e: std::io::Error) -> ApiError {
+    ApiError::internal(format!(
+        "the chat's workspace could not be opened: {}",
+        e.kind()
+    ))
+}
+
 /// A workspace's lock, held by a file tool's call from its scan before to
 /// its scan after.
 pub struct Held(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
@@ -265,12 +279,7 @@ impl FileHistory {
         }
         let root = place.root.clone();
         let (paths, out) = tokio::task::spawn_blocking(move || {
-            let workspace = Workspace::open(&root).map_err(|e| {
-                ApiError::internal(format!(
-                    "the chat's workspace could not be opened: {}",
-                    e.kind()
-                ))
-            })?;
+            let workspace = open_workspace(&root)?;
             plan(&workspace, newest)
         })
         .await
@@ -319,12 +328,7 @@ impl FileHistory {
         })
         .await
         .map_err(|_| ApiError::internal("the file scan stopped unexpectedly"))?
-        .map_err(|e| {
-            ApiError::internal(format!(
-                "the chat's workspace could not be opened: {}",
-                e.kind()
-            ))
-        })?;
+        .map_err(unopened)?;
         if found.manifest.is_empty() && found.changes.is_empty() {
             return Ok(None);
         }

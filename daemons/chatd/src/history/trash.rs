@@ -110,12 +110,7 @@ impl FileHistory {
         };
         let (root, blobs, rel) = (place.root.clone(), self.blobs.clone(), row.path.clone());
         tokio::task::spawn_blocking(move || {
-            let workspace = Workspace::open(&root).map_err(|e| {
-                ApiError::internal(format!(
-                    "the chat's workspace could not be opened: {}",
-                    e.kind()
-                ))
-            })?;
+            let workspace = super::open_workspace(&root)?;
             if !matches!(workspace.lstat(&rel), Ok(None)) {
                 return Err(ApiError::conflict(
                     "restore_conflict",

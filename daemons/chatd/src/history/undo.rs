@@ -125,12 +125,7 @@ impl FileHistory {
         let steps = plan(&sets);
         let (root, blobs) = (place.root.clone(), self.blobs.clone());
         let checked = tokio::task::spawn_blocking(move || {
-            let workspace = Workspace::open(&root).map_err(|e| {
-                ApiError::internal(format!(
-                    "the chat's workspace could not be opened: {}",
-                    e.kind()
-                ))
-            })?;
+            let workspace = super::open_workspace(&root)?;
             let mut conflicts = Vec::new();
             let mut todo = Vec::new();
             for (path, step) in steps {

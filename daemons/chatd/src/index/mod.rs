@@ -186,7 +186,12 @@ impl Index {
         let document =
             DocKind::of(&item.path).filter(|k| !matches!(k, DocKind::Csv | DocKind::Tsv));
         match document {
-            Some(kind) => match self.inner.documents.read(file, kind).await {
+            Some(kind) => match self
+                .inner
+                .documents
+                .read_hashed(file, sha.clone(), kind)
+                .await
+            {
                 Ok(doc) => parts::of_document(&sha, &doc.extracted),
                 Err(cause) => parts::names(
                     &sha,
