@@ -436,6 +436,24 @@ async fn start_status_logs_restart_stop() {
         "{}",
         text(&bad)
     );
+    // Preview: a table's rows tab-separated; a file of another kind is
+    // refused with the kinds a preview takes.
+    std::fs::write(workspace.join("costs.csv"), "item,amount\nhosting,42\n").unwrap();
+    let shown = b.tandem(&["chat", "files", &chat, "preview", "costs.csv"]);
+    assert!(shown.status.success(), "{}", text(&shown));
+    assert!(
+        text(&shown).contains("item\tamount\nhosting\t42\n"),
+        "{}",
+        text(&shown)
+    );
+    let other = b.tandem(&["chat", "files", &chat, "preview", "notes.md"]);
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other));
+    assert!(
+        text(&other).contains("415") && text(&other).contains("previews are made of .xlsx"),
+        "{}",
+        text(&other)
+    );
+    std::fs::remove_file(workspace.join("costs.csv")).unwrap();
     let rev = text(&files)
         .lines()
         .find_map(|l| l.trim().strip_prefix("rev "))

@@ -151,6 +151,11 @@ pub enum ChatCommand {
     /// `path (page 3, line 40): text`. --regex takes a regular expression,
     /// --path one folder or file. Exits 1 when nothing matches, as grep does.
     ///
+    /// `preview PATH` prints what the files pane shows of a workbook, a CSV
+    /// or TSV table (each sheet's first 200 rows, tab-separated), a Word file
+    /// (its text) or a slide deck (each slide with its notes), as chatd's
+    /// reader makes it.
+    ///
     /// Examples:
     ///
     ///   tandem chat files c_0123abcd
@@ -162,15 +167,17 @@ pub enum ChatCommand {
     ///   tandem chat files c_0123abcd put plan.md --to notes/plan.md --base 42
     ///
     ///   tandem chat files c_0123abcd search 'acme invoice' --path uploads
+    ///
+    ///   tandem chat files c_0123abcd preview uploads/accounts.xlsx
     Files {
         /// The chat id.
         chat: String,
-        /// undo, put, delete, trash, restore, purge or search.
-        #[arg(value_parser = ["undo", "put", "delete", "trash", "restore", "purge", "search"])]
+        /// undo, put, delete, trash, restore, purge, search or preview.
+        #[arg(value_parser = ["undo", "put", "delete", "trash", "restore", "purge", "search", "preview"])]
         action: Option<String>,
         /// undo: a change set's number, or a run id for a whole turn;
-        /// put: a local file; delete, restore, purge: a file's path;
-        /// search: the words to find.
+        /// put: a local file; delete, restore, purge, preview: a file's
+        /// path; search: the words to find.
         target: Option<String>,
         /// Put back what does not conflict, and list what was left.
         #[arg(long)]
@@ -442,6 +449,7 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 (Some("undo"), Some(target)) => files::undo(&chat, &target, skip_conflicts).await,
                 (Some("trash"), None) => files::trash(&chat).await,
                 (Some("purge"), path) => files::purge(&chat, path.as_deref()).await,
+                (Some("preview"), Some(path)) => files::preview(&chat, &path).await,
                 (Some(verb @ ("delete" | "restore")), Some(path)) => {
                     files::delete_or_restore(&chat, verb, &path).await
                 }

@@ -315,3 +315,80 @@ pub async fn search(chat: &str, asked: &Search) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+/// Prints a table's or a document's preview: each sheet's rows
+/// tab-separated under its name, a document's blocks, each slide with its
+/// notes; then what was left out.
+pub async fn preview(chat: &str, path: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    let mut query = reqwest::Url::parse("http://chatd/")?;
+    query.query_pairs_mut().append_pair("path", path);
+    let shown = client
+        .call(
+            reqwest::Method::GET,
+            &format!(
+                "/conversations/{chat}/files/preview?{}",
+                query.query().unwrap_or("")
+            ),
+            None,
+        )
+        .await?;
+    let cells = |row: &Value| -> String {
+        row.as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c.as_str().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\t")
+    };
+    for sheet in shown["sheets"].as_array().into_iter().flatten() {
+        if let Some(name) = sheet["name"].as_str().filter(|n| !n.is_empty()) {
+            println!("## Sheet {name}");
+        }
+        for row in sheet["rows"].as_array().into_iter().flatten() {
+            println!("{}", cells(row));
+        }
+        if sheet["cut"] == json!(true) {
+            println!(
+                "(the first rows and columns of {} rows and {} columns)",
+                sheet["total_rows"], sheet["total_columns"]
+            );
+        }
+    }
+    for block in shown["blocks"].as_array().into_iter().flatten() {
+        match text(&block["type"]) {
+            "heading" => println!(
+                "{} {}",
+                "#".repeat(block["level"].as_u64().unwrap_or(1) as usize),
+                text(&block["text"])
+            ),
+            "list_item" => println!(
+                "{}- {}",
+                "  ".repeat(block["level"].as_u64().unwrap_or(0) as usize),
+                text(&block["text"])
+            ),
+            "table" => {
+                for row in block["rows"].as_array().into_iter().flatten() {
+                    println!("{}", cells(row));
+                }
+            }
+            _ => println!("{}", text(&block["text"])),
+        }
+    }
+    for slide in shown["slides"].as_array().into_iter().flatten() {
+        match slide["title"].as_str() {
+            Some(title) => println!("## Slide {}: {title}", slide["number"]),
+            None => println!("## Slide {}", slide["number"]),
+        }
+        if let Some(body) = slide["text"].as_str().filter(|t| !t.is_empty()) {
+            println!("{body}");
+        }
+        if let Some(notes) = slide["notes"].as_str() {
+            println!("Notes: {notes}");
+        }
+    }
+    for note in shown["notes"].as_array().into_iter().flatten() {
+        println!("({})", text(note));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -2,7 +2,9 @@
 //! is in its chat with every document's text or its one line of cause,
 //! chat.sqlite3 keeps no failure for a good document's bytes, and the
 //! chats' search (`GET …/files/search`) finds the PDFs' page 3 and, once one
-//! is deleted, finds it no more.
+//! is deleted, finds it no more; the files pane's previews (`GET
+//! …/files/preview`) show a stored workbook's three sheets and refuse a
+//! stored zip bomb with 422 `zip_bomb`.
 
 use super::*;
 
@@ -21,7 +23,13 @@ struct Found {
     lost_unseen: u64,
     /// (chat, path) of each good PDF a stored message attached.
     pdfs: Vec<(String, String)>,
+    /// (chat, path) of each workbook and each zip bomb stored, for previews.
+    workbooks: Vec<(String, String)>,
+    bombs: Vec<(String, String)>,
 }
+
+/// Workbooks and bombs previewed at most, each.
+const MAX_PREVIEWED: usize = 6;
 
 /// Words on page 3 of the fixture PDF (`docfixtures::PDF_PAGES`).
 const PAGE_3_WORDS: &str = "Acme invoice";
@@ -60,6 +68,7 @@ pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
     }
     let (failures, kept) = check_database(shared, run);
     let searched = check_search(shared, &found.pdfs).await;
+    let previewed = check_previews(shared, &found.workbooks, &found.bombs).await;
     let tally = |m: &BTreeMap<Doc, u64>| {
         m.iter()
             .map(|(d, n)| format!("{} {n}", d.as_str()))
@@ -79,6 +88,7 @@ pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
             "document_texts: {kept} rows of the good versions read, {failures} failures kept for the bad files' bytes, none for a good one"
         ),
         searched,
+        previewed,
     ]
 }
 
@@ -141,6 +151,16 @@ fn check_send(shared: &Shared, send: &Sent, texts: &[String], found: &mut Found)
             continue;
         };
         let head = lines[at];
+        let kept = match doc {
+            Doc::Workbook => Some((&mut found.workbooks, ".xlsx")),
+            Doc::Bomb => Some((&mut found.bombs, ".docx")),
+            _ => None,
+        };
+        if let Some((list, ext)) = kept {
+            if let Some(path) = upload_path(head, ext) {
+                list.push((chat.clone(), path));
+            }
+        }
         if let Some((_, cause)) = head.split_once("; it could not be read: ") {
             if !doc.good() && cause.starts_with(doc.expect()) {
                 *found.unread.entry(*doc).or_default() += 1;
@@ -243,9 +263,99 @@ fn check_database(shared: &Shared, run: &Run) -> (u64, u64) {
 /// The workspace path an `[attached …]` line names for a PDF (a renamed
 /// upload's `… (2).pdf` included).
 fn pdf_path(head: &str) -> Option<String> {
+    upload_path(head, ".pdf")
+}
+
+/// The workspace path an `[attached …]` line names for a file ending `ext`.
+fn upload_path(head: &str, ext: &str) -> Option<String> {
     let start = head.find("uploads/")?;
-    let end = start + head[start..].find(".pdf")? + ".pdf".len();
+    let end = start + head[start..].find(ext)? + ext.len();
     Some(head[start..end].to_string())
+}
+
+/// `GET …/files/preview?path=`, asked again while chatd is down (a kill
+/// during the load): its status and body.
+async fn preview(shared: &Shared, chat: &str, path: &str) -> Option<(u16, Value)> {
+    let route = format!("/conversations/{chat}/files/preview?path={}", encoded(path));
+    let route = route.as_str();
+    wait_until("chatd to answer a preview", RIDE, move || async move {
+        shared.call(Method::GET, route, None).await.ok()
+    })
+    .await
+    .ok()
+}
+
+/// The previews check: up to [`MAX_PREVIEWED`] stored workbooks show their
+/// three sheets with the fixture's cells, and as many stored zip bombs are
+/// refused with 422 `zip_bomb` (the reader's child pays, never chatd). The
+/// summary's line.
+async fn check_previews(
+    shared: &Shared,
+    workbooks: &[(String, String)],
+    bombs: &[(String, String)],
+) -> String {
+    let mut shown = 0;
+    let sample = |list: &[(String, String)]| -> Vec<(String, String)> {
+        let step = list.len().div_ceil(MAX_PREVIEWED).max(1);
+        list.iter().step_by(step).cloned().collect()
+    };
+    let books = sample(workbooks);
+    for (chat, path) in &books {
+        let Some((status, body)) = preview(shared, chat, path).await else {
+            shared.violate(
+                Inv::Documents,
+                format!("documents: chat {chat}: no answer to the preview of {path}"),
+            );
+            continue;
+        };
+        let names: Vec<&str> = body["sheets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        let acme = &body["sheets"][1]["rows"][1];
+        if status == 200
+            && names == ["Summary", "Customers", "Data"]
+            && *acme == json!(["Acme", "4200"])
+        {
+            shown += 1;
+        } else {
+            shared.violate(
+                Inv::Documents,
+                format!(
+                    "documents: chat {chat}: the preview of {path} answered {status} with sheets {names:?} and {acme} (not Acme 4200 in Customers)"
+                ),
+            );
+        }
+    }
+    let mut refused = 0;
+    let bombs = sample(bombs);
+    for (chat, path) in &bombs {
+        let Some((status, body)) = preview(shared, chat, path).await else {
+            shared.violate(
+                Inv::Documents,
+                format!("documents: chat {chat}: no answer to the preview of {path}"),
+            );
+            continue;
+        };
+        if status == 422 && body["error"]["type"] == "zip_bomb" {
+            refused += 1;
+        } else {
+            shared.violate(
+                Inv::Documents,
+                format!(
+                    "documents: chat {chat}: the preview of the zip bomb {path} answered {status}: {}",
+                    body["error"]
+                ),
+            );
+        }
+    }
+    format!(
+        "previews: {shown} of {} workbooks show their 3 sheets; {refused} of {} zip bombs refused 422 zip_bomb",
+        books.len(),
+        bombs.len()
+    )
 }
 
 /// `GET …/files/search?{query}` asked until chatd answers with nothing

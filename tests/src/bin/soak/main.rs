@@ -58,7 +58,8 @@
 //! 17. every accepted message holds each attached document's text or one
 //!     line why it could not be read, a good one never unreadable and no
 //!     failure kept for its bytes; the search finds a PDF's page 3 and a
-//!     deleted PDF no more (`documents.rs`, `documents_checks.rs`).
+//!     deleted PDF no more; a workbook previews as its 3 sheets, a zip
+//!     bomb's preview is 422 (`documents.rs`, `documents_checks.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
