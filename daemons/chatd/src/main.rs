@@ -25,11 +25,26 @@ fn main() -> ExitCode {
     if argv.nth(1).as_deref() == Some(chatd::documents::helper::SUBCOMMAND) {
         return chatd::documents::helper::child_main(&argv.collect::<Vec<_>>());
     }
+    few_malloc_arenas();
     let args = Args::parse();
     let common = args.common.clone();
     tandem_shared::daemon::main("chatd", &common, chatd::config::DEFAULT_TOML, || {
         start(args)
     })
+}
+
+/// glibc gives each new thread its own malloc arena, up to eight a core. Every
+/// blocking thread that served a read, a document or an upload keeps ~12 MiB of
+/// freed memory in its arena: under the soak's load chatd's RSS rose 30-40 %
+/// after warm-up (175 -> 230 MiB) with ~105 MiB in use. With two it rose 13 %
+/// (127 -> 144 MiB; four: 15 %, 142 -> 163). chatd's work waits on SQLite's
+/// one writer and on sockets, not on malloc. Set before any thread starts.
+fn few_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets a malloc parameter; no other thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
 }
 
 fn start(args: Args) -> anyhow::Result<()> {
