@@ -122,6 +122,21 @@ impl Client {
         Ok(answered(status, answer))
     }
 
+    /// [`Client::send`] without a query: the body of a success, or the
+    /// refusal as one line (the API's message, which names the field).
+    pub(crate) async fn ask(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let (status, answer) = self.send(method, path, &[], body).await?;
+        if status.is_success() {
+            return Ok(answer);
+        }
+        bail!("{}", refusal(status.as_u16(), &answer))
+    }
+
     pub(crate) async fn call(
         &self,
         method: reqwest::Method,

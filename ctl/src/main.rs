@@ -89,6 +89,9 @@ enum Command {
     /// Telegram and Slack bots bound to saved agents: list, show, add, rm, test, senders, allow, on, off, set.
     #[command(subcommand, long_about = commands::connector::LONG_ABOUT)]
     Connector(commands::connector::ConnectorCommand),
+    /// MCP servers for the chats' tools: list, add, test, on, off, rm.
+    #[command(subcommand, long_about = commands::mcp::LONG_ABOUT)]
+    Mcp(commands::mcp::McpCommand),
     /// For cron: start chatd when the engine answers and chatd does not (3 an hour at most).
     #[command(long_about = commands::watchdog::LONG_ABOUT)]
     Watchdog,
@@ -145,6 +148,7 @@ fn main() -> ExitCode {
             Command::Trigger(command) => commands::trigger::exec(command).await,
             Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,
             Command::Connector(command) => commands::connector::exec(command).await,
+            Command::Mcp(command) => commands::mcp::exec(command).await,
             Command::Watchdog => commands::watchdog::exec().await,
             Command::Doctor => commands::doctor::exec().await,
             Command::Completions { shell } => {

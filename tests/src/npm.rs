@@ -1,5 +1,5 @@
 //! Packages from the npm registry that tests run (axe-core in the test
-//! browser; later, MCP servers), pinned in `tests/npm/package.json` and its
+//! browser, the MCP reference server), pinned in `tests/npm/package.json` and its
 //! lock, installed by `ops/test` (`npm ci --prefix tests/npm`) into
 //! `tests/npm/node_modules`. A test asks for a package's folder here; when
 //! it is not installed the test skips, or fails under CI, saying how to

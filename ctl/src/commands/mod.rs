@@ -6,6 +6,7 @@ pub mod chat_settings;
 pub mod connector;
 pub mod doctor;
 pub mod egress;
+pub mod mcp;
 pub mod sandbox;
 pub mod service;
 pub mod status;

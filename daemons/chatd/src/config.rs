@@ -106,6 +106,8 @@ pub struct ChatdConfig {
     pub push_ttl_s: u64,
     /// Tests only: push endpoints on loopback addresses, over http too.
     pub push_allow_loopback_for_tests: bool,
+    /// MCP connectors may reach loopback, private and this box's networks.
+    pub mcp_allow_private: bool,
     /// Commands on this machine (the `bash` tool through hostexecd, when a
     /// chat has no sandbox): `off`, `ask` (a card for each) or `on`; empty
     /// means `ask`.
@@ -286,6 +288,7 @@ impl Default for ChatdConfig {
             push_contact: "mailto:owner@tandem.invalid".into(),
             push_ttl_s: 86_400,
             push_allow_loopback_for_tests: false,
+            mcp_allow_private: false,
             host_exec: "ask".into(),
             hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             host_card_wait_s: 300,
@@ -396,6 +399,7 @@ pub const ENV_KEYS: &[EnvKey] = &[
         "QSE_CHAT_PUSH_ALLOW_LOOPBACK_FOR_TESTS",
         "chatd.push_allow_loopback_for_tests",
     ),
+    EnvKey::new("QSE_CHAT_MCP_ALLOW_PRIVATE", "chatd.mcp_allow_private"),
     EnvKey::new("QSE_TRIGGERS_SOCKET", "chatd.triggers_socket"),
     EnvKey::new("QSE_CONNECTORS_SOCKET", "chatd.connectors_socket"),
     EnvKey::new("QSE_SHARED_WORKSPACE", "chatd.shared_workspace"),

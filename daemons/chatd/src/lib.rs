@@ -25,6 +25,7 @@ pub mod inbox;
 pub mod index;
 pub mod kinds;
 pub mod listeners;
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod models;
@@ -76,6 +77,8 @@ pub struct App {
     pub inbox: crate::inbox::Inbox,
     /// Web Push to subscribed browsers (runs ended, cards, inbox entries).
     pub push: Arc<crate::push::Push>,
+    /// MCP connectors: the sealing key and the address rules.
+    pub mcp: Arc<crate::mcp::Mcp>,
     pub engine: Engine,
     pub secrets: Secrets,
     pub metrics: Arc<Metrics>,
@@ -304,6 +307,7 @@ pub async fn run(
         &inbox,
         shutdown.clone(),
     )?;
+    let mcp = Arc::new(crate::mcp::Mcp::start(&config)?);
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
@@ -314,6 +318,7 @@ pub async fn run(
         connectors,
         inbox,
         push,
+        mcp,
         engine,
         secrets,
         metrics,

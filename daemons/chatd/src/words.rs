@@ -1,6 +1,7 @@
 //! The words chatd stores and sends for a message's role and status, a
 //! run's status and mode, a chat's state, a waiting message's state, who
-//! asked, and a person's answer on a consent card:
+//! asked, a person's answer on a consent card, and an MCP connector's
+//! transport and state:
 //! each a type, so only these can be written, and a stored one is read
 //! into its type where its row is read.
 
@@ -111,10 +112,42 @@ tandem_shared::words! {
     }
 }
 
+tandem_shared::words! {
+    /// How chatd reaches a connector's server.
+    pub enum Transport("MCP transport") {
+        /// A remote server over Streamable HTTP.
+        Http => "http",
+        /// A local command speaking MCP on its stdin and stdout.
+        Stdio => "stdio",
+    }
+}
+
+tandem_shared::words! {
+    /// What the list says of a connector: its last test, or `off`.
+    pub enum ConnectorState("MCP connector state") {
+        /// The last test connected and listed the tools.
+        Connected => "connected",
+        /// The last test's sign-in was refused (401 or 403).
+        NeedsSignIn => "needs_sign_in",
+        /// The last test failed; `reason` says why.
+        CantConnect => "cant_connect",
+        /// On, and not tested since it last changed.
+        Untested => "untested",
+        /// Switched off: no chat or agent uses it.
+        Off => "off",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tandem_shared::words::check_reads_back;
+
+    #[test]
+    fn every_mcp_word_reads_back_as_itself() {
+        check_reads_back::<Transport>();
+        check_reads_back::<ConnectorState>();
+    }
 
     #[test]
     fn every_role_reads_back_as_itself() {

@@ -24,8 +24,15 @@ pub fn init(daemon: &str, logs_dir: &Path) -> anyhow::Result<LogTarget> {
     let filter = std::env::var("QSE_LOG_LEVEL")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".to_string());
-    let filter = EnvFilter::try_new(&filter)
+    let mut parsed = EnvFilter::try_new(&filter)
         .with_context(|| format!("QSE_LOG_LEVEL/RUST_LOG: bad filter {filter:?}"))?;
+    // The MCP SDK logs what a server sent (its self-description, a refusal's
+    // headers) and calls a server's 401 an ERROR without an id; chatd's own
+    // lines say what happened, with ids. Named in the filter, it speaks.
+    if !filter.contains("rmcp") {
+        parsed = parsed.add_directive("rmcp=off".parse().expect("a fixed directive parses"));
+    }
+    let filter = parsed;
     let choice = std::env::var("QSE_LOG_TO").unwrap_or_default();
     let target = match choice.as_str() {
         "stderr" => LogTarget::Stderr,

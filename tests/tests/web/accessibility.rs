@@ -143,7 +143,7 @@ impl Rig {
 /// settings panel, the inbox, a waiting card, a failed reply's banner, the
 /// composer with a file attached, the files pane and a workbook's preview
 /// with its sheet tabs, the chat's menu, the
-/// Ctrl+K switcher, and on a phone the chat list's drawer.
+/// Ctrl+K switcher, the MCP servers panel, and on a phone the chat list's drawer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
     if !browser::available() {
@@ -228,8 +228,10 @@ async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
             )
             .await?;
             check(&b, &axe, "drawer", viewport, &mut failures).await?;
+            mcp_panel(&b, &axe, viewport, &mut failures).await?;
             b.click("#switcher-open").await?;
         } else {
+            mcp_panel(&b, &axe, viewport, &mut failures).await?;
             b.type_into("#composer", &format!("{CONTROL}k{RELEASE}"))
                 .await?;
         }
@@ -243,6 +245,26 @@ async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
         failures.join("\n  ")
     );
     Ok(())
+}
+
+/// The MCP servers panel, opened from the sidebar, checked and closed.
+async fn mcp_panel(
+    b: &Browser,
+    axe: &str,
+    viewport: Viewport,
+    failures: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    b.click("#mcp-open").await?;
+    b.wait_visible("#mcp-panel", WAIT).await?;
+    b.wait_js(
+        "the MCP panel's list read",
+        "return document.querySelector('#mcp-status').textContent !== 'Loading…' || null;",
+        WAIT,
+    )
+    .await?;
+    check(b, axe, "mcp", viewport, failures).await?;
+    b.type_into("#mcp-panel", "\u{e00c}").await?; // Escape
+    b.wait_hidden("#mcp-panel", WAIT).await
 }
 
 /// The sign-in card (an admin token is set) and its refusal.

@@ -106,7 +106,7 @@ impl Page {
 }
 
 /// Sets a field of the panel as typed: its old value gone, then `text`.
-async fn fill(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
+pub(crate) async fn fill(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
     b.eval_with(
         "const e = document.querySelector(arguments[0]); e.value = '';",
         vec![json!(css)],
@@ -606,7 +606,7 @@ async fn axe_on_settings(b: &Browser, axe: &str) -> anyhow::Result<Vec<String>> 
 }
 
 /// Opens the chat list's drawer on a phone and waits until it has slid in.
-async fn open_drawer(b: &Browser) -> anyhow::Result<()> {
+pub(crate) async fn open_drawer(b: &Browser) -> anyhow::Result<()> {
     b.click("#menu").await?;
     b.wait_js(
         "the drawer in place",

@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::{json, Map, Value};
 use tandem_shared::secrets::Secret;
 
-use crate::client::{refusal, Client};
+use crate::client::Client;
 use crate::tty;
 
 mod show;
@@ -514,13 +514,9 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> anyhow::Result<Value> {
-    let (status, answer) = client
-        .send(method, &format!("/connectors{path}"), &[], body)
-        .await?;
-    if status.is_success() {
-        return Ok(answer);
-    }
-    bail!("{}", refusal(status.as_u16(), &answer))
+    client
+        .ask(method, &format!("/connectors{path}"), body)
+        .await
 }
 
 /// A sender as one path segment: an @name or id, with anything else escaped.

@@ -11,6 +11,7 @@ mod fork;
 mod form;
 mod forward;
 mod history;
+mod mcp;
 mod messages;
 mod notifications;
 mod outgoing;
@@ -153,6 +154,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/notifications/count", get(notifications::count))
         .route("/notifications/read", post(notifications::mark_read))
         .route("/notifications/events", get(notifications::events))
+        .route("/mcp-connectors", get(mcp::list).post(mcp::create))
+        .route(
+            "/mcp-connectors/{id}",
+            get(mcp::show).put(mcp::replace).delete(mcp::remove),
+        )
+        .route("/mcp-connectors/{id}/test", post(mcp::test))
+        .route("/mcp-connectors/{id}/enable", post(mcp::enable))
+        .route("/mcp-connectors/{id}/disable", post(mcp::disable))
         .route("/push/key", get(push::key))
         .route(
             "/push/subscribe",

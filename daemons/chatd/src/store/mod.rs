@@ -14,6 +14,7 @@ pub mod documents;
 pub mod files;
 pub mod inbox;
 pub mod index;
+pub mod mcp;
 pub mod messages;
 pub mod meta;
 pub mod push;

@@ -303,4 +303,28 @@ CREATE INDEX search_parts_sha ON search_parts(sha);
 CREATE VIRTUAL TABLE search_text USING fts5(body, tokenize = 'trigram');
 CREATE INDEX workspace_files_sha ON workspace_files(sha);
 "#,
+    r#"
+-- MCP connectors (mcp/): at most 20, names unique in any case. token,
+-- headers and env are sealed (mcp.key), bound to the row's id and field.
+-- state, reason, tools and tested are the last test's, cleared by an edit.
+CREATE TABLE mcp_connectors (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    transport TEXT NOT NULL,
+    url TEXT NOT NULL,
+    command TEXT NOT NULL,
+    args TEXT NOT NULL,
+    token TEXT,
+    headers TEXT,
+    env TEXT,
+    enabled INTEGER NOT NULL,
+    state TEXT,
+    reason TEXT,
+    tools TEXT NOT NULL,
+    tested TEXT,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL
+);
+CREATE UNIQUE INDEX mcp_connectors_name ON mcp_connectors(name COLLATE NOCASE);
+"#,
 ];

@@ -19,7 +19,8 @@
 //!   push (chatd's Web Push to a fake push service, the settings, the
 //!   permission mode and the inbox routes: `push.rs`), and documents
 //!   (PDFs, workbooks, a damaged PDF and a zip bomb attached to messages:
-//!   `documents.rs`).
+//!   `documents.rs`), and mcp (MCP connectors tested against a fake MCP
+//!   server that refuses a token, goes down and redirects: `mcp.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -59,7 +60,10 @@
 //!     line why it could not be read, a good one never unreadable and no
 //!     failure kept for its bytes; the search finds a PDF's page 3 and a
 //!     deleted PDF no more; a workbook previews as its 3 sheets, a zip
-//!     bomb's preview is 422 (`documents.rs`, `documents_checks.rs`).
+//!     bomb's preview is 422 (`documents.rs`, `documents_checks.rs`);
+//! 18. every MCP connector test says what its server deserved at that
+//!     moment, an edit without the secrets keeps them, and the server only
+//!     saw the tokens it was given (`mcp.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -99,6 +103,7 @@ mod files;
 mod files_trash;
 mod hostexec;
 mod hostexec_calls;
+mod mcp;
 mod parts;
 mod push;
 mod push_checks;
@@ -148,7 +153,7 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     refuse_every: Duration,
     /// The daemons driven beside chatd: `all`, `none`, or some of egressd,
-    /// hostexecd, triggerd, connectord, push, documents (comma-separated).
+    /// hostexecd, triggerd, connectord, push, documents, mcp (comma-separated).
     #[arg(long, default_value = "all", value_parser = parse_parts)]
     parts: Chosen,
 }

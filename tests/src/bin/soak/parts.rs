@@ -20,15 +20,18 @@ pub(crate) enum PartName {
     Push,
     /// Documents attached to messages, read by chatd's reader process.
     Documents,
+    /// chatd's MCP connectors tested against a fake MCP server.
+    Mcp,
 }
 
-pub(crate) const PARTS: [PartName; 6] = [
+pub(crate) const PARTS: [PartName; 7] = [
     PartName::Egressd,
     PartName::Hostexecd,
     PartName::Triggerd,
     PartName::Connectord,
     PartName::Push,
     PartName::Documents,
+    PartName::Mcp,
 ];
 
 impl PartName {
@@ -40,6 +43,7 @@ impl PartName {
             PartName::Connectord => "connectord",
             PartName::Push => "push",
             PartName::Documents => "documents",
+            PartName::Mcp => "mcp",
         }
     }
 }
@@ -142,6 +146,7 @@ pub(crate) async fn prepare(
             PartName::Connectord => Arc::new(bots::Bots::prepare(&ctx).await?),
             PartName::Push => Arc::new(push::PushPart::new(&ctx)),
             PartName::Documents => Arc::new(documents::DocumentsPart::new(&ctx)?),
+            PartName::Mcp => Arc::new(mcp::McpPart::new()),
         };
         parts.push(part);
     }

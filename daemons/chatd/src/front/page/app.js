@@ -15,6 +15,7 @@
  *   inbox.js     the Notifications button, its panel and chatd's inbox stream
  *   settings.js  the model picker, the settings panel, the defaults for new chats
  *   push.js      "Notify me on this device": the service worker (sw.js) and Web Push
+ *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -721,6 +722,7 @@ function init() {
   initInbox(); // inbox.js: the Notifications button and its panel
   initStatus(); // status.js: the meter's details, the failure banner
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
+  initMcp(); // mcp.js: the MCP servers panel
   initPush(); // push.js: "Notify me on this device"
   initFileSearch(); // filesearch.js: the files pane's search box
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));

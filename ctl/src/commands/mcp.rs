@@ -1,0 +1,306 @@
+//! `tandem mcp …`: the owner's MCP servers (chatd's MCP connectors,
+//! `/v1/chat-app/mcp-connectors`), through chatd's front door with the
+//! forward key. A token or a header's value is never an argument: it comes
+//! from a file, stdin or a prompt without echo, goes into the request body
+//! and nowhere else; chatd seals it and never shows it again.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use crate::client::Client;
+use crate::tty;
+
+pub const LONG_ABOUT: &str = "\
+MCP servers give chats more tools. An MCP connector is one server: a remote
+one by its address (Streamable HTTP), with a token or headers when it asks
+for a key. chatd keeps the connectors; the token and the headers are sealed
+and never shown again (a connector says only whether it has them).
+
+A connector reaches public addresses only: every address its name resolves
+to, and every redirect, is checked when it connects. A server at home (a
+private or loopback address) needs `mcp_allow_private = true` under
+[chatd] in the settings.
+
+A token or a header's value is never an argument (it would stay in the
+shell's history and show in ps): --token-file and --headers-file read them
+(`-` for stdin), or --token asks for the token without echo.
+
+A connector is named by its id (mc_…) or its name. Exit 0 when the request
+was done (for `test`: when the server connected and listed its tools), 1
+otherwise.
+
+Examples:
+  tandem mcp add Docs https://mcp.example.com/mcp --token-file ~/.config/tandem/docs.token
+  tandem mcp test Docs
+  tandem mcp list
+  tandem mcp off Docs";
+
+#[derive(clap::Subcommand)]
+pub enum McpCommand {
+    /// Every connector, one row each: id, name, state, host, tools.
+    ///
+    /// Example: tandem mcp list
+    List,
+    /// Add a remote MCP server by its address.
+    #[command(long_about = ADD_ABOUT)]
+    Add(AddArgs),
+    /// Connect to a connector's server now and list its tools.
+    ///
+    /// Exit 0 when it connected, 1 with the reason otherwise (a refused
+    /// sign-in says to check the token or the headers).
+    ///
+    /// Example: tandem mcp test Docs
+    Test {
+        /// The connector's id or name.
+        connector: String,
+    },
+    /// Switch a connector on: chats use its tools again.
+    ///
+    /// Example: tandem mcp on Docs
+    On {
+        /// The connector's id or name.
+        connector: String,
+    },
+    /// Switch a connector off: no chat or agent uses it.
+    ///
+    /// Example: tandem mcp off Docs
+    Off {
+        /// The connector's id or name.
+        connector: String,
+    },
+    /// Remove a connector with its sealed token and headers.
+    ///
+    /// Example: tandem mcp rm Docs
+    Rm {
+        /// The connector's id or name.
+        connector: String,
+    },
+}
+
+const ADD_ABOUT: &str = "\
+Add a remote MCP server by its address (http:// or https://, no user name
+or password in it). chatd saves it, then this command tests it: it
+connects, lists the tools and prints them, or the reason it could not.
+
+The token (sent as `Authorization: Bearer <token>`): --token-file PATH (the
+token alone on one line; `-` for stdin), or --token to be asked for it
+without echo. Other headers: --headers-file PATH, one `Name: value` a line.
+
+--off saves it switched off: chats do not use it until `tandem mcp on`. An
+address that is plainly internal (an IP literal of a private or loopback
+range, localhost) is refused unless it is saved off or the box allows
+private addresses (mcp_allow_private).
+
+Examples:
+  tandem mcp add Docs https://mcp.example.com/mcp --token-file ~/.config/tandem/docs.token
+  tandem mcp add Search https://search.example.org/mcp --headers-file search.headers
+  pass show mcp/docs | tandem mcp add Docs https://mcp.example.com/mcp --token-file -";
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// A name for people, unique among the connectors (1 to 60 characters).
+    name: String,
+    /// The server's MCP address, e.g. https://mcp.example.com/mcp.
+    url: String,
+    /// The file holding the token alone on one line (`-`: stdin).
+    #[arg(long, value_name = "PATH", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// Ask for the token without echo.
+    #[arg(long)]
+    token: bool,
+    /// The file holding other headers, one `Name: value` a line (`-`: stdin).
+    #[arg(long, value_name = "PATH")]
+    headers_file: Option<PathBuf>,
+    /// Save it switched off.
+    #[arg(long)]
+    off: bool,
+}
+
+pub async fn exec(command: McpCommand) -> anyhow::Result<ExitCode> {
+    // Secrets are read before chatd is asked anything: an unreadable file
+    // sends nothing.
+    if let McpCommand::Add(args) = command {
+        let body = args.body().await?;
+        let client = Client::new()?;
+        let made = call(&client, Method::POST, "", Some(body)).await?;
+        let id = text(&made["id"]).to_string();
+        println!("added {}", line(&made));
+        return test(&client, &id).await;
+    }
+    let client = Client::new()?;
+    match command {
+        McpCommand::Add(_) => unreachable!("handled above"),
+        McpCommand::List => {
+            let listed = call(&client, Method::GET, "", None).await?;
+            let all = listed["connectors"].as_array().cloned().unwrap_or_default();
+            if all.is_empty() {
+                println!("no MCP connectors (add one: tandem mcp add --help)");
+                return Ok(ExitCode::SUCCESS);
+            }
+            for c in &all {
+                println!("{}", line(c));
+            }
+        }
+        McpCommand::Test { connector } => {
+            let id = find(&client, &connector).await?;
+            return test(&client, &id).await;
+        }
+        McpCommand::On { connector } => {
+            let id = find(&client, &connector).await?;
+            let c = call(&client, Method::POST, &format!("/{id}/enable"), None).await?;
+            println!("{}", line(&c));
+        }
+        McpCommand::Off { connector } => {
+            let id = find(&client, &connector).await?;
+            let c = call(&client, Method::POST, &format!("/{id}/disable"), None).await?;
+            println!("{}", line(&c));
+        }
+        McpCommand::Rm { connector } => {
+            let id = find(&client, &connector).await?;
+            call(&client, Method::DELETE, &format!("/{id}"), None).await?;
+            println!("removed {id} ({connector})");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Tests a connector and prints its tools, or the reason (exit 1).
+async fn test(client: &Client, id: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("tandem: connecting to {id}'s server (30 s at most)");
+    let tested = call(client, Method::POST, &format!("/{id}/test"), None).await?;
+    if tested["ok"] != true {
+        let why = tested["reason"].as_str().unwrap_or("no reason given");
+        eprintln!("{id}: {}: {why}", text(&tested["state"]));
+        return Ok(ExitCode::FAILURE);
+    }
+    let tools = tested["tool_details"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    println!("{id}: connected, {} tools", tools.len());
+    for tool in &tools {
+        match tool["description"].as_str() {
+            Some(d) => println!("  {:<28} {}", text(&tool["name"]), first_line(d)),
+            None => println!("  {}", text(&tool["name"])),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A connector's id from its id or its name (any case).
+async fn find(client: &Client, connector: &str) -> anyhow::Result<String> {
+    if connector.starts_with("mc_") {
+        return Ok(connector.to_string());
+    }
+    let listed = call(client, Method::GET, "", None).await?;
+    let all = listed["connectors"].as_array().cloned().unwrap_or_default();
+    all.iter()
+        .find(|c| text(&c["name"]).eq_ignore_ascii_case(connector))
+        .map(|c| text(&c["id"]).to_string())
+        .with_context(|| format!("no MCP connector is named {connector} (tandem mcp list)"))
+}
+
+/// One row: id, name, state, host, what is saved, tools.
+fn line(c: &Value) -> String {
+    let mut saved = Vec::new();
+    if c["has_token"] == true {
+        saved.push("token");
+    }
+    if c["has_headers"] == true {
+        saved.push("headers");
+    }
+    let tools = c["tools"].as_array().map_or(0, Vec::len);
+    let mut out = format!(
+        "{}  {:<20} {:<14} {:<28} {:<14} {} tools",
+        text(&c["id"]),
+        text(&c["name"]),
+        text(&c["state"]),
+        text(&c["host"]),
+        if saved.is_empty() {
+            "-".to_string()
+        } else {
+            saved.join("+")
+        },
+        tools
+    );
+    if let Some(why) = c["reason"].as_str() {
+        out.push_str(&format!("\n    {why}"));
+    }
+    out
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
+
+impl AddArgs {
+    async fn body(self) -> anyhow::Result<Value> {
+        let token = match (&self.token_file, self.token) {
+            (Some(path), _) => Some(tty::token_from_file(path, "token").await?),
+            (None, true) => Some(tty::token_from_stdin("token").await?),
+            (None, false) => None,
+        };
+        let headers = match &self.headers_file {
+            Some(path) => Some(headers_from(path)?),
+            None => None,
+        };
+        let mut body = Map::new();
+        body.insert("name".into(), json!(self.name));
+        body.insert("transport".into(), json!("http"));
+        body.insert("url".into(), json!(self.url));
+        body.insert("enabled".into(), json!(!self.off));
+        if let Some(headers) = headers {
+            body.insert("headers".into(), Value::Object(headers));
+        }
+        // The token goes in last: the only place it is exposed.
+        if let Some(token) = token {
+            body.insert("token".into(), json!(token.expose()));
+        }
+        Ok(Value::Object(body))
+    }
+}
+
+/// `Name: value` lines (blank lines and `#` comments skipped). An error
+/// names the line, never its value.
+fn headers_from(path: &Path) -> anyhow::Result<Map<String, Value>> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading the headers from stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    let mut out = Map::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            bail!("{} line {}: not `Name: value`", path.display(), n + 1);
+        };
+        out.insert(name.trim().to_string(), json!(value.trim()));
+    }
+    if out.is_empty() {
+        bail!("{} holds no `Name: value` line", path.display());
+    }
+    Ok(out)
+}
+
+/// A request under `/v1/chat-app/mcp-connectors`; a refusal is one line.
+async fn call(
+    client: &Client,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    client
+        .ask(method, &format!("/mcp-connectors{path}"), body)
+        .await
+}

@@ -1,0 +1,275 @@
+/*
+ * tandem — the web page's MCP servers: the owner's MCP connectors (chatd's
+ * /mcp-connectors routes). Served by chatd's front at /chat-app/mcp.js and
+ * loaded before app.js (classic scripts, one global scope: this file uses
+ * app.js's $, el, api, button… only when called; app.js's init() calls
+ * initMcp()).
+ *
+ *   panel    one dialog (a sheet on a phone), opened from the sidebar's
+ *            "MCP servers": each connector with its state in words, where
+ *            it points (the host only), why its last test failed, its tools
+ *            with their descriptions, a switch, Test and Remove (asked
+ *            first: it forgets the saved token and headers).
+ *   add      name, address, token (a password field), other headers (one
+ *            `Name: value` a line). "Save and test" saves it switched off,
+ *            tests it, and offers "Turn on" when the server connected. A
+ *            refusal is shown under the field chatd names; nothing is kept.
+ *            The token and headers are sent once and never shown again.
+ */
+'use strict';
+
+const MCP_STATES = {
+  connected: 'Connected',
+  needs_sign_in: 'Needs sign-in',
+  cant_connect: "Can't connect",
+  untested: 'Not tested',
+  off: 'Off',
+};
+
+const mcp = { list: [], back: null, busy: false, confirming: null, offered: null };
+
+/** The panel's frame, made once: the list, then the add form. */
+function buildMcp() {
+  const field = (id, label, input, hint) => el('div', { class: 'field', 'data-field': id },
+    el('label', { for: `mcp-${id}`, text: label }),
+    input,
+    hint ? el('p', { id: `mcp-${id}-hint`, class: 'hint muted', text: hint }) : null,
+    el('p', { id: `mcp-${id}-error`, class: 'inline-error', role: 'alert', hidden: true }));
+  const described = (id) => ({ 'aria-describedby': `mcp-${id}-hint mcp-${id}-error` });
+  const form = el('form', { id: 'mcp-form', novalidate: true },
+    el('h3', { text: 'Add a server' }),
+    field('name', 'Name', el('input', { id: 'mcp-name', type: 'text', autocomplete: 'off', maxlength: '60', ...described('name') }),
+      'Unique among your servers, 60 characters at most.'),
+    field('url', 'Address', el('input', { id: 'mcp-url', type: 'url', autocomplete: 'off', spellcheck: 'false',
+      placeholder: 'https://mcp.example.com/mcp', ...described('url') }),
+    'http:// or https://, no user name or password. Public addresses only, unless the box allows private ones.'),
+    field('token', 'Token', el('input', { id: 'mcp-token', type: 'password', autocomplete: 'off', ...described('token') }),
+      'Sent as Authorization: Bearer. Stored sealed, never shown again.'),
+    field('headers', 'Other headers', el('textarea', { id: 'mcp-headers', rows: '2', spellcheck: 'false',
+      placeholder: 'X-Team: blue', ...described('headers') }), 'One Name: value a line. Stored sealed, never shown again.'),
+    el('p', { id: 'mcp-form-error', class: 'inline-error', role: 'alert', hidden: true }),
+    el('div', { class: 'sheet-foot' },
+      el('button', { type: 'submit', class: 'primary', id: 'mcp-save', text: 'Save and test' })));
+  form.addEventListener('submit', (e) => { e.preventDefault(); addMcp(); });
+  $('#mcp-panel').replaceChildren(
+    el('div', { class: 'sheet-head' },
+      el('h2', { id: 'mcp-title', text: 'MCP servers' }),
+      button('quiet', '✕', () => closeMcp(), { id: 'mcp-close', 'aria-label': 'Close the MCP servers' })),
+    el('div', { class: 'sheet-body' },
+      el('p', { class: 'muted', text: 'Tool servers for your chats. A server\'s token and headers are sealed on the box and never shown again.' }),
+      el('p', { id: 'mcp-status', class: 'muted', role: 'status' }),
+      el('ul', { id: 'mcp-list', class: 'mcp-list', 'aria-label': 'Your MCP servers' }),
+      form));
+}
+
+async function openMcp(opener) {
+  const dialog = $('#mcp-panel');
+  if (dialog.open) return;
+  mcp.back = opener || document.activeElement;
+  dialog.showModal();
+  $('#mcp-close').focus();
+  await loadMcp();
+}
+
+function closeMcp() {
+  const dialog = $('#mcp-panel');
+  if (dialog.open) dialog.close();
+}
+
+async function loadMcp() {
+  $('#mcp-status').textContent = 'Loading…';
+  try {
+    const answer = await api('GET', '/mcp-connectors');
+    mcp.list = (answer && answer.connectors) || [];
+    $('#mcp-status').textContent = mcp.list.length ? '' : 'No servers yet: add one below.';
+  } catch (error) {
+    $('#mcp-status').textContent = '';
+    return showError(error);
+  }
+  renderMcp();
+}
+
+/** One row per connector. */
+function renderMcp() {
+  $('#mcp-list').replaceChildren(...mcp.list.map(mcpRow));
+}
+
+function mcpRow(c) {
+  const id = c.id;
+  const saved = [c.has_token && 'token', c.has_headers && 'headers'].filter(Boolean);
+  const tools = Array.isArray(c.tools) ? c.tools : [];
+  const row = el('li', { class: `mcp-row state-${c.state}`, 'data-id': id },
+    el('div', { class: 'mcp-line' },
+      el('strong', { class: 'mcp-name', text: c.name }),
+      el('span', { class: 'mcp-host muted', text: c.host }),
+      el('span', { class: 'mcp-state', text: MCP_STATES[c.state] || c.state })),
+    c.reason ? el('p', { class: 'mcp-reason', text: c.reason }) : null,
+    el('p', { class: 'muted mcp-saved', text: saved.length ? `Saved: ${saved.join(' and ')}` : 'No token or headers saved' }));
+  if (tools.length) {
+    row.append(el('details', { class: 'mcp-tools' },
+      el('summary', { text: `${tools.length} tool${tools.length === 1 ? '' : 's'}` }),
+      el('ul', {}, ...tools.map((t) => el('li', {},
+        el('code', { text: t.name }), t.description ? ` ${t.description}` : '')))));
+  }
+  const toggle = el('input', { type: 'checkbox', role: 'switch', id: `mcp-on-${id}` });
+  toggle.checked = !!c.enabled;
+  toggle.addEventListener('change', () => switchMcp(id, toggle.checked));
+  const actions = el('div', { class: 'mcp-actions' },
+    el('label', { class: 'mcp-switch', for: `mcp-on-${id}` }, toggle, ` On`),
+    button('quiet', 'Test', () => testMcp(id), { 'aria-label': `Test ${c.name}` }),
+    button('quiet danger', 'Remove', () => askRemove(id), { 'aria-label': `Remove ${c.name}` }));
+  if (mcp.offered === id && !c.enabled) {
+    actions.append(button('primary', 'Turn on', () => switchMcp(id, true), { id: 'mcp-turn-on' }));
+  }
+  row.append(actions);
+  if (mcp.confirming === id) {
+    row.append(el('div', { class: 'mcp-confirm', role: 'alertdialog', 'aria-label': `Remove ${c.name}?` },
+      el('p', { text: `Remove ${c.name}? Its saved token and headers are forgotten.` }),
+      button('danger', 'Remove', () => removeMcp(id), { id: 'mcp-remove-yes' }),
+      button('', 'Cancel', () => { mcp.confirming = null; renderMcp(); }, { id: 'mcp-remove-no' })));
+  }
+  return row;
+}
+
+/** Replaces one connector in the list by chatd's answer. */
+function putMcp(c) {
+  const at = mcp.list.findIndex((x) => x.id === c.id);
+  if (at >= 0) mcp.list[at] = c; else mcp.list.push(c);
+  renderMcp();
+}
+
+async function switchMcp(id, on) {
+  try {
+    putMcp(await api('POST', `/mcp-connectors/${enc(id)}/${on ? 'enable' : 'disable'}`));
+    mcp.offered = null;
+    renderMcp();
+  } catch (error) {
+    showError(error);
+    await loadMcp(); // the switch shows what chatd holds
+  }
+}
+
+async function testMcp(id) {
+  const row = $(`#mcp-list [data-id="${CSS.escape(id)}"]`);
+  if (row) row.setAttribute('aria-busy', 'true');
+  $('#mcp-status').textContent = 'Connecting to the server…';
+  try {
+    const tested = await api('POST', `/mcp-connectors/${enc(id)}/test`);
+    $('#mcp-status').textContent = tested && tested.ok
+      ? `Connected: ${tested.tools.length} tools.`
+      : `Not connected: ${(tested && tested.reason) || 'no reason given'}`;
+    const fresh = await api('GET', `/mcp-connectors/${enc(id)}`);
+    putMcp(fresh);
+    return tested;
+  } catch (error) {
+    $('#mcp-status').textContent = '';
+    showError(error);
+    return null;
+  } finally {
+    if (row) row.removeAttribute('aria-busy');
+  }
+}
+
+function askRemove(id) {
+  mcp.confirming = id;
+  renderMcp();
+  $('#mcp-remove-no').focus();
+}
+
+async function removeMcp(id) {
+  mcp.confirming = null;
+  try {
+    await api('DELETE', `/mcp-connectors/${enc(id)}`);
+    mcp.list = mcp.list.filter((c) => c.id !== id);
+    renderMcp();
+    $('#mcp-status').textContent = 'Removed.';
+  } catch (error) {
+    showError(error);
+  }
+}
+
+/** `Name: value` lines → an object; an unreadable line is named, never its value. */
+function mcpHeaders(text) {
+  const out = {};
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i += 1) {
+    const line = lines[i].trim();
+    if (!line) continue;
+    const colon = line.indexOf(':');
+    if (colon < 1) throw new Error(`Line ${i + 1} is not Name: value.`);
+    out[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
+  }
+  return out;
+}
+
+function clearMcpErrors() {
+  for (const line of $$('#mcp-form .inline-error')) { line.hidden = true; line.textContent = ''; }
+  for (const input of $$('#mcp-form [aria-invalid]')) input.removeAttribute('aria-invalid');
+}
+
+/** Shows a refusal under the field chatd names, else under the form. */
+function mcpFieldError(field, error) {
+  const line = $(`#mcp-${field}-error`) || $('#mcp-form-error');
+  showInlineError(line, error);
+  const input = $(`#mcp-${field}`);
+  if (input) { input.setAttribute('aria-invalid', 'true'); input.focus(); }
+}
+
+async function addMcp() {
+  if (mcp.busy) return;
+  clearMcpErrors();
+  const body = { name: $('#mcp-name').value.trim(), transport: 'http', url: $('#mcp-url').value.trim(), enabled: false };
+  const token = $('#mcp-token').value.trim();
+  if (token) body.token = token;
+  try {
+    const headers = mcpHeaders($('#mcp-headers').value);
+    if (Object.keys(headers).length) body.headers = headers;
+  } catch (error) {
+    return mcpFieldError('headers', error.message);
+  }
+  mcp.busy = true;
+  $('#mcp-save').disabled = true;
+  try {
+    const made = await api('POST', '/mcp-connectors', body);
+    // The secrets leave the page's fields once chatd has them.
+    $('#mcp-form').reset();
+    putMcp(made);
+    const tested = await testMcp(made.id);
+    if (tested && tested.ok) {
+      // It connected: offer to turn it on, where the focus is.
+      mcp.offered = made.id;
+      renderMcp();
+      $('#mcp-turn-on').focus();
+    }
+  } catch (error) {
+    if (error.status === 401 || error.lost) return showError(error);
+    const field = String((error.detail && error.detail.field) || 'form');
+    return mcpFieldError(field, error);
+  } finally {
+    mcp.busy = false;
+    $('#mcp-save').disabled = false;
+  }
+}
+
+/* ------------------------------------------------------------------ init -- */
+
+function initMcp() {
+  buildMcp();
+  $('#mcp-open').addEventListener('click', (e) => openMcp(e.currentTarget));
+  const dialog = $('#mcp-panel');
+  dialog.addEventListener('close', () => {
+    mcp.confirming = null;
+    mcp.offered = null;
+    const back = mcp.back;
+    mcp.back = null;
+    if (back && back.isConnected && typeof back.focus === 'function') back.focus();
+  });
+  dialog.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || e.isComposing) return;
+    e.preventDefault();
+    e.stopPropagation();
+    closeMcp();
+  });
+  dialog.addEventListener('cancel', (e) => { e.preventDefault(); closeMcp(); });
+  dialog.addEventListener('click', (e) => { if (e.target === e.currentTarget) closeMcp(); }); // the backdrop
+}

@@ -1,0 +1,241 @@
+//! One MCP session with a connector's server, on the `rmcp` client: an
+//! `http` connector over Streamable HTTP, through a reqwest client of its
+//! own whose only resolver and redirect rule are `address.rs`'s, with TLS
+//! from the shared config and no proxy from the environment. A test opens
+//! a session, lists the tools and closes it.
+//!
+//! Errors never carry the token, a header's value or the address's query:
+//! the reason is made here from what failed (a status, a refusal, a
+//! timeout), not from reqwest's text, which names the whole URL.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ServiceExt;
+use serde::Serialize;
+use tandem_shared::netpolicy::Policy;
+use tandem_shared::secrets::Secret;
+use url::Url;
+
+use super::address::{self, Checked, Private, Refused};
+
+/// Connecting and the first answers (initialize, the tool list).
+pub const OPEN: Duration = Duration::from_secs(30);
+/// A connection attempt to one address.
+const CONNECT: Duration = Duration::from_secs(5);
+/// The most bytes of one answer taken (a 10 MB tool list is refused).
+const MAX_ANSWER: usize = 4 << 20;
+/// The longest reason kept from a server's own words.
+const MAX_REASON: usize = 300;
+
+/// What a connection is made with: the address and the opened secrets.
+pub struct Target {
+    pub url: Url,
+    pub token: Option<Secret>,
+    pub headers: Vec<(String, Secret)>,
+}
+
+/// A tool as the connectors list shows it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct ToolInfo {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub description: Option<String>,
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// 401 or 403: the token or headers were refused.
+    SignIn(String),
+    /// Anything else: refused address, no answer, not an MCP server.
+    Connect(String),
+}
+
+/// An open session.
+pub type Session = RunningService<RoleClient, ClientConfig>;
+
+/// Opens a session: the transport, MCP's initialize, within [`OPEN`].
+pub async fn open(
+    target: &Target,
+    policy: Arc<Policy>,
+    private: Private,
+) -> Result<Session, Failure> {
+    address::check_literal(&policy, private, &target.url).map_err(Failure::Connect)?;
+    let refused = Refused::default();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .dns_resolver(Arc::new(Checked {
+            policy: policy.clone(),
+            private,
+            refused: refused.clone(),
+        }))
+        .redirect(address::redirects(policy, private, refused.clone()))
+        .tls_backend_preconfigured((*tandem_shared::tls::client_config()).clone())
+        .connect_timeout(CONNECT)
+        .build()
+        .map_err(|_| Failure::Connect("the HTTP client could not be made".into()))?;
+    let mut headers = HashMap::new();
+    for (name, value) in &target.headers {
+        // Checked when saved; a stored pair that no longer parses is skipped.
+        if let (Ok(name), Ok(mut value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value.expose()),
+        ) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(target.url.as_str())
+        .custom_headers(headers)
+        .max_json_response_size(MAX_ANSWER)
+        .max_sse_event_size(MAX_ANSWER);
+    if let Some(token) = &target.token {
+        config = config.auth_header(token.expose());
+    }
+    let transport = StreamableHttpClientTransport::with_client(http, config);
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("tandem", env!("CARGO_PKG_VERSION")),
+    );
+    match tokio::time::timeout(OPEN, info.serve(transport)).await {
+        Err(_) => Err(refused_or(&refused, || {
+            Failure::Connect(format!("no answer within {} s", OPEN.as_secs()))
+        })),
+        Ok(Err(e)) => Err(refused_or(&refused, || of_initialize(&e))),
+        Ok(Ok(session)) => Ok(session),
+    }
+}
+
+/// Opens a session, lists its tools and closes it.
+pub async fn probe(
+    target: &Target,
+    policy: Arc<Policy>,
+    private: Private,
+) -> Result<Vec<ToolInfo>, Failure> {
+    let session = open(target, policy, private).await?;
+    let listed = tokio::time::timeout(OPEN, session.list_all_tools()).await;
+    // Closing tells the server the session is over (a DELETE); its answer
+    // changes nothing here.
+    let _ = tokio::time::timeout(CONNECT, session.cancel()).await;
+    match listed {
+        Err(_) => Err(Failure::Connect(format!(
+            "the tool list did not come within {} s",
+            OPEN.as_secs()
+        ))),
+        Ok(Err(e)) => Err(classify(&e)),
+        Ok(Ok(tools)) => Ok(tools
+            .into_iter()
+            .map(|t| ToolInfo {
+                name: t.name.to_string(),
+                description: t.description.map(|d| cut(&d)),
+            })
+            .collect()),
+    }
+}
+
+fn refused_or(refused: &Refused, otherwise: impl FnOnce() -> Failure) -> Failure {
+    match refused.taken() {
+        Some(why) => Failure::Connect(why),
+        None => otherwise(),
+    }
+}
+
+/// The reason an initialize failed: the transport's error it carries (which
+/// is not its `source`), else its own words.
+fn of_initialize(error: &ClientInitializeError) -> Failure {
+    match error {
+        ClientInitializeError::TransportError { error, .. } => classify(error.error.as_ref()),
+        other => classify(other),
+    }
+}
+
+/// The reason of an rmcp error, from the transport's error where there is
+/// one (never reqwest's text: it names the URL with its query).
+fn classify(error: &(dyn std::error::Error + 'static)) -> Failure {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(http) = e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            return of_http(http);
+        }
+        if let Some(e) = e.downcast_ref::<reqwest::Error>() {
+            return of_reqwest(e);
+        }
+        source = e.source();
+    }
+    Failure::Connect(format!(
+        "the server did not answer as an MCP server does ({})",
+        scrubbed(&error.to_string())
+    ))
+}
+
+fn of_http(error: &StreamableHttpError<reqwest::Error>) -> Failure {
+    match error {
+        StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_) => {
+            Failure::SignIn(signin(401))
+        }
+        StreamableHttpError::HttpStatus(s) if matches!(s.status, 401 | 403) => {
+            Failure::SignIn(signin(s.status))
+        }
+        StreamableHttpError::HttpStatus(s) => {
+            Failure::Connect(format!("the server answered HTTP {}", s.status))
+        }
+        StreamableHttpError::Client(e) => of_reqwest(e),
+        StreamableHttpError::ResponseBodyTooLarge { max_size } => {
+            Failure::Connect(format!("an answer was over {} MiB", max_size >> 20))
+        }
+        StreamableHttpError::UnexpectedContentType(kind) => Failure::Connect(format!(
+            "the server answered {}, not JSON or an event stream: is this the MCP endpoint?",
+            kind.as_deref().map_or("nothing".to_string(), cut)
+        )),
+        other => Failure::Connect(format!(
+            "the MCP exchange failed: {}",
+            scrubbed(&other.to_string())
+        )),
+    }
+}
+
+fn signin(status: u16) -> String {
+    format!("the server refused the sign-in (HTTP {status}): check the token or the headers")
+}
+
+fn of_reqwest(error: &reqwest::Error) -> Failure {
+    let what = if error.is_timeout() {
+        "no answer in time"
+    } else if error.is_connect() {
+        "the connection was refused or failed"
+    } else if error.is_redirect() {
+        "a redirect was refused"
+    } else if error.is_body() || error.is_decode() {
+        "the answer broke off"
+    } else {
+        "the request failed"
+    };
+    Failure::Connect(what.to_string())
+}
+
+/// An error's words, cut to one short line; none at all when they hold an
+/// address (its query may hold a key).
+fn scrubbed(text: &str) -> String {
+    if text.contains("://") {
+        return "no detail given".into();
+    }
+    cut(text)
+}
+
+/// A server's words, cut to one short line.
+fn cut(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    match line.char_indices().nth(MAX_REASON) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
+}

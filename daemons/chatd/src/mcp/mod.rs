@@ -1,0 +1,225 @@
+//! MCP connectors: the owner's tool servers, kept in chat.sqlite3
+//! (`store/mcp.rs`), their token, headers and environment sealed with the
+//! shared seal (`mcp.key`, 0600) and write-only: the API says `has_token`,
+//! `has_headers`, `has_env`, never a value, and no log or error repeats one.
+//!
+//! `address.rs` decides where an `http` connector may connect (netpolicy on
+//! every address and redirect, `[chatd] mcp_allow_private`); `client.rs`
+//! opens a session on the `rmcp` client and lists the tools. The routes are
+//! `api/mcp.rs`'s.
+//!
+//! Built so far: `http` connectors (Streamable HTTP), saved, switched and
+//! tested. Sessions in chats, `stdio` servers in a chat's sandbox, the
+//! tools in a turn, prompts, resources and MCP Apps come next (issue 27).
+
+pub mod address;
+pub mod client;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tandem_shared::netpolicy::{LivePolicy, Policy};
+use tandem_shared::seal::SealKey;
+use tandem_shared::secrets::Secret;
+
+use crate::config::ChatdConfig;
+use crate::store::mcp::Connector;
+pub use crate::words::{ConnectorState, Transport};
+use address::Private;
+
+/// Connectors kept at most.
+pub const MAX_CONNECTORS: usize = 20;
+/// A connector's name, in characters.
+pub const MAX_NAME: usize = 60;
+/// A token, a header's value, an environment value, in bytes.
+pub const MAX_SECRET: usize = 8192;
+/// Headers (and environment variables) a connector keeps at most.
+pub const MAX_PAIRS: usize = 20;
+
+/// The address policy connections are checked against: the box's
+/// interfaces read again when they change, or the address classes alone.
+enum Addresses {
+    Live(LivePolicy),
+    Classes(Arc<Policy>),
+}
+
+/// chatd's side of MCP: the sealing key and the address rules.
+pub struct Mcp {
+    seal: SealKey,
+    addresses: Addresses,
+    pub private: Private,
+}
+
+impl Mcp {
+    pub fn start(config: &ChatdConfig) -> anyhow::Result<Mcp> {
+        let seal = SealKey::load_or_make(&config.data_dir.join("mcp.key"))?;
+        let addresses = match LivePolicy::open(Vec::new()) {
+            Ok(live) => Addresses::Live(live),
+            Err(e) => {
+                tracing::warn!(error = %e, "mcp: this box's interfaces cannot be watched; connectors are checked by address class only");
+                Addresses::Classes(Arc::new(Policy::default()))
+            }
+        };
+        let private = if config.mcp_allow_private {
+            tracing::warn!(
+                "mcp: mcp_allow_private is on: connectors may reach private and loopback addresses"
+            );
+            Private::Open
+        } else {
+            Private::Shut
+        };
+        Ok(Mcp {
+            seal,
+            addresses,
+            private,
+        })
+    }
+
+    /// The policy for a decision now.
+    pub fn policy(&self) -> Arc<Policy> {
+        match &self.addresses {
+            Addresses::Live(live) => live.current(),
+            Addresses::Classes(policy) => policy.clone(),
+        }
+    }
+
+    pub fn seal(&self, id: &str, what: Secretive, value: &str) -> String {
+        self.seal.seal(value, &what.owner(id))
+    }
+
+    /// A connector's secrets opened for a connection. A value that does not
+    /// open (another key) is an error naming the field, never its value.
+    pub fn target(&self, c: &Connector) -> Result<client::Target, String> {
+        let url = address::parse(&c.url).map_err(|e| format!("the saved address {e}"))?;
+        let token = match &c.token {
+            Some(sealed) => Some(self.open(&c.id, Secretive::Token, sealed)?),
+            None => None,
+        };
+        let headers = match &c.headers {
+            Some(sealed) => {
+                let text = self.open(&c.id, Secretive::Headers, sealed)?;
+                let pairs: BTreeMap<String, String> = serde_json::from_str(text.expose())
+                    .map_err(|_| "the saved headers do not read back".to_string())?;
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k, Secret::new(v)))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        Ok(client::Target {
+            url,
+            token,
+            headers,
+        })
+    }
+
+    fn open(&self, id: &str, what: Secretive, sealed: &str) -> Result<Secret, String> {
+        self.seal.open(sealed, &what.owner(id)).map_err(|_| {
+            format!(
+                "the saved {} does not open with mcp.key (was the key replaced?): save it again",
+                what.name()
+            )
+        })
+    }
+}
+
+/// Which sealed value: each is bound to its connector and its field.
+#[derive(Debug, Clone, Copy)]
+pub enum Secretive {
+    Token,
+    Headers,
+    Env,
+}
+
+impl Secretive {
+    fn owner(self, id: &str) -> String {
+        format!("mcp:{id}:{}", self.name())
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Secretive::Token => "token",
+            Secretive::Headers => "headers",
+            Secretive::Env => "env",
+        }
+    }
+}
+
+/// The state the list shows for a row.
+pub fn state_of(c: &Connector) -> ConnectorState {
+    if !c.enabled {
+        return ConnectorState::Off;
+    }
+    c.state.unwrap_or(ConnectorState::Untested)
+}
+
+/// Checks a name: 1 to 60 characters, no control characters.
+pub fn check_name(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_NAME {
+        return Err(format!("must be 1 to {MAX_NAME} characters, not {chars}"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("must not hold control characters".into());
+    }
+    Ok(name.to_string())
+}
+
+/// Headers rmcp sets itself: a connector may not replace them.
+const RESERVED: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// Checks the headers: at most 20, names HTTP header names (not one MCP
+/// sets, not Authorization: that is the token), values of at most 8 KiB.
+/// The error names the header, never its value.
+pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), String> {
+    if headers.len() > MAX_PAIRS {
+        return Err(format!(
+            "has {} headers; a connector keeps {MAX_PAIRS} at most",
+            headers.len()
+        ));
+    }
+    for (name, value) in headers {
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!("`{}` is not a header name", name.escape_debug()));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED.contains(&lower.as_str()) {
+            return Err(format!(
+                "`{name}` is set by MCP itself and cannot be replaced"
+            ));
+        }
+        if lower == "authorization" {
+            return Err("`Authorization`: give it as the token (sent as `Bearer <token>`)".into());
+        }
+        if value.len() > MAX_SECRET {
+            return Err(format!("`{name}`'s value is over {MAX_SECRET} bytes"));
+        }
+        if reqwest::header::HeaderValue::from_str(value).is_err() {
+            return Err(format!(
+                "`{name}`'s value holds characters a header cannot carry"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a token: at most 8 KiB of characters a header can carry.
+pub fn check_token(token: &str) -> Result<(), String> {
+    if token.len() > MAX_SECRET {
+        return Err(format!("is over {MAX_SECRET} bytes"));
+    }
+    if reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+        return Err("holds characters a header cannot carry".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! `tandem mcp …` end to end: the `tandem` binary talking to the real
+//! chatd (loopback servers allowed) and the fake MCP server of
+//! `tandem_tests::mcpservers`, which wants a token.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+use tandem_tests::harness::{bin_dir, Chatd, Sim};
+use tandem_tests::mcpservers::FakeMcp;
+
+const TOKEN: &str = "ctl-mcp-token-5be1";
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `tandem ARGS` as a person runs it, with `stdin` piped in.
+fn tandem(chatd: &Chatd, home: &std::path::Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(bin_dir().join("tandem"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("QSE_ROOT", home)
+        .env("QSE_CHAT_URL", format!("127.0.0.1:{}", chatd.port))
+        .env("QSE_SECRETS", chatd.dir.path().join("secrets.env"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// add (token from stdin) prints the tools; list shows the row without the
+/// token; test by name; off; a wrong token's test exits 1 with the reason;
+/// rm; an unknown name is one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_test_list_switch_and_remove_a_server() {
+    let fake = FakeMcp::start(Some(TOKEN)).await.unwrap();
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = Chatd::start(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let url = fake.url("/mcp");
+
+    let added = tandem(
+        &chatd,
+        home.path(),
+        &["mcp", "add", "Glossary", &url, "--token-file", "-"],
+        &format!("{TOKEN}\n"),
+    );
+    assert!(added.status.success(), "{}", text(&added));
+    let out = String::from_utf8_lossy(&added.stdout);
+    assert!(
+        out.contains("added mc_") && out.contains("Glossary"),
+        "{out}"
+    );
+    assert!(out.contains("connected, 2 tools"), "{out}");
+    assert!(
+        out.contains("lookup") && out.contains("Looks a word up"),
+        "{out}"
+    );
+
+    let listed = tandem(&chatd, home.path(), &["mcp", "list"], "");
+    let out = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{}", text(&listed));
+    assert!(
+        out.contains("connected") && out.contains("127.0.0.1") && out.contains("token"),
+        "{out}"
+    );
+    assert!(!out.contains(TOKEN), "{out}");
+
+    let tested = tandem(&chatd, home.path(), &["mcp", "test", "glossary"], "");
+    assert!(tested.status.success(), "{}", text(&tested));
+
+    let off = tandem(&chatd, home.path(), &["mcp", "off", "Glossary"], "");
+    assert!(
+        String::from_utf8_lossy(&off.stdout).contains(" off "),
+        "{}",
+        text(&off)
+    );
+
+    let wrong = tandem(
+        &chatd,
+        home.path(),
+        &["mcp", "add", "Wrong", &url, "--token-file", "-", "--off"],
+        "not-the-token\n",
+    );
+    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        err.contains("needs_sign_in") && err.contains("check the token"),
+        "{err}"
+    );
+
+    let removed = tandem(&chatd, home.path(), &["mcp", "rm", "Glossary"], "");
+    assert!(removed.status.success(), "{}", text(&removed));
+    let unknown = tandem(&chatd, home.path(), &["mcp", "test", "Glossary"], "");
+    assert_eq!(unknown.status.code(), Some(1), "{}", text(&unknown));
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(err.contains("no MCP connector is named Glossary"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!chatd.log().contains(TOKEN));
+}

@@ -1,0 +1,6 @@
+//! MCP connectors end to end, one binary: the real chatd and engine-sim,
+//! the MCP project's reference server from the npm registry, and a fake
+//! MCP server of our own for the faults (tandem_tests::mcpservers).
+
+mod connectors;
+mod ctl_mcp;

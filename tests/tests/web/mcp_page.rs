@@ -1,0 +1,138 @@
+//! The page's MCP servers panel in headless Chromium against the real chatd
+//! (loopback servers allowed) and the fake MCP server of
+//! `tandem_tests::mcpservers`, which wants a token: a bad address is
+//! refused under its field and stores nothing; a server added with its
+//! token is saved off, tested (Connected, its two tools with their
+//! descriptions), turned on from the row (then Connected); the token is gone from the form
+//! and never in the page; Remove asks first. At 390 px the panel is a
+//! sheet along the bottom. Every wait is a bounded poll.
+
+use anyhow::ensure;
+use serde_json::json;
+use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, PHONE, WAIT};
+use tandem_tests::harness::{Chatd, Sim};
+use tandem_tests::mcpservers::FakeMcp;
+
+use crate::settings::{fill, open_drawer};
+
+const TOKEN: &str = "page-mcp-token-77d0";
+
+async fn open_panel(b: &Browser, viewport: Viewport) -> anyhow::Result<()> {
+    if viewport.width < 700 {
+        // On a phone the sidebar is a drawer behind the menu button.
+        open_drawer(b).await?;
+    }
+    b.click("#mcp-open").await?;
+    b.wait_js(
+        "the MCP panel open",
+        "return document.querySelector('#mcp-panel').open
+             && document.querySelector('#mcp-status').textContent !== 'Loading…';",
+        WAIT,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn add_test_turn_on_and_remove(
+    driver: &Chromedriver,
+    chatd: &Chatd,
+    fake: &FakeMcp,
+    viewport: Viewport,
+    name: &str,
+) -> anyhow::Result<()> {
+    let b = Browser::open_chat(driver, viewport, &chatd.front_url(), None, "#mcp-open").await?;
+    open_panel(&b, viewport).await?;
+    if viewport.width < 700 {
+        let rect = b
+            .eval(
+                "const r = document.querySelector('#mcp-panel').getBoundingClientRect();
+                 return {left: r.left, right: r.right, bottom: r.bottom, vw: innerWidth, vh: innerHeight};",
+            )
+            .await?;
+        let at = |k: &str| rect[k].as_f64().unwrap_or(-1.0);
+        ensure!(
+            at("left").abs() < 1.0 && (at("right") - at("vw")).abs() < 1.0,
+            "a sheet the phone's width: {rect}"
+        );
+    }
+
+    // A bad address: the words under its field, nothing stored.
+    fill(&b, "#mcp-name", name).await?;
+    fill(&b, "#mcp-url", "ftp://mcp.example.com/").await?;
+    b.click("#mcp-save").await?;
+    let said = b
+        .wait_text("#mcp-url-error", |t| t.contains("http://"), WAIT)
+        .await?;
+    ensure!(said.starts_with("url:"), "{said}");
+    ensure!(b.count("#mcp-list .mcp-row").await? == 0, "nothing stored");
+
+    fill(&b, "#mcp-url", &fake.url("/mcp")).await?;
+    fill(&b, "#mcp-token", TOKEN).await?;
+    b.click("#mcp-save").await?;
+    b.wait_text("#mcp-status", |t| t.starts_with("Connected: 2 tools"), WAIT)
+        .await?;
+    let row = b.text("#mcp-list .mcp-row").await?;
+    ensure!(
+        // Saved off until it is turned on.
+        row.contains(name) && row.contains("127.0.0.1") && row.contains("Off"),
+        "{row}"
+    );
+    ensure!(
+        row.contains("Saved: token") && row.contains("2 tools"),
+        "{row}"
+    );
+    let token_left = b
+        .eval("return document.querySelector('#mcp-token').value;")
+        .await?;
+    ensure!(
+        token_left == json!(""),
+        "the token left the form: {token_left}"
+    );
+    let html = b.eval("return document.documentElement.outerHTML;").await?;
+    ensure!(
+        !html.to_string().contains(TOKEN),
+        "the token is in the page"
+    );
+
+    b.click("#mcp-turn-on").await?;
+    b.wait_js(
+        "the switch on",
+        "const s = document.querySelector('#mcp-list input[role=switch]'); return s && s.checked;",
+        WAIT,
+    )
+    .await?;
+    b.wait_text(".mcp-row .mcp-state", |t| t == "Connected", WAIT)
+        .await?;
+    b.click("#mcp-list .mcp-tools summary").await?;
+    b.wait_text(
+        "#mcp-list .mcp-tools",
+        |t| t.contains("Looks a word up"),
+        WAIT,
+    )
+    .await?;
+
+    b.click("#mcp-list .mcp-actions .danger").await?;
+    b.wait_visible("#mcp-remove-yes", WAIT).await?;
+    b.click("#mcp-remove-yes").await?;
+    b.wait_count("#mcp-list .mcp-row", |n| n == 0, WAIT).await?;
+    b.close().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_added_tested_turned_on_and_removed_from_the_page() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let fake = FakeMcp::start(Some(TOKEN)).await?;
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd =
+        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
+            .await?;
+    let driver = Chromedriver::start().await?;
+    add_test_turn_on_and_remove(&driver, &chatd, &fake, DESKTOP, "Glossary").await?;
+    add_test_turn_on_and_remove(&driver, &chatd, &fake, PHONE, "Glossary on a phone").await?;
+    let listed = chatd.client().get("/mcp-connectors").await?;
+    ensure!(listed.body["connectors"] == json!([]), "{}", listed.body);
+    ensure!(!chatd.log().contains(TOKEN), "the token in chatd's log");
+    Ok(())
+}
