@@ -124,7 +124,11 @@ pub fn fake_tools() -> Value {
 impl FakeMcp {
     /// `/mcp` asks for `Authorization: Bearer <token>` when a token is
     /// given (401 with `WWW-Authenticate` otherwise, as servers do);
-    /// `/redirect` answers 307 to the cloud metadata address.
+    /// `/redirect` answers 307 to the cloud metadata address, `/cross` 307
+    /// to this fake under another name (`localhost`: another origin),
+    /// `/unchallenged` 401 with no `WWW-Authenticate` and the presented
+    /// `Authorization` echoed in its body (as a careless server does),
+    /// `/forbidden` 403 with no challenge.
     pub async fn start(token: Option<&str>) -> anyhow::Result<FakeMcp> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let down = Arc::new(AtomicBool::new(false));
@@ -136,6 +140,9 @@ impl FakeMcp {
         let app = Router::new()
             .route("/mcp", post(rpc).get(no_stream).delete(end))
             .route("/redirect", post(redirect))
+            .route("/cross", post(cross))
+            .route("/unchallenged", post(unchallenged))
+            .route("/forbidden", post(forbidden))
             .with_state(shared);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -249,4 +256,38 @@ async fn redirect(State(shared): State<Shared>, headers: HeaderMap) -> Response 
         [("location", "http://169.254.169.254/mcp")],
     )
         .into_response()
+}
+
+async fn cross(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    keep(&shared, "/cross", &headers, &Value::Null);
+    let port = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.rsplit(':').next())
+        .unwrap_or("80")
+        .to_string();
+    (
+        StatusCode::TEMPORARY_REDIRECT,
+        [("location", format!("http://localhost:{port}/mcp"))],
+    )
+        .into_response()
+}
+
+async fn unchallenged(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    keep(&shared, "/unchallenged", &headers, &Value::Null);
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (
+        StatusCode::UNAUTHORIZED,
+        format!("no access for {presented}"),
+    )
+        .into_response()
+}
+
+async fn forbidden(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    keep(&shared, "/forbidden", &headers, &Value::Null);
+    (StatusCode::FORBIDDEN, "forbidden").into_response()
 }

@@ -192,6 +192,29 @@ async fn a_refused_sign_in_says_so_and_a_saved_token_is_sent_and_never_shown() -
         .await?;
     assert_eq!(again.body["state"], "needs_sign_in", "{}", again.body);
 
+    // A 401 with no challenge (its body echoing the key) and a 403 are
+    // refused sign-ins too; no reason repeats the key.
+    for (path, status) in [("/unchallenged", "401"), ("/forbidden", "403")] {
+        let made = client
+            .post(
+                "/mcp-connectors",
+                json!({"name": format!("Refusing {path}"), "url": fake.url(path), "token": TOKEN}),
+            )
+            .await?;
+        let id = made.body["id"].as_str().unwrap_or("").to_string();
+        let tested = client
+            .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+            .await?;
+        assert_eq!(
+            tested.body["state"], "needs_sign_in",
+            "{path}: {}",
+            tested.body
+        );
+        let why = tested.body["reason"].as_str().unwrap_or("");
+        assert!(why.contains(status), "{path}: {why}");
+        assert!(!tested.body.to_string().contains(TOKEN), "{}", tested.body);
+    }
+
     let database = std::fs::read(chatd.data_dir().join("chat.sqlite3"))?;
     let wal = std::fs::read(chatd.data_dir().join("chat.sqlite3-wal")).unwrap_or_default();
     for (what, bytes) in [("chat.sqlite3", &database), ("its WAL", &wal)] {
@@ -266,7 +289,8 @@ async fn internal_addresses_and_redirects_are_refused_before_a_connection() -> a
         .await?;
     let why = tested.body["reason"].as_str().unwrap_or("");
     assert!(
-        why.contains("localhost resolves to 127.0.0.1") && why.contains("public addresses only"),
+        // 127.0.0.1 or ::1, whichever the box's lookup answers first.
+        why.contains("localhost resolves to") && why.contains("public addresses only"),
         "{why}"
     );
     assert!(
@@ -293,6 +317,32 @@ async fn internal_addresses_and_redirects_are_refused_before_a_connection() -> a
     assert!(
         why.contains("redirect") && why.contains("169.254.169.254"),
         "{why}"
+    );
+
+    // A redirect to another server (here the same fake by another name) is
+    // not followed: the token and headers are for the first alone, and no
+    // Referer carries the address's query anywhere.
+    let made = open
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Elsewhere", "url": format!("{}?key={HEADER_VALUE}", fake.url("/cross")),
+                   "token": TOKEN, "headers": {"X-Team": HEADER_VALUE}}),
+        )
+        .await?;
+    let elsewhere = made.body["id"].as_str().unwrap_or("").to_string();
+    let before = fake.seen().len();
+    let tested = open
+        .post(&format!("/mcp-connectors/{elsewhere}/test"), json!({}))
+        .await?;
+    assert_eq!(tested.body["state"], "cant_connect", "{}", tested.body);
+    let why = tested.body["reason"].as_str().unwrap_or("");
+    assert!(why.contains("another server (localhost)"), "{why}");
+    let seen = fake.seen();
+    let after: Vec<_> = seen[before..].iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(after, ["/cross"], "only the first address was asked");
+    assert!(
+        seen.iter().all(|s| s.header("referer").is_none()),
+        "a Referer was sent: {seen:?}"
     );
     Ok(())
 }

@@ -128,9 +128,10 @@ fn check(app: &App, body: Body, before: Option<&Connector>) -> Result<Checked, A
             Change::Set(serde_json::to_string(&h).expect("a map of strings is JSON"))
         }
     };
-    // An address changed to another host drops what was saved for the old
-    // one unless the body gives it again: a token must not follow a URL.
-    let moved = before.is_some_and(|b| address::shown(&b.url) != address::shown(&url_text));
+    // An address moved to another server (scheme, host or port) drops what
+    // was saved for the old one unless the body gives it again: a token
+    // must not follow a URL, nor go from https to http.
+    let moved = before.is_some_and(|b| !address::same_origin(&b.url, url.as_str()));
     let keep_or_drop = |change: Change| match change {
         Change::Keep if moved => Change::Clear,
         other => other,

@@ -58,6 +58,14 @@ fn host_of(url: &Url) -> Result<Host, String> {
     netpolicy::parse_host(text).map_err(|e| format!("names no usable host: {e}"))
 }
 
+/// Whether two addresses are one server: scheme, host and port.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    match (Url::parse(a), Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
 /// The host alone, as the API shows an address (never its path or query).
 pub fn shown(url_text: &str) -> String {
     Url::parse(url_text)
@@ -205,12 +213,15 @@ pub fn check_literal(policy: &Policy, private: Private, url: &Url) -> Result<(),
     }
 }
 
-/// reqwest's redirect policy for a connector: at most 5, http(s) only, and
-/// an IP literal checked here (a name is checked by the resolver).
+/// reqwest's redirect policy for a connector: at most 5, within the
+/// address's own origin (scheme, host and port: its token and headers are
+/// for that server alone, and reqwest would send the headers on to another
+/// host), an IP literal checked here (a name is checked by the resolver).
 pub fn redirects(
     policy: Arc<Policy>,
     private: Private,
     refused: Refused,
+    origin: Url,
 ) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= REDIRECTS {
@@ -218,10 +229,14 @@ pub fn redirects(
             return attempt.error("too many redirects");
         }
         let url = attempt.url().clone();
-        let verdict = if matches!(url.scheme(), "http" | "https") {
-            check_literal(&policy, private, &url)
+        let verdict = if url.origin() != origin.origin() {
+            Err(format!(
+                "it goes to another server ({}); a connector's token and headers are for {} alone",
+                url.host_str().unwrap_or("?"),
+                origin.host_str().unwrap_or("?")
+            ))
         } else {
-            Err(format!("a redirect to {}: is not followed", url.scheme()))
+            check_literal(&policy, private, &url)
         };
         match verdict {
             Ok(()) => attempt.follow(),

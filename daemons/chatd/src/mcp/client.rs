@@ -43,6 +43,27 @@ pub struct Target {
     pub headers: Vec<(String, Secret)>,
 }
 
+impl Target {
+    /// A failure's reason with this connector's secrets taken out: its
+    /// token, its headers' values and its address's query, should a server
+    /// have sent one of them back in its words.
+    pub fn redact(&self, failure: Failure) -> Failure {
+        let clean = |text: String| {
+            let mut secrets: Vec<&str> = self.headers.iter().map(|(_, v)| v.expose()).collect();
+            secrets.extend(self.token.as_ref().map(Secret::expose));
+            secrets.extend(self.url.query());
+            secrets
+                .into_iter()
+                .filter(|s| s.len() >= 4)
+                .fold(text, |t, s| t.replace(s, "…"))
+        };
+        match failure {
+            Failure::SignIn(why) => Failure::SignIn(clean(why)),
+            Failure::Connect(why) => Failure::Connect(clean(why)),
+        }
+    }
+}
+
 /// A tool as the connectors list shows it.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ToolInfo {
@@ -78,7 +99,14 @@ pub async fn open(
             private,
             refused: refused.clone(),
         }))
-        .redirect(address::redirects(policy, private, refused.clone()))
+        .redirect(address::redirects(
+            policy,
+            private,
+            refused.clone(),
+            target.url.clone(),
+        ))
+        // A Referer would carry the address's query (a key) to another page.
+        .referer(false)
         .tls_backend_preconfigured((*tandem_shared::tls::client_config()).clone())
         .connect_timeout(CONNECT)
         .build()
@@ -121,8 +149,12 @@ pub async fn probe(
     policy: Arc<Policy>,
     private: Private,
 ) -> Result<Vec<ToolInfo>, Failure> {
-    let session = open(target, policy, private).await?;
-    let listed = tokio::time::timeout(OPEN, session.list_all_tools()).await;
+    let started = tokio::time::Instant::now();
+    let session = open(target, policy, private)
+        .await
+        .map_err(|f| target.redact(f))?;
+    let left = OPEN.saturating_sub(started.elapsed());
+    let listed = tokio::time::timeout(left, session.list_all_tools()).await;
     // Closing tells the server the session is over (a DELETE); its answer
     // changes nothing here.
     let _ = tokio::time::timeout(CONNECT, session.cancel()).await;
@@ -131,7 +163,7 @@ pub async fn probe(
             "the tool list did not come within {} s",
             OPEN.as_secs()
         ))),
-        Ok(Err(e)) => Err(classify(&e)),
+        Ok(Err(e)) => Err(target.redact(classify(&e))),
         Ok(Ok(tools)) => Ok(tools
             .into_iter()
             .map(|t| ToolInfo {
@@ -179,9 +211,15 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Failure {
 
 fn of_http(error: &StreamableHttpError<reqwest::Error>) -> Failure {
     match error {
-        StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_) => {
-            Failure::SignIn(signin(401))
-        }
+        StreamableHttpError::AuthRequired(_) => Failure::SignIn(signin(401)),
+        StreamableHttpError::InsufficientScope(_) => Failure::SignIn(signin(403)),
+        // rmcp's words for a status it has no variant for: "HTTP 401 …: <body>".
+        // The status is kept, the server's text is not.
+        StreamableHttpError::UnexpectedServerResponse(text) => match status_in(text) {
+            Some(status @ (401 | 403)) => Failure::SignIn(signin(status)),
+            Some(status) => Failure::Connect(format!("the server answered HTTP {status}")),
+            None => Failure::Connect("the server's answer was not MCP's".into()),
+        },
         StreamableHttpError::HttpStatus(s) if matches!(s.status, 401 | 403) => {
             Failure::SignIn(signin(s.status))
         }
@@ -201,6 +239,12 @@ fn of_http(error: &StreamableHttpError<reqwest::Error>) -> Failure {
             scrubbed(&other.to_string())
         )),
     }
+}
+
+/// The status in "HTTP 401 Unauthorized: …".
+fn status_in(text: &str) -> Option<u16> {
+    let rest = text.trim_start().strip_prefix("HTTP ")?;
+    rest.get(..3)?.parse().ok()
 }
 
 fn signin(status: u16) -> String {

@@ -13,8 +13,7 @@
 //! cant_connect naming HTTP 503 while it was down; `wrong`: needs_sign_in,
 //! or cant_connect while down; `moved`: cant_connect naming 169.254.169.254,
 //! always); every edit kept the sealed token and headers; the fake only ever
-//! saw the two tokens it was given, and `moved` reached nothing but its
-//! redirect. The tokens and the header's value are secrets: no log may hold
+//! saw the two tokens it was given. The tokens and the header's value are secrets: no log may hold
 //! them (`Inv::Secrets`).
 
 use super::*;
@@ -338,9 +337,6 @@ async fn check_end(shared: &Shared, run: &mut Run) {
                 Inv::Mcp,
                 "mcp: the fake saw a token it was never given".into(),
             );
-        }
-        if seen.path == "/redirect" && !auth.is_empty() {
-            shared.violate(Inv::Mcp, "mcp: the moved connector sent a token".into());
         }
     }
 }

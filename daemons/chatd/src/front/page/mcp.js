@@ -258,6 +258,8 @@ function initMcp() {
   $('#mcp-open').addEventListener('click', (e) => openMcp(e.currentTarget));
   const dialog = $('#mcp-panel');
   dialog.addEventListener('close', () => {
+    $('#mcp-form').reset(); // a token typed and not saved leaves with the panel
+    clearMcpErrors();
     mcp.confirming = null;
     mcp.offered = null;
     const back = mcp.back;
