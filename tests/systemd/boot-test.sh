@@ -732,8 +732,10 @@ if [ "$wd" = 3s ] && cn_active && [ -n "$old" ] && [ "$old" != 0 ]; then
   fi
   ct_kill STOP "$old" || true
   new_active() { local p; p="$(cn_pid)"; [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ] && cn_active; }
+  # grep reads the whole journal (not -q): with pipefail, journalctl killed by
+  # SIGPIPE after an early match failed the check (ci25: "Broken pipe").
   if wait_for 40 new_active && [ "$(uprop $cunit NRestarts)" -gt "$restarts" ] \
-     && as_box journalctl --user -u $cunit --no-pager -o cat | grep -qi 'watchdog timeout'; then
+     && as_box journalctl --user -u $cunit --no-pager -o cat | grep -i 'watchdog timeout' >/dev/null; then
     pass "watchdog: SIGSTOPped connectord (pid $old) was killed on 'Watchdog timeout' and restarted (pid $(cn_pid))"
   else
     fail "watchdog: SIGSTOPped connectord (pid $old) not restarted within 40 s (MainPID $(cn_pid))"
@@ -827,7 +829,7 @@ if [ "$wd" = 3s ] && chatd_active && [ -n "$old" ] && [ "$old" != 0 ]; then
   ct_kill STOP "$old" || true
   new_active() { local p; p="$(chatd_pid)"; [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ] && chatd_active; }
   if wait_for 40 new_active && [ "$(uprop tandem-chatd.service NRestarts)" -gt "$restarts" ] \
-     && as_box journalctl --user -u tandem-chatd.service --no-pager -o cat | grep -qi 'watchdog timeout'; then
+     && as_box journalctl --user -u tandem-chatd.service --no-pager -o cat | grep -i 'watchdog timeout' >/dev/null; then
     pass "watchdog: SIGSTOPped chatd (pid $old) was killed on 'Watchdog timeout' and restarted (pid $(chatd_pid), active again $(( $(date +%s) - stopped_at )) s after SIGSTOP)"
     as_box journalctl --user -u tandem-chatd.service --no-pager -o cat 2>/dev/null \
       | grep -E 'Watchdog timeout|Killing process|Main process exited' | tail -3 | sed 's/^/  | /' || true
