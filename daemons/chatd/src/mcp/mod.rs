@@ -18,7 +18,7 @@ pub mod client;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tandem_shared::netpolicy::{LivePolicy, Policy};
+use tandem_shared::netpolicy::{BoxPolicy, Policy};
 use tandem_shared::seal::SealKey;
 use tandem_shared::secrets::Secret;
 
@@ -36,30 +36,17 @@ pub const MAX_SECRET: usize = 8192;
 /// Headers (and environment variables) a connector keeps at most.
 pub const MAX_PAIRS: usize = 20;
 
-/// The address policy connections are checked against: the box's
-/// interfaces read again when they change, or the address classes alone.
-enum Addresses {
-    Live(LivePolicy),
-    Classes(Arc<Policy>),
-}
-
 /// chatd's side of MCP: the sealing key and the address rules.
 pub struct Mcp {
     seal: SealKey,
-    addresses: Addresses,
+    addresses: BoxPolicy,
     pub private: Private,
 }
 
 impl Mcp {
     pub fn start(config: &ChatdConfig) -> anyhow::Result<Mcp> {
         let seal = SealKey::load_or_make(&config.data_dir.join("mcp.key"))?;
-        let addresses = match LivePolicy::open(Vec::new()) {
-            Ok(live) => Addresses::Live(live),
-            Err(e) => {
-                tracing::warn!(error = %e, "mcp: this box's interfaces cannot be watched; connectors are checked by address class only");
-                Addresses::Classes(Arc::new(Policy::default()))
-            }
-        };
+        let addresses = BoxPolicy::open("mcp");
         let private = if config.mcp_allow_private {
             tracing::warn!(
                 "mcp: mcp_allow_private is on: connectors may reach private and loopback addresses"
@@ -77,10 +64,7 @@ impl Mcp {
 
     /// The policy for a decision now.
     pub fn policy(&self) -> Arc<Policy> {
-        match &self.addresses {
-            Addresses::Live(live) => live.current(),
-            Addresses::Classes(policy) => policy.clone(),
-        }
+        self.addresses.current()
     }
 
     pub fn seal(&self, id: &str, what: Secretive, value: &str) -> String {

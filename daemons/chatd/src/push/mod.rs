@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use tandem_shared::netpolicy::{LivePolicy, Policy};
+use tandem_shared::netpolicy::{BoxPolicy, Policy};
 use tandem_shared::shutdown::Shutdown;
 use tokio::sync::{broadcast, mpsc};
 
@@ -83,21 +83,14 @@ pub struct Tally {
     pub failed: usize,
 }
 
-/// The address policy a push is checked against: the box's interfaces read
-/// again when they change, or (when netlink cannot be opened) the address
-/// classes alone.
-enum Addresses {
-    Live(LivePolicy),
-    Classes(Arc<Policy>),
-}
-
 /// The push side of chatd.
 pub struct Push {
     vapid: Vapid,
     contact: String,
     ttl: Duration,
     loopback: Loopback,
-    addresses: Addresses,
+    /// What a push's endpoint is checked against.
+    addresses: BoxPolicy,
     queue: mpsc::Sender<Message>,
     store: Store,
     metrics: Arc<Metrics>,
@@ -114,13 +107,7 @@ impl Push {
         shutdown: Shutdown,
     ) -> anyhow::Result<Arc<Push>> {
         let vapid = Vapid::load(&config.data_dir)?;
-        let addresses = match LivePolicy::open(Vec::new()) {
-            Ok(live) => Addresses::Live(live),
-            Err(e) => {
-                tracing::warn!(error = %e, "push: this box's interfaces cannot be watched; endpoints are checked by address class only");
-                Addresses::Classes(Arc::new(Policy::default()))
-            }
-        };
+        let addresses = BoxPolicy::open("push");
         let loopback = if config.push_allow_loopback_for_tests {
             tracing::warn!("push: push_allow_loopback_for_tests is on: loopback endpoints are taken (tests only)");
             Loopback::AllowedForTests
@@ -170,10 +157,7 @@ impl Push {
 
     /// The address policy as it is now.
     pub fn policy(&self) -> Arc<Policy> {
-        match &self.addresses {
-            Addresses::Live(live) => live.current(),
-            Addresses::Classes(policy) => policy.clone(),
-        }
+        self.addresses.current()
     }
 
     /// Sends `message` to every subscription now and answers how it went

@@ -68,6 +68,34 @@ impl LivePolicy {
     }
 }
 
+/// The policy a daemon checks its own connections with (chatd's pushes and
+/// MCP connectors): live when the box's interfaces can be watched, else the
+/// address classes alone, said once in the log by `who`.
+pub enum BoxPolicy {
+    Live(LivePolicy),
+    Classes(Arc<Policy>),
+}
+
+impl BoxPolicy {
+    pub fn open(who: &str) -> BoxPolicy {
+        match LivePolicy::open(Vec::new()) {
+            Ok(live) => BoxPolicy::Live(live),
+            Err(e) => {
+                tracing::warn!(error = %e, "{who}: this box's interfaces cannot be watched; addresses are checked by class only");
+                BoxPolicy::Classes(Arc::new(Policy::default()))
+            }
+        }
+    }
+
+    /// The policy for a decision now.
+    pub fn current(&self) -> Arc<Policy> {
+        match self {
+            BoxPolicy::Live(live) => live.current(),
+            BoxPolicy::Classes(policy) => policy.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,7 +69,7 @@ mod live;
 mod tests;
 
 pub use host::{is_metadata_name, parse_host, split_authority, Host};
-pub use live::LivePolicy;
+pub use live::{BoxPolicy, LivePolicy};
 
 /// Why an address may not be reached. [`Refusal::kind`] is the audit row's
 /// reason, the `Display` text the proxy's one line to the command.
