@@ -257,11 +257,22 @@ async fn open_panel(b: &Browser) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends `keys` to the element that has the focus.
+/// Sends `keys` to the element that has the focus. The panel draws its
+/// list again when an entry comes in (the trigger runs' entries can land
+/// while keys are pressed) and puts the focus on the new node: WebDriver
+/// then refuses the old reference as stale without sending anything, so
+/// the focused element is asked for again (5 times at most). ci26 failed
+/// here once with "stale element reference".
 async fn press(b: &Browser, keys: &str) -> anyhow::Result<()> {
-    let active = b.client().active_element().await?;
-    active.send_keys(keys).await.context("pressing keys")?;
-    Ok(())
+    for _ in 0..5 {
+        let active = b.client().active_element().await?;
+        match active.send_keys(keys).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.to_string().contains("stale element") => continue,
+            Err(e) => return Err(e).context("pressing keys"),
+        }
+    }
+    anyhow::bail!("pressing keys: the focused element went stale 5 times in a row")
 }
 
 /// The id of the entry the focus is in ("" for none), and the focused element's id.
