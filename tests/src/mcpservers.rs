@@ -111,14 +111,50 @@ pub struct FakeMcp {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// The tools the fake lists: one named like chatd's own `read_file`.
+/// The tools the fake lists: `lookup` (read-only), `send` (not), `big`
+/// (a long answer of `bytes`), and one named like chatd's own `read_file`.
 pub fn fake_tools() -> Value {
     json!([
         {"name": "lookup", "description": "Looks a word up in the fake's glossary.",
-         "inputSchema": {"type": "object", "properties": {"word": {"type": "string"}}}},
+         "inputSchema": {"type": "object", "properties": {"word": {"type": "string"}}},
+         "annotations": {"readOnlyHint": true}},
+        {"name": "send", "description": "Sends a note somewhere (it changes things).",
+         "inputSchema": {"type": "object", "properties": {"note": {"type": "string"}}}},
+        {"name": "big", "description": "Answers with `bytes` bytes of numbered lines.",
+         "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}}},
+         "annotations": {"readOnlyHint": true}},
         {"name": "read_file", "description": "A tool named like a built-in.",
          "inputSchema": {"type": "object"}}
     ])
+}
+
+/// The fake's answer to `tools/call`: what a real server sends, an
+/// `isError` result for a tool it does not have.
+fn call_result(params: &Value) -> Value {
+    let args = &params["arguments"];
+    let text = match params["name"].as_str().unwrap_or("") {
+        "lookup" => format!(
+            "glossary: {} is a word the fake knows",
+            args["word"].as_str().unwrap_or("?")
+        ),
+        "send" => format!("sent: {}", args["note"].as_str().unwrap_or("")),
+        "big" => {
+            let bytes = args["bytes"].as_u64().unwrap_or(1000) as usize;
+            let mut out = String::with_capacity(bytes + 32);
+            let mut n = 0;
+            while out.len() < bytes {
+                out.push_str(&format!("line {n:08} of the fake's long answer\n"));
+                n += 1;
+            }
+            out
+        }
+        "read_file" => "the fake's read_file: never offered".to_string(),
+        other => {
+            return json!({"content": [{"type": "text", "text": format!("no tool {other}")}],
+                          "isError": true})
+        }
+    };
+    json!({"content": [{"type": "text", "text": text}]})
 }
 
 impl FakeMcp {
@@ -226,6 +262,7 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
             "serverInfo": {"name": "tandem-fake", "version": "1"}
         }),
         "tools/list" => json!({"tools": fake_tools()}),
+        "tools/call" => call_result(&body["params"]),
         "ping" => json!({}),
         other => {
             let error = json!({"jsonrpc": "2.0", "id": id,
@@ -245,7 +282,9 @@ async fn no_stream() -> StatusCode {
     StatusCode::METHOD_NOT_ALLOWED
 }
 
-async fn end() -> StatusCode {
+/// A client ending its session: kept as the method `DELETE`.
+async fn end(State(shared): State<Shared>, headers: HeaderMap) -> StatusCode {
+    keep(&shared, "/mcp", &headers, &json!({"method": "DELETE"}));
     StatusCode::OK
 }
 

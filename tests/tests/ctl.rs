@@ -827,6 +827,7 @@ fn help_texts_match_their_snapshots() {
         &["mcp", "on"],
         &["mcp", "off"],
         &["mcp", "rm"],
+        &["mcp", "tools"],
         &["watchdog"],
         &["doctor"],
         &["completions"],

@@ -58,19 +58,35 @@ pub enum McpCommand {
         /// The connector's id or name.
         connector: String,
     },
-    /// Switch a connector on: chats use its tools again.
+    /// Switch a connector on: chats use its tools again (with --chat, in
+    /// that chat again).
     ///
-    /// Example: tandem mcp on Docs
+    /// Examples: tandem mcp on Docs; tandem mcp on Docs --chat c_58bc144a880ac418
     On {
         /// The connector's id or name.
         connector: String,
+        /// Only for this chat (its id): undo `off --chat`.
+        #[arg(long, value_name = "CHAT")]
+        chat: Option<String>,
     },
-    /// Switch a connector off: no chat or agent uses it.
+    /// Switch a connector off: no chat or agent uses it (with --chat, only
+    /// that chat stops using it).
     ///
-    /// Example: tandem mcp off Docs
+    /// Examples: tandem mcp off Docs; tandem mcp off Docs --chat c_58bc144a880ac418
     Off {
         /// The connector's id or name.
         connector: String,
+        /// Only for this chat (its id).
+        #[arg(long, value_name = "CHAT")]
+        chat: Option<String>,
+    },
+    /// What a chat is offered: its built-in tools, its MCP servers' tools,
+    /// and why a server or a tool is not usable there.
+    ///
+    /// Example: tandem mcp tools c_58bc144a880ac418
+    Tools {
+        /// The chat's id.
+        chat: String,
     },
     /// Remove a connector with its sealed token and headers.
     ///
@@ -149,15 +165,43 @@ pub async fn exec(command: McpCommand) -> anyhow::Result<ExitCode> {
             let id = find(&client, &connector).await?;
             return test(&client, &id).await;
         }
-        McpCommand::On { connector } => {
+        McpCommand::On {
+            connector,
+            chat: Some(chat),
+        } => {
+            let id = find(&client, &connector).await?;
+            switch_in_chat(&client, &chat, &id, true).await?;
+            println!("{connector}: on in chat {chat}");
+        }
+        McpCommand::Off {
+            connector,
+            chat: Some(chat),
+        } => {
+            let id = find(&client, &connector).await?;
+            switch_in_chat(&client, &chat, &id, false).await?;
+            println!("{connector}: off in chat {chat}");
+        }
+        McpCommand::On {
+            connector,
+            chat: None,
+        } => {
             let id = find(&client, &connector).await?;
             let c = call(&client, Method::POST, &format!("/{id}/enable"), None).await?;
             println!("{}", line(&c));
         }
-        McpCommand::Off { connector } => {
+        McpCommand::Off {
+            connector,
+            chat: None,
+        } => {
             let id = find(&client, &connector).await?;
             let c = call(&client, Method::POST, &format!("/{id}/disable"), None).await?;
             println!("{}", line(&c));
+        }
+        McpCommand::Tools { chat } => {
+            let view = client
+                .ask(Method::GET, &format!("/conversations/{chat}/tools"), None)
+                .await?;
+            print!("{}", tools_text(&view));
         }
         McpCommand::Rm { connector } => {
             let id = find(&client, &connector).await?;
@@ -166,6 +210,69 @@ pub async fn exec(command: McpCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Switches connector `id` on or off for one chat: the chat's list of
+/// connectors off, read and written back whole.
+async fn switch_in_chat(client: &Client, chat: &str, id: &str, on: bool) -> anyhow::Result<()> {
+    let path = format!("/conversations/{chat}");
+    let view = client
+        .ask(Method::GET, &format!("{path}/tools"), None)
+        .await?;
+    let mut off: Vec<String> = view["mcp"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["on"] == false)
+        .filter_map(|c| c["id"].as_str().map(str::to_string))
+        .filter(|c| c != id)
+        .collect();
+    if !on {
+        off.push(id.to_string());
+    }
+    client
+        .ask(
+            Method::PUT,
+            &format!("{path}/mcp"),
+            Some(serde_json::json!({ "off": off })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A chat's tools: one line each, then its MCP servers with why not.
+fn tools_text(view: &Value) -> String {
+    let mut out = String::new();
+    for t in view["tools"].as_array().into_iter().flatten() {
+        let from = match t["connector"].as_str() {
+            Some(c) => format!("mcp {c}"),
+            None => "built-in".into(),
+        };
+        let why = match t["reason"].as_str() {
+            Some(r) => format!("  (not usable: {r})"),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "  {:<28} {:<24} {}{why}\n",
+            text(&t["name"]),
+            from,
+            first_line(text(&t["description"]))
+        ));
+    }
+    let servers = view["mcp"].as_array().cloned().unwrap_or_default();
+    if !servers.is_empty() {
+        out.push_str("MCP servers:\n");
+    }
+    for c in &servers {
+        out.push_str(&format!(
+            "  {:<20} {:<20} {:<14} {}\n",
+            text(&c["id"]),
+            text(&c["name"]),
+            text(&c["state"]),
+            c["reason"].as_str().unwrap_or("used here")
+        ));
+    }
+    out
 }
 
 /// Tests a connector and prints its tools, or the reason (exit 1).

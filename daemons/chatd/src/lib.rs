@@ -279,7 +279,9 @@ pub async fn run(
         documents.clone(),
         history.changed(),
     );
+    let mcp = Arc::new(crate::mcp::Mcp::start(&config)?);
     let runs = Runs::new(crate::runs::RunsParts {
+        mcp: Arc::new(crate::mcp::sessions::Sessions::new(mcp.clone())),
         documents: documents.clone(),
         index: index.clone(),
         history: history.clone(),
@@ -307,7 +309,6 @@ pub async fn run(
         &inbox,
         shutdown.clone(),
     )?;
-    let mcp = Arc::new(crate::mcp::Mcp::start(&config)?);
     let app = Arc::new(App {
         config: config.clone(),
         store: store.clone(),
@@ -379,7 +380,13 @@ pub async fn run(
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tokio::select! {
-                _ = tick.tick() => sweeper.store.hub.sweep(),
+                _ = tick.tick() => {
+                    sweeper.store.hub.sweep();
+                    let closed = sweeper.runs.mcp().close_idle().await;
+                    if closed > 0 {
+                        tracing::info!(closed, "mcp: idle sessions closed");
+                    }
+                }
                 _ = sweeper.shutdown.wait() => return,
             }
         }

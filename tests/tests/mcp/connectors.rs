@@ -167,7 +167,10 @@ async fn a_refused_sign_in_says_so_and_a_saved_token_is_sent_and_never_shown() -
         .post(&format!("/mcp-connectors/{id}/test"), json!({}))
         .await?;
     assert_eq!(tested.body["ok"], true, "{}", tested.body);
-    assert_eq!(names(&tested.body["tools"]), ["lookup", "read_file"]);
+    assert_eq!(
+        names(&tested.body["tools"]),
+        ["lookup", "send", "big", "read_file"]
+    );
     let last = fake
         .seen()
         .into_iter()

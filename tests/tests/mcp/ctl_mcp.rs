@@ -65,7 +65,7 @@ async fn add_test_list_switch_and_remove_a_server() {
         out.contains("added mc_") && out.contains("Glossary"),
         "{out}"
     );
-    assert!(out.contains("connected, 2 tools"), "{out}");
+    assert!(out.contains("connected, 4 tools"), "{out}");
     assert!(
         out.contains("lookup") && out.contains("Looks a word up"),
         "{out}"
@@ -82,6 +82,43 @@ async fn add_test_list_switch_and_remove_a_server() {
 
     let tested = tandem(&chatd, home.path(), &["mcp", "test", "glossary"], "");
     assert!(tested.status.success(), "{}", text(&tested));
+
+    // A chat's tools, and the server switched off for that chat alone.
+    let chat = chatd.client().create_chat().await.unwrap();
+    let tools = tandem(&chatd, home.path(), &["mcp", "tools", &chat], "");
+    assert!(tools.status.success(), "{}", text(&tools));
+    let out = String::from_utf8_lossy(&tools.stdout);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("lookup") && l.contains("mcp mc_")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("read_file") && l.contains("built-in")),
+        "{out}"
+    );
+    assert!(out.contains("used here"), "{out}");
+    let off_here = tandem(
+        &chatd,
+        home.path(),
+        &["mcp", "off", "Glossary", "--chat", &chat],
+        "",
+    );
+    assert!(off_here.status.success(), "{}", text(&off_here));
+    let tools = tandem(&chatd, home.path(), &["mcp", "tools", &chat], "");
+    let out = String::from_utf8_lossy(&tools.stdout);
+    assert!(out.contains("switched off for this chat"), "{out}");
+    assert!(!out.contains("lookup"), "{out}");
+    let on_here = tandem(
+        &chatd,
+        home.path(),
+        &["mcp", "on", "glossary", "--chat", &chat],
+        "",
+    );
+    assert!(on_here.status.success(), "{}", text(&on_here));
+    let tools = tandem(&chatd, home.path(), &["mcp", "tools", &chat], "");
+    assert!(String::from_utf8_lossy(&tools.stdout).contains("lookup"));
 
     let off = tandem(&chatd, home.path(), &["mcp", "off", "Glossary"], "");
     assert!(

@@ -4,3 +4,4 @@
 
 mod connectors;
 mod ctl_mcp;
+mod in_chats;

@@ -2,7 +2,7 @@
 //! (loopback servers allowed) and the fake MCP server of
 //! `tandem_tests::mcpservers`, which wants a token: a bad address is
 //! refused under its field and stores nothing; a server added with its
-//! token is saved off, tested (Connected, its two tools with their
+//! token is saved off, tested (Connected, its four tools with their
 //! descriptions), turned on from the row (then Connected); the token is gone from the form
 //! and never in the page; Remove asks first. At 390 px the panel is a
 //! sheet along the bottom. Every wait is a bounded poll.
@@ -69,7 +69,7 @@ async fn add_test_turn_on_and_remove(
     fill(&b, "#mcp-url", &fake.url("/mcp")).await?;
     fill(&b, "#mcp-token", TOKEN).await?;
     b.click("#mcp-save").await?;
-    b.wait_text("#mcp-status", |t| t.starts_with("Connected: 2 tools"), WAIT)
+    b.wait_text("#mcp-status", |t| t.starts_with("Connected: 4 tools"), WAIT)
         .await?;
     let row = b.text("#mcp-list .mcp-row").await?;
     ensure!(
@@ -78,7 +78,7 @@ async fn add_test_turn_on_and_remove(
         "{row}"
     );
     ensure!(
-        row.contains("Saved: token") && row.contains("2 tools"),
+        row.contains("Saved: token") && row.contains("4 tools"),
         "{row}"
     );
     let token_left = b
@@ -135,4 +135,75 @@ async fn a_server_is_added_tested_turned_on_and_removed_from_the_page() -> anyho
     ensure!(listed.body["connectors"] == json!([]), "{}", listed.body);
     ensure!(!chatd.log().contains(TOKEN), "the token in chatd's log");
     Ok(())
+}
+
+/// A chat's settings panel holds a switch per MCP server: unticked and
+/// saved, the chat's tools say it is off there, and the engine's next
+/// request from that chat no longer offers its tools; the defaults' panel
+/// has no such switches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_switches_a_server_off_in_its_settings() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let fake = FakeMcp::start(None).await?;
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd =
+        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
+            .await?;
+    let client = chatd.client();
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Glossary", "transport": "http", "url": fake.url("/mcp")}),
+        )
+        .await?;
+    ensure!(made.status == 201, "{made:?}");
+    let chat = client.create_chat().await?;
+    let driver = Chromedriver::start().await?;
+    let b = Browser::open_chat(
+        &driver,
+        DESKTOP,
+        &chatd.front_url(),
+        Some(&chat),
+        "#settings-open",
+    )
+    .await?;
+    b.click("#settings-open").await?;
+    b.wait_visible("#set-mcp", WAIT).await?;
+    let row = b.text("#set-mcp-rows").await?;
+    ensure!(row.contains("Glossary"), "{row}");
+    b.click("#set-mcp-rows input[data-connector]").await?;
+    b.click("#settings-save").await?;
+    b.wait_js(
+        "the panel closed",
+        "return !document.querySelector('#settings-panel').open;",
+        WAIT,
+    )
+    .await?;
+    let view = client.get(&format!("/conversations/{chat}/tools")).await?;
+    ensure!(view.body["mcp"][0]["on"] == json!(false), "{}", view.body);
+    let sent = client.send(&chat, "hello [sim tokens=2]").await?;
+    let run = sent["run_id"].as_str().unwrap_or("").to_string();
+    client
+        .wait_run(&chat, &run, &["done"], std::time::Duration::from_secs(60))
+        .await?;
+    let requests = sim.requests().await?;
+    let last = requests.last().map(|r| r["body"]["tools"].to_string());
+    ensure!(
+        last.as_deref().is_some_and(|t| !t.contains("lookup")),
+        "{last:?}"
+    );
+
+    // The defaults' panel: no server switches.
+    b.close().await?;
+    let b =
+        Browser::open_chat(&driver, DESKTOP, &chatd.front_url(), None, "#defaults-open").await?;
+    b.click("#defaults-open").await?;
+    b.wait_visible("#settings-save", WAIT).await?;
+    let hidden = b
+        .eval("return document.querySelector('#set-mcp').hidden;")
+        .await?;
+    ensure!(hidden == json!(true), "no switches for the defaults");
+    b.close().await
 }

@@ -31,7 +31,19 @@ pub struct AgentBody {
     settings: Option<Value>,
 }
 
-fn check(app: &App, body: AgentBody) -> Result<AgentFields, ApiError> {
+/// The ids of the saved MCP connectors (an agent may name `connector:<id>`).
+async fn connector_ids(app: &App) -> Result<Vec<String>, ApiError> {
+    app.store
+        .read(|conn| {
+            Ok(crate::store::mcp::list(conn)?
+                .into_iter()
+                .map(|c| c.id)
+                .collect())
+        })
+        .await
+}
+
+fn check(app: &App, body: AgentBody, connectors: &[String]) -> Result<AgentFields, ApiError> {
     let name = body.name.unwrap_or_default();
     let chars = name.chars().count();
     if chars == 0 || chars > MAX_NAME {
@@ -66,11 +78,14 @@ fn check(app: &App, body: AgentBody) -> Result<AgentFields, ApiError> {
             let registry = app.runs.registry();
             let mut kept: Vec<String> = Vec::new();
             for tool in names {
-                if registry.get(&tool).is_none() {
+                let connector = tool
+                    .strip_prefix("connector:")
+                    .is_some_and(|id| connectors.iter().any(|c| c == id));
+                if registry.get(&tool).is_none() && !connector {
                     return Err(ApiError::bad_input(
                         "tools",
                         format!(
-                            "{:?} is not a tool here: use some of {}",
+                            "{:?} is not a tool here: use some of {}, or connector:<id> of a saved MCP connector",
                             tool.chars().take(64).collect::<String>(),
                             registry.names().join(", ")
                         ),
@@ -113,7 +128,7 @@ pub async fn create(
     State(app): State<Arc<App>>,
     Json(body): Json<AgentBody>,
 ) -> Result<Response, ApiError> {
-    let new = check(&app, body)?;
+    let new = check(&app, body, &connector_ids(&app).await?)?;
     let agent = app
         .store
         .write(move |ctx| {
@@ -140,7 +155,7 @@ pub async fn replace(
     Path(id): Path<String>,
     Json(body): Json<AgentBody>,
 ) -> Result<axum::Json<Agent>, ApiError> {
-    let new = check(&app, body)?;
+    let new = check(&app, body, &connector_ids(&app).await?)?;
     let agent = app
         .store
         .write(move |ctx| {

@@ -320,6 +320,8 @@ pub async fn remove(
             Ok(())
         })
         .await?;
+    // Its MCP sessions end with it (restored, it opens them again).
+    app.runs.mcp().close_chat(&id).await;
     if forever {
         app.remove_folders(&id).await;
     } else if let Some(sandboxes) = &app.sandboxes {

@@ -288,6 +288,8 @@ pub async fn replace(
         })
         .await?
         .ok_or_else(|| ApiError::not_found("MCP connector", &what))?;
+    // Chats open it again as it is now.
+    app.runs.mcp().close_connector(&after.id).await;
     tracing::info!(connector = %after.id, enabled = after.enabled, "mcp: connector replaced");
     Ok(axum::Json(shown(&after)).into_response())
 }
@@ -305,6 +307,7 @@ pub async fn remove(
     if !gone {
         return Err(ApiError::not_found("MCP connector", &what));
     }
+    app.runs.mcp().close_connector(&what).await;
     tracing::info!(connector = %what, "mcp: connector removed");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -341,6 +344,7 @@ async fn switch(app: &App, id: String, on: bool) -> Result<Response, ApiError> {
         })
         .await?
         .ok_or_else(|| ApiError::not_found("MCP connector", &what))?;
+    app.runs.mcp().close_connector(&after.id).await;
     tracing::info!(connector = %after.id, enabled = on, "mcp: connector switched");
     Ok(axum::Json(shown(&after)).into_response())
 }

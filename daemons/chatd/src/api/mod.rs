@@ -2,6 +2,7 @@
 
 mod agents;
 mod body;
+mod chat_mcp;
 mod conversations;
 mod defaults;
 mod egress;
@@ -29,7 +30,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, patch, post};
+use axum::routing::{any, get, patch, post, put};
 use axum::Router;
 use tandem_shared::http::ApiError;
 
@@ -162,6 +163,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/mcp-connectors/{id}/test", post(mcp::test))
         .route("/mcp-connectors/{id}/enable", post(mcp::enable))
         .route("/mcp-connectors/{id}/disable", post(mcp::disable))
+        .route("/conversations/{id}/tools", get(chat_mcp::tools))
+        .route("/conversations/{id}/mcp", put(chat_mcp::set_off))
         .route("/push/key", get(push::key))
         .route(
             "/push/subscribe",

@@ -14,6 +14,8 @@
 
 pub mod address;
 pub mod client;
+pub mod offer;
+pub mod sessions;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

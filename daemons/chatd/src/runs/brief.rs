@@ -11,14 +11,17 @@ use tandem_shared::http::ApiError;
 use tandem_shared::sync::lock;
 
 use super::kept::{KeptPath, Rendered};
+use super::mcp::Lists;
 use super::{Request, RequestBody, Runs, Step};
 use crate::agents::Agent;
 use crate::config::HostExec;
 use crate::context::{self, Window};
+use crate::mcp::offer::ChatTools;
 use crate::model::{Conversation, Message};
 use crate::permissions::Mode;
 use crate::prompt::{self, Commands, Network, Offer, Reach, Sight};
 use crate::settings::Settings;
+use crate::store::mcp::Connector;
 use crate::store::queries::{self, Trashed};
 use crate::words::Origin;
 
@@ -39,6 +42,8 @@ pub(crate) struct Brief {
     /// The chat's settings over its agent's.
     pub settings: Settings,
     pub window: Window,
+    /// The MCP tools offered, with the connectors that cannot be used.
+    pub mcp: ChatTools,
 }
 
 /// What a brief is made from, read in one go.
@@ -47,13 +52,17 @@ pub(super) struct Chat {
     agent: Option<Agent>,
     /// A person started the chat's live run (or none runs): cards may be shown.
     watched: bool,
+    /// The MCP connectors it may use.
+    connectors: Vec<Connector>,
 }
 
 impl Chat {
     pub(super) fn read(conn: &rusqlite::Connection, id: &str) -> Result<Chat, ApiError> {
+        let agent = crate::agents::of_conversation(conn, id)?;
         Ok(Chat {
             conversation: queries::conversation(conn, id, Trashed::Include)?,
-            agent: crate::agents::of_conversation(conn, id)?,
+            connectors: super::mcp::usable(conn, id, agent.as_ref())?,
+            agent,
             watched: queries::active_run(conn, id)?.is_none_or(|r| r.origin == Origin::User),
         })
     }
@@ -93,6 +102,7 @@ impl Runs {
         &self,
         conversation_id: &str,
         model: &str,
+        lists: Lists,
     ) -> Result<Brief, ApiError> {
         let cid = conversation_id.to_string();
         let chat = self
@@ -100,16 +110,22 @@ impl Runs {
             .store
             .read(move |conn| Chat::read(conn, &cid))
             .await?;
-        Ok(self.brief_of(&chat, model).await)
+        Ok(self.brief_of(&chat, model, lists).await)
     }
 
-    pub(super) async fn brief_of(&self, chat: &Chat, model: &str) -> Brief {
+    pub(super) async fn brief_of(&self, chat: &Chat, model: &str, lists: Lists) -> Brief {
         let (conversation, agent) = (&chat.conversation, chat.agent.as_ref());
         let sight = self
             .inner
             .models
             .sight(model, &self.inner.config.image_model);
-        let tools = self.offered_tools(agent, &sight);
+        let mcp = self
+            .mcp_tools(&conversation.id, &chat.connectors, lists)
+            .await;
+        let mut tools = self.offered_tools(agent, &sight);
+        if let Value::Array(offered) = &mut tools {
+            offered.extend(mcp.openai_tools());
+        }
         let names: Vec<&'static str> = self
             .inner
             .registry
@@ -143,11 +159,15 @@ impl Runs {
             images: sight,
         };
         let instructions = agent.map(|a| a.instructions.as_str());
-        let system = prompt::system_block(
+        let mut system = prompt::system_block(
             conversation.settings.system_prompt.as_deref(),
             instructions,
             &offer,
         );
+        if let Some(part) = mcp.system_part() {
+            system.push_str("\n\n");
+            system.push_str(&part);
+        }
         let settings = match agent {
             Some(agent) => conversation.settings.over(&agent.settings),
             None => conversation.settings.clone(),
@@ -158,6 +178,7 @@ impl Runs {
             tools,
             settings,
             window,
+            mcp,
         }
     }
 
@@ -211,7 +232,7 @@ impl Runs {
     /// The tokens left in the window after the chat's transcript, by the estimate.
     pub async fn free_tokens(&self, conversation_id: &str, model: &str) -> Result<u64, ApiError> {
         let history = self.head_path(conversation_id).await?;
-        let brief = self.brief(conversation_id, model).await?;
+        let brief = self.brief(conversation_id, model, Lists::AsOpen).await?;
         let messages = context::request_messages(
             &brief.system,
             &context::transcript(&history),
@@ -239,7 +260,7 @@ impl Runs {
         let chat = kept
             .current_and(&self.inner.store, move |conn| Chat::read(conn, &cid))
             .await?;
-        let brief = self.brief_of(&chat, model).await;
+        let brief = self.brief_of(&chat, model, Lists::Open).await;
         let at = kept.path().iter().position(|m| m.id == message.id);
         let (system, tools) = match step {
             Step::More => (brief.system.clone(), brief.tools.clone()),

@@ -81,7 +81,9 @@ impl Runs {
             })
             .await?;
         let prefill = streaming.as_ref().map_or("", |m| m.text.as_str());
-        let brief = self.brief(conversation_id, model).await?;
+        let brief = self
+            .brief(conversation_id, model, super::mcp::Lists::AsOpen)
+            .await?;
         let sizes = brief.window;
         let (system, tools) = (&brief.system, &brief.tools);
         let before = self

@@ -19,6 +19,7 @@ mod compaction;
 mod describe;
 mod files;
 mod kept;
+mod mcp;
 mod slots;
 mod steps;
 
@@ -130,6 +131,8 @@ struct Inner {
     folders: crate::folders::Folders,
     /// Every change a call makes to the chat's files.
     history: Arc<crate::history::FileHistory>,
+    /// Each chat's MCP sessions.
+    mcp: Arc<crate::mcp::sessions::Sessions>,
 }
 
 /// What `Runs` is made from: chatd's store, engine, what it knows of the
@@ -149,6 +152,7 @@ pub struct RunsParts {
     pub history: Arc<crate::history::FileHistory>,
     pub documents: crate::documents::Documents,
     pub index: crate::index::Index,
+    pub mcp: Arc<crate::mcp::sessions::Sessions>,
 }
 
 impl Runs {
@@ -166,6 +170,7 @@ impl Runs {
             history,
             documents,
             index,
+            mcp,
         } = parts;
         let slots = Arc::new(Semaphore::new(config.max_runs as usize));
         // `bash` runs in the chat's sandbox when there is a runtime;
@@ -204,6 +209,7 @@ impl Runs {
                 history,
                 documents,
                 index,
+                mcp,
             }),
         }
     }
@@ -241,6 +247,11 @@ impl Runs {
     /// The tools this chatd offers.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
+    }
+
+    /// Each chat's MCP sessions.
+    pub fn mcp(&self) -> &crate::mcp::sessions::Sessions {
+        &self.inner.mcp
     }
 
     /// The agent of a chat, when it was made with one that still exists.

@@ -10,6 +10,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use super::brief::Chat;
 use super::files::CallFiles;
 use super::kept::KeptPath;
+use super::mcp::McpEnd;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
 use crate::kinds::EventKind;
@@ -126,7 +127,9 @@ impl Runs {
             return Ok(StepEnd::Go);
         }
         // The step's results share the room the request leaves.
-        let brief = self.brief_of(&chat, &run.model).await;
+        let brief = self
+            .brief_of(&chat, &run.model, super::mcp::Lists::Open)
+            .await;
         let sizes = brief.window;
         // Sized from the stored messages (a written file counted whole:
         // on the safe side) without building the request.
@@ -139,7 +142,10 @@ impl Runs {
             if *stop.borrow() == EndRequest::Stop {
                 return Ok(StepEnd::End(Outcome::Stopped, None));
             }
-            if let Some(agent) = agent.as_ref().filter(|a| !a.grants(&call.name)) {
+            // An MCP tool is offered only from connectors the agent names.
+            let mcp_tool = brief.mcp.find(&call.name).cloned();
+            let granted = mcp_tool.is_some() || agent.as_ref().is_none_or(|a| a.grants(&call.name));
+            if let Some(agent) = agent.as_ref().filter(|_| !granted) {
                 let text = format!(
                     "the agent {:?} may not use `{}` here; its tools are: {}",
                     agent.name,
@@ -151,13 +157,24 @@ impl Runs {
                 continue;
             }
             let (mode, rules) = self.permissions_of(&run.conversation_id).await?;
-            let summary = tools::summarize_call(&call.name, &call.arguments);
+            let summary = match &mcp_tool {
+                Some(t) => mcp_summary(t, &call.arguments),
+                None => tools::summarize_call(&call.name, &call.arguments),
+            };
             let effect = match self.inner.registry.get(&call.name).map(|s| s.effect) {
                 Some(tools::Effect::Read) => permissions::Effect::Read,
                 Some(tools::Effect::Write) => permissions::Effect::Write,
                 Some(tools::Effect::Command) => permissions::Effect::Command,
+                // A server's read-only hint is its word: `auto` runs such a
+                // tool, and asks for every other.
+                None if mcp_tool.as_ref().is_some_and(|t| t.read_only) => permissions::Effect::Read,
+                None if mcp_tool.is_some() => permissions::Effect::Write,
                 None => {
-                    let known = self.inner.registry.names().join(", ");
+                    let mut known = self.inner.registry.names().join(", ");
+                    for name in brief.mcp.names() {
+                        known.push_str(", ");
+                        known.push_str(name);
+                    }
                     let text = format!(
                         "there is no tool `{}` here; the tools are: {known}",
                         call.name.chars().take(60).collect::<String>()
@@ -183,7 +200,12 @@ impl Runs {
                 // host, so chatd does not ask a second time. A host command
                 // runs in the chat's workspace: with host_exec = on it
                 // counts as the chat's own, and `auto` runs it.
-                inside: !host || host_exec == HostExec::On,
+                inside: match &mcp_tool {
+                    // An MCP tool acts on the server's side, outside the
+                    // workspace, unless the server says it only reads.
+                    Some(t) => t.read_only,
+                    None => !host || host_exec == HostExec::On,
+                },
                 workspace_root: host.then_some(workspace_text.as_str()),
             };
             let mut decision = permissions::decide(mode, &permission, &rules);
@@ -259,6 +281,33 @@ impl Runs {
                     }
                 }
             };
+            if let Some(tool) = &mcp_tool {
+                // A server may work for minutes: the engine slot goes back.
+                slot.take();
+                self.tool_started(run, &call, &summary, approved).await?;
+                let began = std::time::Instant::now();
+                let ended = self
+                    .call_mcp(
+                        &run.conversation_id,
+                        &call.id,
+                        tool,
+                        &call.arguments,
+                        budget,
+                        stop,
+                    )
+                    .await;
+                match ended {
+                    McpEnd::Done(output) => {
+                        self.finish_call(run, &call, output, began, None).await?;
+                        continue;
+                    }
+                    McpEnd::Stopped(output) => {
+                        self.finish_call(run, &call, output, began, None).await?;
+                        return Ok(StepEnd::End(Outcome::Stopped, None));
+                    }
+                    McpEnd::Shutdown => return Ok(StepEnd::Left),
+                }
+            }
             if tools::web::is_web_tool(&call.name) || host || sandboxed {
                 // egressd may hold the call while a person answers its card,
                 // and a command may run for minutes: the engine slot goes
@@ -782,6 +831,13 @@ impl Runs {
             })
             .await
     }
+}
+
+/// An MCP call in one line: the server, its tool and the arguments.
+fn mcp_summary(tool: &crate::mcp::offer::McpTool, arguments: &str) -> String {
+    let args: String = arguments.split_whitespace().collect::<Vec<_>>().join(" ");
+    let args: String = args.chars().take(160).collect();
+    format!("{} · {} {args}", tool.connector_name, tool.tool)
 }
 
 /// The result of a command a stop ended.

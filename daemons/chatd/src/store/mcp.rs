@@ -128,7 +128,36 @@ pub fn replace(conn: &Connection, c: &Connector) -> rusqlite::Result<bool> {
 }
 
 pub fn delete(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    conn.execute("DELETE FROM chat_mcp_off WHERE connector_id = ?1", [id])?;
     Ok(conn.execute("DELETE FROM mcp_connectors WHERE id = ?1", [id])? == 1)
+}
+
+/// The connectors chat `conversation_id` switched off, by id.
+pub fn off_in(conn: &Connection, conversation_id: &str) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT connector_id FROM chat_mcp_off WHERE conversation_id = ?1 ORDER BY connector_id",
+    )?;
+    let rows = stmt.query_map([conversation_id], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// Replaces the connectors a chat switched off.
+pub fn set_off_in(
+    conn: &Connection,
+    conversation_id: &str,
+    off: &[String],
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "DELETE FROM chat_mcp_off WHERE conversation_id = ?1",
+        [conversation_id],
+    )?;
+    let mut insert = conn.prepare_cached(
+        "INSERT OR IGNORE INTO chat_mcp_off (conversation_id, connector_id) VALUES (?1, ?2)",
+    )?;
+    for id in off {
+        insert.execute(params![conversation_id, id])?;
+    }
+    Ok(())
 }
 
 pub fn set_enabled(

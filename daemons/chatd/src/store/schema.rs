@@ -327,4 +327,12 @@ CREATE TABLE mcp_connectors (
 );
 CREATE UNIQUE INDEX mcp_connectors_name ON mcp_connectors(name COLLATE NOCASE);
 "#,
+    r#"
+-- The MCP connectors a chat switched off for itself (PUT .../mcp).
+CREATE TABLE chat_mcp_off (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    connector_id TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, connector_id)
+);
+"#,
 ];

@@ -63,7 +63,8 @@
 //!     bomb's preview is 422 (`documents.rs`, `documents_checks.rs`);
 //! 18. every MCP connector test says what its server deserved at that
 //!     moment, an edit without the secrets keeps them, and the server only
-//!     saw the tokens it was given (`mcp.rs`).
+//!     saw the tokens it was given (`mcp.rs`); no chat turn fails for an
+//!     MCP server (`mcp_turns.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -104,6 +105,7 @@ mod files_trash;
 mod hostexec;
 mod hostexec_calls;
 mod mcp;
+mod mcp_turns;
 mod parts;
 mod push;
 mod push_checks;

@@ -14,7 +14,8 @@
 //! or cant_connect while down; `moved`: cant_connect naming 169.254.169.254,
 //! always); every edit kept the sealed token and headers; the fake only ever
 //! saw the two tokens it was given. The tokens and the header's value are secrets: no log may hold
-//! them (`Inv::Secrets`).
+//! them (`Inv::Secrets`). Meanwhile a chat calls the fake's tool
+//! (`mcp_turns.rs`).
 
 use super::*;
 
@@ -67,12 +68,14 @@ struct Run {
 
 pub(crate) struct McpPart {
     run: Mutex<Option<Run>>,
+    turns: Mutex<Option<crate::mcp_turns::Turns>>,
 }
 
 impl McpPart {
     pub(crate) fn new() -> McpPart {
         McpPart {
             run: Mutex::new(None),
+            turns: Mutex::new(None),
         }
     }
 }
@@ -96,8 +99,14 @@ impl Part for McpPart {
                     return;
                 }
             };
-            let run = load(&shared, run, &mut rng).await;
+            let secrets = vec![run.token.clone(), run.wrong.clone(), run.header.clone()];
+            let turns_seed = rng.random::<u64>();
+            let (run, turns) = tokio::join!(
+                load(&shared, run, &mut rng),
+                crate::mcp_turns::drive(&shared, turns_seed, &secrets)
+            );
             *lock(&self.run) = Some(run);
+            *lock(&self.turns) = Some(turns);
         })
     }
 
@@ -108,7 +117,9 @@ impl Part for McpPart {
             };
             check_end(&shared, &mut run).await;
             let t = &run.tally;
+            let turns = lock(&self.turns).take().unwrap_or_default();
             let totals = vec![
+                turns.line(),
                 format!(
                     "tests: {} ({} connected, {} needs_sign_in, {} cant_connect while the server was down, {} redirects to metadata refused)",
                     t.tests, t.connected, t.sign_in, t.while_down, t.redirects
@@ -240,7 +251,9 @@ async fn test(shared: &Shared, run: &mut Run, which: Which, down: bool) {
         && match (which, down) {
             (Which::Moved, _) => state == "cant_connect" && reason.contains("169.254.169.254"),
             (_, true) => state == "cant_connect" && reason.contains("503"),
-            (Which::Good, false) => state == "connected" && tools == json!(["lookup", "read_file"]),
+            (Which::Good, false) => {
+                state == "connected" && tools == json!(["lookup", "send", "big", "read_file"])
+            }
             (Which::Wrong, false) => state == "needs_sign_in",
         };
     match (which, state) {

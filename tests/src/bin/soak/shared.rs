@@ -78,7 +78,7 @@ impl Inv {
             Inv::Uploads => "every upload chatd answered is there with its bytes, every one cut part-way is not there at all, none is there with other bytes",
             Inv::Push => "every push decrypts to a title and a chat link only, no message text; unwatched chats were pushed; a gone (410) browser was removed; settings and modes hold the last saved (a bad one changed nothing); the inbox's count matches its list",
             Inv::Documents => "every accepted message holds each attached document's text or one line why it could not be read (damaged, a bomb); a good one never reads as unreadable and no failure is kept for its bytes; the search finds a PDF's page 3, and a deleted PDF no more; a workbook previews as its 3 sheets and a zip bomb's preview is 422",
-            Inv::Mcp => "every MCP connector's test says what its server deserves at that moment (connected, needs sign-in, down, a redirect to metadata refused); an edit without the secrets keeps them; the server only ever saw the tokens it was given",
+            Inv::Mcp => "every MCP connector's test says what its server deserves at that moment (connected, needs sign-in, down, a redirect to metadata refused); an edit without the secrets keeps them; the server only ever saw the tokens it was given; no chat turn failed for an MCP server and every call was answered by it or with a line saying why not",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }

@@ -15,6 +15,10 @@
  *            tests it, and offers "Turn on" when the server connected. A
  *            refusal is shown under the field chatd names; nothing is kept.
  *            The token and headers are sent once and never shown again.
+ *   chat     the chat's settings panel (settings.js) holds a switch per
+ *            connector for that chat alone (GET …/tools, PUT …/mcp on Save);
+ *            a connector off for the whole box or not named by the chat's
+ *            agent shows why, unswitchable.
  */
 'use strict';
 
@@ -274,4 +278,43 @@ function initMcp() {
   });
   dialog.addEventListener('cancel', (e) => { e.preventDefault(); closeMcp(); });
   dialog.addEventListener('click', (e) => { if (e.target === e.currentTarget) closeMcp(); }); // the backdrop
+}
+
+/* ---------------------------------------------------- one chat's servers -- */
+
+/** The settings panel's fieldset for the chat's MCP servers, empty until filled. */
+function chatMcpBox() {
+  return el('fieldset', { id: 'set-mcp', class: 'field', hidden: true, 'aria-describedby': 'set-mcp-error' },
+    el('legend', { text: 'MCP servers in this chat' }),
+    el('div', { id: 'set-mcp-rows' }),
+    el('p', { id: 'set-mcp-error', class: 'inline-error', role: 'alert', hidden: true }));
+}
+
+/** Fills the fieldset for chat `id` (hidden for the defaults or a box without connectors). */
+async function fillChatMcp(id) {
+  const box = $('#set-mcp');
+  box.hidden = true;
+  $('#set-mcp-rows').replaceChildren();
+  if (!id) return;
+  const view = await api('GET', `/conversations/${enc(id)}/tools`);
+  const servers = (view && view.mcp) || [];
+  if (!servers.length) return;
+  $('#set-mcp-rows').replaceChildren(...servers.map((c) => {
+    const fixed = c.reason && c.on; // off for the box or by the agent: not this chat's to switch
+    const box = el('input', { type: 'checkbox', 'data-connector': c.id });
+    box.checked = c.on && !fixed;
+    box.disabled = fixed;
+    const why = c.reason || MCP_STATES[c.state] || c.state;
+    return el('label', { class: 'mode-row' }, box, el('span', {}, el('strong', { text: c.name }), ` ${why}`));
+  }));
+  box.hidden = false;
+}
+
+/** Saves the chat's switches when the fieldset was shown; throws chatd's refusal. */
+async function saveChatMcp(id) {
+  if ($('#set-mcp').hidden) return;
+  const off = $$('#set-mcp-rows input[data-connector]')
+    .filter((b) => !b.disabled && !b.checked)
+    .map((b) => b.dataset.connector);
+  await api('PUT', `/conversations/${enc(id)}/mcp`, { off });
 }

@@ -18,7 +18,8 @@
  *             stands under it holds). chatd checks every value; its 400
  *             names the field and the page shows it there; nothing is kept.
  *             Yolo asks to be confirmed. Esc or Cancel closes the panel and
- *             the focus goes back to what opened it.
+ *             the focus goes back to what opened it. A chat's panel also
+ *             holds its MCP servers' switches (mcp.js).
  */
 'use strict';
 
@@ -183,7 +184,7 @@ function buildPanel() {
       el('p', { id: 'settings-sub', class: 'muted' })),
     el('div', { class: 'sheet-body' },
       el('p', { class: 'muted', text: 'An empty field is not set: the saved agent\'s value or the engine\'s own default holds. Changes apply from the next request.' }),
-      ...fields, modeBox),
+      ...fields, modeBox, chatMcpBox()),
     el('p', { id: 'settings-error', class: 'inline-error', role: 'alert', hidden: true }),
     el('div', { class: 'sheet-foot' },
       button('', 'Cancel', () => closePanel(), { id: 'settings-cancel' }),
@@ -218,7 +219,9 @@ async function openPanel(kind, opener) {
       const held = await api('GET', `/conversations/${enc(c.id)}/permission-mode`);
       settings = c.conversation.settings || {};
       mode = (held && held.mode) || c.conversation.permission_mode;
+      await fillChatMcp(c.id);
     } else {
+      await fillChatMcp(null);
       const defaults = await api('GET', '/defaults');
       settings = (defaults && defaults.settings) || {};
       mode = defaults && defaults.permission_mode;
@@ -317,6 +320,12 @@ async function savePanel() {
           throw error;
         }
         if (shown) { chat.conversation = Object.assign(chat.conversation, { permission_mode: mode }); renderTitle(); }
+      }
+      try {
+        await saveChatMcp(target.id);
+      } catch (error) {
+        if (!error.lost && error.status !== 401) error.message = `The settings were saved; the MCP switches were not: ${error.message}`;
+        throw error;
       }
     } else {
       await api('PATCH', '/defaults', { settings, permission_mode: mode });

@@ -1,0 +1,421 @@
+//! MCP sessions per chat: a session is opened at a chat's first turn that
+//! may use a connector and kept per (chat, connector); it is closed after
+//! `IDLE`, when the connector changed since it was opened (its `updated`),
+//! was switched off or removed, and when the chat ends. A server that could
+//! not be reached is not tried again for `RETRY` (a turn's every step would
+//! wait on it). A session found dead is opened again once for the next
+//! call; a call whose answer was lost is sent again only for a tool its
+//! server marks read-only. A call may take `CALL_LIMIT`. Results become
+//! text for the model: text parts joined, other parts named, not inlined.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool};
+use tokio::sync::Mutex;
+
+use super::client::{self, Failure, Session};
+use super::Mcp;
+use crate::store::mcp::Connector;
+
+/// A session unused this long is closed.
+pub const IDLE: Duration = Duration::from_secs(600);
+/// One tool call, at most.
+pub const CALL_LIMIT: Duration = Duration::from_secs(360);
+/// Opening a session for a turn, at most: the turn waits on it.
+pub const OPEN_IN_TURN: Duration = Duration::from_secs(10);
+/// A server that failed to open is not tried again for this long.
+pub const RETRY: Duration = Duration::from_secs(60);
+
+/// One open session and what it was opened with.
+struct Open {
+    session: Session,
+    tools: Vec<Tool>,
+    /// The connector's `updated` when this was opened.
+    saved: String,
+    used: Instant,
+}
+
+/// A tool call's outcome for the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Called {
+    pub text: String,
+    /// The server said the call failed (`isError`).
+    pub failed: bool,
+}
+
+/// One (chat, connector)'s session, empty until opened; a call holds it.
+type Slot = Arc<Mutex<Option<Open>>>;
+
+/// A failed opening, kept for [`RETRY`].
+struct Failed {
+    at: Instant,
+    /// The connector's `updated` then: an edit tries again at once.
+    saved: String,
+    why: Failure,
+}
+
+type Key = (String, String);
+
+/// Every chat's open sessions.
+pub struct Sessions {
+    mcp: Arc<Mcp>,
+    open: Mutex<HashMap<Key, Slot>>,
+    failed: Mutex<HashMap<Key, Failed>>,
+    /// Each connector's tool names when a session last listed them, with
+    /// its `updated` then: names stay while a server is away.
+    known: std::sync::Mutex<HashMap<String, (String, Vec<String>)>>,
+}
+
+impl Sessions {
+    pub fn new(mcp: Arc<Mcp>) -> Sessions {
+        Sessions {
+            mcp,
+            open: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
+            known: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn mcp(&self) -> &Mcp {
+        &self.mcp
+    }
+
+    /// The tools of each of `connectors` in `chat`, opened side by side,
+    /// each within [`OPEN_IN_TURN`]; one that failed lately is not tried.
+    pub async fn list_for_turn<'a>(
+        &self,
+        chat: &str,
+        connectors: &'a [Connector],
+    ) -> Vec<super::offer::Listed<'a>> {
+        let lists = connectors.iter().map(|c| async move {
+            let tools = match tokio::time::timeout(OPEN_IN_TURN, self.tools(chat, c)).await {
+                Ok(listed) => listed,
+                Err(_) => {
+                    let why =
+                        Failure::Connect(format!("no answer within {} s", OPEN_IN_TURN.as_secs()));
+                    self.remember_failure(chat, c, &why).await;
+                    Err(why)
+                }
+            };
+            super::offer::Listed {
+                connector: c,
+                tools,
+                known: self.known(c),
+            }
+        });
+        futures_util::future::join_all(lists).await
+    }
+
+    /// The tools of `connectors` in `chat` without opening anything: an
+    /// open session's list, else the last test's (for a view of the chat).
+    pub async fn listed_now(&self, chat: &str, c: &Connector) -> Option<Vec<Tool>> {
+        let slot = self
+            .open
+            .lock()
+            .await
+            .get(&(chat.to_string(), c.id.clone()))
+            .cloned()?;
+        let held = slot.try_lock().ok()?;
+        held.as_ref()
+            .filter(|o| o.saved == c.updated)
+            .map(|o| o.tools.clone())
+    }
+
+    /// The connector's tool names as a session last listed them, else as
+    /// its last test did.
+    pub fn known(&self, c: &Connector) -> Vec<String> {
+        let known = tandem_shared::sync::lock(&self.known);
+        match known.get(&c.id) {
+            Some((saved, names)) if *saved == c.updated => names.clone(),
+            _ => super::offer::saved_names(c),
+        }
+    }
+
+    async fn remember_failure(&self, chat: &str, c: &Connector, why: &Failure) {
+        self.failed.lock().await.insert(
+            (chat.to_string(), c.id.clone()),
+            Failed {
+                at: Instant::now(),
+                saved: c.updated.clone(),
+                why: why.clone(),
+            },
+        );
+    }
+
+    /// The failure of a recent opening of this connector version, if any.
+    async fn failed_lately(&self, chat: &str, c: &Connector) -> Option<Failure> {
+        let failed = self.failed.lock().await;
+        failed
+            .get(&(chat.to_string(), c.id.clone()))
+            .filter(|f| f.saved == c.updated && f.at.elapsed() < RETRY)
+            .map(|f| f.why.clone())
+    }
+
+    /// The slot of (chat, connector); made empty when there is none.
+    async fn slot(&self, chat: &str, connector: &str) -> Slot {
+        let mut open = self.open.lock().await;
+        open.entry((chat.to_string(), connector.to_string()))
+            .or_default()
+            .clone()
+    }
+
+    /// The connector's tools in this chat's session (opened if need be).
+    pub async fn tools(&self, chat: &str, c: &Connector) -> Result<Vec<Tool>, Failure> {
+        if let Some(why) = self.failed_lately(chat, c).await {
+            return Err(why);
+        }
+        let slot = self.slot(chat, &c.id).await;
+        let mut held = slot.lock().await;
+        if let Err(why) = self.ensure(&mut held, c).await {
+            self.remember_failure(chat, c, &why).await;
+            return Err(why);
+        }
+        // `ensure` leaves a session in the slot or fails.
+        Ok(held.as_ref().map(|o| o.tools.clone()).unwrap_or_default())
+    }
+
+    /// Opens a session unless a live one made from this `updated` is there.
+    async fn ensure(&self, held: &mut Option<Open>, c: &Connector) -> Result<(), Failure> {
+        let fresh = held
+            .as_ref()
+            .is_some_and(|o| o.saved == c.updated && !o.session.is_closed());
+        if fresh {
+            return Ok(());
+        }
+        if let Some(old) = held.take() {
+            close(old).await;
+        }
+        let target = self.mcp.target(c).map_err(Failure::Connect)?;
+        let session = client::open(&target, self.mcp.policy(), self.mcp.private)
+            .await
+            .map_err(|why| target.redact(why))?;
+        let Ok(Ok(tools)) = tokio::time::timeout(client::OPEN, session.list_all_tools()).await
+        else {
+            let _ = session.cancel().await;
+            return Err(Failure::Connect("the tool list did not come".into()));
+        };
+        tandem_shared::sync::lock(&self.known).insert(
+            c.id.clone(),
+            (
+                c.updated.clone(),
+                tools.iter().map(|t| t.name.to_string()).collect(),
+            ),
+        );
+        *held = Some(Open {
+            session,
+            tools,
+            saved: c.updated.clone(),
+            used: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Calls `tool` of connector `c` in `chat`'s session. A session found
+    /// closed is opened again once; a lost answer is asked again only when
+    /// the server marks the tool read-only.
+    pub async fn call(
+        &self,
+        chat: &str,
+        c: &Connector,
+        tool: &str,
+        arguments: JsonObject,
+    ) -> Result<Called, Failure> {
+        let slot = self.slot(chat, &c.id).await;
+        let mut held = slot.lock().await;
+        let mut reopened = false;
+        loop {
+            self.ensure(&mut held, c).await?;
+            let Some(open) = held.as_mut() else {
+                return Err(Failure::Connect("no session".into()));
+            };
+            open.used = Instant::now();
+            let read_only = open
+                .tools
+                .iter()
+                .find(|t| t.name == tool)
+                .and_then(|t| t.annotations.as_ref())
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false);
+            let params =
+                CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+            match tokio::time::timeout(CALL_LIMIT, open.session.call_tool(params)).await {
+                Err(_) => {
+                    return Err(Failure::Connect(format!(
+                        "no answer within {} s",
+                        CALL_LIMIT.as_secs()
+                    )))
+                }
+                Ok(Ok(result)) => return Ok(text_of(&result)),
+                Ok(Err(_)) if !reopened && (open.session.is_closed() && read_only) => {
+                    // The session died under the call: once more, afresh.
+                    reopened = true;
+                    if let Some(old) = held.take() {
+                        close(old).await;
+                    }
+                }
+                Ok(Err(e)) => {
+                    let dead = open.session.is_closed();
+                    if dead {
+                        if let Some(old) = held.take() {
+                            close(old).await;
+                        }
+                    }
+                    // The server's own words (a JSON-RPC error) with this
+                    // connector's secrets taken out.
+                    let why = Failure::Connect(format!(
+                        "the call failed{}: {}",
+                        if dead { " and the session closed" } else { "" },
+                        first_line(&e.to_string())
+                    ));
+                    return Err(match self.mcp.target(c) {
+                        Ok(target) => target.redact(why),
+                        Err(_) => Failure::Connect("the call failed".into()),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Closes every session of `chat` (its end, its trash).
+    pub async fn close_chat(&self, chat: &str) {
+        self.close_where(|(c, _)| c == chat).await;
+    }
+
+    /// Closes every chat's session with connector `id` (edited, switched
+    /// off, removed).
+    pub async fn close_connector(&self, id: &str) {
+        self.close_where(|(_, c)| c == id).await;
+    }
+
+    /// Closes `chat`'s session with connector `id` (switched off for it).
+    pub async fn close_one(&self, chat: &str, id: &str) {
+        self.close_where(|(c, k)| c == chat && k == id).await;
+    }
+
+    async fn close_where(&self, pick: impl Fn(&Key) -> bool) {
+        let gone: Vec<_> = {
+            let mut open = self.open.lock().await;
+            let keys: Vec<_> = open.keys().filter(|k| pick(k)).cloned().collect();
+            keys.into_iter().filter_map(|k| open.remove(&k)).collect()
+        };
+        self.failed.lock().await.retain(|k, _| !pick(k));
+        for slot in gone {
+            if let Some(old) = slot.lock().await.take() {
+                close(old).await;
+            }
+        }
+    }
+
+    /// How many sessions are open (metrics, tests).
+    pub async fn open_count(&self) -> usize {
+        let slots: Vec<_> = self.open.lock().await.values().cloned().collect();
+        let mut n = 0;
+        for slot in slots {
+            if slot.lock().await.is_some() {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Closes the sessions unused for `IDLE` (the housekeeping tick) and
+    /// forgets empty slots and old failures.
+    pub async fn close_idle(&self) -> usize {
+        self.failed
+            .lock()
+            .await
+            .retain(|_, f| f.at.elapsed() < RETRY);
+        let slots: Vec<_> = {
+            let mut open = self.open.lock().await;
+            // An empty slot nobody holds is dropped (a holder has a clone).
+            open.retain(|_, slot| {
+                Arc::strong_count(slot) > 1 || slot.try_lock().map_or(true, |h| h.is_some())
+            });
+            open.values().cloned().collect()
+        };
+        let mut closed = 0;
+        for slot in slots {
+            // A slot busy with a call is in use: skip it.
+            let Ok(mut held) = slot.try_lock() else {
+                continue;
+            };
+            if held.as_ref().is_some_and(|o| o.used.elapsed() >= IDLE) {
+                if let Some(old) = held.take() {
+                    close(old).await;
+                    closed += 1;
+                }
+            }
+        }
+        closed
+    }
+}
+
+async fn close(open: Open) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), open.session.cancel()).await;
+}
+
+/// A result as the model reads it: text parts joined; an image, audio or
+/// a binary resource named, never inlined; structured content when there
+/// is no text.
+pub fn text_of(result: &CallToolResult) -> Called {
+    let mut parts = Vec::new();
+    for block in &result.content {
+        match block {
+            ContentBlock::Text(t) => parts.push(t.text.clone()),
+            ContentBlock::Image(i) => parts.push(format!(
+                "[an image ({}, {} bytes) the tool returned: not shown]",
+                i.mime_type,
+                i.data.len() * 3 / 4
+            )),
+            ContentBlock::Audio(a) => parts.push(format!(
+                "[audio ({}, {} bytes) the tool returned: not shown]",
+                a.mime_type,
+                a.data.len() * 3 / 4
+            )),
+            ContentBlock::Resource(_) => parts.push("[an embedded resource: not shown]".into()),
+            ContentBlock::ResourceLink(r) => parts.push(format!("[a resource: {}]", r.uri)),
+            _ => parts.push("[a part of a kind tandem does not read]".into()),
+        }
+    }
+    if parts.is_empty() {
+        if let Some(value) = &result.structured_content {
+            parts.push(value.to_string());
+        }
+    }
+    Called {
+        text: parts.join("\n"),
+        failed: result.is_error == Some(true),
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_parts_are_joined_and_an_image_is_named_not_inlined() {
+        let result = CallToolResult::success(vec![
+            ContentBlock::text("first"),
+            ContentBlock::image("AAAABBBB", "image/png"),
+            ContentBlock::text("second"),
+        ]);
+        let called = text_of(&result);
+        assert_eq!(
+            called.text,
+            "first\n[an image (image/png, 6 bytes) the tool returned: not shown]\nsecond"
+        );
+        assert!(!called.failed);
+        assert!(!called.text.contains("AAAA"));
+    }
+}

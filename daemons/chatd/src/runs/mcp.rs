@@ -1,0 +1,320 @@
+//! MCP tools in a chat's turns: the connectors a chat may use (switched on,
+//! not switched off for the chat, and named by its agent when it has one
+//! that names its tools), their tools offered beside the built-ins
+//! (`mcp/offer.rs` names them), and a call run in the chat's session
+//! (`mcp/sessions.rs`), its result cut to the call's room with the whole
+//! of it under `.tandem/outputs/`. A server that cannot be used this turn
+//! costs the model one line, never the turn.
+
+use tandem_shared::http::ApiError;
+use tokio::sync::watch;
+
+use super::{EndRequest, Runs};
+use crate::agents::Agent;
+use crate::mcp::client::Failure;
+use crate::mcp::offer::{self, ChatTools, McpTool};
+use crate::mcp::Transport;
+use crate::store::mcp::{self as rows, Connector};
+use crate::tools::{self, ToolOutput};
+use crate::workspace::Workspace;
+
+/// How a brief gets a chat's MCP tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lists {
+    /// Open the sessions a turn needs (a run's requests and calls).
+    Open,
+    /// Only what open sessions list (an estimate, a view): opens nothing.
+    AsOpen,
+}
+
+/// How an MCP call ended for the run.
+pub(super) enum McpEnd {
+    Done(ToolOutput),
+    Stopped(ToolOutput),
+    Shutdown,
+}
+
+/// The connectors chat `conversation_id` may use, read with its other parts.
+pub(super) fn usable(
+    conn: &rusqlite::Connection,
+    conversation_id: &str,
+    agent: Option<&Agent>,
+) -> Result<Vec<Connector>, ApiError> {
+    let off = rows::off_in(conn, conversation_id)?;
+    Ok(rows::list(conn)?
+        .into_iter()
+        .filter(|c| c.enabled && c.transport == Transport::Http)
+        .filter(|c| !off.contains(&c.id))
+        .filter(|c| agent.is_none_or(|a| a.grants(&connector_grant(&c.id))))
+        .collect())
+}
+
+/// What an agent's `tools` names to be granted a connector's tools.
+pub fn connector_grant(id: &str) -> String {
+    format!("connector:{id}")
+}
+
+impl Runs {
+    /// The MCP tools a turn of `chat` offers, named beside the built-ins.
+    pub(super) async fn mcp_tools(
+        &self,
+        chat: &str,
+        connectors: &[Connector],
+        lists: Lists,
+    ) -> ChatTools {
+        if connectors.is_empty() {
+            return ChatTools::default();
+        }
+        let mut builtins = self.inner.registry.names();
+        // Offered or not on this box, `bash` stays ours.
+        builtins.push("bash");
+        let listed = match lists {
+            Lists::Open => self.inner.mcp.list_for_turn(chat, connectors).await,
+            Lists::AsOpen => {
+                let mut listed = Vec::new();
+                for c in connectors {
+                    let tools = self
+                        .inner
+                        .mcp
+                        .listed_now(chat, c)
+                        .await
+                        .ok_or_else(|| Failure::Connect("no session open".into()));
+                    let known = self.inner.mcp.known(c);
+                    listed.push(offer::Listed {
+                        connector: c,
+                        tools,
+                        known,
+                    });
+                }
+                listed
+            }
+        };
+        offer::name_tools(&listed, &builtins)
+    }
+
+    /// Runs one allowed MCP call in the chat's session. A stop answers it
+    /// at once (the server may still finish it); chatd's shutdown leaves
+    /// it for the run's resume.
+    pub(super) async fn call_mcp(
+        &self,
+        conversation_id: &str,
+        call_id: &str,
+        tool: &McpTool,
+        arguments: &str,
+        budget: usize,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> McpEnd {
+        let failed = |text: String| McpEnd::Done(ToolOutput::failed(&tool.name, &text));
+        let args = match serde_json::from_str::<serde_json::Value>(arguments) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ if arguments.trim().is_empty() => Default::default(),
+            _ => return failed("the arguments must be a JSON object".into()),
+        };
+        let id = tool.connector_id.clone();
+        let connector = self
+            .inner
+            .store
+            .read(move |conn| Ok(rows::get(conn, &id)?))
+            .await;
+        let Ok(Some(connector)) = connector else {
+            return failed(format!(
+                "the MCP connector {} was removed",
+                tool.connector_name
+            ));
+        };
+        let work = self
+            .inner
+            .mcp
+            .call(conversation_id, &connector, &tool.tool, args);
+        let called = tokio::select! {
+            called = work => called,
+            _ = stop.wait_for(|r| *r == EndRequest::Stop) => {
+                let text = "stopped: the run was stopped while the MCP server worked on this \
+                            call; its answer is not kept";
+                return McpEnd::Stopped(ToolOutput {
+                    ok: false,
+                    text: text.into(),
+                    summary: format!("{}: stopped", tool.name),
+                    bytes: 0,
+                });
+            }
+            _ = self.inner.shutdown.wait() => return McpEnd::Shutdown,
+        };
+        let called = match called {
+            Ok(called) => called,
+            Err(Failure::SignIn(_)) => {
+                return failed(format!(
+                    "MCP connector {}: the server refused its token or headers; the owner \
+                     signs in again under MCP servers",
+                    tool.connector_name
+                ))
+            }
+            Err(Failure::Connect(why)) => {
+                return failed(format!("MCP connector {}: {why}", tool.connector_name))
+            }
+        };
+        let bytes = called.text.len() as u64;
+        let root = self.workspace_root(conversation_id);
+        let (call_id, text) = (call_id.to_string(), called.text);
+        // A long result is cut to the call's room; the whole is kept in the
+        // workspace, where read_file and grep reach it.
+        let text = tokio::task::spawn_blocking(move || match Workspace::open(&root) {
+            Ok(workspace) => tools::fit_output(&workspace, &call_id, text, budget),
+            Err(_) => text.chars().take(budget).collect(),
+        })
+        .await
+        .unwrap_or_else(|_| "the result could not be read".into());
+        let summary = format!("{} · {}: {} bytes", tool.connector_name, tool.tool, bytes);
+        if called.failed {
+            return McpEnd::Done(ToolOutput {
+                ok: false,
+                text,
+                summary: format!("{summary}, an error"),
+                bytes,
+            });
+        }
+        McpEnd::Done(ToolOutput::ok(text, summary, bytes))
+    }
+}
+
+/// A chat's tools as `GET …/tools` shows them.
+#[derive(Debug, serde::Serialize)]
+pub struct ToolsView {
+    pub tools: Vec<ToolLine>,
+    pub mcp: Vec<ConnectorLine>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct ToolLine {
+    pub name: String,
+    pub source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connector: Option<String>,
+    pub description: String,
+    pub usable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A connector as one chat sees it.
+#[derive(Debug, serde::Serialize)]
+pub struct ConnectorLine {
+    pub id: String,
+    pub name: String,
+    pub state: crate::mcp::ConnectorState,
+    /// Not switched off for this chat.
+    pub on: bool,
+    pub usable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Runs {
+    /// What chat `conversation_id` is offered and why not the rest; MCP
+    /// tools as an open session lists them, else as the last test did
+    /// (nothing is opened for a view).
+    pub(crate) async fn tools_view(&self, conversation_id: &str) -> Result<ToolsView, ApiError> {
+        let cid = conversation_id.to_string();
+        let (agent, all, off) = self
+            .inner
+            .store
+            .read(move |conn| {
+                crate::store::queries::conversation(
+                    conn,
+                    &cid,
+                    crate::store::queries::Trashed::Exclude,
+                )?;
+                Ok((
+                    crate::agents::of_conversation(conn, &cid)?,
+                    rows::list(conn)?,
+                    rows::off_in(conn, &cid)?,
+                ))
+            })
+            .await?;
+        let mut tools: Vec<ToolLine> = self
+            .inner
+            .registry
+            .specs()
+            .iter()
+            .map(|s| {
+                let granted = agent.as_ref().is_none_or(|a| a.grants(s.name));
+                ToolLine {
+                    name: s.name.to_string(),
+                    source: "builtin",
+                    connector: None,
+                    description: s.description.lines().next().unwrap_or("").to_string(),
+                    usable: granted,
+                    reason: (!granted).then(|| "the chat's agent does not grant it".into()),
+                }
+            })
+            .collect();
+        let mut lines = Vec::new();
+        let mut usable = Vec::new();
+        for c in &all {
+            let on = !off.contains(&c.id);
+            let named = agent
+                .as_ref()
+                .is_none_or(|a| a.grants(&connector_grant(&c.id)));
+            let reason = if !c.enabled {
+                Some("switched off under MCP servers")
+            } else if !on {
+                Some("switched off for this chat")
+            } else if !named {
+                Some("the chat's agent does not name it")
+            } else {
+                None
+            };
+            if reason.is_none() {
+                usable.push(c.clone());
+            }
+            lines.push(ConnectorLine {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                state: crate::mcp::state_of(c),
+                on,
+                usable: reason.is_none(),
+                reason: reason.map(str::to_string),
+            });
+        }
+        let mut listed = Vec::new();
+        for c in &usable {
+            let tools = match self.inner.mcp.listed_now(conversation_id, c).await {
+                Some(tools) => Ok(tools),
+                None => Ok(saved_tools(c)),
+            };
+            let known = self.inner.mcp.known(c);
+            listed.push(offer::Listed {
+                connector: c,
+                tools,
+                known,
+            });
+        }
+        let mut builtins = self.inner.registry.names();
+        builtins.push("bash");
+        let offered = offer::name_tools(&listed, &builtins);
+        tools.extend(offered.tools.into_iter().map(|t| ToolLine {
+            name: t.name,
+            source: "mcp",
+            connector: Some(t.connector_id),
+            description: t.description.lines().next().unwrap_or("").to_string(),
+            usable: true,
+            reason: None,
+        }));
+        Ok(ToolsView { tools, mcp: lines })
+    }
+}
+
+/// A connector's tools as its last test listed them (names, descriptions).
+fn saved_tools(c: &Connector) -> Vec<rmcp::model::Tool> {
+    serde_json::from_str::<Vec<crate::mcp::client::ToolInfo>>(&c.tools)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            rmcp::model::Tool::new(
+                t.name,
+                t.description.unwrap_or_default(),
+                std::sync::Arc::new(rmcp::model::JsonObject::new()),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,151 @@
+//! The MCP part's chat (`--parts mcp`): one chat in `auto` whose engine
+//! calls the fake's read-only `lookup` (a tool-call cue) every second or
+//! three, while the part's load takes the fake down and up, edits and
+//! switches the connectors, and the soak SIGKILLs chatd.
+//!
+//! `Inv::Mcp`: no turn fails for an MCP server; every turn that ended
+//! `done` has its call answered with the fake's words, a failure naming the
+//! MCP connector (the server went away under the call), or "there is no
+//! tool" (the server could not be reached when the turn began, so it was
+//! not offered); no answer carries a token.
+
+use super::*;
+
+use tandem_tests::harness::wait_until;
+
+/// How the chat's calls ended.
+#[derive(Default)]
+pub(crate) struct Turns {
+    pub answered: u64,
+    pub failed_call: u64,
+    pub not_offered: u64,
+    pub interrupted: u64,
+    pub not_sent: u64,
+}
+
+impl Turns {
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away), {} interrupted by a kill, {} not sent (chatd down)",
+            self.answered, self.failed_call, self.not_offered, self.interrupted, self.not_sent
+        )
+    }
+}
+
+/// Drives the chat until the load ends; `secrets` must never come back.
+pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Turns {
+    let mut turns = Turns::default();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut phase = shared.phase.subscribe();
+    let body = json!({"title": "soak mcp calls", "permission_mode": "auto"});
+    let made = wait_until("a chat for MCP calls", Duration::from_secs(60), || async {
+        match shared
+            .call(reqwest::Method::POST, "/conversations", Some(body.clone()))
+            .await
+        {
+            Ok((201, b)) => b["id"].as_str().map(String::from),
+            _ => None,
+        }
+    })
+    .await;
+    let chat = match made {
+        Ok(chat) => chat,
+        Err(err) => {
+            shared.violate(Inv::Mcp, format!("mcp: no chat for the calls: {err:#}"));
+            return turns;
+        }
+    };
+    let mut n = 0u64;
+    // Pacing of the load, not a wait for anything.
+    while sleep_in(
+        &mut phase,
+        Duration::from_secs_f64(rng.random_range(1.0..3.0)),
+        |p| p == Phase::Load,
+    )
+    .await
+    {
+        n += 1;
+        let word = format!("soakword{n}");
+        // A cue value has no spaces.
+        let args = json!({ "word": word }).to_string();
+        let text = format!(
+            "look it up [sim tool_call=lookup args={args} tool_steps=1 tokens=2 tps=0 id=mcp{n}]"
+        );
+        let run = match shared.send_text(&chat, &text).await {
+            Ok((202, b)) if b["run_id"].is_string() => {
+                b["run_id"].as_str().unwrap_or("").to_string()
+            }
+            _ => {
+                turns.not_sent += 1;
+                continue;
+            }
+        };
+        let ended = wait_until(
+            &format!("MCP run {run} to end"),
+            Duration::from_secs(120),
+            || async {
+                let snapshot = shared.snapshot(&chat).await.ok()?;
+                let status = snapshot["runs"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["id"] == run.as_str())?["status"]
+                    .as_str()?
+                    .to_string();
+                matches!(
+                    status.as_str(),
+                    "done" | "stopped" | "failed" | "interrupted"
+                )
+                .then_some((status, snapshot))
+            },
+        )
+        .await;
+        let (status, snapshot) = match ended {
+            Ok(ended) => ended,
+            Err(err) => {
+                shared.violate(Inv::Mcp, format!("mcp: run {run} did not end: {err:#}"));
+                continue;
+            }
+        };
+        match status.as_str() {
+            "interrupted" => {
+                turns.interrupted += 1;
+                continue;
+            }
+            "done" => {}
+            other => {
+                shared.violate(
+                    Inv::Mcp,
+                    format!("mcp: a turn calling an MCP tool ended {other}"),
+                );
+                continue;
+            }
+        }
+        let result = snapshot["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rfind(|m| m["role"] == "tool")
+            .and_then(|m| m["text"].as_str())
+            .unwrap_or("")
+            .to_string();
+        if secrets.iter().any(|s| result.contains(s.as_str())) {
+            shared.violate(Inv::Mcp, "mcp: a tool result carried a secret".into());
+        }
+        if result.contains(&format!("glossary: {word} is a word")) {
+            turns.answered += 1;
+        } else if result.contains("MCP connector") {
+            turns.failed_call += 1;
+        } else if result.contains("there is no tool `lookup`") {
+            turns.not_offered += 1;
+        } else {
+            shared.violate(
+                Inv::Mcp,
+                format!(
+                    "mcp: turn {n}'s call was answered {:?}",
+                    result.chars().take(200).collect::<String>()
+                ),
+            );
+        }
+    }
+    turns
+}
