@@ -169,7 +169,7 @@ async fn a_refused_sign_in_says_so_and_a_saved_token_is_sent_and_never_shown() -
     assert_eq!(tested.body["ok"], true, "{}", tested.body);
     assert_eq!(
         names(&tested.body["tools"]),
-        ["lookup", "send", "big", "read_file"]
+        ["lookup", "send", "big", "whoami", "read_file"]
     );
     let last = fake
         .seen()

@@ -65,7 +65,7 @@ async fn add_test_list_switch_and_remove_a_server() {
         out.contains("added mc_") && out.contains("Glossary"),
         "{out}"
     );
-    assert!(out.contains("connected, 4 tools"), "{out}");
+    assert!(out.contains("connected, 5 tools"), "{out}");
     assert!(
         out.contains("lookup") && out.contains("Looks a word up"),
         "{out}"

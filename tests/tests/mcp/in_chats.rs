@@ -140,6 +140,7 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
         {"tool_calls": [
             {"name": "docs__lookup", "arguments": {"word": "tandem"}},
             {"name": "mail_box__lookup", "arguments": {"word": "bicycle"}},
+            {"name": "mail_box__whoami", "arguments": {}},
         ]},
         {"tool_calls": [{"name": "mail_box__send", "arguments": {"note": "hello"}}]},
         {"tokens": 3},
@@ -158,9 +159,10 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
         results,
         [
             "glossary: tandem is a word the fake knows",
-            "glossary: bicycle is a word the fake knows"
+            "glossary: bicycle is a word the fake knows",
+            "presented: Bearer …",
         ],
-        "read-only tools ran without asking in auto"
+        "read-only tools ran without asking in auto; a server's echo of the token is cut"
     );
     let calls_before = calls(&mail_server);
     let denied = client
@@ -181,7 +183,7 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
     );
     // Each server got its own call, with its own token.
     assert_eq!(calls(&docs_server), 1);
-    assert_eq!(calls(&mail_server), 1);
+    assert_eq!(calls(&mail_server), 2);
     let call = mail_server
         .seen()
         .into_iter()
@@ -443,5 +445,53 @@ async fn a_session_lasts_across_turns_and_ends_with_an_edit_or_the_chat() -> any
         (asked(&fake, "DELETE") > ended_before).then_some(())
     })
     .await?;
+    Ok(())
+}
+
+/// A card for a tool that changes things waits; the owner switches the
+/// server off meanwhile; approved, the call is not sent, and the model is
+/// told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_approved_after_its_server_was_switched_off_is_not_sent() -> anyhow::Result<()> {
+    let fake = FakeMcp::start(None).await?;
+    let (sim, _chatd, client) = start().await?;
+    let id = connector(&client, "Docs", &fake.url("/mcp"), None).await?;
+    let chat = chat(&client, "ask").await?;
+    sim.faults(json!([
+        {"tool_calls": [{"name": "send", "arguments": {"note": "not now"}}]},
+        {"tokens": 3},
+    ]))
+    .await?;
+    let run = run_id(&client.send(&chat, "send it").await?)?;
+    let mut device = client.events(&chat, 0).await?;
+    let events = device
+        .read_until(QUICK, |e| e.kind == "tool.consent")
+        .await?;
+    let card = events.last().context("card")?.data.clone();
+    assert!(
+        card["summary"].as_str().unwrap_or("").contains("not now"),
+        "the card shows what will be sent: {card}"
+    );
+    let off = client
+        .post(&format!("/mcp-connectors/{id}/disable"), json!({}))
+        .await?;
+    assert_eq!(off.status, 200, "{off:?}");
+    let approved = client
+        .post(
+            &format!("/conversations/{chat}/consent"),
+            json!({"card_id": card["card_id"], "decision": "once"}),
+        )
+        .await?;
+    assert_eq!(approved.status, 200, "{approved:?}");
+    let record = client
+        .wait_run(&chat, &run, &["done", "failed"], QUICK)
+        .await?;
+    assert_eq!(record["status"], "done", "{record}");
+    assert_eq!(calls(&fake), 0, "nothing was sent");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert!(
+        results.first().is_some_and(|r| r.contains("no longer on")),
+        "{results:?}"
+    );
     Ok(())
 }

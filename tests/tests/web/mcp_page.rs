@@ -2,7 +2,7 @@
 //! (loopback servers allowed) and the fake MCP server of
 //! `tandem_tests::mcpservers`, which wants a token: a bad address is
 //! refused under its field and stores nothing; a server added with its
-//! token is saved off, tested (Connected, its four tools with their
+//! token is saved off, tested (Connected, its five tools with their
 //! descriptions), turned on from the row (then Connected); the token is gone from the form
 //! and never in the page; Remove asks first. At 390 px the panel is a
 //! sheet along the bottom. Every wait is a bounded poll.
@@ -69,7 +69,7 @@ async fn add_test_turn_on_and_remove(
     fill(&b, "#mcp-url", &fake.url("/mcp")).await?;
     fill(&b, "#mcp-token", TOKEN).await?;
     b.click("#mcp-save").await?;
-    b.wait_text("#mcp-status", |t| t.starts_with("Connected: 4 tools"), WAIT)
+    b.wait_text("#mcp-status", |t| t.starts_with("Connected: 5 tools"), WAIT)
         .await?;
     let row = b.text("#mcp-list .mcp-row").await?;
     ensure!(
@@ -78,7 +78,7 @@ async fn add_test_turn_on_and_remove(
         "{row}"
     );
     ensure!(
-        row.contains("Saved: token") && row.contains("4 tools"),
+        row.contains("Saved: token") && row.contains("5 tools"),
         "{row}"
     );
     let token_left = b

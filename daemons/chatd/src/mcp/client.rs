@@ -48,19 +48,34 @@ impl Target {
     /// token, its headers' values and its address's query, should a server
     /// have sent one of them back in its words.
     pub fn redact(&self, failure: Failure) -> Failure {
-        let clean = |text: String| {
-            let mut secrets: Vec<&str> = self.headers.iter().map(|(_, v)| v.expose()).collect();
-            secrets.extend(self.token.as_ref().map(Secret::expose));
-            secrets.extend(self.url.query());
-            secrets
-                .into_iter()
-                .filter(|s| s.len() >= 4)
-                .fold(text, |t, s| t.replace(s, "…"))
-        };
+        let clean = |text: String| self.clean(text);
         match failure {
             Failure::SignIn(why) => Failure::SignIn(clean(why)),
             Failure::Connect(why) => Failure::Connect(clean(why)),
         }
+    }
+}
+
+impl Target {
+    /// `text` with this connector's secrets taken out: its token, its
+    /// headers' values, its address's query and each of the query's values,
+    /// and its path when that is more than a word (a key may live there).
+    pub fn clean(&self, text: String) -> String {
+        let mut secrets: Vec<&str> = self.headers.iter().map(|(_, v)| v.expose()).collect();
+        secrets.extend(self.token.as_ref().map(Secret::expose));
+        secrets.extend(self.url.query());
+        if let Some(query) = self.url.query() {
+            secrets.extend(query.split('&').filter_map(|pair| pair.split('=').nth(1)));
+        }
+        let path = self.url.path().trim_matches('/');
+        if path.contains('/') {
+            secrets.push(path);
+        }
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets
+            .into_iter()
+            .filter(|s| s.len() >= 4)
+            .fold(text, |t, s| t.replace(s, "…"))
     }
 }
 
@@ -186,6 +201,21 @@ fn refused_or(refused: &Refused, otherwise: impl FnOnce() -> Failure) -> Failure
 fn of_initialize(error: &ClientInitializeError) -> Failure {
     match error {
         ClientInitializeError::TransportError { error, .. } => classify(error.error.as_ref()),
+        other => classify(other),
+    }
+}
+
+/// The reason a tool call failed: a server's own error (its code and its
+/// words, without an address), or the transport's, as an opening's.
+pub fn of_call(error: &rmcp::ServiceError) -> Failure {
+    match error {
+        rmcp::ServiceError::McpError(e) => Failure::Connect(format!(
+            "the server answered an error ({}): {}",
+            e.code.0,
+            scrubbed(&e.message)
+        )),
+        rmcp::ServiceError::TransportSend(e) => classify(e.error.as_ref()),
+        rmcp::ServiceError::TransportClosed => Failure::Connect("the session closed".into()),
         other => classify(other),
     }
 }

@@ -19,6 +19,8 @@ const MAX_TOOL_NAME: usize = 64;
 const MAX_DESCRIPTION: usize = 2000;
 /// A server's part of a prefixed name.
 const MAX_SLUG: usize = 24;
+/// A tool's argument schema, in bytes of JSON (it rides in every request).
+const MAX_SCHEMA: usize = 16 * 1024;
 
 /// One MCP tool as a chat's turn offers it.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +46,13 @@ pub struct Unavailable {
     pub why: Failure,
 }
 
+impl McpTool {
+    /// The name permission rules know it by: its server and its own name.
+    pub fn rule_name(&self) -> String {
+        format!("mcp:{}:{}", self.connector_id, self.tool)
+    }
+}
+
 impl Unavailable {
     /// The model's line: what it cannot use and why, in words of our own
     /// (never a server's text, which could carry anything).
@@ -64,7 +73,8 @@ impl Unavailable {
 pub struct ChatTools {
     pub tools: Vec<McpTool>,
     pub unavailable: Vec<Unavailable>,
-    /// `connector: tool` of the tools dropped for a built-in's name.
+    /// `connector: tool` of the tools dropped: a built-in's name, or an
+    /// argument schema over 16 KiB.
     pub dropped: Vec<String>,
 }
 
@@ -164,7 +174,8 @@ pub fn name_tools(listed: &[Listed], builtins: &[&str]) -> ChatTools {
         };
         for tool in tools {
             let own = clean(&tool.name);
-            if builtins.contains(&own.as_str()) {
+            let schema = Value::Object((*tool.input_schema).clone());
+            if builtins.contains(&own.as_str()) || schema.to_string().len() > MAX_SCHEMA {
                 out.dropped.push(format!("{}: {}", c.name, tool.name));
                 continue;
             }
@@ -186,7 +197,7 @@ pub fn name_tools(listed: &[Listed], builtins: &[&str]) -> ChatTools {
                 connector_name: c.name.clone(),
                 tool: tool.name.to_string(),
                 description: cut_chars(tool.description.as_deref().unwrap_or(""), MAX_DESCRIPTION),
-                parameters: Value::Object((*tool.input_schema).clone()),
+                parameters: schema,
                 read_only: tool
                     .annotations
                     .as_ref()

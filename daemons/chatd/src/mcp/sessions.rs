@@ -172,6 +172,10 @@ impl Sessions {
             self.remember_failure(chat, c, &why).await;
             return Err(why);
         }
+        // A turn that offers its tools uses the session.
+        if let Some(open) = held.as_mut() {
+            open.used = Instant::now();
+        }
         // `ensure` leaves a session in the slot or fails.
         Ok(held.as_ref().map(|o| o.tools.clone()).unwrap_or_default())
     }
@@ -247,7 +251,15 @@ impl Sessions {
                         CALL_LIMIT.as_secs()
                     )))
                 }
-                Ok(Ok(result)) => return Ok(text_of(&result)),
+                Ok(Ok(result)) => {
+                    // A server may echo what it was sent: no secret of the
+                    // connector reaches the model, the store or a file.
+                    let mut called = text_of(&result);
+                    if let Ok(target) = self.mcp.target(c) {
+                        called.text = target.clean(called.text);
+                    }
+                    return Ok(called);
+                }
                 Ok(Err(_)) if !reopened && (open.session.is_closed() && read_only) => {
                     // The session died under the call: once more, afresh.
                     reopened = true;
@@ -262,13 +274,12 @@ impl Sessions {
                             close(old).await;
                         }
                     }
-                    // The server's own words (a JSON-RPC error) with this
-                    // connector's secrets taken out.
-                    let why = Failure::Connect(format!(
-                        "the call failed{}: {}",
-                        if dead { " and the session closed" } else { "" },
-                        first_line(&e.to_string())
-                    ));
+                    let why = match client::of_call(&e) {
+                        Failure::Connect(why) if dead => {
+                            Failure::Connect(format!("{why}; the session closed"))
+                        }
+                        other => other,
+                    };
                     return Err(match self.mcp.target(c) {
                         Ok(target) => target.redact(why),
                         Err(_) => Failure::Connect("the call failed".into()),
@@ -302,9 +313,13 @@ impl Sessions {
         };
         self.failed.lock().await.retain(|k, _| !pick(k));
         for slot in gone {
-            if let Some(old) = slot.lock().await.take() {
-                close(old).await;
-            }
+            // A call in progress holds its slot: the session closes when it
+            // is done, and whoever asked for the close does not wait.
+            tokio::spawn(async move {
+                if let Some(old) = slot.lock().await.take() {
+                    close(old).await;
+                }
+            });
         }
     }
 
@@ -388,15 +403,6 @@ pub fn text_of(result: &CallToolResult) -> Called {
         text: parts.join("\n"),
         failed: result.is_error == Some(true),
     }
-}
-
-fn first_line(text: &str) -> String {
-    text.lines()
-        .next()
-        .unwrap_or("")
-        .chars()
-        .take(300)
-        .collect()
 }
 
 #[cfg(test)]

@@ -45,8 +45,18 @@ pub(super) fn usable(
         .into_iter()
         .filter(|c| c.enabled && c.transport == Transport::Http)
         .filter(|c| !off.contains(&c.id))
-        .filter(|c| agent.is_none_or(|a| a.grants(&connector_grant(&c.id))))
+        .filter(|c| agent.is_none_or(|a| names(a, &c.id)))
         .collect())
+}
+
+/// Whether `agent` names connector `id`: a saved agent gets only the
+/// connectors it names, whatever else its tools say.
+pub fn names(agent: &Agent, id: &str) -> bool {
+    let grant = connector_grant(id);
+    agent
+        .tools
+        .as_ref()
+        .is_some_and(|tools| tools.contains(&grant))
 }
 
 /// What an agent's `tools` names to be granted a connector's tools.
@@ -110,15 +120,22 @@ impl Runs {
             _ if arguments.trim().is_empty() => Default::default(),
             _ => return failed("the arguments must be a JSON object".into()),
         };
-        let id = tool.connector_id.clone();
+        // As it is now: switched off, removed or taken from the chat while
+        // a card waited, it is not called.
+        let (id, cid) = (tool.connector_id.clone(), conversation_id.to_string());
         let connector = self
             .inner
             .store
-            .read(move |conn| Ok(rows::get(conn, &id)?))
+            .read(move |conn| {
+                let agent = crate::agents::of_conversation(conn, &cid)?;
+                Ok(usable(conn, &cid, agent.as_ref())?
+                    .into_iter()
+                    .find(|c| c.id == id))
+            })
             .await;
         let Ok(Some(connector)) = connector else {
             return failed(format!(
-                "the MCP connector {} was removed",
+                "the MCP connector {} is no longer on for this chat; the call was not sent",
                 tool.connector_name
             ));
         };
@@ -252,9 +269,7 @@ impl Runs {
         let mut usable = Vec::new();
         for c in &all {
             let on = !off.contains(&c.id);
-            let named = agent
-                .as_ref()
-                .is_none_or(|a| a.grants(&connector_grant(&c.id)));
+            let named = agent.as_ref().is_none_or(|a| names(a, &c.id));
             let reason = if !c.enabled {
                 Some("switched off under MCP servers")
             } else if !on {

@@ -191,8 +191,11 @@ impl Runs {
             let command = (host || sandboxed).then(|| command_of(&call.arguments));
             let workspace_text = workspace_root.to_string_lossy().to_string();
             let host_exec = self.inner.config.host_exec();
+            // An MCP tool's rules go by its server and its own name, never
+            // by the offered name, which another server's tool may take.
+            let rule_name = mcp_tool.as_ref().map(|t| t.rule_name());
             let permission = Call {
-                tool: &call.name,
+                tool: rule_name.as_deref().unwrap_or(&call.name),
                 effect,
                 command: command.as_deref(),
                 // The workspace tools stay inside the chat's workspace; the
@@ -305,7 +308,16 @@ impl Runs {
                         self.finish_call(run, &call, output, began, None).await?;
                         return Ok(StepEnd::End(Outcome::Stopped, None));
                     }
-                    McpEnd::Shutdown => return Ok(StepEnd::Left),
+                    McpEnd::Shutdown => {
+                        // Answered now: a resumed run must not send a call
+                        // that may have changed something a second time.
+                        let text = "chatd stopped while the MCP server worked on this call: \
+                                    whether it took effect is not known; check before calling it again";
+                        let _ = self
+                            .record_failure(run, &call, text, "interrupted", 0)
+                            .await;
+                        return Ok(StepEnd::Left);
+                    }
                 }
             }
             if tools::web::is_web_tool(&call.name) || host || sandboxed {
@@ -833,10 +845,11 @@ impl Runs {
     }
 }
 
-/// An MCP call in one line: the server, its tool and the arguments.
+/// An MCP call for its card and its line: the server, its tool and the
+/// arguments (2,000 characters: a person approves what will be sent).
 fn mcp_summary(tool: &crate::mcp::offer::McpTool, arguments: &str) -> String {
     let args: String = arguments.split_whitespace().collect::<Vec<_>>().join(" ");
-    let args: String = args.chars().take(160).collect();
+    let args: String = args.chars().take(2000).collect();
     format!("{} · {} {args}", tool.connector_name, tool.tool)
 }
 

@@ -68,6 +68,9 @@
 //!     10,000 text files through the route (p50, p99) against `grep -r` of
 //!     the same files, and the route's time split in-process
 //!     (`tests/src/searchbench.rs`).
+//! 17. mcp: an MCP tool call through chatd (a whole agent step) against
+//!     the same call made directly with rmcp, and with a built-in tool; the
+//!     memory an open MCP session costs chatd (`mcp.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -93,6 +96,7 @@ mod delegated;
 mod files;
 mod floor;
 mod hostexec;
+mod mcp;
 mod measure;
 mod rawstream;
 mod relay;
@@ -161,6 +165,7 @@ enum Figure {
     Files,
     Documents,
     Search,
+    Mcp,
 }
 
 /// How big each figure's workload is.
@@ -382,6 +387,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         search(args.quick, &mut rows)
             .await
             .context("figure 16 (search)")?;
+    }
+    if wants(Figure::Mcp) {
+        mcp::mcp(args.quick, &mut rows)
+            .await
+            .context("figure 17 (mcp)")?;
     }
     let table = table(&rows);
     say(format!(

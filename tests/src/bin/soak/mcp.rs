@@ -252,7 +252,8 @@ async fn test(shared: &Shared, run: &mut Run, which: Which, down: bool) {
             (Which::Moved, _) => state == "cant_connect" && reason.contains("169.254.169.254"),
             (_, true) => state == "cant_connect" && reason.contains("503"),
             (Which::Good, false) => {
-                state == "connected" && tools == json!(["lookup", "send", "big", "read_file"])
+                state == "connected"
+                    && tools == json!(["lookup", "send", "big", "whoami", "read_file"])
             }
             (Which::Wrong, false) => state == "needs_sign_in",
         };
