@@ -165,38 +165,8 @@ pub async fn exec(command: McpCommand) -> anyhow::Result<ExitCode> {
             let id = find(&client, &connector).await?;
             return test(&client, &id).await;
         }
-        McpCommand::On {
-            connector,
-            chat: Some(chat),
-        } => {
-            let id = find(&client, &connector).await?;
-            switch_in_chat(&client, &chat, &id, true).await?;
-            println!("{connector}: on in chat {chat}");
-        }
-        McpCommand::Off {
-            connector,
-            chat: Some(chat),
-        } => {
-            let id = find(&client, &connector).await?;
-            switch_in_chat(&client, &chat, &id, false).await?;
-            println!("{connector}: off in chat {chat}");
-        }
-        McpCommand::On {
-            connector,
-            chat: None,
-        } => {
-            let id = find(&client, &connector).await?;
-            let c = call(&client, Method::POST, &format!("/{id}/enable"), None).await?;
-            println!("{}", line(&c));
-        }
-        McpCommand::Off {
-            connector,
-            chat: None,
-        } => {
-            let id = find(&client, &connector).await?;
-            let c = call(&client, Method::POST, &format!("/{id}/disable"), None).await?;
-            println!("{}", line(&c));
-        }
+        McpCommand::On { connector, chat } => switch(&client, &connector, chat, true).await?,
+        McpCommand::Off { connector, chat } => switch(&client, &connector, chat, false).await?,
         McpCommand::Tools { chat } => {
             let view = client
                 .ask(Method::GET, &format!("/conversations/{chat}/tools"), None)
@@ -210,6 +180,30 @@ pub async fn exec(command: McpCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Switches a connector on or off: for the box, or with `chat` for that
+/// chat alone.
+async fn switch(
+    client: &Client,
+    connector: &str,
+    chat: Option<String>,
+    on: bool,
+) -> anyhow::Result<()> {
+    let id = find(client, connector).await?;
+    let word = if on { "on" } else { "off" };
+    match chat {
+        Some(chat) => {
+            switch_in_chat(client, &chat, &id, on).await?;
+            println!("{connector}: {word} in chat {chat}");
+        }
+        None => {
+            let verb = if on { "enable" } else { "disable" };
+            let c = call(client, Method::POST, &format!("/{id}/{verb}"), None).await?;
+            println!("{}", line(&c));
+        }
+    }
+    Ok(())
 }
 
 /// Switches connector `id` on or off for one chat: the chat's list of

@@ -131,3 +131,22 @@ impl Drop for Sim {
         }
     }
 }
+
+/// The tool names a chat request's body offered, in order.
+pub fn offered_tools(body: &serde_json::Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The system block of a chat request's body ("" when it has none).
+pub fn system_text(body: &serde_json::Value) -> String {
+    body["messages"][0]["content"]
+        .as_str()
+        .filter(|_| body["messages"][0]["role"] == "system")
+        .unwrap_or("")
+        .to_string()
+}

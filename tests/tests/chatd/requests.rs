@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::Context;
 use reqwest::Method;
 use serde_json::{json, Value};
-use tandem_tests::harness::{run_id, tool_results, wait_until, Chatd, Client, Egressd, Sim};
+use tandem_tests::harness::{
+    offered_tools, run_id, system_text, tool_results, wait_until, Chatd, Client, Egressd, Sim,
+};
 
 const QUICK: Duration = Duration::from_secs(20);
 
@@ -61,25 +63,6 @@ async fn last_body(sim: &Sim, chat: &str) -> anyhow::Result<Value> {
         .context("no request for the chat")
 }
 
-fn system_of(body: &Value) -> String {
-    body["messages"][0]["content"]
-        .as_str()
-        .filter(|_| body["messages"][0]["role"] == "system")
-        .unwrap_or("")
-        .to_string()
-}
-
-fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn error_field(answer: &tandem_tests::harness::Answer) -> String {
     answer.body["error"]["field"]
         .as_str()
@@ -110,9 +93,9 @@ async fn settings_reach_the_engine_and_a_patch_changes_the_next_request() -> any
     assert_eq!(body["chat_template_kwargs"]["reasoning_effort"], "low");
     assert_eq!(body["chat_template_kwargs"]["enable_thinking"], true);
     assert!(
-        system_of(&body).starts_with("Answer in French.\n\n# Tools in this chat"),
+        system_text(&body).starts_with("Answer in French.\n\n# Tools in this chat"),
         "{}",
-        system_of(&body)
+        system_text(&body)
     );
     // The usage event names the model it counts for.
     let events = device
@@ -141,7 +124,7 @@ async fn settings_reach_the_engine_and_a_patch_changes_the_next_request() -> any
     assert!(body.get("top_k").is_none(), "{body}");
     assert_eq!(body["top_p"], 0.9);
     assert_eq!(body["chat_template_kwargs"]["enable_thinking"], false);
-    assert!(system_of(&body).starts_with("Answer in French."));
+    assert!(system_text(&body).starts_with("Answer in French."));
 
     // A chat with none leaves every field to the engine.
     let plain = create(&client, json!({})).await?;
@@ -157,7 +140,7 @@ async fn settings_reach_the_engine_and_a_patch_changes_the_next_request() -> any
     ] {
         assert!(body.get(field).is_none(), "{field} in {body}");
     }
-    assert!(system_of(&body).starts_with("# Tools in this chat"));
+    assert!(system_text(&body).starts_with("# Tools in this chat"));
     Ok(())
 }
 
@@ -280,9 +263,9 @@ async fn defaults_start_a_new_chat_and_an_agent_brings_its_own() -> anyhow::Resu
     assert_eq!(body["temperature"], 0.2, "{body}");
     assert_eq!(body["max_tokens"], 50);
     assert!(
-        system_of(&body).starts_with("Answer as a pirate.\n\nYou review drafts.\n\n# Tools"),
+        system_text(&body).starts_with("Answer as a pirate.\n\nYou review drafts.\n\n# Tools"),
         "{}",
-        system_of(&body)
+        system_text(&body)
     );
     Ok(())
 }
@@ -322,13 +305,13 @@ async fn an_agent_without_bash_is_told_word_for_word_what_it_has() -> anyhow::Re
     .await?;
     exchange(&client, &chat, "What do my notes say?").await?;
     let body = last_body(&sim, &chat).await?;
-    assert_eq!(system_of(&body), READER_BLOCK);
-    assert_eq!(tool_names(&body), ["read_file", "grep"]);
+    assert_eq!(system_text(&body), READER_BLOCK);
+    assert_eq!(offered_tools(&body), ["read_file", "grep"]);
 
     // The same box's plain chat is told the truth about its host commands.
     let plain = create(&client, json!({"permission_mode": "ask"})).await?;
     exchange(&client, &plain, "Hi").await?;
-    let system = system_of(&last_body(&sim, &plain).await?);
+    let system = system_text(&last_body(&sim, &plain).await?);
     assert!(
         system.contains("They run on this machine itself, with NO isolation"),
         "{system}"
@@ -557,7 +540,7 @@ async fn a_fork_is_the_whole_chat_up_to_its_message() -> anyhow::Result<()> {
     exchange(&client, &fork, "Go on").await?;
     let body = last_body(&sim, &fork).await?;
     assert_eq!(body["temperature"], 0.7);
-    assert!(system_of(&body).starts_with("Be kind."));
+    assert!(system_text(&body).starts_with("Be kind."));
     let messages = body["messages"].as_array().context("messages")?;
     let call = messages
         .iter()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use base64::Engine as _;
 use serde_json::Value;
-use tandem_tests::harness::{tool_results, FormPart, Sim};
+use tandem_tests::harness::{offered_tools, system_text, tool_results, FormPart, Sim};
 
 use crate::messages::{last_of, send, start};
 
@@ -20,24 +20,6 @@ fn requests_to<'a>(requests: &'a [Value], model: &str) -> Vec<&'a Value> {
         .iter()
         .filter(|r| r["body"]["model"] == model)
         .collect()
-}
-
-/// The tool names a chat request offered.
-fn offered(request: &Value) -> Vec<String> {
-    request["body"]["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-        .collect()
-}
-
-/// The system block of a chat request.
-fn system_of(request: &Value) -> String {
-    request["body"]["messages"][0]["content"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
 }
 
 /// A 4,000 × 3,000 opaque photo as PNG bytes.
@@ -98,11 +80,12 @@ async fn describe_image_has_the_second_model_that_sees_describe_a_photo_at_2048_
     let requests = sim.requests().await?;
     let chat_requests = requests_to(&requests, "sim-small");
     let first = chat_requests.first().context("the chat's request")?;
-    assert!(offered(first).contains(&"describe_image".to_string()));
+    assert!(offered_tools(&first["body"]).contains(&"describe_image".to_string()));
     assert!(
-        system_of(first).contains("describe_image has sim-vision, which does, describe one"),
+        system_text(&first["body"])
+            .contains("describe_image has sim-vision, which does, describe one"),
         "{}",
-        system_of(first)
+        system_text(&first["body"])
     );
     assert!(!serde_json::to_string(&first["body"])?.contains("image_url"));
 
@@ -165,14 +148,15 @@ async fn with_no_model_that_sees_describe_image_says_what_to_do() -> anyhow::Res
     let requests = sim.requests().await?;
     let first = requests.first().context("the chat's request")?;
     assert!(
-        !offered(first).contains(&"describe_image".to_string()),
+        !offered_tools(&first["body"]).contains(&"describe_image".to_string()),
         "no use offering it: {:?}",
-        offered(first)
+        offered_tools(&first["body"])
     );
     assert!(
-        system_of(first).contains("No model of this box sees images: when one is attached"),
+        system_text(&first["body"])
+            .contains("No model of this box sees images: when one is attached"),
         "{}",
-        system_of(first)
+        system_text(&first["body"])
     );
     let results = tool_results(&snapshot);
     assert_eq!(
@@ -216,7 +200,7 @@ async fn the_image_model_setting_wins_over_the_engines_first_that_sees() -> anyh
         asked[0]["body"]["messages"][0]["content"][0]["text"],
         "Which_colour?"
     );
-    let system = system_of(requests.first().context("the chat's request")?);
+    let system = system_text(&requests.first().context("the chat's request")?["body"]);
     assert!(
         system.contains("describe_image has sim-eye, which does"),
         "{system}"

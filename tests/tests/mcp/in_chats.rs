@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{run_id, tool_results, Chatd, Client, Sim};
+use tandem_tests::harness::{offered_tools, run_id, system_text, tool_results, Chatd, Client, Sim};
 use tandem_tests::mcpservers::{Everything, FakeMcp};
 
 const PRIVATE: (&str, &str) = ("QSE_CHAT_MCP_ALLOW_PRIVATE", "true");
@@ -58,22 +58,6 @@ async fn turn(client: &Client, chat: &str, text: &str) -> anyhow::Result<Value> 
         .await
 }
 
-fn offered(request: &Value) -> Vec<String> {
-    request["body"]["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-        .collect()
-}
-
-fn system_of(request: &Value) -> String {
-    request["body"]["messages"][0]["content"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
 /// The reference server's `echo` in a chat: offered with its description,
 /// called by the model, its answer read back as the tool's result; the
 /// system block names the server; the chat's tools list it.
@@ -98,15 +82,17 @@ async fn the_reference_servers_tool_is_offered_and_runs_in_a_chat() -> anyhow::R
     let requests = sim.requests().await?;
     let first = requests.first().context("a request")?;
     assert!(
-        offered(first).iter().any(|n| n == "echo"),
+        offered_tools(&first["body"]).iter().any(|n| n == "echo"),
         "{:?}",
-        offered(first)
+        offered_tools(&first["body"])
     );
-    assert!(offered(first).iter().any(|n| n == "read_file"));
+    assert!(offered_tools(&first["body"])
+        .iter()
+        .any(|n| n == "read_file"));
     assert!(
-        system_of(first).contains("MCP server Everything"),
+        system_text(&first["body"]).contains("MCP server Everything"),
         "{}",
-        system_of(first)
+        system_text(&first["body"])
     );
 
     let tools = client.get(&format!("/conversations/{chat}/tools")).await?;
@@ -194,7 +180,7 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
         Some(format!("Bearer {TOKEN}").as_str())
     );
     let requests = sim.requests().await?;
-    let names = offered(requests.first().context("a request")?);
+    let names = offered_tools(&requests.first().context("a request")?["body"]);
     assert!(names.contains(&"docs__lookup".to_string()), "{names:?}");
     assert!(names.contains(&"mail_box__send".to_string()), "{names:?}");
     assert_eq!(
@@ -224,12 +210,12 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
     assert_eq!(record["status"], "done", "{record}");
     let requests = sim.requests().await?;
     let last = requests.get(before).context("the new chat's request")?;
-    let system = system_of(last);
+    let system = system_text(&last["body"]);
     assert!(
         system.contains("unavailable this turn: MCP connector Mail box (cannot be reached)"),
         "{system}"
     );
-    let names = offered(last);
+    let names = offered_tools(&last["body"]);
     assert!(
         names.contains(&"docs__lookup".to_string()),
         "names stay: {names:?}"
@@ -341,7 +327,7 @@ async fn a_chat_switches_a_server_off_and_an_agent_gets_only_what_it_names() -> 
     let before = sim.requests().await?.len();
     turn(&client, &chat, "which tools? [sim tokens=3]").await?;
     let requests = sim.requests().await?;
-    let names = offered(requests.get(before).context("request")?);
+    let names = offered_tools(&requests.get(before).context("request")?["body"]);
     assert!(
         names.contains(&"notes__lookup".to_string()) || names.contains(&"lookup".to_string()),
         "{names:?}"
@@ -382,7 +368,7 @@ async fn a_chat_switches_a_server_off_and_an_agent_gets_only_what_it_names() -> 
         let before = sim.requests().await?.len();
         turn(&client, &with_agent, "go [sim tokens=3]").await?;
         let requests = sim.requests().await?;
-        let names = offered(requests.get(before).context("request")?);
+        let names = offered_tools(&requests.get(before).context("request")?["body"]);
         assert_eq!(
             names.iter().filter(|n| n.ends_with("lookup")).count(),
             wanted,

@@ -65,6 +65,14 @@ pub fn connector_grant(id: &str) -> String {
 }
 
 impl Runs {
+    /// The names no MCP tool may take: this chatd's tools, and `bash`
+    /// whether it is offered on this box or not.
+    fn builtin_names(&self) -> Vec<&'static str> {
+        let mut names = self.inner.registry.names();
+        names.push("bash");
+        names
+    }
+
     /// The MCP tools a turn of `chat` offers, named beside the built-ins.
     pub(super) async fn mcp_tools(
         &self,
@@ -75,9 +83,7 @@ impl Runs {
         if connectors.is_empty() {
             return ChatTools::default();
         }
-        let mut builtins = self.inner.registry.names();
-        // Offered or not on this box, `bash` stays ours.
-        builtins.push("bash");
+        let builtins = self.builtin_names();
         let listed = match lists {
             Lists::Open => self.inner.mcp.list_for_turn(chat, connectors).await,
             Lists::AsOpen => {
@@ -304,9 +310,7 @@ impl Runs {
                 known,
             });
         }
-        let mut builtins = self.inner.registry.names();
-        builtins.push("bash");
-        let offered = offer::name_tools(&listed, &builtins);
+        let offered = offer::name_tools(&listed, &self.builtin_names());
         tools.extend(offered.tools.into_iter().map(|t| ToolLine {
             name: t.name,
             source: "mcp",
