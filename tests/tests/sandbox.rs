@@ -10,13 +10,13 @@
 //! The runtime tests need root (podman as root; CI runs them); anyone else
 //! gets a "skipped" line.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 use tandem_tests::harness::{
-    bash_call, tool_results, wait_until, Chatd, Client, Egressd, Podman, Sim,
+    bash_call, tool_results, wait_until, Chatd, Client, Egressd, Podman, SandboxCleanup, Sim,
 };
 
 const QUICK: Duration = Duration::from_secs(60);
@@ -26,26 +26,7 @@ struct Setup {
     sim: Sim,
     chatd: Chatd,
     client: Client,
-    _cleanup: Cleanup,
-}
-
-/// Removes the containers a test's chatd made, however the test ends.
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(podman) = Podman::shared() {
-            let filter = format!("label=tandem.data={}", self.0.display());
-            if let Ok(ids) = podman.cli(&["ps", "-a", "-q", "--filter", &filter]) {
-                let ids: Vec<&str> = ids.split_whitespace().collect();
-                if !ids.is_empty() {
-                    let mut args = vec!["rm", "-f", "-t", "0"];
-                    args.extend(ids);
-                    let _ = podman.cli(&args);
-                }
-            }
-        }
-    }
+    _cleanup: SandboxCleanup,
 }
 
 async fn start(podman: &Podman, sim_args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Setup> {
@@ -65,7 +46,7 @@ async fn start(podman: &Podman, sim_args: &[&str], env: &[(&str, &str)]) -> anyh
     all.extend_from_slice(env);
     let chatd = Chatd::start(&sim.url(), &all).await?;
     let client = chatd.client();
-    let cleanup = Cleanup(chatd.data_dir());
+    let cleanup = SandboxCleanup(chatd.data_dir());
     Ok(Setup {
         sim,
         chatd,

@@ -17,8 +17,10 @@ use crate::tty;
 pub const LONG_ABOUT: &str = "\
 MCP servers give chats more tools. An MCP connector is one server: a remote
 one by its address (Streamable HTTP), with a token or headers when it asks
-for a key. chatd keeps the connectors; the token and the headers are sealed
-and never shown again (a connector says only whether it has them).
+for a key, or a local command (stdio: npx …, uvx …, a program) that each
+chat runs in its own sandbox. chatd keeps the connectors; the token, the
+headers and a command's environment are sealed and never shown again (a
+connector says only whether it has them).
 
 A connector reaches public addresses only: every address its name resolves
 to, and every redirect, is checked when it connects. A server at home (a
@@ -45,7 +47,7 @@ pub enum McpCommand {
     ///
     /// Example: tandem mcp list
     List,
-    /// Add a remote MCP server by its address.
+    /// Add an MCP server: a remote one by its address, or a command.
     #[command(long_about = ADD_ABOUT)]
     Add(AddArgs),
     /// Connect to a connector's server now and list its tools.
@@ -99,12 +101,18 @@ pub enum McpCommand {
 
 const ADD_ABOUT: &str = "\
 Add a remote MCP server by its address (http:// or https://, no user name
-or password in it). chatd saves it, then this command tests it: it
-connects, lists the tools and prints them, or the reason it could not.
+or password in it), or a local one by its command after `--` (stdio: run
+without a shell, in each chat's sandbox, as a user of its own). chatd saves
+it, then this command tests it: it connects (a command: starts it in a
+sandbox of the test's own, with no network), lists the tools and prints
+them, or the reason it could not.
 
 The token (sent as `Authorization: Bearer <token>`): --token-file PATH (the
 token alone on one line; `-` for stdin), or --token to be asked for it
 without echo. Other headers: --headers-file PATH, one `Name: value` a line.
+
+A command's environment (keys it reads): --env-file PATH, one `NAME=value`
+a line (`-` for stdin); sealed like a token.
 
 --off saves it switched off: chats do not use it until `tandem mcp on`. An
 address that is plainly internal (an IP literal of a private or loopback
@@ -114,14 +122,25 @@ private addresses (mcp_allow_private).
 Examples:
   tandem mcp add Docs https://mcp.example.com/mcp --token-file ~/.config/tandem/docs.token
   tandem mcp add Search https://search.example.org/mcp --headers-file search.headers
+  tandem mcp add Everything -- npx -y @modelcontextprotocol/server-everything
+  tandem mcp add Notes --env-file notes.env -- uvx notes-mcp --root /workspace
   pass show mcp/docs | tandem mcp add Docs https://mcp.example.com/mcp --token-file -";
 
 #[derive(clap::Args)]
 pub struct AddArgs {
     /// A name for people, unique among the connectors (1 to 60 characters).
     name: String,
-    /// The server's MCP address, e.g. https://mcp.example.com/mcp.
-    url: String,
+    /// The server's MCP address, e.g. https://mcp.example.com/mcp (or a
+    /// command after `--`).
+    #[arg(required_unless_present = "command")]
+    url: Option<String>,
+    /// A local server: its command and arguments, run without a shell.
+    #[arg(last = true, value_name = "COMMAND", conflicts_with_all = ["url", "token", "token_file", "headers_file"])]
+    command: Vec<String>,
+    /// The file holding a command's environment, one `NAME=value` a line
+    /// (`-`: stdin).
+    #[arg(long, value_name = "PATH", requires = "command")]
+    env_file: Option<PathBuf>,
     /// The file holding the token alone on one line (`-`: stdin).
     #[arg(long, value_name = "PATH", conflicts_with = "token")]
     token_file: Option<PathBuf>,
@@ -314,13 +333,17 @@ fn line(c: &Value) -> String {
     if c["has_headers"] == true {
         saved.push("headers");
     }
+    if c["has_env"] == true {
+        saved.push("env");
+    }
     let tools = c["tools"].as_array().map_or(0, Vec::len);
     let mut out = format!(
         "{}  {:<20} {:<14} {:<28} {:<14} {} tools",
         text(&c["id"]),
         text(&c["name"]),
         text(&c["state"]),
-        text(&c["host"]),
+        // An http connector's host; a stdio one's command.
+        c["host"].as_str().unwrap_or_else(|| text(&c["command"])),
         if saved.is_empty() {
             "-".to_string()
         } else {
@@ -350,14 +373,23 @@ impl AddArgs {
             (None, false) => None,
         };
         let headers = match &self.headers_file {
-            Some(path) => Some(headers_from(path)?),
+            Some(path) => Some(pairs_from(path, ':')?),
             None => None,
         };
         let mut body = Map::new();
         body.insert("name".into(), json!(self.name));
+        body.insert("enabled".into(), json!(!self.off));
+        if let Some((program, args)) = self.command.split_first() {
+            body.insert("transport".into(), json!("stdio"));
+            body.insert("command".into(), json!(program));
+            body.insert("args".into(), json!(args));
+            if let Some(path) = &self.env_file {
+                body.insert("env".into(), Value::Object(pairs_from(path, '=')?));
+            }
+            return Ok(Value::Object(body));
+        }
         body.insert("transport".into(), json!("http"));
         body.insert("url".into(), json!(self.url));
-        body.insert("enabled".into(), json!(!self.off));
         if let Some(headers) = headers {
             body.insert("headers".into(), Value::Object(headers));
         }
@@ -369,11 +401,12 @@ impl AddArgs {
     }
 }
 
-/// `Name: value` lines (blank lines and `#` comments skipped). An error
-/// names the line, never its value.
-fn headers_from(path: &Path) -> anyhow::Result<Map<String, Value>> {
+/// `Name: value` (headers) or `NAME=value` (environment) lines, split at
+/// `sep` (blank lines and `#` comments skipped). An error names the line,
+/// never its value.
+fn pairs_from(path: &Path, sep: char) -> anyhow::Result<Map<String, Value>> {
     let text = if path == Path::new("-") {
-        std::io::read_to_string(std::io::stdin()).context("reading the headers from stdin")?
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
@@ -383,13 +416,13 @@ fn headers_from(path: &Path) -> anyhow::Result<Map<String, Value>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let Some((name, value)) = line.split_once(':') else {
-            bail!("{} line {}: not `Name: value`", path.display(), n + 1);
+        let Some((name, value)) = line.split_once(sep) else {
+            bail!("{} line {}: not `Name{sep} value`", path.display(), n + 1);
         };
         out.insert(name.trim().to_string(), json!(value.trim()));
     }
     if out.is_empty() {
-        bail!("{} holds no `Name: value` line", path.display());
+        bail!("{} holds no `Name{sep} value` line", path.display());
     }
     Ok(out)
 }

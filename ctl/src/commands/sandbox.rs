@@ -80,6 +80,11 @@ pub struct BuildArgs {
     /// The static busybox of --base busybox.
     #[arg(long, value_name = "PATH", default_value = "/bin/busybox")]
     busybox: PathBuf,
+    /// A file or folder of this machine to copy into the image at the same
+    /// path (a program with its shared libraries); repeat it for more.
+    /// For a tool the image lacks, e.g. --add /usr/bin/node.
+    #[arg(long, value_name = "PATH")]
+    add: Vec<PathBuf>,
     /// The Debian mirror of --base debian (default: from /etc/apt/sources.list(.d)).
     #[arg(long, value_name = "URL")]
     mirror: Option<String>,
@@ -100,6 +105,7 @@ pub async fn exec(command: SandboxCommand) -> anyhow::Result<ExitCode> {
                 tag: args.tag,
                 shim: args.shim,
                 busybox: args.busybox,
+                add: args.add,
                 mirror: args.mirror,
                 workdir: args.workdir,
                 keep: args.keep,

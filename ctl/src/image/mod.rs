@@ -23,7 +23,9 @@ mod tests;
 mod workdir;
 
 use mirror::host_mirror;
-use rootfs::{busybox_rootfs, debootstrap, install, layout, pack, sandbox_user, shared_libraries};
+use rootfs::{
+    add_path, busybox_rootfs, debootstrap, install, layout, pack, sandbox_user, shared_libraries,
+};
 use workdir::WorkDir;
 
 /// The packages of the debian base, beyond minbase.
@@ -85,6 +87,8 @@ pub struct Build {
     pub tag: Option<String>,
     pub shim: Option<PathBuf>,
     pub busybox: PathBuf,
+    /// Files and folders of this machine copied in at the same paths.
+    pub add: Vec<PathBuf>,
     pub mirror: Option<String>,
     pub workdir: Option<PathBuf>,
     pub keep: bool,
@@ -214,6 +218,13 @@ pub async fn build(args: Build) -> anyhow::Result<ExitCode> {
         }
         say(format!(
             "      {copied} shared libraries copied from this machine"
+        ));
+    }
+    for path in &args.add {
+        let copied = add_path(&rootfs, path)?;
+        say(format!(
+            "      added {} ({copied} files with its libraries)",
+            path.display()
         ));
     }
     if root_user {

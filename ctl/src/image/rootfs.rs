@@ -266,13 +266,66 @@ pub(super) fn install(from: &Path, dest: &Path, mode: u32) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Copies `path` of this machine (a file, or a folder whole, its links kept
+/// as links) into the root file system at the same path; a program brings
+/// the shared libraries `ldd` names that the root file system lacks.
+/// Answers how many files it copied.
+pub(super) fn add_path(rootfs: &Path, path: &Path) -> anyhow::Result<usize> {
+    if !path.is_absolute() {
+        bail!("--add {}: give an absolute path", path.display());
+    }
+    let meta = fs::symlink_metadata(path)
+        .with_context(|| format!("--add {}: not on this machine", path.display()))?;
+    let dest = rootfs.join(path.strip_prefix("/").unwrap_or(path));
+    let mut copied = copy_tree(path, &dest, &meta)?;
+    if meta.is_file() && is_executable(path) {
+        for lib in shared_libraries(path)? {
+            let to = rootfs.join(lib.strip_prefix("/").unwrap_or(&lib));
+            if !to.exists() {
+                install(&lib, &to, 0o755)?;
+                copied += 1;
+            }
+        }
+    }
+    Ok(copied)
+}
+
+fn copy_tree(from: &Path, to: &Path, meta: &fs::Metadata) -> anyhow::Result<usize> {
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    if meta.is_symlink() {
+        let target = fs::read_link(from)?;
+        if to.symlink_metadata().is_err() {
+            symlink(&target, to).with_context(|| format!("linking {}", to.display()))?;
+        }
+        return Ok(0);
+    }
+    if meta.is_file() {
+        install(from, to, meta.permissions().mode() & 0o7777)?;
+        return Ok(1);
+    }
+    if !meta.is_dir() {
+        return Ok(0);
+    }
+    fs::create_dir_all(to)?;
+    fs::set_permissions(to, fs::Permissions::from_mode(0o755))?;
+    let mut copied = 0;
+    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let meta = fs::symlink_metadata(entry.path())?;
+        copied += copy_tree(&entry.path(), &to.join(entry.file_name()), &meta)?;
+    }
+    Ok(copied)
+}
+
 /// The shared libraries (and the loader) `binary` needs, by `ldd`; none for
 /// a static binary.
 pub(super) fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
-        .context("running ldd (libc-bin) on the shim")?;
+        .with_context(|| format!("running ldd (libc-bin) on {}", binary.display()))?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

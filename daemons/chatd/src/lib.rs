@@ -281,7 +281,11 @@ pub async fn run(
     );
     let mcp = Arc::new(crate::mcp::Mcp::start(&config)?);
     let runs = Runs::new(crate::runs::RunsParts {
-        mcp: Arc::new(crate::mcp::sessions::Sessions::new(mcp.clone())),
+        mcp: Arc::new(crate::mcp::sessions::Sessions::new(
+            mcp.clone(),
+            sandboxes.clone(),
+            crate::mcp::stdio::probe_chat(&config.data_dir),
+        )),
         documents: documents.clone(),
         index: index.clone(),
         history: history.clone(),

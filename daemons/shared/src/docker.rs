@@ -309,6 +309,38 @@ impl Docker {
         self.send(request, id).await
     }
 
+    /// Starts an exec made with `AttachStdin` and takes the connection over
+    /// (HTTP/1.1 upgrade, as `docker exec -i` does): what is written goes
+    /// to the process's stdin, what is read is the multiplexed output
+    /// (`Demux`); dropping it closes the stdin.
+    pub async fn exec_attach(&self, id: &str) -> Result<reqwest::Upgraded> {
+        let request = self
+            .client
+            .post(Self::url(&format!("/exec/{id}/start")))
+            .header(reqwest::header::CONNECTION, "Upgrade")
+            .header(reqwest::header::UPGRADE, "tcp")
+            .json(&json!({"Detach": false, "Tty": false}));
+        // Bounded here, not with the request's timeout, which could reach
+        // past the upgrade into the stream.
+        let response = tokio::time::timeout(CALL_LIMIT, request.send())
+            .await
+            .map_err(|_| DockerError::Unreachable(self.socket.display().to_string()))?
+            .map_err(|e| self.unreachable(e))?;
+        if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            let message = body["message"].as_str().unwrap_or("no reason given");
+            return Err(DockerError::Api {
+                status,
+                message: message.to_string(),
+            });
+        }
+        response
+            .upgrade()
+            .await
+            .map_err(|e| DockerError::Protocol(e.to_string()))
+    }
+
     /// An exec's state: `Running`, `ExitCode`, `Pid`.
     pub async fn exec_inspect(&self, id: &str) -> Result<Value> {
         let request = self

@@ -15,6 +15,11 @@ pub struct Podman {
 
 /// The image the sandbox tests run.
 pub const TEST_IMAGE: &str = "localhost/tandem-sandbox-test:1";
+/// The test image with this machine's node and the tests' npm packages
+/// (tests/npm) at their paths: for MCP servers run in a sandbox.
+pub const NODE_IMAGE: &str = "localhost/tandem-sandbox-test-node:1";
+
+static NODE_BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
 
 pub(crate) static PODMAN: std::sync::OnceLock<Result<Podman, String>> = std::sync::OnceLock::new();
 
@@ -110,6 +115,38 @@ impl Podman {
         })
     }
 
+    /// Builds [`NODE_IMAGE`] once a test process: the busybox image with
+    /// `--add` this machine's node (and its libraries) and tests/npm's
+    /// node_modules. Answers the node's path, which is the same inside.
+    pub fn node_image(&self) -> anyhow::Result<PathBuf> {
+        let node = which("node").context("node is not on PATH (.ci/run installs npm)")?;
+        let node = std::fs::canonicalize(&node)?;
+        let modules = crate::npm::modules();
+        let built = NODE_BUILT.get_or_init(|| {
+            let out = Command::new(bin_dir().join("tandem"))
+                .args(["sandbox", "build", "--base", "busybox", "--tag", NODE_IMAGE])
+                .arg("--add")
+                .arg(&node)
+                .arg("--add")
+                .arg(&modules)
+                .arg("--socket")
+                .arg(&self.socket)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "tandem sandbox build --add node failed: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        });
+        built.clone().map_err(|e| anyhow::anyhow!(e))?;
+        Ok(node)
+    }
+
     /// The environment a chatd needs to use it.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
@@ -135,5 +172,34 @@ impl Podman {
             String::from_utf8_lossy(&out.stderr)
         );
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// A program's path on PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Removes the containers a test's chatd (its data folder) made, however
+/// the test ends.
+pub struct SandboxCleanup(pub PathBuf);
+
+impl Drop for SandboxCleanup {
+    fn drop(&mut self) {
+        if let Some(Ok(podman)) = PODMAN.get() {
+            let filter = format!("label=tandem.data={}", self.0.display());
+            if let Ok(ids) = podman.cli(&["ps", "-a", "-q", "--filter", &filter]) {
+                let ids: Vec<&str> = ids.split_whitespace().collect();
+                if !ids.is_empty() {
+                    let mut args = vec!["rm", "-f", "-t", "0"];
+                    args.extend(ids);
+                    let _ = podman.cli(&args);
+                }
+            }
+        }
     }
 }

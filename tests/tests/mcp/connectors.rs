@@ -381,7 +381,7 @@ async fn bad_input_names_the_field_and_changes_nothing() -> anyhow::Result<()> {
             "token",
         ),
         (
-            json!({"name": "A", "transport": "stdio", "command": "npx"}),
+            json!({"name": "A", "transport": "carrier-pigeon", "url": url}),
             "transport",
         ),
     ];

@@ -149,3 +149,48 @@ async fn add_test_list_switch_and_remove_a_server() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(!chatd.log().contains(TOKEN));
 }
+
+/// A command server: `add NAME --env-file - -- COMMAND ARGS` saves it
+/// (the environment sealed: `env` in the row, never its value); on a box
+/// with no container runtime its test exits 1 saying where it would run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_server_is_added_with_its_environment_from_stdin() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = Chatd::start(&sim.url(), &[]).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let secret = "ctl-env-value-77aa";
+    let added = tandem(
+        &chatd,
+        home.path(),
+        &[
+            "mcp",
+            "add",
+            "Notes",
+            "--env-file",
+            "-",
+            "--",
+            "uvx",
+            "notes-mcp",
+            "--root",
+            "/workspace",
+        ],
+        &format!("# the notes key\nNOTES_KEY={secret}\n"),
+    );
+    assert_eq!(added.status.code(), Some(1), "{}", text(&added));
+    let out = String::from_utf8_lossy(&added.stdout);
+    assert!(
+        out.contains("added mc_") && out.contains("uvx") && out.contains("env"),
+        "{out}"
+    );
+    let err = String::from_utf8_lossy(&added.stderr);
+    assert!(err.contains("no container runtime"), "{err}");
+    assert!(!out.contains(secret) && !err.contains(secret));
+
+    let both = tandem(
+        &chatd,
+        home.path(),
+        &["mcp", "add", "Both", "https://x.example/mcp", "--", "uvx"],
+        "",
+    );
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+}

@@ -5,3 +5,4 @@
 mod connectors;
 mod ctl_mcp;
 mod in_chats;
+mod stdio;

@@ -14,7 +14,7 @@ use serde_json::json;
 use tandem_shared::http::ApiError;
 
 use super::Json;
-use crate::mcp::client::{self, Failure, ToolInfo};
+use crate::mcp::client::{Failure, ToolInfo};
 use crate::mcp::{self, address, ConnectorState, Secretive, Transport, MAX_CONNECTORS};
 use crate::store::mcp::{self as rows, Connector, Tested};
 use crate::App;
@@ -40,7 +40,14 @@ struct Shown {
     id: String,
     name: String,
     transport: Transport,
-    host: String,
+    /// An http connector's host (never its path or query).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
+    /// A stdio connector's command and arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<Vec<String>>,
     enabled: bool,
     state: ConnectorState,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,7 +66,10 @@ fn shown(c: &Connector) -> Shown {
         id: c.id.clone(),
         name: c.name.clone(),
         transport: c.transport,
-        host: address::shown(&c.url),
+        host: (c.transport == Transport::Http).then(|| address::shown(&c.url)),
+        command: (c.transport == Transport::Stdio).then(|| c.command.clone()),
+        args: (c.transport == Transport::Stdio)
+            .then(|| serde_json::from_str(&c.args).unwrap_or_default()),
         enabled: c.enabled,
         state: mcp::state_of(c),
         reason: c.reason.clone(),
@@ -77,10 +87,15 @@ fn shown(c: &Connector) -> Shown {
 /// (`Keep`); an empty one clears it.
 struct Checked {
     name: String,
+    transport: Transport,
     url: String,
+    command: String,
+    /// JSON array of strings.
+    args: String,
     enabled: bool,
     token: Change,
     headers: Change,
+    env: Change,
 }
 
 enum Change {
@@ -93,15 +108,20 @@ fn check(app: &App, body: Body, before: Option<&Connector>) -> Result<Checked, A
     let name = mcp::check_name(body.name.as_deref().unwrap_or(""))
         .map_err(|e| ApiError::bad_input("name", e))?;
     let transport = body.transport.unwrap_or(Transport::Http);
-    if transport == Transport::Stdio
-        || body.command.is_some()
-        || body.args.is_some()
-        || body.env.is_some()
-    {
-        return Err(ApiError::bad_input(
-            "transport",
-            "stdio (a local command) is not built yet: only http connectors are taken",
-        ));
+    if transport == Transport::Stdio {
+        return check_stdio(name, body, before);
+    }
+    for (field, given) in [
+        ("command", body.command.is_some()),
+        ("args", body.args.is_some()),
+        ("env", body.env.is_some()),
+    ] {
+        if given {
+            return Err(ApiError::bad_input(
+                field,
+                "is for a stdio connector (transport \"stdio\"); an http one has a url",
+            ));
+        }
     }
     let url_text = body.url.unwrap_or_default();
     let url = address::parse(&url_text).map_err(|e| ApiError::bad_input("url", e))?;
@@ -131,17 +151,71 @@ fn check(app: &App, body: Body, before: Option<&Connector>) -> Result<Checked, A
     // An address moved to another server (scheme, host or port) drops what
     // was saved for the old one unless the body gives it again: a token
     // must not follow a URL, nor go from https to http.
-    let moved = before.is_some_and(|b| !address::same_origin(&b.url, url.as_str()));
+    let moved = before.is_some_and(|b| {
+        b.transport != Transport::Http || !address::same_origin(&b.url, url.as_str())
+    });
     let keep_or_drop = |change: Change| match change {
         Change::Keep if moved => Change::Clear,
         other => other,
     };
     Ok(Checked {
         name,
+        transport,
         url: url.to_string(),
+        command: String::new(),
+        args: "[]".into(),
         enabled,
         token: keep_or_drop(token),
         headers: keep_or_drop(headers),
+        env: Change::Clear,
+    })
+}
+
+/// A stdio connector's body: a command (one program, no shell), its
+/// arguments and a sealed environment; no address, token or headers.
+fn check_stdio(name: String, body: Body, before: Option<&Connector>) -> Result<Checked, ApiError> {
+    for (field, given) in [
+        ("url", body.url.is_some()),
+        ("token", body.token.is_some()),
+        ("headers", body.headers.is_some()),
+    ] {
+        if given {
+            return Err(ApiError::bad_input(
+                field,
+                "is for an http connector; a stdio one has a command, args and env",
+            ));
+        }
+    }
+    let command = body.command.unwrap_or_default();
+    mcp::check_command(&command).map_err(|e| ApiError::bad_input("command", e))?;
+    let args = body.args.unwrap_or_default();
+    mcp::check_args(&args).map_err(|e| ApiError::bad_input("args", e))?;
+    let env = match body.env {
+        None => Change::Keep,
+        Some(e) if e.is_empty() => Change::Clear,
+        Some(e) => {
+            mcp::check_env(&e).map_err(|e| ApiError::bad_input("env", e))?;
+            // A map of strings always serializes.
+            Change::Set(serde_json::to_string(&e).expect("a map of strings is JSON"))
+        }
+    };
+    // An environment stays with its command: another program does not get it.
+    let moved = before.is_some_and(|b| b.transport != Transport::Stdio || b.command != command);
+    let env = match env {
+        Change::Keep if moved => Change::Clear,
+        other => other,
+    };
+    Ok(Checked {
+        name,
+        transport: Transport::Stdio,
+        url: String::new(),
+        command,
+        // A list of strings always serializes.
+        args: serde_json::to_string(&args).expect("a list of strings is JSON"),
+        enabled: body.enabled.unwrap_or(true),
+        token: Change::Clear,
+        headers: Change::Clear,
+        env,
     })
 }
 
@@ -204,13 +278,13 @@ pub async fn create(
     let row = Connector {
         token: sealed(&app, &id, Secretive::Token, checked.token, None),
         headers: sealed(&app, &id, Secretive::Headers, checked.headers, None),
-        env: None,
+        env: sealed(&app, &id, Secretive::Env, checked.env, None),
         id,
         name: checked.name,
-        transport: Transport::Http,
+        transport: checked.transport,
         url: checked.url,
-        command: String::new(),
-        args: "[]".into(),
+        command: checked.command,
+        args: checked.args,
         enabled: checked.enabled,
         state: None,
         reason: None,
@@ -272,8 +346,12 @@ pub async fn replace(
             checked.headers,
             before.headers.as_ref(),
         ),
+        env: sealed(&app, &id, Secretive::Env, checked.env, before.env.as_ref()),
         name: checked.name,
+        transport: checked.transport,
         url: checked.url,
+        command: checked.command,
+        args: checked.args,
         enabled: checked.enabled,
         updated: tandem_shared::time::now_rfc3339(),
         ..before
@@ -318,9 +396,11 @@ pub async fn enable(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let c = one(&app, id.clone()).await?;
-    let url = address::parse(&c.url).map_err(|e| ApiError::bad_input("url", e))?;
-    if let Some(why) = address::plainly_internal(&url, app.mcp.private) {
-        return Err(internal(&why));
+    if c.transport == Transport::Http {
+        let url = address::parse(&c.url).map_err(|e| ApiError::bad_input("url", e))?;
+        if let Some(why) = address::plainly_internal(&url, app.mcp.private) {
+            return Err(internal(&why));
+        }
     }
     switch(&app, id, true).await
 }
@@ -358,10 +438,7 @@ pub async fn test(
 ) -> Result<Response, ApiError> {
     let c = one(&app, id).await?;
     let started = std::time::Instant::now();
-    let outcome = match app.mcp.target(&c) {
-        Err(why) => Err(Failure::Connect(why)),
-        Ok(target) => client::probe(&target, app.mcp.policy(), app.mcp.private).await,
-    };
+    let outcome = app.runs.mcp().probe(&c).await;
     let (state, reason, tools) = match outcome {
         Ok(tools) => (ConnectorState::Connected, None, tools),
         Err(Failure::SignIn(why)) => (ConnectorState::NeedsSignIn, Some(why), Vec::new()),

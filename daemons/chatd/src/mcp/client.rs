@@ -71,12 +71,18 @@ impl Target {
         if path.contains('/') {
             secrets.push(path);
         }
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets
-            .into_iter()
-            .filter(|s| s.len() >= 4)
-            .fold(text, |t, s| t.replace(s, "…"))
+        without(text, secrets)
     }
+}
+
+/// `text` with each of `secrets` of 4 bytes or more replaced by "…",
+/// longest first (one may hold another).
+pub(crate) fn without(text: String, mut secrets: Vec<&str>) -> String {
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets
+        .into_iter()
+        .filter(|s| s.len() >= 4)
+        .fold(text, |t, s| t.replace(s, "…"))
 }
 
 /// A tool as the connectors list shows it.
@@ -179,13 +185,15 @@ pub async fn probe(
             OPEN.as_secs()
         ))),
         Ok(Err(e)) => Err(target.redact(classify(&e))),
-        Ok(Ok(tools)) => Ok(tools
-            .into_iter()
-            .map(|t| ToolInfo {
-                name: t.name.to_string(),
-                description: t.description.map(|d| cut(&d)),
-            })
-            .collect()),
+        Ok(Ok(tools)) => Ok(tools.iter().map(info_of).collect()),
+    }
+}
+
+/// A tool as the connectors list keeps it.
+pub fn info_of(tool: &rmcp::model::Tool) -> ToolInfo {
+    ToolInfo {
+        name: tool.name.to_string(),
+        description: tool.description.as_deref().map(cut),
     }
 }
 
@@ -306,7 +314,7 @@ fn scrubbed(text: &str) -> String {
 }
 
 /// A server's words, cut to one short line.
-fn cut(text: &str) -> String {
+pub(crate) fn cut(text: &str) -> String {
     let line = text.lines().next().unwrap_or("");
     match line.char_indices().nth(MAX_REASON) {
         Some((at, _)) => format!("{}…", &line[..at]),

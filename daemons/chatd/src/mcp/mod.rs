@@ -8,14 +8,16 @@
 //! opens a session on the `rmcp` client and lists the tools. The routes are
 //! `api/mcp.rs`'s.
 //!
-//! Built so far: `http` connectors (Streamable HTTP), saved, switched and
-//! tested. Sessions in chats, `stdio` servers in a chat's sandbox, the
-//! tools in a turn, prompts, resources and MCP Apps come next (issue 27).
+//! `sessions.rs` keeps each chat's sessions, `offer.rs` names their tools
+//! for a turn, `stdio.rs` runs a `stdio` server in the chat's sandbox.
+//! Still to come (issue 27): stdio through hostexecd on a box without
+//! sandboxes, the HTTP+SSE fallback, prompts, resources and MCP Apps.
 
 pub mod address;
 pub mod client;
 pub mod offer;
 pub mod sessions;
+pub mod stdio;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,7 +77,36 @@ impl Mcp {
 
     /// A connector's secrets opened for a connection. A value that does not
     /// open (another key) is an error naming the field, never its value.
-    pub fn target(&self, c: &Connector) -> Result<client::Target, String> {
+    pub fn target(&self, c: &Connector) -> Result<Reach, String> {
+        match c.transport {
+            Transport::Http => self.http_target(c).map(Reach::Http),
+            Transport::Stdio => self.launch(c).map(Reach::Stdio),
+        }
+    }
+
+    fn launch(&self, c: &Connector) -> Result<stdio::Launch, String> {
+        let args: Vec<String> = serde_json::from_str(&c.args)
+            .map_err(|_| "the saved arguments do not read back".to_string())?;
+        let env = match &c.env {
+            Some(sealed) => {
+                let text = self.open(&c.id, Secretive::Env, sealed)?;
+                let pairs: BTreeMap<String, String> = serde_json::from_str(text.expose())
+                    .map_err(|_| "the saved environment does not read back".to_string())?;
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k, Secret::new(v)))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        Ok(stdio::Launch {
+            command: c.command.clone(),
+            args,
+            env,
+        })
+    }
+
+    fn http_target(&self, c: &Connector) -> Result<client::Target, String> {
         let url = address::parse(&c.url).map_err(|e| format!("the saved address {e}"))?;
         let token = match &c.token {
             Some(sealed) => Some(self.open(&c.id, Secretive::Token, sealed)?),
@@ -107,6 +138,31 @@ impl Mcp {
                 what.name()
             )
         })
+    }
+}
+
+/// How a connector is reached, with its secrets opened.
+pub enum Reach {
+    Http(client::Target),
+    Stdio(stdio::Launch),
+}
+
+impl Reach {
+    /// `text` with the connector's secrets taken out (see `Target::clean`;
+    /// a stdio server's environment values).
+    pub fn clean(&self, text: String) -> String {
+        match self {
+            Reach::Http(target) => target.clean(text),
+            Reach::Stdio(launch) => launch.clean(text),
+        }
+    }
+
+    /// A failure's reason with the connector's secrets taken out.
+    pub fn redact(&self, failure: client::Failure) -> client::Failure {
+        match failure {
+            client::Failure::SignIn(why) => client::Failure::SignIn(self.clean(why)),
+            client::Failure::Connect(why) => client::Failure::Connect(self.clean(why)),
+        }
     }
 }
 
@@ -206,6 +262,78 @@ pub fn check_token(token: &str) -> Result<(), String> {
     }
     if reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
         return Err("holds characters a header cannot carry".into());
+    }
+    Ok(())
+}
+
+/// The longest command, and argument, in bytes; arguments at most.
+pub const MAX_COMMAND: usize = 1024;
+pub const MAX_ARG: usize = 4096;
+pub const MAX_ARGS: usize = 64;
+
+/// Checks a stdio command: one program (a name on the sandbox's PATH or a
+/// path), run without a shell, so no spaces: its arguments go in `args`.
+pub fn check_command(command: &str) -> Result<(), String> {
+    if command.is_empty() {
+        return Err("is needed: the program that runs the server (npx, uvx, a path)".into());
+    }
+    if command.len() > MAX_COMMAND {
+        return Err(format!("is over {MAX_COMMAND} bytes"));
+    }
+    if command.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(
+            "is one program, run without a shell: give its arguments in `args`, not here".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Checks a stdio command's arguments: at most 64 of 4 KiB, no NUL.
+pub fn check_args(args: &[String]) -> Result<(), String> {
+    if args.len() > MAX_ARGS {
+        return Err(format!("has {} arguments; {MAX_ARGS} at most", args.len()));
+    }
+    for (i, arg) in args.iter().enumerate() {
+        if arg.len() > MAX_ARG {
+            return Err(format!("argument {i} is over {MAX_ARG} bytes"));
+        }
+        if arg.contains('\0') {
+            return Err(format!("argument {i} holds a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a stdio server's environment: at most 20 variables, names of
+/// letters, digits and `_` (not HOME: the server's own folder), values of
+/// at most 8 KiB without NUL. The error names the variable, never its value.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), String> {
+    if env.len() > MAX_PAIRS {
+        return Err(format!(
+            "has {} variables; a connector keeps {MAX_PAIRS} at most",
+            env.len()
+        ));
+    }
+    for (name, value) in env {
+        let good = !name.is_empty()
+            && name.len() <= 128
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !good {
+            return Err(format!(
+                "`{}` is not a variable name (letters, digits and _)",
+                name.escape_debug()
+            ));
+        }
+        if name == "HOME" {
+            return Err("`HOME` is set by tandem: the server's own folder".into());
+        }
+        if value.len() > MAX_SECRET {
+            return Err(format!("`{name}`'s value is over {MAX_SECRET} bytes"));
+        }
+        if value.contains('\0') {
+            return Err(format!("`{name}`'s value holds a NUL byte"));
+        }
     }
     Ok(())
 }

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool};
 use tokio::sync::Mutex;
 
-use super::client::{self, Failure, Session};
-use super::Mcp;
+use super::client::{self, Failure, Session, ToolInfo};
+use super::{stdio, Mcp, Reach};
+use crate::sandbox::Sandboxes;
 use crate::store::mcp::Connector;
 
 /// A session unused this long is closed.
@@ -31,6 +32,8 @@ pub const RETRY: Duration = Duration::from_secs(60);
 /// One open session and what it was opened with.
 struct Open {
     session: Session,
+    /// A stdio server's process in the chat's sandbox.
+    process: Option<stdio::Process>,
     tools: Vec<Tool>,
     /// The connector's `updated` when this was opened.
     saved: String,
@@ -61,6 +64,10 @@ type Key = (String, String);
 /// Every chat's open sessions.
 pub struct Sessions {
     mcp: Arc<Mcp>,
+    /// Where stdio servers run; none without a container runtime.
+    sandboxes: Option<Sandboxes>,
+    /// The chat whose sandbox a stdio connector's test runs in.
+    probe_chat: String,
     open: Mutex<HashMap<Key, Slot>>,
     failed: Mutex<HashMap<Key, Failed>>,
     /// Each connector's tool names when a session last listed them, with
@@ -69,9 +76,11 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(mcp: Arc<Mcp>) -> Sessions {
+    pub fn new(mcp: Arc<Mcp>, sandboxes: Option<Sandboxes>, probe_chat: String) -> Sessions {
         Sessions {
             mcp,
+            sandboxes,
+            probe_chat,
             open: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             known: std::sync::Mutex::new(HashMap::new()),
@@ -168,7 +177,7 @@ impl Sessions {
         }
         let slot = self.slot(chat, &c.id).await;
         let mut held = slot.lock().await;
-        if let Err(why) = self.ensure(&mut held, c).await {
+        if let Err(why) = self.ensure(&mut held, chat, c).await {
             self.remember_failure(chat, c, &why).await;
             return Err(why);
         }
@@ -180,8 +189,60 @@ impl Sessions {
         Ok(held.as_ref().map(|o| o.tools.clone()).unwrap_or_default())
     }
 
+    /// Starts the connector's server (stdio, in `chat`'s sandbox) or
+    /// connects to it (http) and opens the session.
+    async fn open(
+        &self,
+        chat: &str,
+        c: &Connector,
+    ) -> Result<(Session, Option<stdio::Process>), Failure> {
+        let reach = self.mcp.target(c).map_err(Failure::Connect)?;
+        let opened = match &reach {
+            Reach::Http(target) => client::open(target, self.mcp.policy(), self.mcp.private)
+                .await
+                .map(|session| (session, None)),
+            Reach::Stdio(launch) => match &self.sandboxes {
+                Some(sandboxes) => stdio::open(sandboxes, chat, &c.id, launch)
+                    .await
+                    .map(|(session, process)| (session, Some(process))),
+                None => Err(Failure::Connect(
+                    "a stdio server runs in the chat's sandbox, and this box has no container \
+                     runtime for one (docs/sandbox.md)"
+                        .into(),
+                )),
+            },
+        };
+        opened.map_err(|why| reach.redact(why))
+    }
+
+    /// Tests a connector: opens a session (a stdio server in a sandbox of
+    /// its own), lists the tools and closes it.
+    pub async fn probe(&self, c: &Connector) -> Result<Vec<ToolInfo>, Failure> {
+        if c.transport == super::Transport::Http {
+            let Reach::Http(target) = self.mcp.target(c).map_err(Failure::Connect)? else {
+                return Err(Failure::Connect("not an http connector".into()));
+            };
+            return client::probe(&target, self.mcp.policy(), self.mcp.private).await;
+        }
+        let mut held = None;
+        self.ensure(&mut held, &self.probe_chat, c).await?;
+        let tools = held
+            .as_ref()
+            .map(|o| o.tools.iter().map(client::info_of).collect())
+            .unwrap_or_default();
+        if let Some(open) = held.take() {
+            close(open).await;
+        }
+        Ok(tools)
+    }
+
     /// Opens a session unless a live one made from this `updated` is there.
-    async fn ensure(&self, held: &mut Option<Open>, c: &Connector) -> Result<(), Failure> {
+    async fn ensure(
+        &self,
+        held: &mut Option<Open>,
+        chat: &str,
+        c: &Connector,
+    ) -> Result<(), Failure> {
         let fresh = held
             .as_ref()
             .is_some_and(|o| o.saved == c.updated && !o.session.is_closed());
@@ -191,13 +252,17 @@ impl Sessions {
         if let Some(old) = held.take() {
             close(old).await;
         }
-        let target = self.mcp.target(c).map_err(Failure::Connect)?;
-        let session = client::open(&target, self.mcp.policy(), self.mcp.private)
-            .await
-            .map_err(|why| target.redact(why))?;
+        let (session, process) = self.open(chat, c).await?;
         let Ok(Ok(tools)) = tokio::time::timeout(client::OPEN, session.list_all_tools()).await
         else {
-            let _ = session.cancel().await;
+            close(Open {
+                session,
+                process,
+                tools: Vec::new(),
+                saved: String::new(),
+                used: Instant::now(),
+            })
+            .await;
             return Err(Failure::Connect("the tool list did not come".into()));
         };
         tandem_shared::sync::lock(&self.known).insert(
@@ -209,6 +274,7 @@ impl Sessions {
         );
         *held = Some(Open {
             session,
+            process,
             tools,
             saved: c.updated.clone(),
             used: Instant::now(),
@@ -230,7 +296,7 @@ impl Sessions {
         let mut held = slot.lock().await;
         let mut reopened = false;
         loop {
-            self.ensure(&mut held, c).await?;
+            self.ensure(&mut held, chat, c).await?;
             let Some(open) = held.as_mut() else {
                 return Err(Failure::Connect("no session".into()));
             };
@@ -269,15 +335,19 @@ impl Sessions {
                 }
                 Ok(Err(e)) => {
                     let dead = open.session.is_closed();
+                    let said = open.process.as_ref().and_then(stdio::Process::last_words);
                     if dead {
                         if let Some(old) = held.take() {
                             close(old).await;
                         }
                     }
                     let why = match client::of_call(&e) {
-                        Failure::Connect(why) if dead => {
-                            Failure::Connect(format!("{why}; the session closed"))
-                        }
+                        Failure::Connect(why) if dead => Failure::Connect(match said {
+                            Some(words) => {
+                                format!("{why}; the server ended, saying: {}", client::cut(&words))
+                            }
+                            None => format!("{why}; the session closed"),
+                        }),
                         other => other,
                     };
                     return Err(match self.mcp.target(c) {
@@ -369,6 +439,9 @@ impl Sessions {
 
 async fn close(open: Open) {
     let _ = tokio::time::timeout(Duration::from_secs(5), open.session.cancel()).await;
+    if let Some(process) = open.process {
+        process.kill().await;
+    }
 }
 
 /// A result as the model reads it: text parts joined; an image, audio or

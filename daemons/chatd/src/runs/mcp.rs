@@ -13,7 +13,6 @@ use super::{EndRequest, Runs};
 use crate::agents::Agent;
 use crate::mcp::client::Failure;
 use crate::mcp::offer::{self, ChatTools, McpTool};
-use crate::mcp::Transport;
 use crate::store::mcp::{self as rows, Connector};
 use crate::tools::{self, ToolOutput};
 use crate::workspace::Workspace;
@@ -43,7 +42,7 @@ pub(super) fn usable(
     let off = rows::off_in(conn, conversation_id)?;
     Ok(rows::list(conn)?
         .into_iter()
-        .filter(|c| c.enabled && c.transport == Transport::Http)
+        .filter(|c| c.enabled)
         .filter(|c| !off.contains(&c.id))
         .filter(|c| agent.is_none_or(|a| names(a, &c.id)))
         .collect())

@@ -90,8 +90,10 @@ impl Sandboxes {
         }
     }
 
-    /// Whether anything but the shim may still run in the chat's sandbox:
-    /// read from the cgroup on this side; `true` when it cannot be read.
+    /// Whether anything of the commands' user but the shim may still run
+    /// in the chat's sandbox: read from the cgroup on this side (an MCP
+    /// server runs as a uid of its own and is not counted); `true` when it
+    /// cannot be read.
     pub fn anything_left(&self, chat: &str) -> bool {
         let (files, init) = {
             let chats = self.lock_running();
@@ -107,9 +109,25 @@ impl Sandboxes {
             Ok(text) => text
                 .lines()
                 .filter_map(|l| l.trim().parse::<u32>().ok())
-                .any(|pid| pid != init),
+                .any(|pid| pid != init && same_user(pid, init)),
             Err(_) => true,
         }
+    }
+}
+
+/// Whether `pid` runs as `init`'s real uid (as this side sees uids: the
+/// same mapping for both); one that cannot be read counts as the same.
+fn same_user(pid: u32, init: u32) -> bool {
+    let uid = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+    };
+    match (uid(pid), uid(init)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
     }
 }
 

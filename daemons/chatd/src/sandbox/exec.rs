@@ -24,11 +24,14 @@ pub const MAX_TIMEOUT_S: u64 = 1800;
 /// Kills every process of the commands' user but the shell running it
 /// (`kill -1` spares the caller and PID 1, the shim), then waits (2 s at
 /// most) until the shim has reaped them: killed processes hold their pids
-/// until then, and the next call must not meet a full pids limit.
+/// until then, and the next call must not meet a full pids limit. Only the
+/// commands' user's processes are counted (`-O`: owned by this user): an
+/// MCP server runs beside them as another uid.
 macro_rules! kill_all_script {
     () => {
-        "kill -9 -1 2>/dev/null; n=0; while [ $n -lt 200 ]; do set -- /proc/[0-9]*; \
-         [ $# -le 2 ] && break; n=$((n+1)); sleep 0.01 2>/dev/null || break; done; "
+        "kill -9 -1 2>/dev/null; n=0; while [ $n -lt 200 ]; do c=0; for p in /proc/[0-9]*; do \
+         [ \"$p\" != /proc/1 ] && [ -O \"$p\" ] && c=$((c+1)); done; [ $c -le 1 ] && break; n=$((n+1)); \
+         sleep 0.01 2>/dev/null || break; done; "
     };
 }
 

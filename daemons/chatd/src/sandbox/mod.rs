@@ -219,6 +219,11 @@ impl Sandboxes {
         format!("{}:{}", self.inner.user.0, self.inner.user.1)
     }
 
+    /// The commands' uid and gid.
+    pub fn user_ids(&self) -> (u32, u32) {
+        self.inner.user
+    }
+
     pub fn docker(&self) -> &Docker {
         &self.inner.docker
     }

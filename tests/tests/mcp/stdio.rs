@@ -1,0 +1,335 @@
+//! stdio connectors: the reference server from npm started by its command
+//! in each chat's sandbox (podman, the busybox test image with this
+//! machine's node added), as a uid of its own; what a body may say; a
+//! command that fails says why. Every wait is on a condition with a bound.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tandem_tests::harness::{
+    run_id, tool_results, Chatd, Client, Podman, SandboxCleanup, Sim, NODE_IMAGE,
+};
+use tandem_tests::mcpservers::EVERYTHING;
+use tandem_tests::npm;
+
+const QUICK: Duration = Duration::from_secs(90);
+const SECRET: &str = "env-secret-5c1e-never-shown";
+
+struct Setup {
+    sim: Sim,
+    chatd: Chatd,
+    client: Client,
+    _cleanup: SandboxCleanup,
+}
+
+async fn start(podman: &Podman) -> anyhow::Result<Setup> {
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let mut env: Vec<(String, String)> = podman.env();
+    env.retain(|(k, _)| k != "QSE_SANDBOX_IMAGE");
+    env.push(("QSE_SANDBOX_IMAGE".into(), NODE_IMAGE.into()));
+    // This box's real memory is not the test's subject.
+    env.push(("QSE_SANDBOX_MEM_GB".into(), "0.5".into()));
+    env.push(("QSE_SANDBOX_FLOOR_GB".into(), "0".into()));
+    let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let chatd = Chatd::start(&sim.url(), &all).await?;
+    let client = chatd.client();
+    let cleanup = SandboxCleanup(chatd.data_dir());
+    Ok(Setup {
+        sim,
+        chatd,
+        client,
+        _cleanup: cleanup,
+    })
+}
+
+/// The server's process line in a chat's sandbox (`ps` as root inside).
+fn server_line(podman: &Podman, chat: &str) -> anyhow::Result<Option<String>> {
+    let listed = podman.cli(&[
+        "exec",
+        "-u",
+        "0",
+        &format!("tandem-chat-{chat}"),
+        "ps",
+        "-o",
+        "pid,user,args",
+    ])?;
+    Ok(listed
+        .lines()
+        .find(|l| l.contains("index.js stdio") && !l.contains("ps -o"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")))
+}
+
+/// server-everything as a stdio connector: saved with a sealed environment
+/// (shown as `has_env`, never its value), tested in a sandbox of the
+/// test's own, then used in a chat: `echo` answers, `get-env` shows the
+/// server got the variable (its value taken out of the result), the chat's
+/// commands cannot read it, and a `bash` call's clean-up leaves the server
+/// running (the same process answers after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared() else {
+        return Ok(());
+    };
+    let Some(package) = npm::package(EVERYTHING) else {
+        return Ok(());
+    };
+    let node = podman.node_image()?;
+    let setup = start(podman).await?;
+    let client = &setup.client;
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({
+                "name": "Everything",
+                "transport": "stdio",
+                "command": node.display().to_string(),
+                "args": [package.join("dist/index.js").display().to_string(), "stdio"],
+                "env": {"TANDEM_TEST_SECRET": SECRET},
+            }),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    assert_eq!(made.body["has_env"], true, "{}", made.body);
+    assert_eq!(made.body["transport"], "stdio");
+    assert!(made.body.get("host").is_none(), "{}", made.body);
+    assert!(!made.body.to_string().contains(SECRET));
+    let id = made.body["id"].as_str().context("id")?.to_string();
+
+    let tested = client
+        .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+        .await?;
+    assert_eq!(tested.status, 200, "{tested:?}");
+    assert_eq!(tested.body["ok"], true, "{}", tested.body);
+    let names: Vec<&str> = tested.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        names.contains(&"echo") && names.contains(&"get-env"),
+        "{names:?}"
+    );
+
+    let chat = client
+        .post("/conversations", json!({"permission_mode": "yolo"}))
+        .await?
+        .body["id"]
+        .as_str()
+        .context("chat id")?
+        .to_string();
+    setup
+        .sim
+        .faults(json!([
+            {"tool_calls": [{"name": "echo", "arguments": {"message": "from a sandbox"}}]},
+            {"tool_calls": [{"name": "get-env", "arguments": {}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command":
+                "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TANDEM_TEST_SECRET; id -u"}}]},
+            {"tokens": 3},
+        ]))
+        .await?;
+    let run = run_id(&client.send(&chat, "use the server").await?)?;
+    let ended = client
+        .wait_run(
+            &chat,
+            &run,
+            &["done", "failed", "stopped", "interrupted", "paused"],
+            QUICK,
+        )
+        .await?;
+    assert_eq!(ended["status"], "done", "{ended}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[0], "Echo: from a sandbox");
+    assert!(
+        results[1].contains("TANDEM_TEST_SECRET") && results[1].contains("/tmp/mcp-"),
+        "the server got its environment and its own HOME: {}",
+        results[1]
+    );
+    assert!(!results[1].contains(SECRET), "{}", results[1]);
+    assert!(
+        results[2].contains("0\n1000"),
+        "the commands' user cannot read the server's environment: {}",
+        results[2]
+    );
+
+    let line =
+        server_line(podman, &chat)?.context("the server is running in the chat's sandbox")?;
+    let user = line.split(' ').nth(1).unwrap_or("");
+    assert!(
+        !["0", "root", "1000", "sandbox"].contains(&user),
+        "the server runs as a uid of its own: {line}"
+    );
+
+    // A bash call's clean-up kills the commands' user's processes only.
+    setup
+        .sim
+        .faults(json!([
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30 & echo started"}}]},
+            {"tool_calls": [{"name": "echo", "arguments": {"message": "still here"}}]},
+            {"tokens": 3},
+        ]))
+        .await?;
+    let run = run_id(&client.send(&chat, "again").await?)?;
+    let ended = client
+        .wait_run(
+            &chat,
+            &run,
+            &["done", "failed", "stopped", "interrupted", "paused"],
+            QUICK,
+        )
+        .await?;
+    assert_eq!(ended["status"], "done", "{ended}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert_eq!(results.last().map(String::as_str), Some("Echo: still here"));
+    assert_eq!(
+        server_line(podman, &chat)?.as_deref(),
+        Some(line.as_str()),
+        "the same server process answered"
+    );
+
+    // Removing the connector ends its process.
+    let gone = client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/mcp-connectors/{id}"),
+            None,
+        )
+        .await?;
+    assert_eq!(gone.status, 204, "{gone:?}");
+    tandem_tests::harness::wait_until("the server's process ended", QUICK, || async {
+        server_line(podman, &chat)
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+
+    let log = setup.chatd.log();
+    assert!(!log.contains(SECRET), "the environment's value in the log");
+    let database = std::fs::read(setup.chatd.data_dir().join("chat.sqlite3"))?;
+    let wal = std::fs::read(setup.chatd.data_dir().join("chat.sqlite3-wal")).unwrap_or_default();
+    for bytes in [&database, &wal] {
+        assert!(!String::from_utf8_lossy(bytes).contains(SECRET));
+    }
+    Ok(())
+}
+
+/// A command that ends at once: its test says so with the last line it
+/// wrote on stderr; the chat's turn goes on with one line for the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_fails_says_why() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared() else {
+        return Ok(());
+    };
+    podman.node_image()?;
+    let setup = start(podman).await?;
+    let made = setup
+        .client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Broken", "transport": "stdio", "command": "/bin/sh",
+                   "args": ["-c", "echo 'cannot find the notes folder' >&2; exit 3"]}),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    let id = made.body["id"].as_str().context("id")?;
+    let tested = setup
+        .client
+        .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+        .await?;
+    assert_eq!(tested.body["ok"], false, "{}", tested.body);
+    assert_eq!(tested.body["state"], "cant_connect");
+    let why = tested.body["reason"].as_str().unwrap_or("");
+    assert!(why.contains("cannot find the notes folder"), "{why}");
+    Ok(())
+}
+
+/// What a stdio body may say, each refusal naming its field, nothing
+/// stored; an edit keeps the environment unless the command changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_body_is_checked_and_its_environment_follows_its_command() -> anyhow::Result<()> {
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start(&sim.url(), &[]).await?;
+    let client = chatd.client();
+    for (body, field) in [
+        (
+            json!({"name": "A", "transport": "stdio", "command": "npx -y pkg"}),
+            "command",
+        ),
+        (json!({"name": "A", "transport": "stdio"}), "command"),
+        (
+            json!({"name": "A", "transport": "stdio", "command": "npx", "url": "https://x.example/mcp"}),
+            "url",
+        ),
+        (
+            json!({"name": "A", "transport": "stdio", "command": "npx", "token": "t0k3n"}),
+            "token",
+        ),
+        (
+            json!({"name": "A", "transport": "stdio", "command": "npx", "env": {"HOME": "/x"}}),
+            "env",
+        ),
+        (
+            json!({"name": "A", "transport": "stdio", "command": "npx", "env": {"1BAD": "x"}}),
+            "env",
+        ),
+        (
+            json!({"name": "A", "transport": "stdio", "command": "npx", "args": vec!["a"; 65]}),
+            "args",
+        ),
+        (
+            json!({"name": "A", "url": "https://x.example/mcp", "command": "npx"}),
+            "command",
+        ),
+    ] {
+        let refused = client.post("/mcp-connectors", body.clone()).await?;
+        assert_eq!(refused.status, 400, "{body}: {refused:?}");
+        assert_eq!(
+            refused.body["error"]["field"], field,
+            "{body}: {}",
+            refused.body
+        );
+    }
+    let listed = client.get("/mcp-connectors").await?;
+    assert_eq!(listed.body["connectors"], json!([]), "nothing stored");
+
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Notes", "transport": "stdio", "command": "uvx",
+                   "args": ["notes-mcp"], "env": {"NOTES_KEY": SECRET}, "enabled": false}),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    assert_eq!(made.body["command"], "uvx");
+    assert_eq!(made.body["args"], json!(["notes-mcp"]));
+    let id = made.body["id"].as_str().context("id")?;
+    let kept = client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/mcp-connectors/{id}"),
+            Some(json!({"name": "Notes", "transport": "stdio", "command": "uvx", "args": ["notes-mcp", "--quiet"]})),
+        )
+        .await?;
+    assert_eq!(
+        kept.body["has_env"], true,
+        "an edit keeps it: {}",
+        kept.body
+    );
+    let moved = client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/mcp-connectors/{id}"),
+            Some(json!({"name": "Notes", "transport": "stdio", "command": "/opt/other/server"})),
+        )
+        .await?;
+    assert_eq!(
+        moved.body["has_env"], false,
+        "another program does not get it: {}",
+        moved.body
+    );
+    Ok(())
+}
