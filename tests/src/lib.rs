@@ -24,6 +24,7 @@ pub mod needs;
 pub mod netlab;
 pub mod npm;
 pub mod pagebench;
+pub mod pip;
 pub mod procstat;
 pub mod requestbench;
 pub mod sandboxbench;

@@ -123,7 +123,7 @@ Examples:
   tandem mcp add Docs https://mcp.example.com/mcp --token-file ~/.config/tandem/docs.token
   tandem mcp add Search https://search.example.org/mcp --headers-file search.headers
   tandem mcp add Everything -- npx -y @modelcontextprotocol/server-everything
-  tandem mcp add Notes --env-file notes.env -- uvx notes-mcp --root /workspace
+  tandem mcp add Search --env-file search.env -- npx -y @example/search-mcp
   pass show mcp/docs | tandem mcp add Docs https://mcp.example.com/mcp --token-file -";
 
 #[derive(clap::Args)]

@@ -267,9 +267,11 @@ pub(super) fn install(from: &Path, dest: &Path, mode: u32) -> anyhow::Result<()>
 }
 
 /// Copies `path` of this machine (a file, or a folder whole, its links kept
-/// as links) into the root file system at the same path; a program brings
-/// the shared libraries `ldd` names that the root file system lacks.
-/// Answers how many files it copied.
+/// as links) into the root file system at the same path. Every program and
+/// library it copies (an ELF file) brings the shared libraries `ldd` finds
+/// for it that the root file system lacks: a library `ldd` cannot find here
+/// is an error for `path` itself, and passed over for a file inside a folder
+/// (a module nobody loads may want one). Answers how many files it copied.
 pub(super) fn add_path(rootfs: &Path, path: &Path) -> anyhow::Result<usize> {
     if !path.is_absolute() {
         bail!("--add {}: give an absolute path", path.display());
@@ -277,20 +279,39 @@ pub(super) fn add_path(rootfs: &Path, path: &Path) -> anyhow::Result<usize> {
     let meta = fs::symlink_metadata(path)
         .with_context(|| format!("--add {}: not on this machine", path.display()))?;
     let dest = rootfs.join(path.strip_prefix("/").unwrap_or(path));
-    let mut copied = copy_tree(path, &dest, &meta)?;
-    if meta.is_file() && is_executable(path) {
-        for lib in shared_libraries(path)? {
-            let to = rootfs.join(lib.strip_prefix("/").unwrap_or(&lib));
-            if !to.exists() {
-                install(&lib, &to, 0o755)?;
-                copied += 1;
-            }
+    let mut elves = Vec::new();
+    let mut copied = copy_tree(path, &dest, &meta, &mut elves)?;
+    // A link (alternatives, nvm) brings what it points at too.
+    if meta.is_symlink() {
+        let real = fs::canonicalize(path)
+            .with_context(|| format!("--add {}: a link to nothing", path.display()))?;
+        copied += add_path(rootfs, &real)?;
+    }
+    let mut wanted = std::collections::BTreeSet::new();
+    for elf in &elves {
+        match shared_libraries(elf) {
+            Ok(libs) => wanted.extend(libs),
+            Err(err) if elf == path => return Err(err),
+            Err(_) => {}
+        }
+    }
+    for lib in wanted {
+        let to = rootfs.join(lib.strip_prefix("/").unwrap_or(&lib));
+        if to.symlink_metadata().is_err() {
+            install(&lib, &to, 0o755)?;
+            copied += 1;
         }
     }
     Ok(copied)
 }
 
-fn copy_tree(from: &Path, to: &Path, meta: &fs::Metadata) -> anyhow::Result<usize> {
+/// Copies one entry, a folder with all it holds; ELF files are noted.
+fn copy_tree(
+    from: &Path,
+    to: &Path,
+    meta: &fs::Metadata,
+    elves: &mut Vec<PathBuf>,
+) -> anyhow::Result<usize> {
     if let Some(parent) = to.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -303,6 +324,9 @@ fn copy_tree(from: &Path, to: &Path, meta: &fs::Metadata) -> anyhow::Result<usiz
     }
     if meta.is_file() {
         install(from, to, meta.permissions().mode() & 0o7777)?;
+        if is_elf(from) {
+            elves.push(from.to_path_buf());
+        }
         return Ok(1);
     }
     if !meta.is_dir() {
@@ -314,9 +338,16 @@ fn copy_tree(from: &Path, to: &Path, meta: &fs::Metadata) -> anyhow::Result<usiz
     for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
         let entry = entry?;
         let meta = fs::symlink_metadata(entry.path())?;
-        copied += copy_tree(&entry.path(), &to.join(entry.file_name()), &meta)?;
+        copied += copy_tree(&entry.path(), &to.join(entry.file_name()), &meta, elves)?;
     }
     Ok(copied)
+}
+
+fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok_and(|()| magic == *b"\x7fELF")
 }
 
 /// The shared libraries (and the loader) `binary` needs, by `ldd`; none for

@@ -16,10 +16,12 @@ pub struct Podman {
 /// The image the sandbox tests run.
 pub const TEST_IMAGE: &str = "localhost/tandem-sandbox-test:1";
 /// The test image with this machine's node and the tests' npm packages
-/// (tests/npm) at their paths: for MCP servers run in a sandbox.
-pub const NODE_IMAGE: &str = "localhost/tandem-sandbox-test-node:1";
+/// (tests/npm), Debian's python3 with its standard library and the tests'
+/// PyPI packages (tests/pip/site), each at its path here: for MCP servers
+/// run in a sandbox.
+pub const TOOLS_IMAGE: &str = "localhost/tandem-sandbox-test-tools:1";
 
-static NODE_BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+static TOOLS_BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
 
 pub(crate) static PODMAN: std::sync::OnceLock<Result<Podman, String>> = std::sync::OnceLock::new();
 
@@ -115,20 +117,45 @@ impl Podman {
         })
     }
 
-    /// Builds [`NODE_IMAGE`] once a test process: the busybox image with
-    /// `--add` this machine's node (and its libraries) and tests/npm's
-    /// node_modules. Answers the node's path, which is the same inside.
-    pub fn node_image(&self) -> anyhow::Result<PathBuf> {
+    /// Builds [`TOOLS_IMAGE`] once a test process: the busybox image with
+    /// `--add` this machine's node (and its libraries), tests/npm's
+    /// node_modules, /usr/bin/python3's program and standard library, and
+    /// tests/pip (its servers, and site/ when installed). Answers the paths of node and
+    /// python, the same inside.
+    pub fn tools_image(&self) -> anyhow::Result<Tools> {
         let node = which("node").context("node is not on PATH (.ci/run installs npm)")?;
-        let node = std::fs::canonicalize(&node)?;
-        let modules = crate::npm::modules();
-        let built = NODE_BUILT.get_or_init(|| {
-            let out = Command::new(bin_dir().join("tandem"))
-                .args(["sandbox", "build", "--base", "busybox", "--tag", NODE_IMAGE])
-                .arg("--add")
-                .arg(&node)
-                .arg("--add")
-                .arg(&modules)
+        let tools = Tools {
+            node: std::fs::canonicalize(&node)?,
+            python: std::fs::canonicalize("/usr/bin/python3")
+                .context("Debian's /usr/bin/python3 (.ci/run installs python3)")?,
+        };
+        let version = tools
+            .python
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut add = vec![
+            tools.node.clone(),
+            crate::npm::modules(),
+            tools.python.clone(),
+            PathBuf::from("/usr/lib").join(&version),
+        ];
+        // The tests' Python servers, and their packages when installed.
+        add.push(crate::pip::folder());
+        let built = TOOLS_BUILT.get_or_init(|| {
+            let mut command = Command::new(bin_dir().join("tandem"));
+            command.args([
+                "sandbox",
+                "build",
+                "--base",
+                "busybox",
+                "--tag",
+                TOOLS_IMAGE,
+            ]);
+            for path in &add {
+                command.arg("--add").arg(path);
+            }
+            let out = command
                 .arg("--socket")
                 .arg(&self.socket)
                 .output()
@@ -137,14 +164,14 @@ impl Podman {
                 Ok(())
             } else {
                 Err(format!(
-                    "tandem sandbox build --add node failed: {}{}",
+                    "tandem sandbox build --add …: {}{}",
                     String::from_utf8_lossy(&out.stdout),
                     String::from_utf8_lossy(&out.stderr)
                 ))
             }
         });
         built.clone().map_err(|e| anyhow::anyhow!(e))?;
-        Ok(node)
+        Ok(tools)
     }
 
     /// The environment a chatd needs to use it.
@@ -173,6 +200,12 @@ impl Podman {
         );
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
+}
+
+/// The programs [`TOOLS_IMAGE`] holds, at their paths here and inside.
+pub struct Tools {
+    pub node: PathBuf,
+    pub python: PathBuf,
 }
 
 /// A program's path on PATH.

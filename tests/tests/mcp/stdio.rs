@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 use tandem_tests::harness::{
-    run_id, tool_results, Chatd, Client, Podman, SandboxCleanup, Sim, NODE_IMAGE,
+    run_id, tool_results, Chatd, Client, Podman, SandboxCleanup, Sim, TOOLS_IMAGE,
 };
 use tandem_tests::mcpservers::EVERYTHING;
-use tandem_tests::npm;
+use tandem_tests::{npm, pip};
 
 const QUICK: Duration = Duration::from_secs(90);
 const SECRET: &str = "env-secret-5c1e-never-shown";
@@ -27,7 +27,7 @@ async fn start(podman: &Podman) -> anyhow::Result<Setup> {
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
     let mut env: Vec<(String, String)> = podman.env();
     env.retain(|(k, _)| k != "QSE_SANDBOX_IMAGE");
-    env.push(("QSE_SANDBOX_IMAGE".into(), NODE_IMAGE.into()));
+    env.push(("QSE_SANDBOX_IMAGE".into(), TOOLS_IMAGE.into()));
     // This box's real memory is not the test's subject.
     env.push(("QSE_SANDBOX_MEM_GB".into(), "0.5".into()));
     env.push(("QSE_SANDBOX_FLOOR_GB".into(), "0".into()));
@@ -74,7 +74,7 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
     let Some(package) = npm::package(EVERYTHING) else {
         return Ok(());
     };
-    let node = podman.node_image()?;
+    let node = podman.tools_image()?.node;
     let setup = start(podman).await?;
     let client = &setup.client;
     let made = client
@@ -217,6 +217,73 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
     Ok(())
 }
 
+/// A server made with the MCP project's Python SDK from PyPI, started by
+/// Debian's python3 in the chat's sandbox: its tools answer, it runs as its
+/// own uid in /tmp, and the chat's workspace is closed to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_answers_from_the_chats_sandbox() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared() else {
+        return Ok(());
+    };
+    let Some(site) = pip::site("mcp") else {
+        return Ok(());
+    };
+    let tools = podman.tools_image()?;
+    let setup = start(podman).await?;
+    let client = &setup.client;
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({
+                "name": "Notes",
+                "transport": "stdio",
+                "command": tools.python.display().to_string(),
+                "args": [pip::folder().join("notes_server.py").display().to_string()],
+                "env": {"PYTHONPATH": site.display().to_string()},
+            }),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    let chat = client
+        .post("/conversations", json!({"permission_mode": "yolo"}))
+        .await?
+        .body["id"]
+        .as_str()
+        .context("chat id")?
+        .to_string();
+    setup
+        .sim
+        .faults(json!([
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "printf 'one two' > notes.txt"}}]},
+            {"tool_calls": [{"name": "count_words", "arguments": {"text": "one two three four"}}]},
+            {"tool_calls": [{"name": "whoami", "arguments": {}}]},
+            {"tokens": 3},
+        ]))
+        .await?;
+    let run = run_id(&client.send(&chat, "count them").await?)?;
+    let ended = client
+        .wait_run(
+            &chat,
+            &run,
+            &["done", "failed", "stopped", "interrupted", "paused"],
+            QUICK,
+        )
+        .await?;
+    assert_eq!(ended["status"], "done", "{ended}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[1], "4 words");
+    let uid: u32 = results[2]
+        .strip_prefix("uid ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| results[2].clone())?;
+    assert!((20_000..60_000).contains(&uid), "{}", results[2]);
+    assert!(results[2].contains("in /tmp"), "{}", results[2]);
+    assert!(results[2].ends_with("workspace closed"), "{}", results[2]);
+    Ok(())
+}
+
 /// A command that ends at once: its test says so with the last line it
 /// wrote on stderr; the chat's turn goes on with one line for the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +291,7 @@ async fn a_command_that_fails_says_why() -> anyhow::Result<()> {
     let Some(podman) = Podman::shared() else {
         return Ok(());
     };
-    podman.node_image()?;
+    podman.tools_image()?;
     let setup = start(podman).await?;
     let made = setup
         .client
@@ -248,7 +315,7 @@ async fn a_command_that_fails_says_why() -> anyhow::Result<()> {
 }
 
 /// What a stdio body may say, each refusal naming its field, nothing
-/// stored; an edit keeps the environment unless the command changes.
+/// stored; an edit keeps the environment unless the command line changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_body_is_checked_and_its_environment_follows_its_command() -> anyhow::Result<()> {
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
@@ -311,7 +378,7 @@ async fn a_stdio_body_is_checked_and_its_environment_follows_its_command() -> an
         .call(
             reqwest::Method::PUT,
             &format!("/mcp-connectors/{id}"),
-            Some(json!({"name": "Notes", "transport": "stdio", "command": "uvx", "args": ["notes-mcp", "--quiet"]})),
+            Some(json!({"name": "My notes", "transport": "stdio", "command": "uvx", "args": ["notes-mcp"]})),
         )
         .await?;
     assert_eq!(
@@ -323,12 +390,12 @@ async fn a_stdio_body_is_checked_and_its_environment_follows_its_command() -> an
         .call(
             reqwest::Method::PUT,
             &format!("/mcp-connectors/{id}"),
-            Some(json!({"name": "Notes", "transport": "stdio", "command": "/opt/other/server"})),
+            Some(json!({"name": "My notes", "transport": "stdio", "command": "uvx", "args": ["other-pkg"]})),
         )
         .await?;
     assert_eq!(
         moved.body["has_env"], false,
-        "another program does not get it: {}",
+        "another package does not get it: {}",
         moved.body
     );
     Ok(())

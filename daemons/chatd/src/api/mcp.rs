@@ -199,8 +199,12 @@ fn check_stdio(name: String, body: Body, before: Option<&Connector>) -> Result<C
             Change::Set(serde_json::to_string(&e).expect("a map of strings is JSON"))
         }
     };
-    // An environment stays with its command: another program does not get it.
-    let moved = before.is_some_and(|b| b.transport != Transport::Stdio || b.command != command);
+    // An environment stays with its command line: another program (for a
+    // launcher like npx or uvx, other arguments) does not get it.
+    let args_json = serde_json::to_string(&args).expect("a list of strings is JSON");
+    let moved = before.is_some_and(|b| {
+        b.transport != Transport::Stdio || b.command != command || b.args != args_json
+    });
     let env = match env {
         Change::Keep if moved => Change::Clear,
         other => other,
@@ -210,8 +214,7 @@ fn check_stdio(name: String, body: Body, before: Option<&Connector>) -> Result<C
         transport: Transport::Stdio,
         url: String::new(),
         command,
-        // A list of strings always serializes.
-        args: serde_json::to_string(&args).expect("a list of strings is JSON"),
+        args: args_json,
         enabled: body.enabled.unwrap_or(true),
         token: Change::Clear,
         headers: Change::Clear,

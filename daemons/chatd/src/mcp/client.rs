@@ -32,7 +32,7 @@ pub const OPEN: Duration = Duration::from_secs(30);
 /// A connection attempt to one address.
 const CONNECT: Duration = Duration::from_secs(5);
 /// The most bytes of one answer taken (a 10 MB tool list is refused).
-const MAX_ANSWER: usize = 4 << 20;
+pub(crate) const MAX_ANSWER: usize = 4 << 20;
 /// The longest reason kept from a server's own words.
 const MAX_REASON: usize = 300;
 
@@ -75,14 +75,21 @@ impl Target {
     }
 }
 
-/// `text` with each of `secrets` of 4 bytes or more replaced by "…",
+/// `text` with each of `secrets` of 4 bytes or more replaced by "…", as
+/// it is and as a JSON string carries it (a server may echo it in JSON),
 /// longest first (one may hold another).
-pub(crate) fn without(text: String, mut secrets: Vec<&str>) -> String {
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    secrets
-        .into_iter()
-        .filter(|s| s.len() >= 4)
-        .fold(text, |t, s| t.replace(s, "…"))
+pub(crate) fn without(text: String, secrets: Vec<&str>) -> String {
+    let mut all: Vec<String> = Vec::new();
+    for secret in secrets.into_iter().filter(|s| s.len() >= 4) {
+        let quoted = serde_json::to_string(secret).unwrap_or_default();
+        let escaped = quoted.trim_matches('"');
+        if escaped != secret {
+            all.push(escaped.to_string());
+        }
+        all.push(secret.to_string());
+    }
+    all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    all.iter().fold(text, |t, s| t.replace(s.as_str(), "…"))
 }
 
 /// A tool as the connectors list shows it.

@@ -202,7 +202,7 @@ impl Sessions {
                 .await
                 .map(|session| (session, None)),
             Reach::Stdio(launch) => match &self.sandboxes {
-                Some(sandboxes) => stdio::open(sandboxes, chat, &c.id, launch)
+                Some(sandboxes) => stdio::open(sandboxes, chat, c, launch.clone())
                     .await
                     .map(|(session, process)| (session, Some(process))),
                 None => Err(Failure::Connect(
@@ -225,7 +225,7 @@ impl Sessions {
             return client::probe(&target, self.mcp.policy(), self.mcp.private).await;
         }
         let mut held = None;
-        self.ensure(&mut held, &self.probe_chat, c).await?;
+        let opened = self.ensure(&mut held, &self.probe_chat, c).await;
         let tools = held
             .as_ref()
             .map(|o| o.tools.iter().map(client::info_of).collect())
@@ -233,7 +233,13 @@ impl Sessions {
         if let Some(open) = held.take() {
             close(open).await;
         }
-        Ok(tools)
+        // The test's sandbox is not kept: it counts as a running one.
+        if let Some(sandboxes) = &self.sandboxes {
+            sandboxes
+                .stop(&self.probe_chat, "the MCP test is done")
+                .await;
+        }
+        opened.map(|()| tools)
     }
 
     /// Opens a session unless a live one made from this `updated` is there.
@@ -310,6 +316,11 @@ impl Sessions {
                 .unwrap_or(false);
             let params =
                 CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+            // A stdio server's sandbox is busy while a call runs in it.
+            let _busy = match (&open.process, &self.sandboxes) {
+                (Some(process), Some(sandboxes)) => sandboxes.hold(process.chat()),
+                _ => None,
+            };
             match tokio::time::timeout(CALL_LIMIT, open.session.call_tool(params)).await {
                 Err(_) => {
                     return Err(Failure::Connect(format!(
@@ -437,11 +448,9 @@ impl Sessions {
     }
 }
 
+/// Ends the session; a stdio server's process goes with it (its drop).
 async fn close(open: Open) {
     let _ = tokio::time::timeout(Duration::from_secs(5), open.session.cancel()).await;
-    if let Some(process) = open.process {
-        process.kill().await;
-    }
 }
 
 /// A result as the model reads it: text parts joined; an image, audio or

@@ -4,12 +4,13 @@
 //! connector's own, never the commands' user and never root, so a `bash`
 //! call's clean-up (`kill -9 -1` as the commands' user) cannot reach it and
 //! its environment (the connector's sealed values) cannot be read by the
-//! chat's commands. Its HOME is a folder of its own under the sandbox's
-//! /tmp; it reads the chat's workspace and goes out, like the commands,
-//! through the chat's egress proxy only.
+//! chat's commands. That uid cannot enter the chat's workspace (the
+//! commands' user's, 0700): the server works in the sandbox's /tmp, its
+//! HOME a folder of its own there, and goes out, like the commands, through
+//! the chat's egress proxy only.
 //!
-//! The sandbox is held in use while the server runs; closing the session
-//! closes its stdin and kills every process of its uid in that sandbox.
+//! Closing the session closes its stdin and kills every process of its uid
+//! in that sandbox.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,10 +22,14 @@ use tandem_shared::docker::Demux;
 use tandem_shared::secrets::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use rmcp::transport::async_rw::AsyncRwTransport;
+
 use super::client::{Failure, Session, OPEN};
-use crate::sandbox::{Lease, Sandboxes};
+use crate::sandbox::Sandboxes;
+use crate::store::mcp::Connector;
 
 /// What a stdio server is started with (the environment opened from its seal).
+#[derive(Clone)]
 pub struct Launch {
     pub command: String,
     pub args: Vec<String>,
@@ -40,15 +45,18 @@ impl Launch {
 
 /// The last bytes of the server's stderr kept, for the reason it failed.
 const STDERR_KEPT: usize = 2048;
-/// The first uid of the servers' range; a connector's is this plus a
-/// number from its id (below `UID_SPAN`).
+/// The first uid of the servers' range; a server's is this plus a number
+/// from its connector and that connector's version (below `UID_SPAN`),
+/// within the 65536 ids a rootless runtime maps.
 const UID_BASE: u32 = 20_000;
-const UID_SPAN: u32 = 10_000;
+const UID_SPAN: u32 = 40_000;
 
-/// The uid:gid a connector's server runs as: stable for a connector, never
-/// the commands' (`commands`) and never root.
-pub fn user_of(connector: &str, commands: u32) -> (u32, u32) {
-    let mut uid = UID_BASE + fnv(connector) % UID_SPAN;
+/// The uid:gid a server runs as: one per connector version (`saved`, its
+/// `updated`), so a server opened after an edit never shares a uid with
+/// the one its close is killing; never the commands' (`commands`), never
+/// root.
+pub fn user_of(connector: &str, saved: &str, commands: u32) -> (u32, u32) {
+    let mut uid = UID_BASE + fnv(&format!("{connector}\n{saved}")) % UID_SPAN;
     if uid == commands {
         uid += 1;
     }
@@ -64,39 +72,53 @@ pub fn fnv(text: &str) -> u32 {
 
 /// The sandbox a stdio connector's test runs in: a chat of no one's, named
 /// for this chatd's data folder (container names are the runtime's, shared
-/// by every chatd on it). The sweep of gone chats removes it in time.
+/// by every chatd on it). Stopped after each test.
 pub fn probe_chat(data_dir: &std::path::Path) -> String {
     format!("mcp_test_{:08x}", fnv(&data_dir.to_string_lossy()))
 }
 
-/// A server process in a chat's sandbox.
+/// A server process in a chat's sandbox. It does not hold the sandbox
+/// busy: a session lasts minutes, and the sandbox's limits (running
+/// sandboxes, the memory guard, the idle stop) must still apply; a call
+/// holds it (`Sessions::call`). Dropped, it closes the server's stdin and
+/// kills every process of its uid there.
 pub struct Process {
     sandboxes: Sandboxes,
-    lease: Lease,
+    chat: String,
+    container: String,
     user: String,
     stderr: Arc<Mutex<Vec<u8>>>,
     pump: tokio::task::JoinHandle<()>,
 }
 
-impl Process {
-    /// Kills every process of the server's uid in the sandbox; the lease
-    /// goes with it.
-    pub async fn kill(self) {
+impl Drop for Process {
+    fn drop(&mut self) {
         self.pump.abort();
-        let cmd = ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"];
-        if let Err(err) = self
-            .sandboxes
-            .docker()
-            .exec_output(
-                &self.lease.container,
-                &cmd,
-                &self.user,
-                Duration::from_secs(10),
-            )
-            .await
-        {
-            tracing::warn!(chat = %self.lease.chat, error = %err, "mcp: could not kill a stdio server");
-        }
+        let (sandboxes, chat) = (self.sandboxes.clone(), self.chat.clone());
+        let (container, user) = (self.container.clone(), self.user.clone());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let cmd = ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"];
+            let killed = sandboxes
+                .docker()
+                .exec_output(&container, &cmd, &user, Duration::from_secs(10))
+                .await;
+            // A sandbox already stopped (idle, trash, guard) took it along.
+            if let Err(err) = killed.map(drop) {
+                if sandboxes.is_running(&chat) {
+                    tracing::warn!(chat = %chat, error = %err, "mcp: could not kill a stdio server");
+                }
+            }
+        });
+    }
+}
+
+impl Process {
+    /// The chat whose sandbox it runs in.
+    pub fn chat(&self) -> &str {
+        &self.chat
     }
 
     /// The last line the server wrote on stderr, if any.
@@ -119,20 +141,55 @@ fn podmans(line: &str) -> bool {
 }
 
 /// Starts the server in `chat`'s sandbox and opens the MCP session, within
-/// [`OPEN`]. On a failure nothing is left running.
+/// [`OPEN`]. The work runs on a task of its own: a turn that stops waiting
+/// leaves no sandbox half started and no server running (the `Process` it
+/// made is dropped with the task's result).
 pub async fn open(
     sandboxes: &Sandboxes,
     chat: &str,
-    connector: &str,
+    connector: &Connector,
+    launch: Launch,
+) -> Result<(Session, Process), Failure> {
+    let (sandboxes, chat, connector) = (sandboxes.clone(), chat.to_string(), connector.clone());
+    let work = tokio::spawn(async move { start(&sandboxes, &chat, &connector, &launch).await });
+    match work.await {
+        Ok(opened) => opened,
+        Err(_) => Err(Failure::Connect("the server's start failed".into())),
+    }
+}
+
+async fn start(
+    sandboxes: &Sandboxes,
+    chat: &str,
+    connector: &Connector,
     launch: &Launch,
 ) -> Result<(Session, Process), Failure> {
     let lease = sandboxes
         .ensure(chat)
         .await
         .map_err(|e| Failure::Connect(format!("the chat's sandbox could not start: {e}")))?;
-    let (uid, gid) = user_of(connector, sandboxes.user_ids().0);
+    let (uid, gid) = user_of(&connector.id, &connector.updated, sandboxes.user_ids().0);
     let user = format!("{uid}:{gid}");
-    let mut env = vec![format!("HOME=/tmp/mcp-{uid}")];
+    let docker = sandboxes.docker();
+    // A HOME (and working folder) of the server's own, made by its uid
+    // under a name the chat's commands cannot guess: they can write /tmp,
+    // and a folder of theirs there would hand them the server's caches and
+    // module paths, and with them its environment.
+    let home = format!("/tmp/mcp-{uid}-{}", tandem_shared::time::new_id(""));
+    let made = docker
+        .exec_output(
+            &lease.container,
+            &["mkdir", "-m", "700", &home],
+            &user,
+            Duration::from_secs(10),
+        )
+        .await;
+    if !matches!(made, Ok((0, _))) {
+        return Err(Failure::Connect(
+            "the server's folder could not be made in the sandbox".into(),
+        ));
+    }
+    let mut env = vec![format!("HOME={home}")];
     env.extend(
         launch
             .env
@@ -148,10 +205,9 @@ pub async fn open(
         "AttachStdout": true,
         "AttachStderr": true,
         "Tty": false,
-        "WorkingDir": "/workspace",
+        "WorkingDir": home,
         "User": user,
     });
-    let docker = sandboxes.docker();
     let id = docker
         .exec_create(&lease.container, &spec)
         .await
@@ -188,7 +244,8 @@ pub async fn open(
     });
     let process = Process {
         sandboxes: sandboxes.clone(),
-        lease,
+        chat: chat.to_string(),
+        container: lease.container.clone(),
         user,
         stderr,
         pump,
@@ -197,22 +254,26 @@ pub async fn open(
         ClientCapabilities::default(),
         Implementation::new("tandem", env!("CARGO_PKG_VERSION")),
     );
-    match tokio::time::timeout(OPEN, info.serve((stdout_out, to_stdin))).await {
-        Ok(Ok(session)) => Ok((session, process)),
-        failed => {
-            let why = match &failed {
-                Err(_) => format!("no answer within {} s", OPEN.as_secs()),
-                Ok(Err(_)) => "the server ended or did not answer as an MCP server does".into(),
-                Ok(Ok(_)) => unreachable!("matched above"),
-            };
-            let why = match process.last_words() {
-                Some(words) => format!("{why}; it said: {}", super::client::cut(&words)),
-                None => why,
-            };
-            process.kill().await;
-            Err(Failure::Connect(why))
-        }
-    }
+    // An answer past 4 MiB is refused, as over http.
+    let transport = AsyncRwTransport::new_client(stdout_out, to_stdin)
+        .with_max_line_length(super::client::MAX_ANSWER);
+    let why = match tokio::time::timeout(OPEN, info.serve(transport)).await {
+        Ok(Ok(session)) => return Ok((session, process)),
+        Err(_) => format!("no answer within {} s", OPEN.as_secs()),
+        Ok(Err(_)) => "the server ended or did not answer as an MCP server does".into(),
+    };
+    Err(failed(process, why).await)
+}
+
+/// A failed start's reason, with the server's last words when it said any:
+/// read once the stream has ended (a write to a server that already exited
+/// fails before its last stderr frame is read), 2 s at most.
+async fn failed(mut process: Process, why: String) -> Failure {
+    let _ = tokio::time::timeout(Duration::from_secs(2), &mut process.pump).await;
+    Failure::Connect(match process.last_words() {
+        Some(words) => format!("{why}; it said: {}", super::client::cut(&words)),
+        None => why,
+    })
 }
 
 #[cfg(test)]
@@ -220,11 +281,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_environment_value_is_taken_out_as_it_is_and_as_json_carries_it() {
+        let launch = Launch {
+            command: "npx".into(),
+            args: Vec::new(),
+            env: vec![("KEY".into(), Secret::new("{\"k\": \"v1\"}\nline".into()))],
+        };
+        let echoed = format!(
+            "raw {} json {}",
+            "{\"k\": \"v1\"}\nline",
+            serde_json::to_string("{\"k\": \"v1\"}\nline").unwrap()
+        );
+        assert_eq!(launch.clean(echoed), "raw … json \"…\"");
+    }
+
+    #[test]
     fn a_connector_runs_as_its_own_uid_never_the_commands() {
-        let (uid, gid) = user_of("mc_abc", 1000);
+        let (uid, gid) = user_of("mc_abc", "t1", 1000);
         assert_eq!(uid, gid);
         assert!((UID_BASE..UID_BASE + UID_SPAN).contains(&uid));
-        assert_eq!(user_of("mc_abc", 1000), (uid, gid), "stable");
-        assert_eq!(user_of("mc_abc", uid).0, uid + 1);
+        assert_eq!(user_of("mc_abc", "t1", 1000), (uid, gid), "stable");
+        assert_ne!(user_of("mc_abc", "t2", 1000).0, uid, "another version");
+        assert_eq!(user_of("mc_abc", "t1", uid).0, uid + 1);
     }
 }

@@ -228,6 +228,17 @@ impl Sandboxes {
         &self.inner.docker
     }
 
+    /// Whether chatd counts the chat's sandbox as running.
+    pub fn is_running(&self, chat: &str) -> bool {
+        self.lock_running().running.contains_key(chat)
+    }
+
+    /// The chat's sandbox held busy while the lease lives, if it is running
+    /// (never started for it).
+    pub fn hold(&self, chat: &str) -> Option<Lease> {
+        self.lease(chat)
+    }
+
     pub fn running_count(&self) -> usize {
         self.lock_running().running.len()
     }
