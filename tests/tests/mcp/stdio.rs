@@ -217,6 +217,75 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
     Ok(())
 }
 
+/// The server's process killed in the middle of a call of a read-only tool:
+/// the session is opened again once (a new process) and the call sent
+/// again, so the turn gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_call_is_started_again_for_a_read_only_tool() -> anyhow::Result<()> {
+    let Some(podman) = Podman::shared() else {
+        return Ok(());
+    };
+    let Some(package) = npm::package(EVERYTHING) else {
+        return Ok(());
+    };
+    let node = podman.tools_image()?.node;
+    let setup = start(podman).await?;
+    let client = &setup.client;
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Everything", "transport": "stdio",
+                   "command": node.display().to_string(),
+                   "args": [package.join("dist/index.js").display().to_string(), "stdio"]}),
+        )
+        .await?;
+    assert_eq!(made.status, 201, "{made:?}");
+    let chat = client
+        .post("/conversations", json!({"permission_mode": "yolo"}))
+        .await?
+        .body["id"]
+        .as_str()
+        .context("chat id")?
+        .to_string();
+    setup
+        .sim
+        .faults(json!([
+            {"tool_calls": [{"name": "trigger-long-running-operation",
+                             "arguments": {"duration": 3, "steps": 3}}]},
+            {"tokens": 3},
+        ]))
+        .await?;
+    let mut device = client.events(&chat, 0).await?;
+    let run = run_id(&client.send(&chat, "take your time").await?)?;
+    device
+        .read_until(QUICK, |e| e.kind == "tool.started")
+        .await?;
+    let first = server_line(podman, &chat)?.context("the server is running")?;
+    let mut words = first.split(' ');
+    let (pid, uid) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    // Root in the sandbox has no capability to kill another uid's process.
+    let container = format!("tandem-chat-{chat}");
+    podman.cli(&["exec", "-u", uid, &container, "kill", "-9", pid])?;
+    let ended = client
+        .wait_run(
+            &chat,
+            &run,
+            &["done", "failed", "stopped", "interrupted", "paused"],
+            QUICK,
+        )
+        .await?;
+    assert_eq!(ended["status"], "done", "{ended}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert_eq!(
+        results,
+        ["Long running operation completed. Duration: 3 seconds, Steps: 3."],
+        "{results:?}"
+    );
+    let second = server_line(podman, &chat)?.context("a server is running again")?;
+    assert_ne!(second, first, "a new process answered");
+    Ok(())
+}
+
 /// A server made with the MCP project's Python SDK from PyPI, started by
 /// Debian's python3 in the chat's sandbox: its tools answer, it runs as its
 /// own uid in /tmp, and the chat's workspace is closed to it.

@@ -207,3 +207,74 @@ async fn a_chat_switches_a_server_off_in_its_settings() -> anyhow::Result<()> {
     ensure!(hidden == json!(true), "no switches for the defaults");
     b.close().await
 }
+
+/// A command server from the page: the kind picked shows the command's
+/// fields; a command with spaces is refused under its field; saved, its row
+/// shows the command line and that an environment is saved, never its
+/// value; on a box with no container runtime its test says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_server_is_added_from_the_page() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    const VALUE: &str = "page-env-value-41c2";
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start_with_front(&sim.url(), &[], None).await?;
+    let driver = Chromedriver::start().await?;
+    let b = Browser::open_chat(&driver, DESKTOP, &chatd.front_url(), None, "#mcp-open").await?;
+    open_panel(&b, DESKTOP).await?;
+    ensure!(
+        b.eval("return document.querySelector('[data-field=command]').hidden;")
+            .await?
+            == json!(true),
+        "an address's fields first"
+    );
+    b.eval(
+        "const s = document.querySelector('#mcp-transport'); s.value = 'stdio';
+         s.dispatchEvent(new Event('change')); return true;",
+    )
+    .await?;
+    b.wait_visible("#mcp-command", WAIT).await?;
+    ensure!(
+        b.eval("return document.querySelector('[data-field=url]').hidden;")
+            .await?
+            == json!(true),
+        "the address hidden for a command"
+    );
+    fill(&b, "#mcp-name", "Everything").await?;
+    fill(&b, "#mcp-command", "npx -y pkg").await?;
+    b.click("#mcp-save").await?;
+    b.wait_text("#mcp-command-error", |t| t.contains("args"), WAIT)
+        .await?;
+    ensure!(b.count("#mcp-list .mcp-row").await? == 0, "nothing stored");
+
+    fill(&b, "#mcp-command", "npx").await?;
+    fill(
+        &b,
+        "#mcp-args",
+        "-y\n@modelcontextprotocol/server-everything",
+    )
+    .await?;
+    fill(&b, "#mcp-env", &format!("API_KEY={VALUE}")).await?;
+    b.click("#mcp-save").await?;
+    b.wait_text(
+        "#mcp-status",
+        |t| t.starts_with("Not connected") && t.contains("no container runtime"),
+        WAIT,
+    )
+    .await?;
+    let row = b.text("#mcp-list .mcp-row").await?;
+    ensure!(
+        row.contains("npx -y @modelcontextprotocol/server-everything")
+            && row.contains("Saved: environment"),
+        "{row}"
+    );
+    let html = b.eval("return document.documentElement.outerHTML;").await?;
+    ensure!(
+        !html.to_string().contains(VALUE),
+        "the value is in the page"
+    );
+    b.close().await?;
+    ensure!(!chatd.log().contains(VALUE), "the value in chatd's log");
+    Ok(())
+}

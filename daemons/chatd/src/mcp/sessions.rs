@@ -337,7 +337,7 @@ impl Sessions {
                     }
                     return Ok(called);
                 }
-                Ok(Err(_)) if !reopened && (open.session.is_closed() && read_only) => {
+                Ok(Err(e)) if !reopened && read_only && dead(&open.session, &e) => {
                     // The session died under the call: once more, afresh.
                     reopened = true;
                     if let Some(old) = held.take() {
@@ -345,7 +345,7 @@ impl Sessions {
                     }
                 }
                 Ok(Err(e)) => {
-                    let dead = open.session.is_closed();
+                    let dead = dead(&open.session, &e);
                     let said = open.process.as_ref().and_then(stdio::Process::last_words);
                     if dead {
                         if let Some(old) = held.take() {
@@ -446,6 +446,17 @@ impl Sessions {
         }
         closed
     }
+}
+
+/// Whether a call's error says the session is gone: the service saw it
+/// close, or the transport did (a server process that died answers the
+/// call before the service marks itself closed).
+fn dead(session: &Session, error: &rmcp::ServiceError) -> bool {
+    session.is_closed()
+        || matches!(
+            error,
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+        )
 }
 
 /// Ends the session; a stdio server's process goes with it (its drop).

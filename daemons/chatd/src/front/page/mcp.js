@@ -10,8 +10,10 @@
  *            it points (the host only), why its last test failed, its tools
  *            with their descriptions, a switch, Test and Remove (asked
  *            first: it forgets the saved token and headers).
- *   add      name, address, token (a password field), other headers (one
- *            `Name: value` a line). "Save and test" saves it switched off,
+ *   add      name, then an address with a token (a password field) and
+ *            other headers (one `Name: value` a line), or a command (run in
+ *            each chat's sandbox) with its arguments (one a line) and its
+ *            environment (`NAME=value` lines). "Save and test" saves it switched off,
  *            tests it, and offers "Turn on" when the server connected. A
  *            refusal is shown under the field chatd names; nothing is kept.
  *            The token and headers are sent once and never shown again.
@@ -44,6 +46,16 @@ function buildMcp() {
     el('h3', { text: 'Add a server' }),
     field('name', 'Name', el('input', { id: 'mcp-name', type: 'text', autocomplete: 'off', maxlength: '60', ...described('name') }),
       'Unique among your servers, 60 characters at most.'),
+    field('transport', 'Kind', el('select', { id: 'mcp-transport', ...described('transport') },
+      el('option', { value: 'http', text: 'A remote server, by its address' }),
+      el('option', { value: 'stdio', text: 'A command, run in each chat\'s sandbox' })),
+    'A command runs as a user of its own, without a shell; it cannot reach the chat\'s files.'),
+    field('command', 'Command', el('input', { id: 'mcp-command', type: 'text', autocomplete: 'off', spellcheck: 'false',
+      placeholder: 'npx', ...described('command') }), 'One program: a name on the sandbox\'s PATH or a path.'),
+    field('args', 'Arguments', el('textarea', { id: 'mcp-args', rows: '2', spellcheck: 'false',
+      placeholder: '-y\n@modelcontextprotocol/server-everything', ...described('args') }), 'One a line.'),
+    field('env', 'Environment', el('textarea', { id: 'mcp-env', rows: '2', spellcheck: 'false',
+      placeholder: 'API_KEY=…', ...described('env') }), 'One NAME=value a line. Stored sealed, never shown again.'),
     field('url', 'Address', el('input', { id: 'mcp-url', type: 'url', autocomplete: 'off', spellcheck: 'false',
       placeholder: 'https://mcp.example.com/mcp', ...described('url') }),
     'http:// or https://, no user name or password. Public addresses only, unless the box allows private ones.'),
@@ -55,6 +67,7 @@ function buildMcp() {
     el('div', { class: 'sheet-foot' },
       el('button', { type: 'submit', class: 'primary', id: 'mcp-save', text: 'Save and test' })));
   form.addEventListener('submit', (e) => { e.preventDefault(); addMcp(); });
+  form.querySelector('#mcp-transport').addEventListener('change', () => showMcpKind());
   $('#mcp-panel').replaceChildren(
     el('div', { class: 'sheet-head' },
       el('h2', { id: 'mcp-title', text: 'MCP servers' }),
@@ -94,21 +107,30 @@ async function loadMcp() {
 }
 
 /** One row per connector. */
+/** Shows the add form's fields of the kind picked, hides the others'. */
+function showMcpKind() {
+  const stdio = $('#mcp-transport').value === 'stdio';
+  for (const id of ['url', 'token', 'headers']) $(`#mcp-form [data-field="${id}"]`).hidden = stdio;
+  for (const id of ['command', 'args', 'env']) $(`#mcp-form [data-field="${id}"]`).hidden = !stdio;
+}
+
 function renderMcp() {
   $('#mcp-list').replaceChildren(...mcp.list.map(mcpRow));
 }
 
 function mcpRow(c) {
   const id = c.id;
-  const saved = [c.has_token && 'token', c.has_headers && 'headers'].filter(Boolean);
+  const saved = [c.has_token && 'token', c.has_headers && 'headers', c.has_env && 'environment'].filter(Boolean);
+  // Where it points: an address's host, or a command line.
+  const where = c.transport === 'stdio' ? [c.command, ...(c.args || [])].join(' ') : c.host;
   const tools = Array.isArray(c.tools) ? c.tools : [];
   const row = el('li', { class: `mcp-row state-${c.state}`, 'data-id': id },
     el('div', { class: 'mcp-line' },
       el('strong', { class: 'mcp-name', text: c.name }),
-      el('span', { class: 'mcp-host muted', text: c.host }),
+      el('span', { class: 'mcp-host muted', text: where }),
       el('span', { class: 'mcp-state', text: MCP_STATES[c.state] || c.state })),
     c.reason ? el('p', { class: 'mcp-reason', text: c.reason }) : null,
-    el('p', { class: 'muted mcp-saved', text: saved.length ? `Saved: ${saved.join(' and ')}` : 'No token or headers saved' }));
+    el('p', { class: 'muted mcp-saved', text: saved.length ? `Saved: ${saved.join(' and ')}` : 'No secrets saved' }));
   if (tools.length) {
     row.append(el('details', { class: 'mcp-tools' },
       el('summary', { text: `${tools.length} tool${tools.length === 1 ? '' : 's'}` }),
@@ -128,7 +150,7 @@ function mcpRow(c) {
   row.append(actions);
   if (mcp.confirming === id) {
     row.append(el('div', { class: 'mcp-confirm', role: 'alertdialog', 'aria-label': `Remove ${c.name}?` },
-      el('p', { text: `Remove ${c.name}? Its saved token and headers are forgotten.` }),
+      el('p', { text: `Remove ${c.name}? Its saved secrets are forgotten.` }),
       button('danger', 'Remove', () => removeMcp(id), { id: 'mcp-remove-yes' }),
       button('', 'Cancel', () => { mcp.confirming = null; renderMcp(); }, { id: 'mcp-remove-no' })));
   }
@@ -192,16 +214,17 @@ async function removeMcp(id) {
   }
 }
 
-/** `Name: value` lines → an object; an unreadable line is named, never its value. */
-function mcpHeaders(text) {
+/** `Name: value` (or `NAME=value`) lines → an object; an unreadable line
+ *  is named, never its value. */
+function mcpPairs(text, sep = ':') {
   const out = {};
   const lines = text.split('\n');
   for (let i = 0; i < lines.length; i += 1) {
     const line = lines[i].trim();
     if (!line) continue;
-    const colon = line.indexOf(':');
-    if (colon < 1) throw new Error(`Line ${i + 1} is not Name: value.`);
-    out[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
+    const at = line.indexOf(sep);
+    if (at < 1) throw new Error(`Line ${i + 1} is not Name${sep === ':' ? ': ' : '='}value.`);
+    out[line.slice(0, at).trim()] = line.slice(at + 1).trim();
   }
   return out;
 }
@@ -222,14 +245,27 @@ function mcpFieldError(field, error) {
 async function addMcp() {
   if (mcp.busy) return;
   clearMcpErrors();
-  const body = { name: $('#mcp-name').value.trim(), transport: 'http', url: $('#mcp-url').value.trim(), enabled: false };
-  const token = $('#mcp-token').value.trim();
-  if (token) body.token = token;
-  try {
-    const headers = mcpHeaders($('#mcp-headers').value);
-    if (Object.keys(headers).length) body.headers = headers;
-  } catch (error) {
-    return mcpFieldError('headers', error.message);
+  const transport = $('#mcp-transport').value;
+  const body = { name: $('#mcp-name').value.trim(), transport, enabled: false };
+  if (transport === 'stdio') {
+    body.command = $('#mcp-command').value.trim();
+    body.args = $('#mcp-args').value.split('\n').map((a) => a.trim()).filter(Boolean);
+    try {
+      const env = mcpPairs($('#mcp-env').value, '=');
+      if (Object.keys(env).length) body.env = env;
+    } catch (error) {
+      return mcpFieldError('env', error.message);
+    }
+  } else {
+    body.url = $('#mcp-url').value.trim();
+    const token = $('#mcp-token').value.trim();
+    if (token) body.token = token;
+    try {
+      const headers = mcpPairs($('#mcp-headers').value);
+      if (Object.keys(headers).length) body.headers = headers;
+    } catch (error) {
+      return mcpFieldError('headers', error.message);
+    }
   }
   mcp.busy = true;
   $('#mcp-save').disabled = true;
@@ -237,6 +273,7 @@ async function addMcp() {
     const made = await api('POST', '/mcp-connectors', body);
     // The secrets leave the page's fields once chatd has them.
     $('#mcp-form').reset();
+    showMcpKind();
     putMcp(made);
     const tested = await testMcp(made.id);
     if (tested && tested.ok) {
@@ -259,10 +296,12 @@ async function addMcp() {
 
 function initMcp() {
   buildMcp();
+  showMcpKind();
   $('#mcp-open').addEventListener('click', (e) => openMcp(e.currentTarget));
   const dialog = $('#mcp-panel');
   dialog.addEventListener('close', () => {
     $('#mcp-form').reset(); // a token typed and not saved leaves with the panel
+    showMcpKind();
     clearMcpErrors();
     mcp.confirming = null;
     mcp.offered = null;
