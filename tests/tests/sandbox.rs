@@ -33,16 +33,12 @@ async fn start(podman: &Podman, sim_args: &[&str], env: &[(&str, &str)]) -> anyh
     let mut args = vec!["--tokens-per-second", "0"];
     args.extend_from_slice(sim_args);
     let sim = Sim::start(&args)?;
-    let runtime = podman.env();
+    // This box's real memory is not the test's subject unless it says so.
+    let runtime = podman.chatd_env(&podman.image, "0.25");
     let mut all: Vec<(&str, &str)> = runtime
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    // This box's real memory is not the test's subject unless it says so.
-    all.extend_from_slice(&[
-        ("QSE_SANDBOX_MEM_GB", "0.25"),
-        ("QSE_SANDBOX_FLOOR_GB", "0"),
-    ]);
     all.extend_from_slice(env);
     let chatd = Chatd::start(&sim.url(), &all).await?;
     let client = chatd.client();

@@ -174,6 +174,20 @@ impl Podman {
         Ok(tools)
     }
 
+    /// The environment of a chatd whose sandboxes run `image` with
+    /// `mem_gb` of memory each, this box's real memory left out of it (no
+    /// floor): what most sandbox tests start chatd with.
+    pub fn chatd_env(&self, image: &str, mem_gb: &str) -> Vec<(String, String)> {
+        let mut env = self.env();
+        env.retain(|(k, _)| k != "QSE_SANDBOX_IMAGE");
+        env.extend([
+            ("QSE_SANDBOX_IMAGE".into(), image.into()),
+            ("QSE_SANDBOX_MEM_GB".into(), mem_gb.into()),
+            ("QSE_SANDBOX_FLOOR_GB".into(), "0".into()),
+        ]);
+        env
+    }
+
     /// The environment a chatd needs to use it.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![

@@ -23,14 +23,26 @@ struct Setup {
     _cleanup: SandboxCleanup,
 }
 
+impl Setup {
+    /// Scripts the engine's next answers, sends `text` and waits for the
+    /// run to end done; the chat's tool results so far.
+    async fn turn(&self, chat: &str, text: &str, script: Value) -> anyhow::Result<Vec<String>> {
+        self.sim.faults(script).await?;
+        let run = run_id(&self.client.send(chat, text).await?)?;
+        let ended = self.wait(chat, &run).await?;
+        anyhow::ensure!(ended["status"] == "done", "{ended}");
+        Ok(tool_results(&self.client.snapshot(chat).await?))
+    }
+
+    async fn wait(&self, chat: &str, run: &str) -> anyhow::Result<Value> {
+        let ends = ["done", "failed", "stopped", "interrupted", "paused"];
+        self.client.wait_run(chat, run, &ends, QUICK).await
+    }
+}
+
 async fn start(podman: &Podman) -> anyhow::Result<Setup> {
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let mut env: Vec<(String, String)> = podman.env();
-    env.retain(|(k, _)| k != "QSE_SANDBOX_IMAGE");
-    env.push(("QSE_SANDBOX_IMAGE".into(), TOOLS_IMAGE.into()));
-    // This box's real memory is not the test's subject.
-    env.push(("QSE_SANDBOX_MEM_GB".into(), "0.5".into()));
-    env.push(("QSE_SANDBOX_FLOOR_GB".into(), "0".into()));
+    let env = podman.chatd_env(TOOLS_IMAGE, "0.5");
     let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let chatd = Chatd::start(&sim.url(), &all).await?;
     let client = chatd.client();
@@ -112,34 +124,20 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
         "{names:?}"
     );
 
-    let chat = client
-        .post("/conversations", json!({"permission_mode": "yolo"}))
-        .await?
-        .body["id"]
-        .as_str()
-        .context("chat id")?
-        .to_string();
-    setup
-        .sim
-        .faults(json!([
+    let chat = client.create_chat_in("yolo").await?;
+    let results = setup
+        .turn(
+            &chat,
+            "use the server",
+            json!([
             {"tool_calls": [{"name": "echo", "arguments": {"message": "from a sandbox"}}]},
             {"tool_calls": [{"name": "get-env", "arguments": {}}]},
             {"tool_calls": [{"name": "bash", "arguments": {"command":
                 "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c TANDEM_TEST_SECRET; id -u"}}]},
             {"tokens": 3},
-        ]))
-        .await?;
-    let run = run_id(&client.send(&chat, "use the server").await?)?;
-    let ended = client
-        .wait_run(
-            &chat,
-            &run,
-            &["done", "failed", "stopped", "interrupted", "paused"],
-            QUICK,
+        ]),
         )
         .await?;
-    assert_eq!(ended["status"], "done", "{ended}");
-    let results = tool_results(&client.snapshot(&chat).await?);
     assert_eq!(results.len(), 3, "{results:?}");
     assert_eq!(results[0], "Echo: from a sandbox");
     assert!(
@@ -163,25 +161,17 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
     );
 
     // A bash call's clean-up kills the commands' user's processes only.
-    setup
-        .sim
-        .faults(json!([
+    let results = setup
+        .turn(
+            &chat,
+            "again",
+            json!([
             {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30 & echo started"}}]},
             {"tool_calls": [{"name": "echo", "arguments": {"message": "still here"}}]},
             {"tokens": 3},
-        ]))
-        .await?;
-    let run = run_id(&client.send(&chat, "again").await?)?;
-    let ended = client
-        .wait_run(
-            &chat,
-            &run,
-            &["done", "failed", "stopped", "interrupted", "paused"],
-            QUICK,
+        ]),
         )
         .await?;
-    assert_eq!(ended["status"], "done", "{ended}");
-    let results = tool_results(&client.snapshot(&chat).await?);
     assert_eq!(results.last().map(String::as_str), Some("Echo: still here"));
     assert_eq!(
         server_line(podman, &chat)?.as_deref(),
@@ -240,13 +230,7 @@ async fn a_server_killed_mid_call_is_started_again_for_a_read_only_tool() -> any
         )
         .await?;
     assert_eq!(made.status, 201, "{made:?}");
-    let chat = client
-        .post("/conversations", json!({"permission_mode": "yolo"}))
-        .await?
-        .body["id"]
-        .as_str()
-        .context("chat id")?
-        .to_string();
+    let chat = client.create_chat_in("yolo").await?;
     setup
         .sim
         .faults(json!([
@@ -266,14 +250,7 @@ async fn a_server_killed_mid_call_is_started_again_for_a_read_only_tool() -> any
     // Root in the sandbox has no capability to kill another uid's process.
     let container = format!("tandem-chat-{chat}");
     podman.cli(&["exec", "-u", uid, &container, "kill", "-9", pid])?;
-    let ended = client
-        .wait_run(
-            &chat,
-            &run,
-            &["done", "failed", "stopped", "interrupted", "paused"],
-            QUICK,
-        )
-        .await?;
+    let ended = setup.wait(&chat, &run).await?;
     assert_eq!(ended["status"], "done", "{ended}");
     let results = tool_results(&client.snapshot(&chat).await?);
     assert_eq!(
@@ -313,33 +290,19 @@ async fn a_python_sdk_server_answers_from_the_chats_sandbox() -> anyhow::Result<
         )
         .await?;
     assert_eq!(made.status, 201, "{made:?}");
-    let chat = client
-        .post("/conversations", json!({"permission_mode": "yolo"}))
-        .await?
-        .body["id"]
-        .as_str()
-        .context("chat id")?
-        .to_string();
-    setup
-        .sim
-        .faults(json!([
+    let chat = client.create_chat_in("yolo").await?;
+    let results = setup
+        .turn(
+            &chat,
+            "count them",
+            json!([
             {"tool_calls": [{"name": "bash", "arguments": {"command": "printf 'one two' > notes.txt"}}]},
             {"tool_calls": [{"name": "count_words", "arguments": {"text": "one two three four"}}]},
             {"tool_calls": [{"name": "whoami", "arguments": {}}]},
             {"tokens": 3},
-        ]))
-        .await?;
-    let run = run_id(&client.send(&chat, "count them").await?)?;
-    let ended = client
-        .wait_run(
-            &chat,
-            &run,
-            &["done", "failed", "stopped", "interrupted", "paused"],
-            QUICK,
+        ]),
         )
         .await?;
-    assert_eq!(ended["status"], "done", "{ended}");
-    let results = tool_results(&client.snapshot(&chat).await?);
     assert_eq!(results.len(), 3, "{results:?}");
     assert_eq!(results[1], "4 words");
     let uid: u32 = results[2]
