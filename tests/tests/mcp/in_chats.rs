@@ -379,6 +379,23 @@ async fn a_chat_switches_a_server_off_and_an_agent_gets_only_what_it_names() -> 
             "{name}: {names:?}"
         );
     }
+
+    // Removing the connector takes the grant out of the agent that named it.
+    let gone = client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/mcp-connectors/{notes}"),
+            None,
+        )
+        .await?;
+    assert_eq!(gone.status, 204, "{gone:?}");
+    let agents = client.get("/agents").await?;
+    let reader = agents.body["agents"]
+        .as_array()
+        .and_then(|all| all.iter().find(|a| a["name"] == "Notes reader"))
+        .cloned()
+        .context("the agent")?;
+    assert_eq!(reader["tools"], json!(["read_file"]), "{reader}");
     Ok(())
 }
 

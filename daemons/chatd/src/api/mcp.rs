@@ -381,9 +381,18 @@ pub async fn remove(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let what = id.clone();
+    // Agents that named it lose the grant with it: a connector added later
+    // never inherits it.
     let gone = app
         .store
-        .write(move |ctx| Ok(rows::delete(ctx.conn(), &id)?))
+        .write(move |ctx| {
+            let gone = rows::delete(ctx.conn(), &id)?;
+            if gone {
+                let grant = mcp::connector_grant(&id);
+                crate::store::agents::drop_grant(ctx.conn(), &grant)?;
+            }
+            Ok(gone)
+        })
         .await?;
     if !gone {
         return Err(ApiError::not_found("MCP connector", &what));

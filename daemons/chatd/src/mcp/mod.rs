@@ -188,6 +188,11 @@ impl Secretive {
     }
 }
 
+/// What an agent's `tools` names to be granted a connector's tools.
+pub fn connector_grant(id: &str) -> String {
+    format!("connector:{id}")
+}
+
 /// The state the list shows for a row.
 pub fn state_of(c: &Connector) -> ConnectorState {
     if !c.enabled {

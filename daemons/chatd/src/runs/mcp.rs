@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::{EndRequest, Runs};
 use crate::agents::Agent;
 use crate::mcp::client::Failure;
+use crate::mcp::connector_grant;
 use crate::mcp::offer::{self, ChatTools, McpTool};
 use crate::store::mcp::{self as rows, Connector};
 use crate::tools::{self, ToolOutput};
@@ -56,11 +57,6 @@ pub fn names(agent: &Agent, id: &str) -> bool {
         .tools
         .as_ref()
         .is_some_and(|tools| tools.contains(&grant))
-}
-
-/// What an agent's `tools` names to be granted a connector's tools.
-pub fn connector_grant(id: &str) -> String {
-    format!("connector:{id}")
 }
 
 impl Runs {

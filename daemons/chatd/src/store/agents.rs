@@ -26,6 +26,36 @@ impl AgentFields {
     }
 }
 
+/// Takes `grant` (a removed connector's `connector:<id>`) out of every
+/// agent's tools; an agent left with no tools keeps an empty list, which
+/// grants nothing (never NULL, which grants all). Answers how many changed.
+pub fn drop_grant(conn: &rusqlite::Connection, grant: &str) -> rusqlite::Result<usize> {
+    let pattern = format!("%{}%", json!(grant));
+    let mut rows: Vec<(String, String)> = Vec::new();
+    {
+        let mut stmt = conn.prepare("SELECT id, tools FROM agents WHERE tools LIKE ?1")?;
+        for row in stmt.query_map([&pattern], |r| Ok((r.get(0)?, r.get(1)?)))? {
+            rows.push(row?);
+        }
+    }
+    let mut changed = 0;
+    for (id, text) in rows {
+        let Ok(mut tools) = serde_json::from_str::<Vec<String>>(&text) else {
+            continue;
+        };
+        let before = tools.len();
+        tools.retain(|t| t != grant);
+        if tools.len() != before {
+            conn.execute(
+                "UPDATE agents SET tools = ?2, updated = ?3 WHERE id = ?1",
+                params![id, json!(tools).to_string(), now_rfc3339()],
+            )?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
+
 /// How many agents are kept.
 pub fn count(ctx: &Ctx) -> Result<i64, ApiError> {
     Ok(ctx
