@@ -108,6 +108,9 @@ pub struct ChatdConfig {
     pub push_allow_loopback_for_tests: bool,
     /// MCP connectors may reach loopback, private and this box's networks.
     pub mcp_allow_private: bool,
+    /// Seconds an MCP tool call may go without an answer or a progress
+    /// notification (each one starts the count again).
+    pub mcp_call_limit_s: u64,
     /// Commands on this machine (the `bash` tool through hostexecd, when a
     /// chat has no sandbox): `off`, `ask` (a card for each) or `on`; empty
     /// means `ask`.
@@ -289,6 +292,7 @@ impl Default for ChatdConfig {
             push_ttl_s: 86_400,
             push_allow_loopback_for_tests: false,
             mcp_allow_private: false,
+            mcp_call_limit_s: 360,
             host_exec: "ask".into(),
             hostexec_socket: tandem_shared::daemon::runtime_dir().join("hostexec.sock"),
             host_card_wait_s: 300,
@@ -400,6 +404,7 @@ pub const ENV_KEYS: &[EnvKey] = &[
         "chatd.push_allow_loopback_for_tests",
     ),
     EnvKey::new("QSE_CHAT_MCP_ALLOW_PRIVATE", "chatd.mcp_allow_private"),
+    EnvKey::new("QSE_CHAT_MCP_CALL_LIMIT_S", "chatd.mcp_call_limit_s"),
     EnvKey::new("QSE_TRIGGERS_SOCKET", "chatd.triggers_socket"),
     EnvKey::new("QSE_CONNECTORS_SOCKET", "chatd.connectors_socket"),
     EnvKey::new("QSE_SHARED_WORKSPACE", "chatd.shared_workspace"),
@@ -471,6 +476,12 @@ impl ChatdConfig {
                     ),
                 ));
             }
+        }
+        if !(1..=3600).contains(&self.mcp_call_limit_s) {
+            return Err(bad(
+                "mcp_call_limit_s",
+                format!("{} is outside 1..=3600", self.mcp_call_limit_s),
+            ));
         }
         if !(1..=300).contains(&self.host_card_wait_s) {
             return Err(bad(

@@ -285,6 +285,7 @@ pub async fn run(
             mcp.clone(),
             sandboxes.clone(),
             crate::mcp::stdio::probe_chat(&config.data_dir),
+            std::time::Duration::from_secs(config.mcp_call_limit_s),
         )),
         documents: documents.clone(),
         index: index.clone(),

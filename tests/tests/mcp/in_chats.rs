@@ -498,3 +498,41 @@ async fn a_call_approved_after_its_server_was_switched_off_is_not_sent() -> anyh
     );
     Ok(())
 }
+
+/// A call's limit (here 2 s) starts again at each progress notification:
+/// the reference server's 4-second operation reporting each second ends
+/// well; the same operation reporting only at its end is given up at the
+/// limit, and the model reads why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_keeps_a_long_call_alive_and_silence_ends_it_at_the_limit() -> anyhow::Result<()> {
+    let Some(server) = Everything::http().await? else {
+        return Ok(());
+    };
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start(&sim.url(), &[PRIVATE, ("QSE_CHAT_MCP_CALL_LIMIT_S", "2")]).await?;
+    let client = chatd.client();
+    connector(&client, "Everything", &server.url(), None).await?;
+    let chat = chat(&client, "yolo").await?;
+    sim.faults(json!([
+        {"tool_calls": [{"name": "trigger-long-running-operation",
+                         "arguments": {"duration": 4, "steps": 4}}]},
+        {"tool_calls": [{"name": "trigger-long-running-operation",
+                         "arguments": {"duration": 4, "steps": 1}}]},
+        {"tokens": 3},
+    ]))
+    .await?;
+    let run = turn(&client, &chat, "take your time").await?;
+    assert_eq!(run["status"], "done", "{run}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(
+        results[0],
+        "Long running operation completed. Duration: 4 seconds, Steps: 4."
+    );
+    assert!(
+        results[1].contains("no answer and no progress within 2 s"),
+        "{}",
+        results[1]
+    );
+    Ok(())
+}

@@ -5,14 +5,20 @@
 //! not be reached is not tried again for `RETRY` (a turn's every step would
 //! wait on it). A session found dead is opened again once for the next
 //! call; a call whose answer was lost is sent again only for a tool its
-//! server marks read-only. A call may take `CALL_LIMIT`. Results become
+//! server marks read-only. A call may go `[chatd] mcp_call_limit_s`
+//! without an answer, each progress notification starting the count
+//! again, `CALL_MOST` in all. Results become
 //! text for the model: text parts joined, other parts named, not inlined.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
+    JsonObject, ServerResult, Tool,
+};
+use rmcp::service::PeerRequestOptions;
 use tokio::sync::Mutex;
 
 use super::client::{self, Failure, Session, ToolInfo};
@@ -22,8 +28,8 @@ use crate::store::mcp::Connector;
 
 /// A session unused this long is closed.
 pub const IDLE: Duration = Duration::from_secs(600);
-/// One tool call, at most.
-pub const CALL_LIMIT: Duration = Duration::from_secs(360);
+/// One tool call, at most, whatever progress its server reports.
+pub const CALL_MOST: Duration = Duration::from_secs(1800);
 /// Opening a session for a turn, at most: the turn waits on it.
 pub const OPEN_IN_TURN: Duration = Duration::from_secs(10);
 /// A server that failed to open is not tried again for this long.
@@ -64,6 +70,8 @@ type Key = (String, String);
 /// Every chat's open sessions.
 pub struct Sessions {
     mcp: Arc<Mcp>,
+    /// How long a call may go without its answer or a progress notification.
+    call_limit: Duration,
     /// Where stdio servers run; none without a container runtime.
     sandboxes: Option<Sandboxes>,
     /// The chat whose sandbox a stdio connector's test runs in.
@@ -76,9 +84,15 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(mcp: Arc<Mcp>, sandboxes: Option<Sandboxes>, probe_chat: String) -> Sessions {
+    pub fn new(
+        mcp: Arc<Mcp>,
+        sandboxes: Option<Sandboxes>,
+        probe_chat: String,
+        call_limit: Duration,
+    ) -> Sessions {
         Sessions {
             mcp,
+            call_limit,
             sandboxes,
             probe_chat,
             open: Mutex::new(HashMap::new()),
@@ -321,14 +335,15 @@ impl Sessions {
                 (Some(process), Some(sandboxes)) => sandboxes.hold(process.chat()),
                 _ => None,
             };
-            match tokio::time::timeout(CALL_LIMIT, open.session.call_tool(params)).await {
-                Err(_) => {
+            match call_tool(&open.session, params, self.call_limit).await {
+                Err(rmcp::ServiceError::Timeout { .. }) => {
                     return Err(Failure::Connect(format!(
-                        "no answer within {} s",
-                        CALL_LIMIT.as_secs()
+                        "no answer and no progress within {} s (or past {} minutes in all)",
+                        self.call_limit.as_secs(),
+                        CALL_MOST.as_secs() / 60
                     )))
                 }
-                Ok(Ok(result)) => {
+                Ok(result) => {
                     // A server may echo what it was sent: no secret of the
                     // connector reaches the model, the store or a file.
                     let mut called = text_of(&result);
@@ -337,14 +352,14 @@ impl Sessions {
                     }
                     return Ok(called);
                 }
-                Ok(Err(e)) if !reopened && read_only && dead(&open.session, &e) => {
+                Err(e) if !reopened && read_only && dead(&open.session, &e) => {
                     // The session died under the call: once more, afresh.
                     reopened = true;
                     if let Some(old) = held.take() {
                         close(old).await;
                     }
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     let dead = dead(&open.session, &e);
                     let said = open.process.as_ref().and_then(stdio::Process::last_words);
                     if dead {
@@ -445,6 +460,26 @@ impl Sessions {
             }
         }
         closed
+    }
+}
+
+/// A `tools/call` with a progress token whose `limit` starts again at each
+/// progress notification, [`CALL_MOST`] in all; rmcp tells the server when
+/// it gives up (a cancellation).
+async fn call_tool(
+    session: &Session,
+    params: CallToolRequestParams,
+    limit: Duration,
+) -> Result<CallToolResult, rmcp::ServiceError> {
+    let mut options = PeerRequestOptions::no_options();
+    options.timeout = Some(limit);
+    options.reset_timeout_on_progress = true;
+    options.max_total_timeout = Some(CALL_MOST);
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = session.send_request_with_option(request, options).await?;
+    match handle.await_response().await? {
+        ServerResult::CallToolResult(result) => Ok(result),
+        _ => Err(rmcp::ServiceError::UnexpectedResponse),
     }
 }
 
