@@ -4,7 +4,7 @@ MCP connector tests."""
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
@@ -23,6 +23,18 @@ def whoami() -> str:
         f"uid {os.getuid()} in {os.getcwd()} with python "
         f"{sys.version_info[0]}.{sys.version_info[1]}; workspace {workspace}"
     )
+
+
+@server.tool()
+async def learn(word: str, ctx: Context) -> str:
+    """Adds a tool say_<word> that says the word, and tells the client."""
+
+    def say() -> str:
+        return word
+
+    server.add_tool(say, name=f"say_{word}", description=f"Says {word}.")
+    await ctx.session.send_tool_list_changed()
+    return f"learned {word}"
 
 
 if __name__ == "__main__":

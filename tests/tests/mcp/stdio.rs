@@ -265,7 +265,8 @@ async fn a_server_killed_mid_call_is_started_again_for_a_read_only_tool() -> any
 
 /// A server made with the MCP project's Python SDK from PyPI, started by
 /// Debian's python3 in the chat's sandbox: its tools answer, it runs as its
-/// own uid in /tmp, and the chat's workspace is closed to it.
+/// own uid in /tmp, the chat's workspace is closed to it, and a tool it adds
+/// is offered from the next turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_sdk_server_answers_from_the_chats_sandbox() -> anyhow::Result<()> {
     let Some(podman) = Podman::shared() else {
@@ -313,6 +314,35 @@ async fn a_python_sdk_server_answers_from_the_chats_sandbox() -> anyhow::Result<
     assert!((20_000..60_000).contains(&uid), "{}", results[2]);
     assert!(results[2].contains("in /tmp"), "{}", results[2]);
     assert!(results[2].ends_with("workspace closed"), "{}", results[2]);
+
+    // A tool the server adds (telling the client its list changed) is
+    // offered from the next turn.
+    let results = setup
+        .turn(
+            &chat,
+            "learn a word",
+            json!([
+                {"tool_calls": [{"name": "learn", "arguments": {"word": "bonjour"}}]},
+                {"tokens": 3},
+            ]),
+        )
+        .await?;
+    assert_eq!(results.last().map(String::as_str), Some("learned bonjour"));
+    let results = setup
+        .turn(
+            &chat,
+            "say it",
+            json!([
+                {"tool_calls": [{"name": "say_bonjour", "arguments": {}}]},
+                {"tokens": 3},
+            ]),
+        )
+        .await?;
+    assert_eq!(
+        results.last().map(String::as_str),
+        Some("bonjour"),
+        "{results:?}"
+    );
     Ok(())
 }
 
@@ -329,8 +359,11 @@ async fn a_command_that_fails_says_why() -> anyhow::Result<()> {
         .client
         .post(
             "/mcp-connectors",
+            // It reads its stdin before it gives up, as a server does: an
+            // exec that ends at its very start can lose its output in podman
+            // 4.3 ("connection reset by peer" on its attach socket).
             json!({"name": "Broken", "transport": "stdio", "command": "/bin/sh",
-                   "args": ["-c", "echo 'cannot find the notes folder' >&2; exit 3"]}),
+                   "args": ["-c", "read -r first; echo 'cannot find the notes folder' >&2; exit 3"]}),
         )
         .await?;
     assert_eq!(made.status, 201, "{made:?}");

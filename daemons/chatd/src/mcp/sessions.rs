@@ -156,6 +156,12 @@ impl Sessions {
         }
     }
 
+    /// Keeps the connector's tool names as a session listed them.
+    fn remember_known(&self, c: &Connector, tools: &[Tool]) {
+        let names = tools.iter().map(|t| t.name.to_string()).collect();
+        tandem_shared::sync::lock(&self.known).insert(c.id.clone(), (c.updated.clone(), names));
+    }
+
     async fn remember_failure(&self, chat: &str, c: &Connector, why: &Failure) {
         self.failed.lock().await.insert(
             (chat.to_string(), c.id.clone()),
@@ -191,13 +197,27 @@ impl Sessions {
         }
         let slot = self.slot(chat, &c.id).await;
         let mut held = slot.lock().await;
+        let was_open = held
+            .as_ref()
+            .is_some_and(|o| o.saved == c.updated && !o.session.is_closed());
         if let Err(why) = self.ensure(&mut held, chat, c).await {
             self.remember_failure(chat, c, &why).await;
             return Err(why);
         }
-        // A turn that offers its tools uses the session.
         if let Some(open) = held.as_mut() {
+            // A turn that offers its tools uses the session.
             open.used = Instant::now();
+            // A session kept from an earlier turn lists again: the server's
+            // tools may have changed (`notifications/tools/list_changed`
+            // empties rmcp's cached list, else the list is its cache's). A
+            // list that does not come keeps the one there was.
+            if was_open {
+                let listed = tokio::time::timeout(OPEN_IN_TURN, open.session.list_all_tools());
+                if let Ok(Ok(tools)) = listed.await {
+                    self.remember_known(c, &tools);
+                    open.tools = tools;
+                }
+            }
         }
         // `ensure` leaves a session in the slot or fails.
         Ok(held.as_ref().map(|o| o.tools.clone()).unwrap_or_default())
@@ -285,13 +305,7 @@ impl Sessions {
             .await;
             return Err(Failure::Connect("the tool list did not come".into()));
         };
-        tandem_shared::sync::lock(&self.known).insert(
-            c.id.clone(),
-            (
-                c.updated.clone(),
-                tools.iter().map(|t| t.name.to_string()).collect(),
-            ),
-        );
+        self.remember_known(c, &tools);
         *held = Some(Open {
             session,
             process,

@@ -385,14 +385,10 @@ async fn over_stdio(
     // Through chatd: a stdio connector, the server in each chat's sandbox.
     let sim = Sim::start(&["--tokens-per-second", "0", "--context-window", "4000000"])?;
     let max_steps = (steps + 10).to_string();
-    let mut env: Vec<(String, String)> = podman.env();
-    env.retain(|(k, _)| k != "QSE_SANDBOX_IMAGE");
+    // This box's real memory is not the figure's subject.
+    let mut env = podman.chatd_env(TOOLS_IMAGE, "0.5");
     env.extend(
         [
-            ("QSE_SANDBOX_IMAGE", TOOLS_IMAGE),
-            // This box's real memory is not the figure's subject.
-            ("QSE_SANDBOX_MEM_GB", "0.5"),
-            ("QSE_SANDBOX_FLOOR_GB", "0"),
             ("QSE_SANDBOX_MAX_RUNNING", "8"),
             ("QSE_CHAT_MAX_STEPS", max_steps.as_str()),
             ("QSE_CHAT_CONTEXT_WINDOW", "4000000"),
