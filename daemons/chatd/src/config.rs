@@ -477,10 +477,11 @@ impl ChatdConfig {
                 ));
             }
         }
-        if !(1..=3600).contains(&self.mcp_call_limit_s) {
+        // A call ends at 30 minutes whatever its progress (`CALL_MOST`).
+        if !(1..=1800).contains(&self.mcp_call_limit_s) {
             return Err(bad(
                 "mcp_call_limit_s",
-                format!("{} is outside 1..=3600", self.mcp_call_limit_s),
+                format!("{} is outside 1..=1800", self.mcp_call_limit_s),
             ));
         }
         if !(1..=300).contains(&self.host_card_wait_s) {

@@ -376,6 +376,24 @@ async fn a_command_that_fails_says_why() -> anyhow::Result<()> {
     assert_eq!(tested.body["state"], "cant_connect");
     let why = tested.body["reason"].as_str().unwrap_or("");
     assert!(why.contains("cannot find the notes folder"), "{why}");
+
+    // One that ends at its very start (podman may lose what it said).
+    let made = setup
+        .client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Gone", "transport": "stdio", "command": "/bin/sh",
+                   "args": ["-c", "exit 3"]}),
+        )
+        .await?;
+    let id = made.body["id"].as_str().context("id")?;
+    let tested = setup
+        .client
+        .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+        .await?;
+    assert_eq!(tested.body["state"], "cant_connect", "{}", tested.body);
+    let why = tested.body["reason"].as_str().unwrap_or("");
+    assert!(why.contains("the server ended"), "{why}");
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 //! timeout), not from reqwest's text, which names the whole URL.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,7 +83,10 @@ pub(crate) fn without(text: String, secrets: Vec<&str>) -> String {
     let mut all: Vec<String> = Vec::new();
     for secret in secrets.into_iter().filter(|s| s.len() >= 4) {
         let quoted = serde_json::to_string(secret).unwrap_or_default();
-        let escaped = quoted.trim_matches('"');
+        // The quotes JSON put around it, and only those.
+        let escaped = quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or_default();
         if escaped != secret {
             all.push(escaped.to_string());
         }
@@ -110,7 +114,56 @@ pub enum Failure {
 }
 
 /// An open session.
-pub type Session = RunningService<RoleClient, ClientConfig>;
+pub type Session = RunningService<RoleClient, Handler>;
+
+/// chatd's side of a session: who it is, and whether the server said its
+/// tools changed since the list was last taken.
+pub struct Handler {
+    info: ClientConfig,
+    changed: AtomicBool,
+}
+
+impl Default for Handler {
+    fn default() -> Handler {
+        Handler::new()
+    }
+}
+
+impl Handler {
+    pub fn new() -> Handler {
+        Handler {
+            info: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("tandem", env!("CARGO_PKG_VERSION")),
+            ),
+            changed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the tools changed since last asked (and forgets it).
+    pub fn take_changed(&self) -> bool {
+        self.changed.swap(false, Ordering::SeqCst)
+    }
+
+    /// Asks for the list again at the next turn.
+    pub fn mark_changed(&self) {
+        self.changed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl rmcp::ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.mark_changed();
+        std::future::ready(())
+    }
+}
 
 /// Opens a session: the transport, MCP's initialize, within [`OPEN`].
 pub async fn open(
@@ -158,11 +211,7 @@ pub async fn open(
         config = config.auth_header(token.expose());
     }
     let transport = StreamableHttpClientTransport::with_client(http, config);
-    let info = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("tandem", env!("CARGO_PKG_VERSION")),
-    );
-    match tokio::time::timeout(OPEN, info.serve(transport)).await {
+    match tokio::time::timeout(OPEN, Handler::new().serve(transport)).await {
         Err(_) => Err(refused_or(&refused, || {
             Failure::Connect(format!("no answer within {} s", OPEN.as_secs()))
         })),

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
-    JsonObject, ServerResult, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientRequest, ContentBlock, JsonObject, ServerResult, Tool,
 };
 use rmcp::service::PeerRequestOptions;
 use tokio::sync::Mutex;
@@ -32,6 +32,8 @@ pub const IDLE: Duration = Duration::from_secs(600);
 pub const CALL_MOST: Duration = Duration::from_secs(1800);
 /// Opening a session for a turn, at most: the turn waits on it.
 pub const OPEN_IN_TURN: Duration = Duration::from_secs(10);
+/// A changed tool list asked for at a turn, at most.
+const RELIST: Duration = Duration::from_secs(2);
 /// A server that failed to open is not tried again for this long.
 pub const RETRY: Duration = Duration::from_secs(60);
 
@@ -76,6 +78,9 @@ pub struct Sessions {
     sandboxes: Option<Sandboxes>,
     /// The chat whose sandbox a stdio connector's test runs in.
     probe_chat: String,
+    /// Tests of stdio connectors, one at a time: they share that sandbox,
+    /// which each stops when it is done.
+    probes: Mutex<()>,
     open: Mutex<HashMap<Key, Slot>>,
     failed: Mutex<HashMap<Key, Failed>>,
     /// Each connector's tool names when a session last listed them, with
@@ -95,6 +100,7 @@ impl Sessions {
             call_limit,
             sandboxes,
             probe_chat,
+            probes: Mutex::new(()),
             open: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             known: std::sync::Mutex::new(HashMap::new()),
@@ -207,15 +213,18 @@ impl Sessions {
         if let Some(open) = held.as_mut() {
             // A turn that offers its tools uses the session.
             open.used = Instant::now();
-            // A session kept from an earlier turn lists again: the server's
-            // tools may have changed (`notifications/tools/list_changed`
-            // empties rmcp's cached list, else the list is its cache's). A
-            // list that does not come keeps the one there was.
-            if was_open {
-                let listed = tokio::time::timeout(OPEN_IN_TURN, open.session.list_all_tools());
-                if let Ok(Ok(tools)) = listed.await {
-                    self.remember_known(c, &tools);
-                    open.tools = tools;
+            // A session kept from an earlier turn lists again when its
+            // server said its tools changed (`tools/list_changed`), within
+            // 2 s; a list that does not come keeps the one there was, and
+            // is asked for again at the next turn.
+            if was_open && open.session.service().take_changed() {
+                let listed = tokio::time::timeout(RELIST, open.session.list_all_tools());
+                match listed.await {
+                    Ok(Ok(tools)) => {
+                        self.remember_known(c, &tools);
+                        open.tools = tools;
+                    }
+                    _ => open.session.service().mark_changed(),
                 }
             }
         }
@@ -258,6 +267,7 @@ impl Sessions {
             };
             return client::probe(&target, self.mcp.policy(), self.mcp.private).await;
         }
+        let _one_at_a_time = self.probes.lock().await;
         let mut held = None;
         let opened = self.ensure(&mut held, &self.probe_chat, c).await;
         let tools = held
@@ -491,9 +501,41 @@ async fn call_tool(
     options.max_total_timeout = Some(CALL_MOST);
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = session.send_request_with_option(request, options).await?;
-    match handle.await_response().await? {
+    // A stop drops this future: the server is told the call is cancelled.
+    let mut guard = CancelOnDrop {
+        peer: handle.peer.clone(),
+        id: Some(handle.id.clone()),
+    };
+    let answer = handle.await_response().await;
+    guard.id = None;
+    match answer? {
         ServerResult::CallToolResult(result) => Ok(result),
         _ => Err(rmcp::ServiceError::UnexpectedResponse),
+    }
+}
+
+/// Tells the server a call is cancelled when the call is dropped unanswered.
+struct CancelOnDrop {
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let params =
+                CancelledNotificationParam::new(Some(id), Some("the chat's run stopped".into()));
+            let _ = peer
+                .send_notification(CancelledNotification::new(params).into())
+                .await;
+        });
     }
 }
 
@@ -508,9 +550,13 @@ fn dead(session: &Session, error: &rmcp::ServiceError) -> bool {
         )
 }
 
-/// Ends the session; a stdio server's process goes with it (its drop).
+/// Ends the session; a stdio server's process is killed before this
+/// returns, so a server started next with the same uid is not.
 async fn close(open: Open) {
     let _ = tokio::time::timeout(Duration::from_secs(5), open.session.cancel()).await;
+    if let Some(process) = open.process {
+        process.kill().await;
+    }
 }
 
 /// A result as the model reads it: text parts joined; an image, audio or

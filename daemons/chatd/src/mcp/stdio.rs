@@ -15,7 +15,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::ServiceExt;
 use serde_json::json;
 use tandem_shared::docker::Demux;
@@ -24,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use rmcp::transport::async_rw::AsyncRwTransport;
 
-use super::client::{Failure, Session, OPEN};
+use super::client::{Failure, Handler, Session, OPEN};
 use crate::sandbox::Sandboxes;
 use crate::store::mcp::Connector;
 
@@ -87,20 +86,44 @@ pub struct Process {
     chat: String,
     container: String,
     user: String,
+    /// Its HOME; taken by the kill.
+    home: Option<String>,
     stderr: Arc<Mutex<Vec<u8>>>,
     pump: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Process {
+    /// The fallback when a start was cut short: the kill on a task.
     fn drop(&mut self) {
+        let Some(kill) = self.kill_job() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(kill);
+        }
+    }
+}
+
+impl Process {
+    /// Kills every process of its uid in the sandbox and removes its HOME;
+    /// done before this returns.
+    pub async fn kill(mut self) {
+        if let Some(kill) = self.kill_job() {
+            kill.await;
+        }
+    }
+
+    /// The kill, once: `None` when it was taken already.
+    fn kill_job(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let home = self.home.take()?;
         self.pump.abort();
         let (sandboxes, chat) = (self.sandboxes.clone(), self.chat.clone());
         let (container, user) = (self.container.clone(), self.user.clone());
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let cmd = ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"];
+        Some(async move {
+            // `kill -1` spares the shell that sends it, which then removes
+            // the server's HOME (npx and uvx caches fill the sandbox's /tmp).
+            let script = "kill -9 -1 2>/dev/null; rm -rf -- \"$1\"; true";
+            let cmd = ["/bin/sh", "-c", script, "sh", &home];
             let killed = sandboxes
                 .docker()
                 .exec_output(&container, &cmd, &user, Duration::from_secs(10))
@@ -111,11 +134,9 @@ impl Drop for Process {
                     tracing::warn!(chat = %chat, error = %err, "mcp: could not kill a stdio server");
                 }
             }
-        });
+        })
     }
-}
 
-impl Process {
     /// The chat whose sandbox it runs in.
     pub fn chat(&self) -> &str {
         &self.chat
@@ -247,17 +268,14 @@ async fn start(
         chat: chat.to_string(),
         container: lease.container.clone(),
         user,
+        home: Some(home.clone()),
         stderr,
         pump,
     };
-    let info = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("tandem", env!("CARGO_PKG_VERSION")),
-    );
     // An answer past 4 MiB is refused, as over http.
     let transport = AsyncRwTransport::new_client(stdout_out, to_stdin)
         .with_max_line_length(super::client::MAX_ANSWER);
-    let why = match tokio::time::timeout(OPEN, info.serve(transport)).await {
+    let why = match tokio::time::timeout(OPEN, Handler::new().serve(transport)).await {
         Ok(Ok(session)) => return Ok((session, process)),
         Err(_) => format!("no answer within {} s", OPEN.as_secs()),
         Ok(Err(_)) => "the server ended or did not answer as an MCP server does".into(),

@@ -289,15 +289,7 @@ async fn start(shared: &Shared) -> anyhow::Result<Run> {
     let mut own = Vec::new();
     for i in 0..OWN_CHATS {
         let body = json!({ "title": format!("soak documents {i}") });
-        let made = wait_until("a chat of its own", RIDE, || async {
-            let (status, body) = shared
-                .call(Method::POST, "/conversations", Some(body.clone()))
-                .await
-                .ok()?;
-            (status == 201).then_some(body)
-        })
-        .await?;
-        own.push(made["id"].as_str().context("conversation id")?.to_string());
+        own.push(shared.new_chat(body, RIDE).await?);
     }
     Ok(Run {
         own,

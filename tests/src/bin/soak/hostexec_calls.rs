@@ -331,16 +331,7 @@ pub(crate) async fn chatd_worker(
     let mut phase = shared.phase.subscribe();
     // chatd may be down (its own killer): retry, bounded.
     let body = json!({"title": format!("soak host bash {i}"), "permission_mode": "auto"});
-    let made = wait_until("a chat of chatd", Duration::from_secs(60), || async {
-        match shared
-            .call(reqwest::Method::POST, "/conversations", Some(body.clone()))
-            .await
-        {
-            Ok((201, b)) => b["id"].as_str().map(String::from),
-            _ => None,
-        }
-    })
-    .await;
+    let made = shared.new_chat(body, Duration::from_secs(60)).await;
     let chat = match made {
         Ok(chat) => chat,
         Err(err) => {

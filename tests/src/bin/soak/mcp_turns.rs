@@ -21,13 +21,15 @@ pub(crate) struct Turns {
     pub not_offered: u64,
     pub interrupted: u64,
     pub not_sent: u64,
+    /// Turns sent with the connectors switched off for the chat alone.
+    pub switched_off: u64,
 }
 
 impl Turns {
     pub(crate) fn line(&self) -> String {
         format!(
-            "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away), {} interrupted by a kill, {} not sent (chatd down)",
-            self.answered, self.failed_call, self.not_offered, self.interrupted, self.not_sent
+            "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away or switched off for the chat: {}), {} interrupted by a kill, {} not sent (chatd down)",
+            self.answered, self.failed_call, self.not_offered, self.switched_off, self.interrupted, self.not_sent
         )
     }
 }
@@ -38,16 +40,7 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
     let mut rng = StdRng::seed_from_u64(seed);
     let mut phase = shared.phase.subscribe();
     let body = json!({"title": "soak mcp calls", "permission_mode": "auto"});
-    let made = wait_until("a chat for MCP calls", Duration::from_secs(60), || async {
-        match shared
-            .call(reqwest::Method::POST, "/conversations", Some(body.clone()))
-            .await
-        {
-            Ok((201, b)) => b["id"].as_str().map(String::from),
-            _ => None,
-        }
-    })
-    .await;
+    let made = shared.new_chat(body, Duration::from_secs(60)).await;
     let chat = match made {
         Ok(chat) => chat,
         Err(err) => {
@@ -65,6 +58,13 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
     .await
     {
         n += 1;
+        // Every fourth turn goes with the connectors off for this chat alone
+        // (PUT …/mcp), read back from GET …/tools; the others with them on.
+        let off_here = n.is_multiple_of(4);
+        if !switch_in_chat(shared, &chat, off_here).await {
+            turns.not_sent += 1;
+            continue;
+        }
         let word = format!("soakword{n}");
         // A cue value has no spaces.
         let args = json!({ "word": word }).to_string();
@@ -131,6 +131,16 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
         if secrets.iter().any(|s| result.contains(s.as_str())) {
             shared.violate(Inv::Mcp, "mcp: a tool result carried a secret".into());
         }
+        if off_here {
+            turns.switched_off += 1;
+            if !result.contains("there is no tool `lookup`") {
+                shared.violate(
+                    Inv::Mcp,
+                    format!("mcp: turn {n} was offered lookup with the chat's MCP servers off"),
+                );
+                continue;
+            }
+        }
         if result.contains(&format!("glossary: {word} is a word")) {
             turns.answered += 1;
         } else if result.contains("MCP connector") {
@@ -148,4 +158,53 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
         }
     }
     turns
+}
+
+/// Switches every connector off (or all on) for `chat` alone and reads it
+/// back; false when chatd did not answer (down: its own killer).
+async fn switch_in_chat(shared: &Shared, chat: &str, off: bool) -> bool {
+    let path = format!("/conversations/{chat}");
+    let Ok((200, view)) = shared
+        .call(reqwest::Method::GET, &format!("{path}/tools"), None)
+        .await
+    else {
+        return false;
+    };
+    let ids: Vec<Value> = view["mcp"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c["id"].clone())
+        .collect();
+    let body = json!({ "off": if off { ids } else { Vec::new() } });
+    if !matches!(
+        shared
+            .call(reqwest::Method::PUT, &format!("{path}/mcp"), Some(body))
+            .await,
+        Ok((200, _))
+    ) {
+        return false;
+    }
+    let Ok((200, view)) = shared
+        .call(reqwest::Method::GET, &format!("{path}/tools"), None)
+        .await
+    else {
+        return false;
+    };
+    let wrong = view["mcp"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["on"] == json!(off))
+        .count();
+    if wrong > 0 {
+        shared.violate(
+            Inv::Mcp,
+            format!(
+                "mcp: {wrong} connectors of the chat not switched {} as PUT …/mcp said",
+                if off { "off" } else { "on" }
+            ),
+        );
+    }
+    true
 }

@@ -213,6 +213,21 @@ impl Shared {
         *lock(&self.unexpected).entry(what).or_default() += 1;
     }
 
+    /// Makes a chat with `body`, asking again while chatd is down (its own
+    /// killer) for `ride` at most; its id.
+    pub(crate) async fn new_chat(&self, body: Value, ride: Duration) -> anyhow::Result<String> {
+        tandem_tests::harness::wait_until("a chat of chatd", ride, || async {
+            match self
+                .call(reqwest::Method::POST, "/conversations", Some(body.clone()))
+                .await
+            {
+                Ok((201, b)) => b["id"].as_str().map(String::from),
+                _ => None,
+            }
+        })
+        .await
+    }
+
     pub(crate) async fn call(
         &self,
         method: reqwest::Method,

@@ -106,7 +106,6 @@ async function loadMcp() {
   renderMcp();
 }
 
-/** One row per connector. */
 /** Shows the add form's fields of the kind picked, hides the others'. */
 function showMcpKind() {
   const stdio = $('#mcp-transport').value === 'stdio';
@@ -114,6 +113,7 @@ function showMcpKind() {
   for (const id of ['command', 'args', 'env']) $(`#mcp-form [data-field="${id}"]`).hidden = !stdio;
 }
 
+/** One row per connector. */
 function renderMcp() {
   $('#mcp-list').replaceChildren(...mcp.list.map(mcpRow));
 }
