@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 the thing asked for did not happen (a daemon did
 //! not start or is not healthy, a run did not end done); 2 bad usage.
 
+mod answer;
 mod checks;
 mod client;
 mod commands;

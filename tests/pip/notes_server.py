@@ -37,5 +37,17 @@ async def learn(word: str, ctx: Context) -> str:
     return f"learned {word}"
 
 
+@server.prompt()
+def tidy(style: str) -> str:
+    """Asks for notes tidied in a style."""
+    return f"Tidy these notes in a {style} style."
+
+
+@server.resource("notes://today", mime_type="text/plain")
+def today() -> str:
+    """Today's notes."""
+    return "buy bread; call the bank"
+
+
 if __name__ == "__main__":
     server.run()

@@ -2,7 +2,8 @@
 //! (`@modelcontextprotocol/server-everything` from the npm registry, run
 //! with the machine's node over Streamable HTTP) and a fake of our own for
 //! what a real server does rarely: refuse a sign-in, redirect somewhere
-//! it should not, answer with a tool named like a built-in. The fake
+//! it should not, answer with a tool named like a built-in, a binary or
+//! an oversized resource, a prompt that echoes its token. The fake
 //! speaks Streamable HTTP's JSON answers (no event stream) and keeps the
 //! headers of every request it took, so a test sees what chatd sent.
 
@@ -268,23 +269,75 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
     let result = match body["method"].as_str().unwrap_or("") {
         "initialize" => json!({
             "protocolVersion": body["params"]["protocolVersion"],
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
             "serverInfo": {"name": "tandem-fake", "version": "1"}
         }),
         "tools/list" => json!({"tools": fake_tools()}),
         "tools/call" => call_result(&body["params"], &headers),
-        "ping" => json!({}),
-        other => {
-            let error = json!({"jsonrpc": "2.0", "id": id,
-                "error": {"code": -32601, "message": format!("no method {other}")}});
-            return axum::Json(error).into_response();
+        "prompts/list" => json!({"prompts": [
+            {"name": "brief", "description": "A brief about a topic.",
+             "arguments": [{"name": "topic", "description": "What about", "required": true}]},
+            {"name": "whoami", "description": "Says what Authorization it was sent."}
+        ]}),
+        "prompts/get" => match prompt(&body["params"], &headers) {
+            Some(text) => {
+                json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}]})
+            }
+            None => return rpc_error(id, -32602, "no such prompt"),
+        },
+        "resources/list" => json!({"resources": [
+            {"uri": "fake://glossary", "name": "glossary", "mimeType": "text/plain"},
+            {"uri": "fake://logo.png", "name": "logo", "mimeType": "image/png"},
+            {"uri": "fake://big", "name": "big", "mimeType": "text/plain"}
+        ]}),
+        "resources/templates/list" => json!({"resourceTemplates": [
+            {"uriTemplate": "fake://word/{word}", "name": "word"}
+        ]}),
+        "resources/read" => {
+            let uri = body["params"]["uri"].as_str().unwrap_or("");
+            let part = match uri {
+                "fake://glossary" => json!({"uri": uri, "mimeType": "text/plain",
+                    "text": "tandem: two working as one"}),
+                "fake://logo.png" => json!({"uri": uri, "mimeType": "image/png",
+                    "blob": "iVBORw0KGgoAAAANSUhEUg=="}),
+                "fake://big" => json!({"uri": uri, "mimeType": "text/plain",
+                    "text": "glossary line of the fake's big resource\n".repeat(10_000)}),
+                _ => return rpc_error(id, -32002, "resource not found"),
+            };
+            json!({"contents": [part]})
         }
+        "ping" => json!({}),
+        other => return rpc_error(id, -32601, &format!("no method {other}")),
     };
     (
         [("mcp-session-id", "fake-session")],
         axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})),
     )
         .into_response()
+}
+
+fn rpc_error(id: Value, code: i64, message: &str) -> Response {
+    let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    axum::Json(error).into_response()
+}
+
+/// The fake's prompts: `brief` about a `topic`, and `whoami`, which says
+/// what Authorization it was sent (as a careless server does).
+fn prompt(params: &Value, headers: &HeaderMap) -> Option<String> {
+    match params["name"].as_str()? {
+        "brief" => Some(format!(
+            "Write a brief about {}.",
+            params["arguments"]["topic"].as_str()?
+        )),
+        "whoami" => Some(format!(
+            "presented: {}",
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("nothing")
+        )),
+        _ => None,
+    }
 }
 
 /// No server-to-client stream here (a real server may refuse it too).

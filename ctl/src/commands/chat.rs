@@ -28,6 +28,12 @@ pub enum ChatCommand {
     /// Example: tandem chat send 'Summarise the notes' --chat c_0123abcd
     ///
     /// Example: tandem chat send 'What does it say?' --file report.pdf
+    ///
+    /// With --prompt and --resource (up to 8 in all), an MCP server's
+    /// prompt or resource goes in front of the message (`tandem mcp prompts
+    /// CHAT` lists them); --arg gives a prompt's arguments.
+    ///
+    /// Example: tandem chat send 'Go ahead' --prompt Docs:review --arg lang=Go --resource Wiki:wiki://home
     Send {
         /// The message.
         text: String,
@@ -37,6 +43,15 @@ pub enum ChatCommand {
         /// A file to send with the message (repeat for more).
         #[arg(long, value_name = "FILE")]
         file: Vec<std::path::PathBuf>,
+        /// An MCP server's prompt in front of the message (repeat for more).
+        #[arg(long, value_name = "SERVER:NAME")]
+        prompt: Vec<String>,
+        /// An MCP server's resource in front of the message (repeat for more).
+        #[arg(long, value_name = "SERVER:URI")]
+        resource: Vec<String>,
+        /// An argument of a --prompt (repeat for more).
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
     },
     /// Follow a chat's events from now on, printing answers as they stream.
     ///
@@ -221,7 +236,14 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             let chatd = crate::daemons::by_name("chatd").context("chatd is in the daemon table")?;
             crate::commands::service::exec(chatd, verb).await
         }
-        ChatCommand::Send { text, chat, file } => {
+        ChatCommand::Send {
+            text,
+            chat,
+            file,
+            prompt,
+            resource,
+            args,
+        } => {
             let client = Client::new()?;
             let chat = match chat {
                 Some(chat) => chat,
@@ -245,13 +267,22 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 )
                 .await?;
             let after = snapshot["seq"].as_i64().unwrap_or(0);
+            let context =
+                super::mcp_context::context_of(&client, &chat, &prompt, &resource, &args).await?;
             let route = format!("/conversations/{chat}/messages");
             let sent = if file.is_empty() {
+                let mut body = json!({"text": text});
+                if !context.is_empty() {
+                    body["context"] = json!(context);
+                }
                 client
-                    .call(reqwest::Method::POST, &route, Some(json!({"text": text})))
+                    .ask(reqwest::Method::POST, &route, Some(body))
                     .await?
             } else {
-                let settings = [("text", text)];
+                let mut settings = vec![("text", text)];
+                if !context.is_empty() {
+                    settings.push(("context", Value::Array(context).to_string()));
+                }
                 let sent = client
                     .send_form(reqwest::Method::POST, &route, &[], &settings, &file)
                     .await?;

@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
+use crate::answer::{first_line, text};
 use crate::client::Client;
 use crate::tty;
 
@@ -89,6 +90,47 @@ pub enum McpCommand {
     Tools {
         /// The chat's id.
         chat: String,
+    },
+    /// A chat's prompts from its MCP servers: server, name, arguments
+    /// (`*`: required), description. Send one with a message: tandem chat
+    /// send --prompt SERVER:NAME --arg NAME=VALUE.
+    ///
+    /// Example: tandem mcp prompts c_58bc144a880ac418
+    Prompts {
+        /// The chat's id.
+        chat: String,
+    },
+    /// A chat's resources from its MCP servers (and their templates):
+    /// server, URI, name, type. Send one with a message: tandem chat send
+    /// --resource SERVER:URI.
+    ///
+    /// Example: tandem mcp resources c_58bc144a880ac418
+    Resources {
+        /// The chat's id.
+        chat: String,
+    },
+    /// Print what a prompt or a resource gives now, as a message would get
+    /// it (cut at 256 KiB, binary parts named, not shown).
+    ///
+    /// Examples: tandem mcp show c_58bc144a880ac418 --prompt Docs:review --arg lang=Go;
+    /// tandem mcp show c_58bc144a880ac418 --resource Wiki:wiki://home
+    Show {
+        /// The chat's id (its servers, as it may use them).
+        chat: String,
+        /// A prompt: its server's name (or id), a colon, its name.
+        #[arg(
+            long,
+            value_name = "SERVER:NAME",
+            conflicts_with = "resource",
+            required_unless_present = "resource"
+        )]
+        prompt: Option<String>,
+        /// A resource: its server's name (or id), a colon, its URI.
+        #[arg(long, value_name = "SERVER:URI")]
+        resource: Option<String>,
+        /// A prompt's argument (repeat for more).
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
     },
     /// Remove a connector with its sealed token and headers.
     ///
@@ -191,6 +233,25 @@ pub async fn exec(command: McpCommand) -> anyhow::Result<ExitCode> {
                 .ask(Method::GET, &format!("/conversations/{chat}/tools"), None)
                 .await?;
             print!("{}", tools_text(&view));
+        }
+        McpCommand::Prompts { chat } => super::mcp_context::print_prompts(&client, &chat).await?,
+        McpCommand::Resources { chat } => {
+            super::mcp_context::print_resources(&client, &chat).await?
+        }
+        McpCommand::Show {
+            chat,
+            prompt,
+            resource,
+            args,
+        } => {
+            super::mcp_context::show(
+                &client,
+                &chat,
+                prompt.as_deref(),
+                resource.as_deref(),
+                &args,
+            )
+            .await?
         }
         McpCommand::Rm { connector } => {
             let id = find(&client, &connector).await?;
@@ -355,14 +416,6 @@ fn line(c: &Value) -> String {
         out.push_str(&format!("\n    {why}"));
     }
     out
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or("")
 }
 
 impl AddArgs {

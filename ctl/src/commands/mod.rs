@@ -7,6 +7,7 @@ pub mod connector;
 pub mod doctor;
 pub mod egress;
 pub mod mcp;
+mod mcp_context;
 pub mod sandbox;
 pub mod service;
 pub mod status;

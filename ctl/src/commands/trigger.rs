@@ -8,6 +8,7 @@ use anyhow::bail;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
+use crate::answer::text;
 use crate::client::{refusal, Client};
 
 pub const LONG_ABOUT: &str = "\
@@ -275,10 +276,6 @@ async fn call(
         return Ok(answer);
     }
     bail!("{}", refusal(status.as_u16(), &answer))
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }
 
 fn name_of(t: &Value) -> &str {

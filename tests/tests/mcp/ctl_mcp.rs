@@ -194,3 +194,135 @@ async fn a_command_server_is_added_with_its_environment_from_stdin() {
     );
     assert_eq!(both.status.code(), Some(2), "{}", text(&both));
 }
+
+/// A chat's prompts and resources from the terminal: listed, one shown,
+/// and both sent in front of a message; a prompt without its required
+/// argument and an argument no prompt takes are refused before anything
+/// is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_and_resources_are_listed_shown_and_sent() {
+    let fake = FakeMcp::start(Some(TOKEN)).await.unwrap();
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = Chatd::start(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")])
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let url = fake.url("/mcp");
+    let added = tandem(
+        &chatd,
+        home.path(),
+        &["mcp", "add", "Glossary", &url, "--token-file", "-"],
+        &format!("{TOKEN}\n"),
+    );
+    assert!(added.status.success(), "{}", text(&added));
+    let chat = chatd.client().create_chat().await.unwrap();
+
+    let prompts = tandem(&chatd, home.path(), &["mcp", "prompts", &chat], "");
+    assert!(prompts.status.success(), "{}", text(&prompts));
+    let out = String::from_utf8_lossy(&prompts.stdout);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("Glossary") && l.contains("brief") && l.contains("topic*")),
+        "{out}"
+    );
+    let resources = tandem(&chatd, home.path(), &["mcp", "resources", &chat], "");
+    let out = String::from_utf8_lossy(&resources.stdout);
+    assert!(out.contains("fake://glossary"), "{}", text(&resources));
+    assert!(out.contains("fake://word/{word}"), "{out}");
+
+    let shown = tandem(
+        &chatd,
+        home.path(),
+        &[
+            "mcp",
+            "show",
+            &chat,
+            "--prompt",
+            "glossary:brief",
+            "--arg",
+            "topic=bikes",
+        ],
+        "",
+    );
+    assert!(shown.status.success(), "{}", text(&shown));
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stdout).trim(),
+        "Write a brief about bikes."
+    );
+    let missing = tandem(
+        &chatd,
+        home.path(),
+        &[
+            "chat",
+            "send",
+            "Go",
+            "--chat",
+            &chat,
+            "--prompt",
+            "Glossary:brief",
+        ],
+        "",
+    );
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("needs --arg topic"),
+        "{}",
+        text(&missing)
+    );
+    let stray = tandem(
+        &chatd,
+        home.path(),
+        &[
+            "chat",
+            "send",
+            "Go",
+            "--chat",
+            &chat,
+            "--resource",
+            "Glossary:fake://glossary",
+            "--arg",
+            "x=1",
+        ],
+        "",
+    );
+    assert_eq!(stray.status.code(), Some(1), "{}", text(&stray));
+
+    let sent = tandem(
+        &chatd,
+        home.path(),
+        &[
+            "chat",
+            "send",
+            "Go ahead",
+            "--chat",
+            &chat,
+            "--prompt",
+            "Glossary:brief",
+            "--arg",
+            "topic=bikes",
+            "--resource",
+            "Glossary:fake://glossary",
+        ],
+        "",
+    );
+    assert!(sent.status.success(), "{}", text(&sent));
+    let snapshot = chatd.client().snapshot(&chat).await.unwrap();
+    let stored = snapshot["messages"]
+        .as_array()
+        .and_then(|all| all.iter().find(|m| m["role"] == "user"))
+        .and_then(|m| m["text"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        stored
+            .starts_with("[context from MCP connector Glossary: prompt \"brief\" (topic: bikes)]"),
+        "{stored}"
+    );
+    assert!(stored.contains("tandem: two working as one"), "{stored}");
+    assert!(stored.ends_with("Go ahead"), "{stored}");
+    assert_eq!(
+        snapshot["messages"].as_array().map(Vec::len),
+        Some(2),
+        "{snapshot}"
+    );
+}

@@ -3,6 +3,7 @@
 //! MCP server of our own for the faults (tandem_tests::mcpservers).
 
 mod connectors;
+mod context;
 mod ctl_mcp;
 mod in_chats;
 mod stdio;

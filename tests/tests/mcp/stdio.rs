@@ -343,6 +343,43 @@ async fn a_python_sdk_server_answers_from_the_chats_sandbox() -> anyhow::Result<
         Some("bonjour"),
         "{results:?}"
     );
+
+    // Its prompt and resource, over the same session, as a message's context.
+    let id = made.body["id"].as_str().context("id")?;
+    let prompts = client
+        .get(&format!("/conversations/{chat}/mcp/prompts"))
+        .await?;
+    assert_eq!(prompts.body["prompts"][0]["name"], "tidy", "{prompts:?}");
+    let resources = client
+        .get(&format!("/conversations/{chat}/mcp/resources"))
+        .await?;
+    assert_eq!(
+        resources.body["resources"][0]["uri"], "notes://today",
+        "{resources:?}"
+    );
+    let sent = client
+        .post(
+            &format!("/conversations/{chat}/messages"),
+            json!({"text": "Go", "context": [
+                {"connector": id, "name": "tidy", "arguments": {"style": "terse"}},
+                {"connector": id, "uri": "notes://today"},
+            ]}),
+        )
+        .await?;
+    assert_eq!(sent.status, 202, "{sent:?}");
+    setup.wait(&chat, &run_id(&sent.body)?).await?;
+    let snapshot = client.snapshot(&chat).await?;
+    let text = snapshot["messages"]
+        .as_array()
+        .and_then(|all| all.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["text"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        text.contains("Tidy these notes in a terse style."),
+        "{text}"
+    );
+    assert!(text.contains("buy bread; call the bank"), "{text}");
     Ok(())
 }
 

@@ -278,3 +278,86 @@ async fn a_command_server_is_added_from_the_page() -> anyhow::Result<()> {
     ensure!(!chatd.log().contains(VALUE), "the value in chatd's log");
     Ok(())
 }
+
+/// From the composer's Context list: a prompt with its argument asked for,
+/// and a resource, picked as chips and sent with the message, go in front
+/// of its text; the message shows what was typed, the context folded under
+/// "Context: …"; the chips are gone once it is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_and_a_resource_go_in_front_of_a_message_from_the_page() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let fake = FakeMcp::start(None).await?;
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd =
+        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
+            .await?;
+    let client = chatd.client();
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Glossary", "transport": "http", "url": fake.url("/mcp")}),
+        )
+        .await?;
+    ensure!(made.status == 201, "{made:?}");
+    let chat = client.create_chat().await?;
+    let driver = Chromedriver::start().await?;
+    let b = Browser::open_chat(
+        &driver,
+        DESKTOP,
+        &chatd.front_url(),
+        Some(&chat),
+        "#context-add",
+    )
+    .await?;
+    let closed = "return !document.querySelector('#context-panel').open;";
+
+    b.click("#context-add").await?;
+    b.click("#context-list [data-prompt='brief']").await?;
+    b.wait_visible("#context-args input[data-arg='topic']", WAIT)
+        .await?;
+    // Required: refused in words until it is given.
+    b.click("#context-args button[type=submit]").await?;
+    b.wait_visible("#context-error", WAIT).await?;
+    fill(&b, "#context-args input[data-arg='topic']", "bikes").await?;
+    b.click("#context-args button[type=submit]").await?;
+    b.wait_js("the list closed", closed, WAIT).await?;
+    b.click("#context-add").await?;
+    b.click("#context-list [data-uri='fake://glossary']")
+        .await?;
+    b.wait_js("the list closed", closed, WAIT).await?;
+    b.wait_count("#context-chips .context-chip", |n| n == 2, WAIT)
+        .await?;
+    let chips = b.text("#context-chips").await?;
+    ensure!(chips.contains("Glossary · brief (topic: bikes)"), "{chips}");
+
+    fill(&b, "#composer", "Go ahead").await?;
+    b.click("#send").await?;
+    b.wait_text(
+        ".message[data-role='user'] .body",
+        |t| t == "Go ahead",
+        WAIT,
+    )
+    .await?;
+    let fold = b
+        .text_content(".message[data-role='user'] .context-fold summary")
+        .await?;
+    ensure!(
+        fold.contains("Glossary · brief") && fold.contains("fake://glossary"),
+        "{fold}"
+    );
+    b.wait_hidden("#context-chips", WAIT).await?;
+    let snapshot = client.snapshot(&chat).await?;
+    let stored = snapshot["messages"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    ensure!(
+        stored
+            .starts_with("[context from MCP connector Glossary: prompt \"brief\" (topic: bikes)]"),
+        "{stored}"
+    );
+    ensure!(stored.ends_with("\n\nGo ahead"), "{stored}");
+    b.close().await
+}

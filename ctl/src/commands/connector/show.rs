@@ -5,9 +5,7 @@ use serde_json::Value;
 
 use crate::commands::trigger::local;
 
-pub(super) fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
+pub(super) use crate::answer::text;
 
 pub(super) fn list(v: &Value) -> Vec<String> {
     v.as_array()

@@ -40,6 +40,10 @@ pub struct SendBody {
     /// the answer may ask again).
     #[serde(default)]
     key: Option<String>,
+    /// Prompts and resources of the chat's MCP servers, expanded in front
+    /// of the text (`mcp/context.rs`).
+    #[serde(default)]
+    context: Option<Vec<Value>>,
 }
 
 /// The body of send-now, continue and regenerate: all optional.
@@ -58,19 +62,24 @@ pub async fn send(
         return super::uploads::send_form(app, id, request).await;
     }
     let Json(body) = Json::<SendBody>::from_request(request, &app).await?;
-    let outgoing = Outgoing::checked(body.text, body.origin, body.key)?;
+    let outgoing = Outgoing::checked(body.text, body.origin, body.key)?
+        .with_context(body.context.as_deref())?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
     if let Some(again) = outgoing.answered(&app, &id).await? {
         return Ok(accepted(again));
     }
-    let mut records = None;
-    let mut text = outgoing.text.clone();
+    // Asked of the servers before any file is saved: a refusal stores nothing.
+    let context = super::mcp_context::expand(&app, &id, &outgoing.context).await?;
+    let mut records = context.records;
+    let mut text = context.text;
+    text.push_str(&outgoing.text);
     if !files.is_empty() {
         // Saved before the message is, so the model can read them at once.
         let saved = attached(&app, &id, attachments::Incoming::Decoded(files)).await?;
         text.push_str(&saved.text);
-        records = Some(Value::Array(saved.records));
+        records.extend(saved.records);
     }
+    let records = (!records.is_empty()).then_some(Value::Array(records));
     outgoing.store(&app, id, text, records).await
 }
 

@@ -13,6 +13,7 @@ mod form;
 mod forward;
 mod history;
 mod mcp;
+mod mcp_context;
 mod messages;
 mod notifications;
 mod outgoing;
@@ -165,6 +166,18 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/mcp-connectors/{id}/disable", post(mcp::disable))
         .route("/conversations/{id}/tools", get(chat_mcp::tools))
         .route("/conversations/{id}/mcp", put(chat_mcp::set_off))
+        .route(
+            "/conversations/{id}/mcp/prompts",
+            get(mcp_context::prompts).post(mcp_context::preview_prompt),
+        )
+        .route(
+            "/conversations/{id}/mcp/resources",
+            get(mcp_context::resources),
+        )
+        .route(
+            "/conversations/{id}/mcp/resources/read",
+            post(mcp_context::read_resource),
+        )
         .route("/push/key", get(push::key))
         .route(
             "/push/subscribe",

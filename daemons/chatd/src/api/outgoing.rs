@@ -71,6 +71,8 @@ pub struct Outgoing {
     pub text: String,
     origin: Origin,
     key: Option<String>,
+    /// Prompts and resources of the chat's MCP servers to put in front.
+    pub context: Vec<crate::mcp::context::Asked>,
 }
 
 impl Outgoing {
@@ -92,7 +94,18 @@ impl Outgoing {
                 ));
             }
         }
-        Ok(Outgoing { text, origin, key })
+        Ok(Outgoing {
+            text,
+            origin,
+            key,
+            context: Vec::new(),
+        })
+    }
+
+    /// With the message's `context` (checked; nothing is asked yet).
+    pub fn with_context(mut self, context: Option<&[Value]>) -> Result<Outgoing, ApiError> {
+        self.context = crate::mcp::context::parse_list(context.unwrap_or_default())?;
+        Ok(self)
     }
 
     /// The first send's answer when this key was sent before (its files

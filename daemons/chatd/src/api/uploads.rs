@@ -26,8 +26,12 @@ use crate::workspace::{staging_path, Workspace};
 use crate::App;
 
 /// A message form's settings and their largest size in bytes.
-const MESSAGE_SETTINGS: &[(&str, u64)] =
-    &[("text", 4 * MAX_TEXT as u64), ("origin", 64), ("key", 256)];
+const MESSAGE_SETTINGS: &[(&str, u64)] = &[
+    ("text", 4 * MAX_TEXT as u64),
+    ("origin", 64),
+    ("key", 256),
+    ("context", 64 * 1024),
+];
 /// A file put's one setting: the version it replaces.
 const PUT_SETTINGS: &[(&str, u64)] = &[("base", 32)];
 
@@ -136,16 +140,24 @@ pub async fn send_form(app: Arc<App>, id: String, request: Request) -> Result<Re
             return Err(e);
         }
     };
-    let mut text = outgoing.text.clone();
-    if written.staged.is_empty() {
-        return outgoing.store(&app, id, text, None).await;
+    // Asked of the servers before the files are kept: a refusal keeps none.
+    let context = match super::mcp_context::expand(&app, &id, &outgoing.context).await {
+        Ok(context) => context,
+        Err(e) => {
+            written.take_back().await;
+            return Err(e);
+        }
+    };
+    let mut records = context.records;
+    let mut text = context.text;
+    text.push_str(&outgoing.text);
+    if !written.staged.is_empty() {
+        let saved = attached(&app, &id, Incoming::Staged(written.keep())).await?;
+        text.push_str(&saved.text);
+        records.extend(saved.records);
     }
-    let landed = attached(&app, &id, Incoming::Staged(written.keep())).await;
-    let saved = landed?;
-    text.push_str(&saved.text);
-    outgoing
-        .store(&app, id, text, Some(Value::Array(saved.records)))
-        .await
+    let records = (!records.is_empty()).then_some(Value::Array(records));
+    outgoing.store(&app, id, text, records).await
 }
 
 /// Reads a message form to its end: the checked message, or the answer of
@@ -197,11 +209,12 @@ async fn read_message(
 
 /// The message's settings, checked as a JSON send's are.
 fn checked(settings: Vec<(&str, String)>) -> Result<Outgoing, ApiError> {
-    let (mut text, mut origin, mut key) = (None, None, None);
+    let (mut text, mut origin, mut key, mut context) = (None, None, None, None);
     for (name, value) in settings {
         let slot = match name {
             "text" => &mut text,
             "origin" => &mut origin,
+            "context" => &mut context,
             _ => &mut key,
         };
         if slot.replace(value).is_some() {
@@ -209,7 +222,17 @@ fn checked(settings: Vec<(&str, String)>) -> Result<Outgoing, ApiError> {
         }
     }
     let text = text.ok_or_else(|| ApiError::bad_input("text", "is missing"))?;
-    Outgoing::checked(text, origin, key)
+    // A form's `context` is the JSON list a JSON send gives.
+    let context: Option<Vec<Value>> = match context {
+        None => None,
+        Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
+            ApiError::bad_input(
+                "context",
+                format!("is not a JSON list of prompts and resources: {e}"),
+            )
+        })?),
+    };
+    Outgoing::checked(text, origin, key)?.with_context(context.as_deref())
 }
 
 /// One file of a message, streamed to a staging name under `uploads/`.

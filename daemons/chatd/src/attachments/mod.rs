@@ -465,7 +465,7 @@ fn estimate_tokens(text: &str) -> u64 {
 }
 
 /// A code fence longer than any run of backticks in `content`.
-fn fence_for(content: &str) -> String {
+pub(crate) fn fence_for(content: &str) -> String {
     let mut longest = 0;
     let mut run = 0;
     for c in content.chars() {

@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 18] = [
+const PAGE_FILES: [(&str, &str, &str); 19] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -59,6 +59,7 @@ const PAGE_FILES: [(&str, &str, &str); 18] = [
     ("/chat-app/inbox.js", include_str!("page/inbox.js"), JS),
     ("/chat-app/push.js", include_str!("page/push.js"), JS),
     ("/chat-app/mcp.js", include_str!("page/mcp.js"), JS),
+    ("/chat-app/context.js", include_str!("page/context.js"), JS),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",

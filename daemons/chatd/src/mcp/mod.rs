@@ -10,11 +10,13 @@
 //!
 //! `sessions.rs` keeps each chat's sessions, `offer.rs` names their tools
 //! for a turn, `stdio.rs` runs a `stdio` server in the chat's sandbox.
-//! Still to come (issue 27): stdio through hostexecd on a box without
-//! sandboxes, the HTTP+SSE fallback, prompts, resources and MCP Apps.
+//! `context.rs` turns a server's prompts and resources into text for a
+//! message. Still to come (issue 27): stdio through hostexecd on a box
+//! without sandboxes, the HTTP+SSE fallback and MCP Apps.
 
 pub mod address;
 pub mod client;
+pub mod context;
 pub mod offer;
 pub mod sessions;
 pub mod stdio;

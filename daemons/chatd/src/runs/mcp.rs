@@ -43,10 +43,26 @@ pub(super) fn usable(
     let off = rows::off_in(conn, conversation_id)?;
     Ok(rows::list(conn)?
         .into_iter()
-        .filter(|c| c.enabled)
-        .filter(|c| !off.contains(&c.id))
-        .filter(|c| agent.is_none_or(|a| names(a, &c.id)))
+        .filter(|c| why_not(c, &off, agent).is_none())
         .collect())
+}
+
+/// Why a chat whose switched-off connectors are `off` and whose agent is
+/// `agent` may not use connector `c`; `None` when it may.
+pub(crate) fn why_not(
+    c: &Connector,
+    off: &[String],
+    agent: Option<&Agent>,
+) -> Option<&'static str> {
+    if !c.enabled {
+        Some("switched off under MCP servers")
+    } else if off.contains(&c.id) {
+        Some("switched off for this chat")
+    } else if !agent.is_none_or(|a| names(a, &c.id)) {
+        Some("the chat's agent does not name it")
+    } else {
+        None
+    }
 }
 
 /// Whether `agent` names connector `id`: a saved agent gets only the
@@ -270,16 +286,7 @@ impl Runs {
         let mut usable = Vec::new();
         for c in &all {
             let on = !off.contains(&c.id);
-            let named = agent.as_ref().is_none_or(|a| names(a, &c.id));
-            let reason = if !c.enabled {
-                Some("switched off under MCP servers")
-            } else if !on {
-                Some("switched off for this chat")
-            } else if !named {
-                Some("the chat's agent does not name it")
-            } else {
-                None
-            };
+            let reason = why_not(c, &off, agent.as_ref());
             if reason.is_none() {
                 usable.push(c.clone());
             }

@@ -19,7 +19,7 @@ mod compaction;
 mod describe;
 mod files;
 mod kept;
-mod mcp;
+pub(crate) mod mcp;
 mod slots;
 mod steps;
 

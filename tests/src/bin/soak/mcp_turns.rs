@@ -7,7 +7,10 @@
 //! `done` has its call answered with the fake's words, a failure naming the
 //! MCP connector (the server went away under the call), or "there is no
 //! tool" (the server could not be reached when the turn began, so it was
-//! not offered); no answer carries a token.
+//! not offered); no answer carries a token. Every third turn carries the
+//! good server's glossary resource as context: stored with its block in
+//! front of the text, or refused (502 while the server is down, 403 while
+//! it is switched off) with no message stored.
 
 use super::*;
 
@@ -23,13 +26,19 @@ pub(crate) struct Turns {
     pub not_sent: u64,
     /// Turns sent with the connectors switched off for the chat alone.
     pub switched_off: u64,
+    /// Turns sent with the good server's glossary resource as context:
+    /// stored with its block in front, or refused (502 down, 403 off)
+    /// with nothing stored.
+    pub with_context: u64,
+    pub context_refused: u64,
 }
 
 impl Turns {
     pub(crate) fn line(&self) -> String {
         format!(
-            "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away or switched off for the chat: {}), {} interrupted by a kill, {} not sent (chatd down)",
-            self.answered, self.failed_call, self.not_offered, self.switched_off, self.interrupted, self.not_sent
+            "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away or switched off for the chat: {}), {} interrupted by a kill, {} not sent (chatd down); {} sent with a resource as context, {} refused for it with nothing stored",
+            self.answered, self.failed_call, self.not_offered, self.switched_off, self.interrupted, self.not_sent,
+            self.with_context, self.context_refused
         )
     }
 }
@@ -71,7 +80,38 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
         let text = format!(
             "look it up [sim tool_call=lookup args={args} tool_steps=1 tokens=2 tps=0 id=mcp{n}]"
         );
-        let run = match shared.send_text(&chat, &text).await {
+        // Every third turn (with the servers on) carries the good server's
+        // glossary resource in front of its text.
+        let context = if !off_here && n.is_multiple_of(3) {
+            good_connector(shared, &chat).await
+        } else {
+            None
+        };
+        let sent = match &context {
+            None => shared.send_text(&chat, &text).await,
+            Some(id) => {
+                let users_before = user_messages(shared, &chat).await;
+                let body =
+                    json!({"text": text, "context": [{"connector": id, "uri": "fake://glossary"}]});
+                let path = format!("/conversations/{chat}/messages");
+                let sent = shared.call(reqwest::Method::POST, &path, Some(body)).await;
+                if let Ok((status @ (403 | 502), _)) = &sent {
+                    turns.context_refused += 1;
+                    let after = user_messages(shared, &chat).await;
+                    if users_before.is_some() && after.is_some() && after != users_before {
+                        shared.violate(
+                            Inv::Mcp,
+                            format!(
+                                "mcp: a send refused {status} for its context stored a message"
+                            ),
+                        );
+                    }
+                    continue;
+                }
+                sent
+            }
+        };
+        let run = match sent {
             Ok((202, b)) if b["run_id"].is_string() => {
                 b["run_id"].as_str().unwrap_or("").to_string()
             }
@@ -120,6 +160,25 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
                 continue;
             }
         }
+        if context.is_some() {
+            turns.with_context += 1;
+            let asked = snapshot["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .rfind(|m| m["role"] == "user")
+                .and_then(|m| m["text"].as_str())
+                .unwrap_or("");
+            if !(asked.starts_with("[context from MCP connector soak good")
+                && asked.contains("tandem: two working as one")
+                && asked.ends_with(&text))
+            {
+                shared.violate(
+                    Inv::Mcp,
+                    format!("mcp: turn {n}'s message does not carry its context in front"),
+                );
+            }
+        }
         let result = snapshot["messages"]
             .as_array()
             .into_iter()
@@ -158,6 +217,37 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
         }
     }
     turns
+}
+
+/// The good server's connector id as `chat` sees it (its name changes
+/// with edits, its id does not); none when chatd does not answer.
+async fn good_connector(shared: &Shared, chat: &str) -> Option<String> {
+    let path = format!("/conversations/{chat}/tools");
+    let Ok((200, view)) = shared.call(reqwest::Method::GET, &path, None).await else {
+        return None;
+    };
+    view["mcp"]
+        .as_array()?
+        .iter()
+        .find(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("soak good"))
+        })
+        .and_then(|c| c["id"].as_str())
+        .map(str::to_string)
+}
+
+/// How many user messages `chat` holds; none when chatd does not answer.
+async fn user_messages(shared: &Shared, chat: &str) -> Option<usize> {
+    let snapshot = shared.snapshot(chat).await.ok()?;
+    Some(
+        snapshot["messages"]
+            .as_array()?
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .count(),
+    )
 }
 
 /// Switches every connector off (or all on) for `chat` alone and reads it

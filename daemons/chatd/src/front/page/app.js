@@ -16,6 +16,7 @@
  *   settings.js  the model picker, the settings panel, the defaults for new chats
  *   push.js      "Notify me on this device": the service worker (sw.js) and Web Push
  *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
+ *   context.js   prompts and resources of the chat's MCP servers in front of a message
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -723,6 +724,7 @@ function init() {
   initStatus(); // status.js: the meter's details, the failure banner
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
   initMcp(); // mcp.js: the MCP servers panel
+  initContext(); // context.js: prompts and resources in front of a message
   initPush(); // push.js: "Notify me on this device"
   initFileSearch(); // filesearch.js: the files pane's search box
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));

@@ -209,7 +209,7 @@ function makeView(c, message) {
   node.append(view.body);
   if (message.role === 'assistant') node.append(view.note = el('p', { class: 'note', hidden: true }));
   if (message.role === 'user') {
-    node.append(attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
+    node.append(contextFold(message) || '', attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
   }
   addBranch(c, message, node); // around.js
   c.views.set(message.id, view);
@@ -475,9 +475,10 @@ const TOO_LATE = 'Too late: this message has reached the model already.';
 function editPending(c, id, view) {
   view.error.hidden = true;
   const added = addedText(c.pending.get(id)); // what chatd wrote of its files stays as it was
+  const lead = leadText(c.pending.get(id)); // and the MCP context it put in front
   openEditor(view, view.text, 'pending', typedText(c.pending.get(id)), async (text) => {
     try {
-      const updated = await api('PATCH', `/conversations/${enc(c.id)}/pending/${enc(id)}`, { text: text + added });
+      const updated = await api('PATCH', `/conversations/${enc(c.id)}/pending/${enc(id)}`, { text: lead + text + added });
       if (c.pending.has(id)) c.pending.set(id, { ...c.pending.get(id), ...updated });
     } catch (error) {
       if (error.status !== 409) throw error;
@@ -505,8 +506,9 @@ function startEdit(c, id) {
   const message = c.byId.get(id);
   if (!view || !message) return;
   const added = addedText(message); // the files' lines chatd wrote for the model stay
+  const lead = leadText(message); // and the MCP context in front
   openEditor(view, view.body, 'edit', typedText(message), async (text) => {
-    await startingRun(c, () => api('POST', `/conversations/${enc(c.id)}/messages/${enc(id)}/edit`, { text: text + added }));
+    await startingRun(c, () => api('POST', `/conversations/${enc(c.id)}/messages/${enc(id)}/edit`, { text: lead + text + added }));
     refreshListSoon();
   }, () => fillBody(view.body, message));
 }

@@ -170,6 +170,7 @@ function paintAttached() {
       button('attach-remove quiet', '✕', () => removeAttached(key, item.id), { 'aria-label': `Remove ${file.name}`, disabled: busy }));
   }));
   paintUpload();
+  paintContext(); // context.js: the picked prompts and resources of this composer
 }
 
 function paintUpload() {
@@ -196,10 +197,11 @@ function cancelUpload() {
  * One message with its files as multipart/form-data: `text` first, then each file. The answer
  * is a JSON send's ({message_id, run_id} or {pending_id}); a refusal is an ApiError in chatd's words.
  */
-function uploadMessage(c, key, text, items) {
+function uploadMessage(c, key, text, items, context) {
   return new Promise((resolve, reject) => {
     const form = new FormData();
     form.append('text', text);
+    if (context.length) form.append('context', JSON.stringify(context));
     for (const item of items) form.append('file', item.file, item.file.name);
     const xhr = new XMLHttpRequest();
     const total = items.reduce((n, item) => n + item.file.size, 0);
@@ -248,12 +250,16 @@ async function sendComposer() {
   const error = $('#composer-error');
   const key = compose.key || NEW_CHAT_KEY;
   const items = attachedOf(key).slice();
+  const picked = contextOf(key).slice(); // context.js
+  const context = picked.map((p) => p.item);
   const typed = box.value;
-  if ((!typed.trim() && !items.length) || page.sending) return;
+  if ((!typed.trim() && !items.length && !picked.length) || page.sending) return;
   error.hidden = true;
   if (!chat && wantedChatId()) return showInlineError(error, 'The chat is still loading: try again in a moment.');
   // chatd wants some text: files alone are named.
-  const text = typed.trim() ? typed : `Attached: ${items.map((item) => item.file.name).join(', ')}`;
+  const text = typed.trim() ? typed
+    : items.length ? `Attached: ${items.map((item) => item.file.name).join(', ')}`
+      : `Context: ${picked.map((p) => p.label).join(', ')}`;
   page.sending = true;
   box.value = '';
   fitComposer();
@@ -264,9 +270,11 @@ async function sendComposer() {
     sentKey = c.id;
     const answer = await startingRun(c, async () => {
       await nameChat(c, text);
-      return items.length ? uploadMessage(c, sentKey, text, items)
-        : api('POST', `/conversations/${enc(c.id)}/messages`, { text });
+      if (items.length) return uploadMessage(c, sentKey, text, items, context);
+      return api('POST', `/conversations/${enc(c.id)}/messages`, context.length ? { text, context } : { text });
     });
+    // What was picked goes with this message only (a pick made meanwhile stays).
+    contextPicks.set(sentKey, contextOf(sentKey).filter((p) => !picked.includes(p)));
     if (answer && answer.pending_id) addPending(c, { id: answer.pending_id, text, state: 'waiting' });
     // What was typed in this chat while the upload ran is the new draft.
     draftSet(sentKey, compose.key === sentKey ? $('#composer').value : '');
@@ -291,6 +299,8 @@ async function startChat() {
   const conversation = await api('POST', '/conversations', {});
   compose.files.set(conversation.id, attachedOf(NEW_CHAT_KEY));
   compose.files.delete(NEW_CHAT_KEY);
+  contextPicks.set(conversation.id, contextOf(NEW_CHAT_KEY));
+  contextPicks.delete(NEW_CHAT_KEY);
   draftSet(NEW_CHAT_KEY, '');
   if (compose.upload && compose.upload.key === NEW_CHAT_KEY) compose.upload.key = conversation.id;
   compose.key = conversation.id; // the box keeps what it holds: the route does not load a draft over it
@@ -334,22 +344,26 @@ function addedTextAt(message) {
   const text = String((message && message.text) || '');
   if (!files.length) return -1;
   const first = files[0].path;
-  const at = [`\n\n[attached file ${first}`, `\n\n[attached image ${first}`].map((s) => text.indexOf(s)).filter((i) => i >= 0);
+  const from = contextEnd(message); // context.js: the MCP context chatd put in front
+  const at = [`\n\n[attached file ${first}`, `\n\n[attached image ${first}`].map((s) => text.indexOf(s, from)).filter((i) => i >= 0);
   return at.length ? Math.min(...at) : -1;
 }
 
-/** What the person typed: the message's text without what chatd added for the model. */
+/** What the person typed: the message's text without what chatd added for the model (in front and after). */
 function typedText(message) {
   const text = String((message && message.text) || '');
   const at = addedTextAt(message);
-  return at >= 0 ? text.slice(0, at) : text;
+  return text.slice(contextEnd(message), at >= 0 ? at : text.length);
 }
 
-/** What chatd added (kept as it was when the person edits a waiting message). */
+/** What chatd added after the text (kept as it was when the person edits a waiting message). */
 function addedText(message) {
   const at = addedTextAt(message);
   return at >= 0 ? String(message.text).slice(at) : '';
 }
+
+/** What chatd put in front of the text (an MCP server's prompts and resources), kept on an edit. */
+const leadText = (message) => String((message && message.text) || '').slice(0, contextEnd(message));
 
 /** Chips of a sent message's files; each opens the file in the files pane. Null for none. */
 function attachmentChips(message) {

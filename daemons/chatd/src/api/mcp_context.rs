@@ -1,0 +1,328 @@
+//! A chat's MCP prompts and resources (docs/api.md "Prompts and resources
+//! as context"): listed from the servers the chat may use now, previewed,
+//! and expanded in front of a message's text (`context: [...]`). A server
+//! the chat may not use is 403 `mcp_refused`; one that does not answer is
+//! 502 `mcp_error`; either way nothing is stored.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use rmcp::model::{GetPromptRequestParams, JsonObject, ReadResourceRequestParams};
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+
+use super::Json;
+use crate::mcp::client::{cut, Failure, Session};
+use crate::mcp::context::{self, Asked, Blocks, Expanded};
+use crate::runs::mcp::why_not;
+use crate::store::mcp::{self as rows, Connector};
+use crate::store::queries::{self, Trashed};
+use crate::App;
+
+/// Entries of one server's list kept at most.
+const MAX_LISTED: usize = 500;
+
+/// The chat's connectors: those it may use now, and the others with why not.
+struct Reach {
+    usable: Vec<Connector>,
+    refused: Vec<(Connector, &'static str)>,
+}
+
+async fn reach(app: &App, chat: &str) -> Result<Reach, ApiError> {
+    let cid = chat.to_string();
+    let (agent, all, off) = app
+        .store
+        .read(move |conn| {
+            queries::conversation(conn, &cid, Trashed::Exclude)?;
+            Ok((
+                crate::agents::of_conversation(conn, &cid)?,
+                rows::list(conn)?,
+                rows::off_in(conn, &cid)?,
+            ))
+        })
+        .await?;
+    let mut reach = Reach {
+        usable: Vec::new(),
+        refused: Vec::new(),
+    };
+    for c in all {
+        match why_not(&c, &off, agent.as_ref()) {
+            None => reach.usable.push(c),
+            Some(why) => reach.refused.push((c, why)),
+        }
+    }
+    Ok(reach)
+}
+
+impl Reach {
+    /// The connector `id` names, when the chat may use it.
+    fn get(&self, id: &str, field: &str) -> Result<&Connector, ApiError> {
+        if let Some(c) = self.usable.iter().find(|c| c.id == id) {
+            return Ok(c);
+        }
+        match self.refused.iter().find(|(c, _)| c.id == id) {
+            Some((c, why)) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "mcp_refused",
+                format!(
+                    "MCP connector {} cannot be used in this chat: {why}",
+                    c.name
+                ),
+            )
+            .with("connector", c.id.clone())),
+            None => Err(ApiError::bad_input(
+                field,
+                format!(
+                    "{:?} is not a saved MCP connector's id",
+                    id.chars().take(64).collect::<String>()
+                ),
+            )),
+        }
+    }
+}
+
+/// 502 `mcp_error` for a server that did not answer (its reason, which
+/// carries no secret of the connector).
+fn not_answered(c: &Connector, why: Failure) -> ApiError {
+    let said = match why {
+        Failure::SignIn(why) => format!("MCP connector {} refused the sign-in: {why}", c.name),
+        Failure::Connect(why) => format!("MCP connector {} did not answer: {why}", c.name),
+    };
+    ApiError::new(StatusCode::BAD_GATEWAY, "mcp_error", said).with("connector", c.id.clone())
+}
+
+fn unavailable(c: &Connector, why: &Failure) -> Value {
+    let (Failure::SignIn(reason) | Failure::Connect(reason)) = why;
+    json!({"connector": c.id, "server": c.name, "reason": reason})
+}
+
+/// A server's description as lists show it: one short line, no secret.
+fn described(app: &App, c: &Connector, text: Option<&str>) -> Option<String> {
+    let text = cut(text?);
+    Some(match app.mcp.target(c) {
+        Ok(target) => target.clean(text),
+        Err(_) => text,
+    })
+}
+
+/// `GET /conversations/{id}/mcp/prompts`.
+pub async fn prompts(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let reach = reach(&app, &id).await?;
+    let sessions = app.runs.mcp();
+    let (id, sessions) = (&id, &sessions);
+    let asked = reach.usable.iter().map(|c| async move {
+        let listed = sessions
+            .ask(id, c, context::ASK, |s: &Session| {
+                Box::pin(async move {
+                    let offers = s
+                        .peer_info()
+                        .is_some_and(|i| i.capabilities.prompts.is_some());
+                    if !offers {
+                        return Ok(Vec::new());
+                    }
+                    s.list_all_prompts().await
+                })
+            })
+            .await;
+        (c, listed)
+    });
+    let (mut prompts, mut missing) = (Vec::new(), Vec::new());
+    for (c, listed) in futures_util::future::join_all(asked).await {
+        match listed {
+            Err(why) => missing.push(unavailable(c, &why)),
+            Ok(list) => prompts.extend(list.iter().take(MAX_LISTED).map(|p| {
+                let arguments: Vec<Value> = p
+                    .arguments
+                    .iter()
+                    .flatten()
+                    .map(|a| {
+                        json!({"name": a.name, "description": described(&app, c, a.description.as_deref()),
+                               "required": a.required.unwrap_or(false)})
+                    })
+                    .collect();
+                json!({"connector": c.id, "server": c.name, "name": p.name, "title": p.title,
+                       "description": described(&app, c, p.description.as_deref()),
+                       "arguments": arguments})
+            })),
+        }
+    }
+    Ok(axum::Json(
+        json!({"prompts": prompts, "unavailable": missing}),
+    ))
+}
+
+/// `GET /conversations/{id}/mcp/resources`: resources and templates.
+pub async fn resources(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let reach = reach(&app, &id).await?;
+    let sessions = app.runs.mcp();
+    let (id, sessions) = (&id, &sessions);
+    let asked = reach.usable.iter().map(|c| async move {
+        let listed = sessions
+            .ask(id, c, context::ASK, |s: &Session| {
+                Box::pin(async move {
+                    let offers = s
+                        .peer_info()
+                        .is_some_and(|i| i.capabilities.resources.is_some());
+                    if !offers {
+                        return Ok((Vec::new(), Vec::new()));
+                    }
+                    let resources = s.list_all_resources().await?;
+                    // A server may have resources and no templates.
+                    let templates = s.list_all_resource_templates().await.unwrap_or_default();
+                    Ok((resources, templates))
+                })
+            })
+            .await;
+        (c, listed)
+    });
+    let (mut resources, mut templates, mut missing) = (Vec::new(), Vec::new(), Vec::new());
+    for (c, listed) in futures_util::future::join_all(asked).await {
+        match listed {
+            Err(why) => missing.push(unavailable(c, &why)),
+            Ok((list, shapes)) => {
+                resources.extend(list.iter().take(MAX_LISTED).map(|r| {
+                    json!({"connector": c.id, "server": c.name, "uri": r.uri, "name": r.name,
+                           "title": r.title, "description": described(&app, c, r.description.as_deref()),
+                           "mime_type": r.mime_type, "size": r.size})
+                }));
+                templates.extend(shapes.iter().take(MAX_LISTED).map(|t| {
+                    json!({"connector": c.id, "server": c.name, "uri_template": t.uri_template,
+                           "name": t.name, "title": t.title,
+                           "description": described(&app, c, t.description.as_deref()),
+                           "mime_type": t.mime_type})
+                }));
+            }
+        }
+    }
+    Ok(axum::Json(
+        json!({"resources": resources, "templates": templates, "unavailable": missing}),
+    ))
+}
+
+/// What `asked` comes to, asked of `c`'s server in `chat`'s session, with
+/// the connector's secrets taken out.
+async fn expand_one(
+    app: &App,
+    chat: &str,
+    c: &Connector,
+    asked: &Asked,
+) -> Result<Expanded, ApiError> {
+    let sessions = app.runs.mcp();
+    let expanded = match asked {
+        Asked::Prompt {
+            name, arguments, ..
+        } => {
+            let args: JsonObject = arguments
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            let params = GetPromptRequestParams::new(name.clone()).with_arguments(args);
+            sessions
+                .ask(chat, c, context::ASK, move |s: &Session| {
+                    let params = params.clone();
+                    Box::pin(async move { s.get_prompt(params).await })
+                })
+                .await
+                .map(|result| context::of_prompt(&result))
+        }
+        Asked::Resource { uri, .. } => {
+            let params = ReadResourceRequestParams::new(uri.clone());
+            sessions
+                .ask(chat, c, context::ASK, move |s: &Session| {
+                    let params = params.clone();
+                    Box::pin(async move { s.read_resource(params).await })
+                })
+                .await
+                .map(|result| context::of_resource(&result))
+        }
+    };
+    let mut expanded = expanded.map_err(|why| not_answered(c, why))?;
+    if let Ok(target) = app.mcp.target(c) {
+        expanded.text = target.clean(expanded.text);
+    }
+    Ok(expanded)
+}
+
+/// A preview: `POST …/mcp/prompts` and `POST …/mcp/resources/read`.
+async fn preview(app: &App, chat: &str, body: &Value, kind: Kind) -> Result<Value, ApiError> {
+    let asked = Asked::parse(body, "")?;
+    let matches = matches!(
+        (&asked, kind),
+        (Asked::Prompt { .. }, Kind::Prompt) | (Asked::Resource { .. }, Kind::Resource)
+    );
+    if !matches {
+        return Err(match kind {
+            Kind::Prompt => ApiError::bad_input("name", "is missing: a prompt's name"),
+            Kind::Resource => ApiError::bad_input("uri", "is missing: a resource's URI"),
+        });
+    }
+    let reach = reach(app, chat).await?;
+    let c = reach.get(asked.connector(), "connector")?;
+    let expanded = expand_one(app, chat, c, &asked).await?;
+    let mut answer = json!({"connector": c.id, "server": c.name,
+        "chars": expanded.text.chars().count(), "cut": expanded.cut,
+        "left_out": expanded.left_out, "text": expanded.text});
+    match &asked {
+        Asked::Prompt { name, .. } => answer["name"] = json!(name),
+        Asked::Resource { uri, .. } => answer["uri"] = json!(uri),
+    }
+    Ok(answer)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Prompt,
+    Resource,
+}
+
+/// `POST /conversations/{id}/mcp/prompts`: one prompt as a message would get it.
+pub async fn preview_prompt(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<Value>,
+) -> Result<axum::Json<Value>, ApiError> {
+    Ok(axum::Json(preview(&app, &id, &body, Kind::Prompt).await?))
+}
+
+/// `POST /conversations/{id}/mcp/resources/read`: one resource as a message would get it.
+pub async fn read_resource(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Json(body): Json<Value>,
+) -> Result<axum::Json<Value>, ApiError> {
+    Ok(axum::Json(preview(&app, &id, &body, Kind::Resource).await?))
+}
+
+/// A message's context: each prompt or resource asked of its server (side
+/// by side), the blocks in the order asked. Any refusal or failure
+/// answers the whole send, and nothing is stored.
+pub(super) async fn expand(app: &App, chat: &str, asked: &[Asked]) -> Result<Blocks, ApiError> {
+    let mut blocks = Blocks::default();
+    if asked.is_empty() {
+        return Ok(blocks);
+    }
+    let reach = reach(app, chat).await?;
+    let mut connectors = Vec::new();
+    for (i, a) in asked.iter().enumerate() {
+        connectors.push(reach.get(a.connector(), &format!("context[{i}].connector"))?);
+    }
+    let started = std::time::Instant::now();
+    let all = asked
+        .iter()
+        .zip(&connectors)
+        .map(|(a, c)| expand_one(app, chat, c, a));
+    let expanded = futures_util::future::join_all(all).await;
+    for ((a, c), e) in asked.iter().zip(&connectors).zip(expanded) {
+        blocks.push(a, &c.name, e?);
+    }
+    tracing::info!(conversation = %chat, items = asked.len(), bytes = blocks.text.len(),
+        ms = started.elapsed().as_millis() as u64, "mcp: a message's context expanded");
+    Ok(blocks)
+}
