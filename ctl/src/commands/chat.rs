@@ -245,6 +245,8 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             args,
         } => {
             let client = Client::new()?;
+            // Checked before a new chat is made for it: a mistake leaves none.
+            super::mcp_context::check(&client, &prompt, &resource, &args).await?;
             let chat = match chat {
                 Some(chat) => chat,
                 None => {

@@ -105,6 +105,70 @@ pub async fn show(
     Ok(())
 }
 
+/// What can be checked of `--prompt`, `--resource` and `--arg` before a
+/// chat is made for the message: their shapes, their count and that each
+/// names a saved connector.
+pub async fn check(
+    client: &Client,
+    prompts: &[String],
+    resources: &[String],
+    args: &[String],
+) -> anyhow::Result<()> {
+    if prompts.is_empty() && resources.is_empty() {
+        if !args.is_empty() {
+            bail!("--arg is for a --prompt: give one");
+        }
+        return Ok(());
+    }
+    if prompts.len() + resources.len() > MAX_ITEMS {
+        bail!("{MAX_ITEMS} prompts and resources a message at most");
+    }
+    for arg in args {
+        if !arg.contains('=') {
+            bail!("--arg {arg}: not NAME=VALUE");
+        }
+    }
+    let connectors = client.ask(Method::GET, "/mcp-connectors", None).await?;
+    let connectors = connectors["connectors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let specs = prompts.iter().map(|p| (p, "prompt"));
+    for (spec, what) in specs.chain(resources.iter().map(|r| (r, "resource"))) {
+        server_of(&connectors, spec, what)?;
+    }
+    Ok(())
+}
+
+/// Prompts and resources one message may carry (chatd's limit).
+const MAX_ITEMS: usize = 8;
+
+/// The connector a `--prompt`/`--resource` names before its colon (by id
+/// or name), and what follows the colon: (id, name, rest).
+fn server_of(
+    connectors: &[Value],
+    spec: &str,
+    what: &str,
+) -> anyhow::Result<(String, String, String)> {
+    let Some((server, rest)) = spec.split_once(':') else {
+        bail!(
+            "--{what} {spec}: not SERVER:{}",
+            if what == "prompt" { "NAME" } else { "URI" }
+        );
+    };
+    let c = connectors
+        .iter()
+        .find(|c| text(&c["id"]) == server || text(&c["name"]).eq_ignore_ascii_case(server))
+        .with_context(|| {
+            format!("--{what} {spec}: no MCP connector is named {server} (tandem mcp list)")
+        })?;
+    Ok((
+        text(&c["id"]).to_string(),
+        text(&c["name"]).to_string(),
+        rest.to_string(),
+    ))
+}
+
 /// A message's `context` from `--prompt SERVER:NAME`, `--resource
 /// SERVER:URI` and `--arg NAME=VALUE`: a server by its name or id; each
 /// prompt gets the arguments it declares; an argument no prompt declares,
@@ -134,22 +198,7 @@ pub async fn context_of(
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let server_of = |spec: &str, what: &str| -> anyhow::Result<(String, String, String)> {
-        let Some((server, rest)) = spec.split_once(':') else {
-            bail!("--{what} {spec}: not SERVER:{}", what.to_uppercase());
-        };
-        let c = connectors
-            .iter()
-            .find(|c| text(&c["id"]) == server || text(&c["name"]).eq_ignore_ascii_case(server))
-            .with_context(|| {
-                format!("--{what} {spec}: no MCP connector is named {server} (tandem mcp list)")
-            })?;
-        Ok((
-            text(&c["id"]).to_string(),
-            text(&c["name"]).to_string(),
-            rest.to_string(),
-        ))
-    };
+    let server_of = |spec: &str, what: &str| server_of(&connectors, spec, what);
     let mut out = Vec::new();
     let mut used = std::collections::BTreeSet::new();
     if !prompts.is_empty() {
@@ -161,6 +210,17 @@ pub async fn context_of(
                 .iter()
                 .find(|p| p["connector"] == id.as_str() && p["name"] == name.as_str())
             else {
+                let away = listed["unavailable"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|u| u["connector"] == id.as_str());
+                if let Some(away) = away {
+                    bail!(
+                        "--prompt {spec}: {server} did not answer: {}",
+                        text(&away["reason"])
+                    );
+                }
                 bail!("--prompt {spec}: {server} offers no prompt {name} in this chat (tandem mcp prompts {chat})");
             };
             let mut arguments = Map::new();

@@ -242,6 +242,10 @@ async fn refusals_failures_and_limits_store_nothing() -> anyhow::Result<()> {
             json!({"text": "x", "context": [{"connector": id, "name": "brief", "arguments": {"topic": 3}}]}),
             "context[0].arguments.topic",
         ),
+        (
+            json!({"text": "x", "context": [{"connector": id, "uri": "fake://a\nb"}]}),
+            "context[0].uri",
+        ),
     ] {
         let refused = client.post(&path, body).await?;
         assert_eq!(refused.status, 400, "{refused:?}");
@@ -307,17 +311,54 @@ async fn refusals_failures_and_limits_store_nothing() -> anyhow::Result<()> {
             json!({"text": "Go", "context": [
                 {"connector": id, "uri": "fake://logo.png"},
                 {"connector": id, "name": "brief", "arguments": {"topic": "bicycles"}},
+                {"connector": id, "uri": "fake://big"},
             ]}),
         )
         .await?;
     assert_eq!(ok.status, 202, "{ok:?}");
+    client
+        .wait_run(&chat, &run_id(&ok.body)?, &["done", "failed"], QUICK)
+        .await?;
     let stored = user_messages(&client, &chat).await?;
-    let text = stored[0]["text"].as_str().context("text")?;
+    let text = stored[0]["text"].as_str().context("text")?.to_string();
     assert!(
         text.contains("[binary content of fake://logo.png (image/png, 16 bytes): left out]"),
         "{text}"
     );
     assert!(text.contains("Write a brief about bicycles."), "{text}");
+    assert!(
+        text.contains("resource fake://big, cut at 256 KiB]"),
+        "a block cut in all"
+    );
     assert!(!text.contains(TOKEN));
+
+    // An edit brings the context back in front of the new words: over the
+    // typed text's limit with it, taken, and the records kept.
+    let lead = text.strip_suffix("Go").context("typed text last")?;
+    assert!(
+        lead.chars().count() > 256 * 1024,
+        "the context alone is past a message's limit"
+    );
+    let mid = stored[0]["id"].as_str().context("id")?;
+    let edited = client
+        .post(
+            &format!("{path}/{mid}/edit"),
+            json!({"text": format!("{lead}Go again")}),
+        )
+        .await?;
+    assert_eq!(edited.status, 202, "{edited:?}");
+    let stored = user_messages(&client, &chat).await?;
+    let last = stored.last().context("the edited message")?;
+    assert!(last["text"]
+        .as_str()
+        .unwrap_or("")
+        .ends_with("\n\nGo again"));
+    let kinds: Vec<&str> = last["attachments"]
+        .as_array()
+        .context("records kept")?
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["context", "context", "context"]);
     Ok(())
 }

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use rmcp::model::{GetPromptRequestParams, JsonObject, ReadResourceRequestParams};
+use rmcp::model::{
+    GetPromptRequestParams, JsonObject, PaginatedRequestParams, Prompt, ReadResourceRequestParams,
+    Resource, ResourceTemplate,
+};
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
@@ -97,13 +100,169 @@ fn unavailable(c: &Connector, why: &Failure) -> Value {
     json!({"connector": c.id, "server": c.name, "reason": reason})
 }
 
-/// A server's description as lists show it: one short line, no secret.
-fn described(app: &App, c: &Connector, text: Option<&str>) -> Option<String> {
-    let text = cut(text?);
-    Some(match app.mcp.target(c) {
-        Ok(target) => target.clean(text),
-        Err(_) => text,
+/// A connector's secrets taken out of what its server says (a server may
+/// echo its token anywhere: a name, a URI, a description).
+struct Cleaner(Option<crate::mcp::Reach>);
+
+impl Cleaner {
+    fn of(app: &App, c: &Connector) -> Cleaner {
+        Cleaner(app.mcp.target(c).ok())
+    }
+
+    fn text(&self, text: String) -> String {
+        match &self.0 {
+            Some(target) => target.clean(text),
+            None => text,
+        }
+    }
+
+    /// A string of a list: cleaned whole.
+    fn opt(&self, text: Option<&str>) -> Option<String> {
+        text.map(|t| self.text(t.to_string()))
+    }
+
+    /// A description: cleaned, then cut to one short line.
+    fn line(&self, text: Option<&str>) -> Option<String> {
+        text.map(|t| cut(&self.text(t.to_string())))
+    }
+}
+
+/// Pages of a server's list taken at most: with [`MAX_LISTED`] entries
+/// they bound what one list may cost.
+const MAX_PAGES: usize = 10;
+
+/// What a list asks a server for.
+#[derive(Clone, Copy)]
+enum Listing {
+    Prompts,
+    Resources,
+    Templates,
+}
+
+/// One entry of a server's list.
+enum Item {
+    Prompt(Prompt),
+    Resource(Resource),
+    Template(ResourceTemplate),
+}
+
+/// One page of `what` from the server of `s` (none when it did not say it
+/// has prompts, or resources; a server without templates has none).
+async fn page(
+    s: &Session,
+    what: Listing,
+    cursor: Option<String>,
+) -> Result<(Vec<Item>, Option<String>), rmcp::ServiceError> {
+    let caps = s
+        .peer_info()
+        .map(|i| i.capabilities.clone())
+        .unwrap_or_default();
+    let params = Some(PaginatedRequestParams::default().with_cursor(cursor));
+    Ok(match what {
+        Listing::Prompts if caps.prompts.is_some() => {
+            let page = s.list_prompts(params).await?;
+            (
+                page.prompts.into_iter().map(Item::Prompt).collect(),
+                page.next_cursor,
+            )
+        }
+        Listing::Resources if caps.resources.is_some() => {
+            let page = s.list_resources(params).await?;
+            (
+                page.resources.into_iter().map(Item::Resource).collect(),
+                page.next_cursor,
+            )
+        }
+        Listing::Templates if caps.resources.is_some() => {
+            match s.list_resource_templates(params).await {
+                Ok(page) => (
+                    page.resource_templates
+                        .into_iter()
+                        .map(Item::Template)
+                        .collect(),
+                    page.next_cursor,
+                ),
+                Err(rmcp::ServiceError::McpError(_)) => (Vec::new(), None),
+                Err(e) => return Err(e),
+            }
+        }
+        _ => (Vec::new(), None),
     })
+}
+
+/// Every usable server's list of `what` ([`MAX_LISTED`] entries and
+/// [`MAX_PAGES`] pages each at most), side by side, as JSON, its strings
+/// cleaned of the connector's secrets; and the servers that did not answer.
+async fn each_server(
+    app: &App,
+    chat: &str,
+    what: Listing,
+) -> Result<(Vec<Value>, Vec<Value>), ApiError> {
+    let reach = reach(app, chat).await?;
+    let sessions = app.runs.mcp();
+    let asked = reach.usable.iter().map(|c| async move {
+        let listed = sessions
+            .ask(chat, c, context::ASK, move |s: &Session| {
+                Box::pin(async move {
+                    let mut all = Vec::new();
+                    let mut cursor = None;
+                    for _ in 0..MAX_PAGES {
+                        let (items, next) = page(s, what, cursor).await?;
+                        all.extend(items);
+                        match next {
+                            Some(next) if all.len() < MAX_LISTED => cursor = Some(next),
+                            _ => break,
+                        }
+                    }
+                    all.truncate(MAX_LISTED);
+                    Ok(all)
+                })
+            })
+            .await;
+        (c, listed)
+    });
+    let (mut entries, mut missing) = (Vec::new(), Vec::new());
+    for (c, listed) in futures_util::future::join_all(asked).await {
+        match listed {
+            Err(why) => missing.push(unavailable(c, &why)),
+            Ok(items) => {
+                let clean = Cleaner::of(app, c);
+                entries.extend(items.iter().map(|item| shown(c, &clean, item)));
+            }
+        }
+    }
+    Ok((entries, missing))
+}
+
+/// An entry as the lists show it.
+fn shown(c: &Connector, clean: &Cleaner, item: &Item) -> Value {
+    match item {
+        Item::Prompt(p) => {
+            let arguments: Vec<Value> = p
+                .arguments
+                .iter()
+                .flatten()
+                .map(|a| {
+                    json!({"name": clean.text(a.name.clone()), "description": clean.line(a.description.as_deref()),
+                           "required": a.required.unwrap_or(false)})
+                })
+                .collect();
+            json!({"connector": c.id, "server": c.name, "name": clean.text(p.name.clone()),
+                   "title": clean.opt(p.title.as_deref()), "description": clean.line(p.description.as_deref()),
+                   "arguments": arguments})
+        }
+        Item::Resource(r) => {
+            json!({"connector": c.id, "server": c.name, "uri": clean.text(r.uri.clone()),
+               "name": clean.text(r.name.clone()), "title": clean.opt(r.title.as_deref()),
+               "description": clean.line(r.description.as_deref()),
+               "mime_type": clean.opt(r.mime_type.as_deref()), "size": r.size})
+        }
+        Item::Template(t) => json!({"connector": c.id, "server": c.name,
+               "uri_template": clean.text(t.uri_template.clone()),
+               "name": clean.text(t.name.clone()), "title": clean.opt(t.title.as_deref()),
+               "description": clean.line(t.description.as_deref()),
+               "mime_type": clean.opt(t.mime_type.as_deref())}),
+    }
 }
 
 /// `GET /conversations/{id}/mcp/prompts`.
@@ -111,96 +270,20 @@ pub async fn prompts(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let reach = reach(&app, &id).await?;
-    let sessions = app.runs.mcp();
-    let (id, sessions) = (&id, &sessions);
-    let asked = reach.usable.iter().map(|c| async move {
-        let listed = sessions
-            .ask(id, c, context::ASK, |s: &Session| {
-                Box::pin(async move {
-                    let offers = s
-                        .peer_info()
-                        .is_some_and(|i| i.capabilities.prompts.is_some());
-                    if !offers {
-                        return Ok(Vec::new());
-                    }
-                    s.list_all_prompts().await
-                })
-            })
-            .await;
-        (c, listed)
-    });
-    let (mut prompts, mut missing) = (Vec::new(), Vec::new());
-    for (c, listed) in futures_util::future::join_all(asked).await {
-        match listed {
-            Err(why) => missing.push(unavailable(c, &why)),
-            Ok(list) => prompts.extend(list.iter().take(MAX_LISTED).map(|p| {
-                let arguments: Vec<Value> = p
-                    .arguments
-                    .iter()
-                    .flatten()
-                    .map(|a| {
-                        json!({"name": a.name, "description": described(&app, c, a.description.as_deref()),
-                               "required": a.required.unwrap_or(false)})
-                    })
-                    .collect();
-                json!({"connector": c.id, "server": c.name, "name": p.name, "title": p.title,
-                       "description": described(&app, c, p.description.as_deref()),
-                       "arguments": arguments})
-            })),
-        }
-    }
+    let (prompts, missing) = each_server(&app, &id, Listing::Prompts).await?;
     Ok(axum::Json(
         json!({"prompts": prompts, "unavailable": missing}),
     ))
 }
 
-/// `GET /conversations/{id}/mcp/resources`: resources and templates.
+/// `GET /conversations/{id}/mcp/resources`: resources, then templates.
 pub async fn resources(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let reach = reach(&app, &id).await?;
-    let sessions = app.runs.mcp();
-    let (id, sessions) = (&id, &sessions);
-    let asked = reach.usable.iter().map(|c| async move {
-        let listed = sessions
-            .ask(id, c, context::ASK, |s: &Session| {
-                Box::pin(async move {
-                    let offers = s
-                        .peer_info()
-                        .is_some_and(|i| i.capabilities.resources.is_some());
-                    if !offers {
-                        return Ok((Vec::new(), Vec::new()));
-                    }
-                    let resources = s.list_all_resources().await?;
-                    // A server may have resources and no templates.
-                    let templates = s.list_all_resource_templates().await.unwrap_or_default();
-                    Ok((resources, templates))
-                })
-            })
-            .await;
-        (c, listed)
-    });
-    let (mut resources, mut templates, mut missing) = (Vec::new(), Vec::new(), Vec::new());
-    for (c, listed) in futures_util::future::join_all(asked).await {
-        match listed {
-            Err(why) => missing.push(unavailable(c, &why)),
-            Ok((list, shapes)) => {
-                resources.extend(list.iter().take(MAX_LISTED).map(|r| {
-                    json!({"connector": c.id, "server": c.name, "uri": r.uri, "name": r.name,
-                           "title": r.title, "description": described(&app, c, r.description.as_deref()),
-                           "mime_type": r.mime_type, "size": r.size})
-                }));
-                templates.extend(shapes.iter().take(MAX_LISTED).map(|t| {
-                    json!({"connector": c.id, "server": c.name, "uri_template": t.uri_template,
-                           "name": t.name, "title": t.title,
-                           "description": described(&app, c, t.description.as_deref()),
-                           "mime_type": t.mime_type})
-                }));
-            }
-        }
-    }
+    let (resources, missing) = each_server(&app, &id, Listing::Resources).await?;
+    // A server that answered the first list is asked again in its session.
+    let (templates, _) = each_server(&app, &id, Listing::Templates).await?;
     Ok(axum::Json(
         json!({"resources": resources, "templates": templates, "unavailable": missing}),
     ))
@@ -244,10 +327,10 @@ async fn expand_one(
         }
     };
     let mut expanded = expanded.map_err(|why| not_answered(c, why))?;
-    if let Ok(target) = app.mcp.target(c) {
-        expanded.text = target.clean(expanded.text);
-    }
-    Ok(expanded)
+    // Secrets out of the whole first, then the cut: a token across the
+    // cut would otherwise leave its start behind.
+    expanded.text = Cleaner::of(app, c).text(expanded.text);
+    Ok(context::fit(expanded))
 }
 
 /// A preview: `POST …/mcp/prompts` and `POST …/mcp/resources/read`.

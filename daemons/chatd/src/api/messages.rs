@@ -16,11 +16,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
-use super::outgoing::{accepted, attached, check_text, run_origin, Outgoing};
+use super::outgoing::{accepted, attached, check_edited, run_origin, Outgoing};
 use super::Json;
 use crate::attachments;
 use crate::kinds::EventKind;
-use crate::store::messages::insert_message_under;
 use crate::store::queries::{self, Trashed};
 use crate::store::runs::insert_run;
 use crate::store::{conversations, messages};
@@ -94,7 +93,9 @@ pub async fn update_pending(
     Path((id, pid)): Path<(String, String)>,
     Json(body): Json<TextBody>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    check_text(&body.text)?;
+    if body.text.trim().is_empty() {
+        return Err(ApiError::bad_input("text", "is empty"));
+    }
     let pending = app
         .store
         .write(move |ctx| {
@@ -105,6 +106,7 @@ pub async fn update_pending(
                     "this message has reached the model already",
                 ));
             }
+            check_edited(&body.text, pending.attachments.as_ref())?;
             messages::set_pending_text(ctx, &pid, &body.text)?;
             let pending = queries::pending(ctx.conn(), &id, &pid)?;
             ctx.emit(&id, EventKind::PendingUpdated, json!({"pending": pending}))?;
@@ -300,7 +302,9 @@ pub async fn edit(
     Path((id, mid)): Path<(String, String)>,
     Json(body): Json<EditBody>,
 ) -> Result<Response, ApiError> {
-    check_text(&body.text)?;
+    if body.text.trim().is_empty() {
+        return Err(ApiError::bad_input("text", "is empty"));
+    }
     let origin = run_origin(body.origin)?;
     let text = body.text;
     start_run(&app, id, RunMode::Edit, origin, move |ctx, conversation| {
@@ -311,15 +315,13 @@ pub async fn edit(
                 "only your own messages can be edited",
             ));
         }
-        insert_message_under(
-            ctx,
-            &conversation.id,
-            original.parent_id.as_deref(),
-            Role::User,
-            &text,
-            None,
-            None,
-        )?;
+        check_edited(&text, original.attachments.as_ref())?;
+        // The edit keeps the records of what came with the message (its
+        // files, its MCP context), whose text the page sends back with it.
+        let mut edited = crate::model::Message::draft(Role::User, &text);
+        edited.parent_id = original.parent_id.clone();
+        edited.attachments = original.attachments.clone();
+        crate::store::messages::insert_row(ctx, &conversation.id, edited)?;
         Ok(None)
     })
     .await

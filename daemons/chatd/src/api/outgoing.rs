@@ -30,16 +30,34 @@ pub(super) fn run_origin(origin: Option<String>) -> Result<Origin, ApiError> {
 }
 
 pub(super) fn check_text(text: &str) -> Result<(), ApiError> {
+    check_text_within(text, MAX_TEXT)
+}
+
+/// The text of an edit (of a message, or one waiting) of `message`: the
+/// MCP context chatd put in front of it comes back with it, so it counts
+/// beside [`MAX_TEXT`].
+pub(super) fn check_edited(text: &str, attachments: Option<&Value>) -> Result<(), ApiError> {
+    let with_context = attachments
+        .and_then(Value::as_array)
+        .is_some_and(|records| records.iter().any(|r| r["kind"] == "context"));
+    let most = if with_context {
+        MAX_TEXT + crate::mcp::context::MAX_LEAD_CHARS
+    } else {
+        MAX_TEXT
+    };
+    check_text_within(text, most)
+}
+
+fn check_text_within(text: &str, most: usize) -> Result<(), ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_input("text", "is empty"));
     }
     let chars = text.chars().count();
-    if chars > MAX_TEXT {
-        return Err(ApiError::bad_input(
-            "text",
-            format!("{chars} characters is more than {MAX_TEXT}"),
-        )
-        .with("limit", MAX_TEXT));
+    if chars > most {
+        return Err(
+            ApiError::bad_input("text", format!("{chars} characters is more than {most}"))
+                .with("limit", most),
+        );
     }
     Ok(())
 }

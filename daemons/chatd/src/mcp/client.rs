@@ -371,8 +371,13 @@ fn scrubbed(text: &str) -> String {
 
 /// A server's words, cut to one short line.
 pub(crate) fn cut(text: &str) -> String {
+    cut_to(text, MAX_REASON)
+}
+
+/// `text`'s first line, at most `max` characters ("…" where it was cut).
+pub(crate) fn cut_to(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or("");
-    match line.char_indices().nth(MAX_REASON) {
+    match line.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &line[..at]),
         None => line.to_string(),
     }

@@ -12,18 +12,21 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use base64::Engine;
 use rmcp::model::{ContentBlock, GetPromptResult, ReadResourceResult, ResourceContents};
 use serde::Serialize;
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
+use super::client::cut_to;
 use crate::attachments::fence_for;
 
 /// The expanded text of one message's context (or one preview), in bytes.
 pub const MAX_TEXT: usize = 256 * 1024;
 /// Prompts and resources one message may carry.
 pub const MAX_ITEMS: usize = 8;
+/// The most characters the blocks in front of a message may take: the
+/// text, and each block's line and fences (an edit brings them back).
+pub const MAX_LEAD_CHARS: usize = MAX_TEXT + MAX_ITEMS * (3 * MAX_NAME + 512);
 /// A prompt's arguments, at most, and one argument's bytes.
 const MAX_ARGS: usize = 32;
 const MAX_ARG: usize = 4096;
@@ -66,7 +69,7 @@ impl Asked {
         };
         let Some(object) = value.as_object() else {
             return Err(ApiError::bad_input(
-                field,
+                if field.is_empty() { "body" } else { field },
                 "must be an object: {connector, name, arguments?} or {connector, uri}",
             ));
         };
@@ -88,6 +91,10 @@ impl Asked {
                     &at(f),
                     format!("is {} bytes; {MAX_NAME} at most", s.len()),
                 )),
+                // A block's first line names it: one line, no control characters.
+                Some(Value::String(s)) if s.chars().any(char::is_control) => Err(
+                    ApiError::bad_input(&at(f), "holds a control character (a line break, a tab…)"),
+                ),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
                 Some(_) => Err(ApiError::bad_input(&at(f), "must be a string")),
             }
@@ -129,7 +136,7 @@ impl Asked {
             } => {
                 let args: Vec<String> = arguments
                     .iter()
-                    .map(|(k, v)| format!("{k}: {}", one_line(v, 60)))
+                    .map(|(k, v)| format!("{k}: {}", cut_to(v, 60)))
                     .collect();
                 if args.is_empty() {
                     format!("prompt {name:?}")
@@ -182,8 +189,14 @@ fn arguments(value: Option<&Value>, field: &str) -> Result<BTreeMap<String, Stri
         };
         if text.len() > MAX_ARG || name.len() > MAX_ARG {
             return Err(ApiError::bad_input(
-                &format!("{field}.{}", one_line(name, 40)),
+                &format!("{field}.{}", cut_to(name, 40)),
                 format!("is over {MAX_ARG} bytes"),
+            ));
+        }
+        if name.is_empty() || name.chars().any(char::is_control) {
+            return Err(ApiError::bad_input(
+                field,
+                "an argument's name is empty or holds a control character",
             ));
         }
         out.insert(name.clone(), text.to_string());
@@ -202,6 +215,7 @@ pub struct Expanded {
 
 /// A prompt's messages as text: one message is its text; several are each
 /// headed by their role. An image, audio or a binary resource is named.
+/// Not cut yet: the connector's secrets are taken out first ([`fit`]).
 pub fn of_prompt(result: &GetPromptResult) -> Expanded {
     let mut left_out = 0;
     let several = result.messages.len() > 1;
@@ -239,14 +253,22 @@ pub fn of_prompt(result: &GetPromptResult) -> Expanded {
             text
         });
     }
-    fitted(parts.join("\n\n"), left_out)
+    Expanded {
+        text: parts.join("\n\n"),
+        left_out,
+        cut: false,
+    }
 }
 
 /// A resource's contents as text: text parts joined, binary ones named.
 pub fn of_resource(result: &ReadResourceResult) -> Expanded {
     let mut left_out = 0;
     let text = of_contents(&result.contents, &mut left_out);
-    fitted(text, left_out)
+    Expanded {
+        text,
+        left_out,
+        cut: false,
+    }
 }
 
 fn of_contents(contents: &[ResourceContents], left_out: &mut usize) -> String {
@@ -261,9 +283,9 @@ fn of_contents(contents: &[ResourceContents], left_out: &mut usize) -> String {
                 ..
             } => {
                 *left_out += 1;
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(blob)
-                    .map_or(blob.len() * 3 / 4, |b| b.len());
+                // Its size from its length: nothing is decoded.
+                let padding = blob.bytes().rev().take_while(|b| *b == b'=').count();
+                let bytes = (blob.len() / 4 * 3).saturating_sub(padding);
                 parts.push(format!(
                     "[binary content of {uri} ({}, {bytes} bytes): left out]",
                     mime_type.as_deref().unwrap_or("no type given")
@@ -278,17 +300,18 @@ fn of_contents(contents: &[ResourceContents], left_out: &mut usize) -> String {
     parts.join("\n")
 }
 
-fn fitted(text: String, left_out: usize) -> Expanded {
-    let (text, cut) = cut_to(text, MAX_TEXT);
+/// `expanded` within [`MAX_TEXT`] bytes.
+pub fn fit(expanded: Expanded) -> Expanded {
+    let (text, cut) = within(expanded.text, MAX_TEXT);
     Expanded {
         text,
-        left_out,
-        cut,
+        left_out: expanded.left_out,
+        cut: expanded.cut || cut,
     }
 }
 
 /// `text` within `max` bytes, cut at a character's start.
-fn cut_to(mut text: String, max: usize) -> (String, bool) {
+fn within(mut text: String, max: usize) -> (String, bool) {
     if text.len() <= max {
         return (text, false);
     }
@@ -319,7 +342,7 @@ impl Default for Blocks {
 impl Blocks {
     /// Adds what `asked` came to, from the server named `server`.
     pub fn push(&mut self, asked: &Asked, server: &str, expanded: Expanded) {
-        let (text, cut_here) = cut_to(expanded.text, self.room);
+        let (text, cut_here) = within(expanded.text, self.room);
         self.room -= text.len();
         let cut = expanded.cut || cut_here;
         let fence = fence_for(&text);
@@ -348,15 +371,6 @@ impl Blocks {
             Asked::Resource { uri, .. } => record["uri"] = json!(uri),
         }
         self.records.push(record);
-    }
-}
-
-/// `text`'s first line, at most `max` characters.
-fn one_line(text: &str, max: usize) -> String {
-    let line = text.lines().next().unwrap_or("");
-    match line.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line.to_string(),
     }
 }
 
@@ -428,7 +442,7 @@ mod tests {
             Role::User,
             "é".repeat(MAX_TEXT),
         )]);
-        let expanded = of_prompt(&big);
+        let expanded = fit(of_prompt(&big));
         assert!(expanded.cut && expanded.text.len() <= MAX_TEXT);
         blocks.push(&asked, "Docs", expanded);
         assert_eq!(blocks.records.len(), 2);

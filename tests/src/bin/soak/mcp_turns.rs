@@ -9,8 +9,8 @@
 //! tool" (the server could not be reached when the turn began, so it was
 //! not offered); no answer carries a token. Every third turn carries the
 //! good server's glossary resource as context: stored with its block in
-//! front of the text, or refused (502 while the server is down, 403 while
-//! it is switched off) with no message stored.
+//! front of the text, or refused (502 while the server is down) with no
+//! message stored.
 
 use super::*;
 
@@ -27,7 +27,7 @@ pub(crate) struct Turns {
     /// Turns sent with the connectors switched off for the chat alone.
     pub switched_off: u64,
     /// Turns sent with the good server's glossary resource as context:
-    /// stored with its block in front, or refused (502 down, 403 off)
+    /// stored with its block in front, or refused (502 while it is down)
     /// with nothing stored.
     pub with_context: u64,
     pub context_refused: u64,
@@ -238,9 +238,21 @@ async fn good_connector(shared: &Shared, chat: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// How many user messages `chat` holds; none when chatd does not answer.
+/// How many user messages `chat` holds; none when chatd does not answer,
+/// or when a run works or a message waits (one may land meanwhile).
 async fn user_messages(shared: &Shared, chat: &str) -> Option<usize> {
     let snapshot = shared.snapshot(chat).await.ok()?;
+    let busy = snapshot["runs"]
+        .as_array()?
+        .iter()
+        .any(|r| matches!(r["status"].as_str(), Some("queued" | "running")));
+    if busy
+        || snapshot["pending"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    {
+        return None;
+    }
     Some(
         snapshot["messages"]
             .as_array()?

@@ -275,7 +275,8 @@ async function sendComposer() {
     });
     // What was picked goes with this message only (a pick made meanwhile stays).
     contextPicks.set(sentKey, contextOf(sentKey).filter((p) => !picked.includes(p)));
-    if (answer && answer.pending_id) addPending(c, { id: answer.pending_id, text, state: 'waiting' });
+    // Its pending.added event may have come first, with what chatd stored (the MCP context in front).
+    if (answer && answer.pending_id && !c.pending.has(answer.pending_id)) addPending(c, { id: answer.pending_id, text, state: 'waiting' });
     // What was typed in this chat while the upload ran is the new draft.
     draftSet(sentKey, compose.key === sentKey ? $('#composer').value : '');
     const sent = new Set(items.map((item) => item.id));

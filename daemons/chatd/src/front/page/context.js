@@ -29,14 +29,6 @@ function contextOf(key) {
   return contextPicks.get(key);
 }
 
-/** What a send carries: the `context` list for chatd. */
-const contextToSend = (key) => contextOf(key).map((p) => p.item);
-
-function clearContext(key) {
-  contextPicks.delete(key);
-  paintContext();
-}
-
 function paintContext() {
   const box = $('#context-chips');
   const key = compose.key || NEW_CHAT_KEY;
