@@ -3,11 +3,11 @@
 //! talks to a server on loopback, and without it where a test shows what
 //! the rule refuses. Every wait is on a condition with a bound.
 
+use crate::setup::PRIVATE;
 use serde_json::{json, Value};
 use tandem_tests::harness::{Chatd, Client, Sim};
 use tandem_tests::mcpservers::{Everything, FakeMcp};
 
-const PRIVATE: (&str, &str) = ("QSE_CHAT_MCP_ALLOW_PRIVATE", "true");
 const TOKEN: &str = "tok-6c1f0e9a-sealed-secret";
 const HEADER_VALUE: &str = "hdr-b7d2-also-secret";
 

@@ -5,38 +5,13 @@
 //! nothing stored either way; binary parts are left out, a long resource
 //! is cut, a token a server echoes never comes back.
 
-use std::time::Duration;
-
+use crate::setup::{connector, start, QUICK};
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{run_id, Chatd, Client, Sim};
+use tandem_tests::harness::{run_id, Client};
 use tandem_tests::mcpservers::{Everything, FakeMcp};
 
-const PRIVATE: (&str, &str) = ("QSE_CHAT_MCP_ALLOW_PRIVATE", "true");
-const QUICK: Duration = Duration::from_secs(60);
 const TOKEN: &str = "tok-context-5c2e-never-shown";
-
-async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd = Chatd::start(&sim.url(), &[PRIVATE]).await?;
-    let client = chatd.client();
-    Ok((sim, chatd, client))
-}
-
-async fn connector(
-    client: &Client,
-    name: &str,
-    url: &str,
-    token: Option<&str>,
-) -> anyhow::Result<String> {
-    let mut body = json!({"name": name, "transport": "http", "url": url});
-    if let Some(token) = token {
-        body["token"] = json!(token);
-    }
-    let made = client.post("/mcp-connectors", body).await?;
-    anyhow::ensure!(made.status == 201, "{made:?}");
-    Ok(made.body["id"].as_str().context("id")?.to_string())
-}
 
 /// The chat's user messages, as stored.
 async fn user_messages(client: &Client, chat: &str) -> anyhow::Result<Vec<Value>> {

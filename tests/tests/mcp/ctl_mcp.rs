@@ -40,26 +40,37 @@ fn tandem(chatd: &Chatd, home: &std::path::Path, args: &[&str], stdin: &str) -> 
     child.wait_with_output().unwrap()
 }
 
-/// add (token from stdin) prints the tools; list shows the row without the
-/// token; test by name; off; a wrong token's test exits 1 with the reason;
-/// rm; an unknown name is one line.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn add_test_list_switch_and_remove_a_server() {
+/// The fake (wanting [`TOKEN`]), engine-sim, chatd allowing loopback
+/// servers, and a home for `tandem`.
+async fn started() -> (FakeMcp, Sim, Chatd, tempfile::TempDir) {
     let fake = FakeMcp::start(Some(TOKEN)).await.unwrap();
     let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
     let chatd = Chatd::start(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")])
         .await
         .unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let url = fake.url("/mcp");
+    (fake, sim, chatd, tempfile::tempdir().unwrap())
+}
 
+/// `tandem mcp add Glossary URL --token-file -` with the token on stdin.
+fn add_glossary(chatd: &Chatd, home: &std::path::Path, url: &str) -> Output {
     let added = tandem(
-        &chatd,
-        home.path(),
-        &["mcp", "add", "Glossary", &url, "--token-file", "-"],
+        chatd,
+        home,
+        &["mcp", "add", "Glossary", url, "--token-file", "-"],
         &format!("{TOKEN}\n"),
     );
     assert!(added.status.success(), "{}", text(&added));
+    added
+}
+
+/// add (token from stdin) prints the tools; list shows the row without the
+/// token; test by name; off; a wrong token's test exits 1 with the reason;
+/// rm; an unknown name is one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_test_list_switch_and_remove_a_server() {
+    let (fake, _sim, chatd, home) = started().await;
+    let url = fake.url("/mcp");
+    let added = add_glossary(&chatd, home.path(), &url);
     let out = String::from_utf8_lossy(&added.stdout);
     assert!(
         out.contains("added mc_") && out.contains("Glossary"),
@@ -201,20 +212,8 @@ async fn a_command_server_is_added_with_its_environment_from_stdin() {
 /// is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prompts_and_resources_are_listed_shown_and_sent() {
-    let fake = FakeMcp::start(Some(TOKEN)).await.unwrap();
-    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
-    let chatd = Chatd::start(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")])
-        .await
-        .unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let url = fake.url("/mcp");
-    let added = tandem(
-        &chatd,
-        home.path(),
-        &["mcp", "add", "Glossary", &url, "--token-file", "-"],
-        &format!("{TOKEN}\n"),
-    );
-    assert!(added.status.success(), "{}", text(&added));
+    let (fake, _sim, chatd, home) = started().await;
+    add_glossary(&chatd, home.path(), &fake.url("/mcp"));
     let chat = chatd.client().create_chat().await.unwrap();
 
     let prompts = tandem(&chatd, home.path(), &["mcp", "prompts", &chat], "");

@@ -4,38 +4,13 @@
 //! the permission modes, a long result, a chat's switch and an agent's
 //! grant. Every wait is on a condition with a bound.
 
-use std::time::Duration;
-
+use crate::setup::{connector, start, PRIVATE, QUICK};
 use anyhow::Context;
 use serde_json::{json, Value};
 use tandem_tests::harness::{offered_tools, run_id, system_text, tool_results, Chatd, Client, Sim};
 use tandem_tests::mcpservers::{Everything, FakeMcp};
 
-const PRIVATE: (&str, &str) = ("QSE_CHAT_MCP_ALLOW_PRIVATE", "true");
-const QUICK: Duration = Duration::from_secs(60);
 const TOKEN: &str = "tok-in-chat-93d1-never-shown";
-
-async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd = Chatd::start(&sim.url(), &[PRIVATE]).await?;
-    let client = chatd.client();
-    Ok((sim, chatd, client))
-}
-
-async fn connector(
-    client: &Client,
-    name: &str,
-    url: &str,
-    token: Option<&str>,
-) -> anyhow::Result<String> {
-    let mut body = json!({"name": name, "transport": "http", "url": url});
-    if let Some(token) = token {
-        body["token"] = json!(token);
-    }
-    let made = client.post("/mcp-connectors", body).await?;
-    anyhow::ensure!(made.status == 201, "{made:?}");
-    Ok(made.body["id"].as_str().context("id")?.to_string())
-}
 
 async fn chat(client: &Client, mode: &str) -> anyhow::Result<String> {
     let made = client

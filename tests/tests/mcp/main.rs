@@ -6,4 +6,5 @@ mod connectors;
 mod context;
 mod ctl_mcp;
 mod in_chats;
+mod setup;
 mod stdio;

@@ -33,6 +33,26 @@ async fn open_panel(b: &Browser, viewport: Viewport) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The fake (no token) saved as "Glossary" in a chatd with its front, and
+/// a chat.
+async fn glossary_chat() -> anyhow::Result<(FakeMcp, Sim, Chatd, String)> {
+    let fake = FakeMcp::start(None).await?;
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd =
+        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
+            .await?;
+    let client = chatd.client();
+    let made = client
+        .post(
+            "/mcp-connectors",
+            json!({"name": "Glossary", "transport": "http", "url": fake.url("/mcp")}),
+        )
+        .await?;
+    ensure!(made.status == 201, "{made:?}");
+    let chat = client.create_chat().await?;
+    Ok((fake, sim, chatd, chat))
+}
+
 async fn add_test_turn_on_and_remove(
     driver: &Chromedriver,
     chatd: &Chatd,
@@ -146,20 +166,8 @@ async fn a_chat_switches_a_server_off_in_its_settings() -> anyhow::Result<()> {
     if !browser::available() {
         return Ok(());
     }
-    let fake = FakeMcp::start(None).await?;
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd =
-        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
-            .await?;
+    let (_fake, sim, chatd, chat) = glossary_chat().await?;
     let client = chatd.client();
-    let made = client
-        .post(
-            "/mcp-connectors",
-            json!({"name": "Glossary", "transport": "http", "url": fake.url("/mcp")}),
-        )
-        .await?;
-    ensure!(made.status == 201, "{made:?}");
-    let chat = client.create_chat().await?;
     let driver = Chromedriver::start().await?;
     let b = Browser::open_chat(
         &driver,
@@ -288,20 +296,8 @@ async fn a_prompt_and_a_resource_go_in_front_of_a_message_from_the_page() -> any
     if !browser::available() {
         return Ok(());
     }
-    let fake = FakeMcp::start(None).await?;
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd =
-        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
-            .await?;
+    let (_fake, _sim, chatd, chat) = glossary_chat().await?;
     let client = chatd.client();
-    let made = client
-        .post(
-            "/mcp-connectors",
-            json!({"name": "Glossary", "transport": "http", "url": fake.url("/mcp")}),
-        )
-        .await?;
-    ensure!(made.status == 201, "{made:?}");
-    let chat = client.create_chat().await?;
     let driver = Chromedriver::start().await?;
     let b = Browser::open_chat(
         &driver,
