@@ -285,11 +285,20 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
             }
             None => return rpc_error(id, -32602, "no such prompt"),
         },
-        "resources/list" => json!({"resources": [
-            {"uri": "fake://glossary", "name": "glossary", "mimeType": "text/plain"},
-            {"uri": "fake://logo.png", "name": "logo", "mimeType": "image/png"},
-            {"uri": "fake://big", "name": "big", "mimeType": "text/plain"}
-        ]}),
+        // Two pages, as a server with many does; the second names a URI
+        // holding the token it wants (a careless server), when it wants one.
+        "resources/list" => match body["params"]["cursor"].as_str() {
+            None => json!({"resources": [
+                {"uri": "fake://glossary", "name": "glossary", "mimeType": "text/plain"},
+                {"uri": "fake://logo.png", "name": "logo", "mimeType": "image/png"}
+            ], "nextCursor": "page2"}),
+            Some(_) => json!({"resources": [
+                {"uri": "fake://big", "name": "big", "mimeType": "text/plain"},
+                {"uri": "fake://echo-big", "name": "echo-big", "mimeType": "text/plain"},
+                {"uri": format!("fake://key/{}", shared.token.as_deref().unwrap_or("none")),
+                 "name": "keyed", "mimeType": "text/plain"}
+            ]}),
+        },
         "resources/templates/list" => json!({"resourceTemplates": [
             {"uriTemplate": "fake://word/{word}", "name": "word"}
         ]}),
@@ -302,6 +311,11 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
                     "blob": "iVBORw0KGgoAAAANSUhEUg=="}),
                 "fake://big" => json!({"uri": uri, "mimeType": "text/plain",
                     "text": "glossary line of the fake's big resource\n".repeat(10_000)}),
+                // 256 KiB less 28 bytes, then the Authorization it got: a
+                // token across the 256 KiB a message's context may hold.
+                "fake://echo-big" => json!({"uri": uri, "mimeType": "text/plain",
+                    "text": format!("{}presented: {}", "x".repeat(256 * 1024 - 28),
+                        headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or(""))}),
                 _ => return rpc_error(id, -32002, "resource not found"),
             };
             json!({"contents": [part]})

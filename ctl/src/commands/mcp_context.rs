@@ -114,10 +114,10 @@ pub async fn check(
     resources: &[String],
     args: &[String],
 ) -> anyhow::Result<()> {
+    if prompts.is_empty() && !args.is_empty() {
+        bail!("--arg is for a --prompt: give one");
+    }
     if prompts.is_empty() && resources.is_empty() {
-        if !args.is_empty() {
-            bail!("--arg is for a --prompt: give one");
-        }
         return Ok(());
     }
     if prompts.len() + resources.len() > MAX_ITEMS {

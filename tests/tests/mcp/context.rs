@@ -179,6 +179,43 @@ async fn refusals_failures_and_limits_store_nothing() -> anyhow::Result<()> {
     assert_eq!(big.status, 200, "{big:?}");
     assert_eq!(big.body["cut"], true);
     assert!(big.body["text"].as_str().unwrap_or("").len() <= 256 * 1024);
+    // Both pages listed; a URI that holds the token is not listed at all.
+    let listed = client
+        .get(&format!("/conversations/{chat}/mcp/resources"))
+        .await?;
+    let uris: Vec<&str> = listed.body["resources"]
+        .as_array()
+        .context("resources")?
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            "fake://glossary",
+            "fake://logo.png",
+            "fake://big",
+            "fake://echo-big"
+        ],
+        "{}",
+        listed.body
+    );
+    assert!(!listed.body.to_string().contains(TOKEN));
+    // A token across the 256 KiB cut is taken out whole, never cut in two.
+    let across = client
+        .post(
+            &format!("/conversations/{chat}/mcp/resources/read"),
+            json!({"connector": id, "uri": "fake://echo-big"}),
+        )
+        .await?;
+    assert_eq!(across.status, 200, "{across:?}");
+    let text = across.body["text"].as_str().unwrap_or("");
+    assert!(
+        text.ends_with("presented: Bearer …"),
+        "{}",
+        &text[text.len().saturating_sub(40)..]
+    );
+    assert!(!text.contains(&TOKEN[..10]));
     let echoed = client
         .post(
             &format!("/conversations/{chat}/mcp/prompts"),

@@ -182,7 +182,12 @@ async fn page(
                         .collect(),
                     page.next_cursor,
                 ),
-                Err(rmcp::ServiceError::McpError(_)) => (Vec::new(), None),
+                // A server that has no templates may say it has no such method.
+                Err(rmcp::ServiceError::McpError(e))
+                    if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
+                {
+                    (Vec::new(), None)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -197,46 +202,62 @@ async fn each_server(
     app: &App,
     chat: &str,
     what: Listing,
+    skip: &[Value],
 ) -> Result<(Vec<Value>, Vec<Value>), ApiError> {
     let reach = reach(app, chat).await?;
     let sessions = app.runs.mcp();
-    let asked = reach.usable.iter().map(|c| async move {
-        let listed = sessions
-            .ask(chat, c, context::ASK, move |s: &Session| {
-                Box::pin(async move {
-                    let mut all = Vec::new();
-                    let mut cursor = None;
-                    for _ in 0..MAX_PAGES {
-                        let (items, next) = page(s, what, cursor).await?;
-                        all.extend(items);
-                        match next {
-                            Some(next) if all.len() < MAX_LISTED => cursor = Some(next),
-                            _ => break,
+    let asked = reach
+        .usable
+        .iter()
+        .filter(|c| !skip.iter().any(|u| u["connector"] == c.id.as_str()))
+        .map(|c| async move {
+            let listed = sessions
+                .ask(chat, c, context::ASK, move |s: &Session| {
+                    Box::pin(async move {
+                        let mut all = Vec::new();
+                        let mut cursor = None;
+                        for _ in 0..MAX_PAGES {
+                            let (items, next) = page(s, what, cursor).await?;
+                            all.extend(items);
+                            match next {
+                                Some(next) if all.len() < MAX_LISTED => cursor = Some(next),
+                                _ => break,
+                            }
                         }
-                    }
-                    all.truncate(MAX_LISTED);
-                    Ok(all)
+                        all.truncate(MAX_LISTED);
+                        Ok(all)
+                    })
                 })
-            })
-            .await;
-        (c, listed)
-    });
+                .await;
+            (c, listed)
+        });
     let (mut entries, mut missing) = (Vec::new(), Vec::new());
     for (c, listed) in futures_util::future::join_all(asked).await {
         match listed {
             Err(why) => missing.push(unavailable(c, &why)),
             Ok(items) => {
                 let clean = Cleaner::of(app, c);
-                entries.extend(items.iter().map(|item| shown(c, &clean, item)));
+                entries.extend(items.iter().filter_map(|item| shown(c, &clean, item)));
             }
         }
     }
     Ok((entries, missing))
 }
 
-/// An entry as the lists show it.
-fn shown(c: &Connector, clean: &Cleaner, item: &Item) -> Value {
-    match item {
+/// An entry as the lists show it; none when one of its names would need
+/// a secret taken out (sent back as shown, it would no longer name it).
+fn shown(c: &Connector, clean: &Cleaner, item: &Item) -> Option<Value> {
+    let names: Vec<&str> = match item {
+        Item::Prompt(p) => std::iter::once(p.name.as_str())
+            .chain(p.arguments.iter().flatten().map(|a| a.name.as_str()))
+            .collect(),
+        Item::Resource(r) => vec![r.uri.as_str(), r.name.as_str()],
+        Item::Template(t) => vec![t.uri_template.as_str(), t.name.as_str()],
+    };
+    if names.iter().any(|n| clean.text(n.to_string()) != *n) {
+        return None;
+    }
+    Some(match item {
         Item::Prompt(p) => {
             let arguments: Vec<Value> = p
                 .arguments
@@ -262,7 +283,7 @@ fn shown(c: &Connector, clean: &Cleaner, item: &Item) -> Value {
                "name": clean.text(t.name.clone()), "title": clean.opt(t.title.as_deref()),
                "description": clean.line(t.description.as_deref()),
                "mime_type": clean.opt(t.mime_type.as_deref())}),
-    }
+    })
 }
 
 /// `GET /conversations/{id}/mcp/prompts`.
@@ -270,7 +291,7 @@ pub async fn prompts(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let (prompts, missing) = each_server(&app, &id, Listing::Prompts).await?;
+    let (prompts, missing) = each_server(&app, &id, Listing::Prompts, &[]).await?;
     Ok(axum::Json(
         json!({"prompts": prompts, "unavailable": missing}),
     ))
@@ -281,9 +302,10 @@ pub async fn resources(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let (resources, missing) = each_server(&app, &id, Listing::Resources).await?;
-    // A server that answered the first list is asked again in its session.
-    let (templates, _) = each_server(&app, &id, Listing::Templates).await?;
+    let (resources, missing) = each_server(&app, &id, Listing::Resources, &[]).await?;
+    // The servers that answered are asked for their templates in the same
+    // sessions; one that did not is not waited on again.
+    let (templates, _) = each_server(&app, &id, Listing::Templates, &missing).await?;
     Ok(axum::Json(
         json!({"resources": resources, "templates": templates, "unavailable": missing}),
     ))

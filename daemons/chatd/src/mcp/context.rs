@@ -26,10 +26,14 @@ pub const MAX_TEXT: usize = 256 * 1024;
 pub const MAX_ITEMS: usize = 8;
 /// The most characters the blocks in front of a message may take: the
 /// text, and each block's line and fences (an edit brings them back).
-pub const MAX_LEAD_CHARS: usize = MAX_TEXT + MAX_ITEMS * (3 * MAX_NAME + 512);
+/// A block's two fences may each be as long as a run of backticks in its
+/// text, so three times the text's room, and each head line within 16 Ki.
+pub const MAX_LEAD_CHARS: usize = 3 * MAX_TEXT + MAX_ITEMS * 16 * 1024;
 /// A prompt's arguments, at most, and one argument's bytes.
 const MAX_ARGS: usize = 32;
 const MAX_ARG: usize = 4096;
+/// An argument's name, in bytes (the block's line names each).
+const MAX_ARG_NAME: usize = 128;
 /// A prompt's name or a resource's URI, in bytes.
 const MAX_NAME: usize = 2048;
 /// One prompt or resource asked of its server, at most.
@@ -138,13 +142,14 @@ impl Asked {
                     .iter()
                     .map(|(k, v)| format!("{k}: {}", cut_to(v, 60)))
                     .collect();
+                let name = cut_to(name, 200);
                 if args.is_empty() {
                     format!("prompt {name:?}")
                 } else {
                     format!("prompt {name:?} ({})", args.join(", "))
                 }
             }
-            Asked::Resource { uri, .. } => format!("resource {uri}"),
+            Asked::Resource { uri, .. } => format!("resource {}", cut_to(uri, 500)),
         }
     }
 }
@@ -187,9 +192,15 @@ fn arguments(value: Option<&Value>, field: &str) -> Result<BTreeMap<String, Stri
                 "must be a string",
             ));
         };
-        if text.len() > MAX_ARG || name.len() > MAX_ARG {
+        if name.len() > MAX_ARG_NAME {
             return Err(ApiError::bad_input(
-                &format!("{field}.{}", cut_to(name, 40)),
+                field,
+                format!("an argument's name is over {MAX_ARG_NAME} bytes"),
+            ));
+        }
+        if text.len() > MAX_ARG {
+            return Err(ApiError::bad_input(
+                &format!("{field}.{name}"),
                 format!("is over {MAX_ARG} bytes"),
             ));
         }

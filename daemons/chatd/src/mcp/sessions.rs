@@ -411,9 +411,11 @@ impl Sessions {
     }
 
     /// Asks `chat`'s session with connector `c` one thing that changes
-    /// nothing on the server (a list, a prompt, a resource), all within
-    /// `limit`: the wait for a call holding the session, its opening and
-    /// the answer. A session found dead is opened again and asked once more.
+    /// nothing on the server (a list, a prompt, a resource). The wait for
+    /// a call holding the session and the answer are each bounded by
+    /// `limit`; an opening is bounded by its own limits and never cut off
+    /// (a stdio server started meanwhile would share its uid). A session
+    /// found dead is opened again and asked once more.
     pub async fn ask<T>(
         &self,
         chat: &str,
@@ -424,47 +426,44 @@ impl Sessions {
         if let Some(why) = self.failed_lately(chat, c).await {
             return Err(why);
         }
-        let asked = async {
-            let slot = self.slot(chat, &c.id).await;
-            let mut held = slot.lock().await;
-            let mut reopened = false;
-            loop {
-                if let Err(why) = self.ensure(&mut held, chat, c).await {
-                    self.remember_failure(chat, c, &why).await;
-                    return Err(why);
-                }
-                let Some(open) = held.as_mut() else {
-                    return Err(Failure::Connect("no session".into()));
-                };
-                open.used = Instant::now();
-                let _busy = match (&open.process, &self.sandboxes) {
-                    (Some(process), Some(sandboxes)) => sandboxes.hold(process.chat()),
-                    _ => None,
-                };
-                match what(&open.session).await {
-                    Ok(answer) => return Ok(answer),
-                    Err(e) if !reopened && dead(&open.session, &e) => {
-                        reopened = true;
-                        if let Some(old) = held.take() {
-                            close(old).await;
-                        }
-                    }
-                    Err(e) => return Err(client::of_call(&e)),
-                }
-            }
-        };
-        let why = match tokio::time::timeout(limit, asked).await {
-            Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(why)) => why,
-            Err(_) => Failure::Connect(format!(
-                "no answer within {} s (a tool call of this chat's may hold the server)",
+        let slot = self.slot(chat, &c.id).await;
+        let Ok(mut held) = tokio::time::timeout(limit, slot.lock()).await else {
+            return Err(Failure::Connect(format!(
+                "the server is busy with this chat's tool call (waited {} s)",
                 limit.as_secs()
-            )),
+            )));
         };
-        Err(match self.mcp.target(c) {
-            Ok(target) => target.redact(why),
-            Err(_) => Failure::Connect("the request failed".into()),
-        })
+        let mut reopened = false;
+        loop {
+            if let Err(why) = self.ensure(&mut held, chat, c).await {
+                self.remember_failure(chat, c, &why).await;
+                return Err(why);
+            }
+            let Some(open) = held.as_mut() else {
+                return Err(Failure::Connect("no session".into()));
+            };
+            open.used = Instant::now();
+            let _busy = match (&open.process, &self.sandboxes) {
+                (Some(process), Some(sandboxes)) => sandboxes.hold(process.chat()),
+                _ => None,
+            };
+            let why = match tokio::time::timeout(limit, what(&open.session)).await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Err(_) => Failure::Connect(format!("no answer within {} s", limit.as_secs())),
+                Ok(Err(e)) if !reopened && dead(&open.session, &e) => {
+                    reopened = true;
+                    if let Some(old) = held.take() {
+                        close(old).await;
+                    }
+                    continue;
+                }
+                Ok(Err(e)) => client::of_call(&e),
+            };
+            return Err(match self.mcp.target(c) {
+                Ok(target) => target.redact(why),
+                Err(_) => Failure::Connect("the request failed".into()),
+            });
+        }
     }
 
     /// Closes every session of `chat` (its end, its trash).

@@ -245,7 +245,7 @@ async fn user_messages(shared: &Shared, chat: &str) -> Option<usize> {
     let busy = snapshot["runs"]
         .as_array()?
         .iter()
-        .any(|r| matches!(r["status"].as_str(), Some("queued" | "running")));
+        .any(|r| matches!(r["status"].as_str(), Some("queued" | "running" | "waiting")));
     if busy
         || snapshot["pending"]
             .as_array()
