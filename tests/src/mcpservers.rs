@@ -28,30 +28,42 @@ use crate::npm;
 /// The npm package of the reference server.
 pub const EVERYTHING: &str = "@modelcontextprotocol/server-everything";
 
-/// server-everything over Streamable HTTP on a loopback port; killed on drop.
+/// server-everything on a loopback port, over Streamable HTTP or the
+/// older HTTP+SSE transport; killed on drop.
 pub struct Everything {
     child: Child,
     pub port: u16,
+    path: &'static str,
 }
 
 impl Everything {
-    /// Starts it and waits until its port answers (30 s at most). `None`
-    /// when the package is not installed (`npm::package` said so, and
-    /// under CI the test fails there).
+    /// Starts it over Streamable HTTP (`/mcp`) and waits until its port
+    /// answers (30 s at most). `None` when the package is not installed
+    /// (`npm::package` said so, and under CI the test fails there).
     pub async fn http() -> anyhow::Result<Option<Everything>> {
+        Everything::start("streamableHttp", "/mcp").await
+    }
+
+    /// Starts it over the HTTP+SSE transport of MCP's 2024-11-05 protocol
+    /// (an event stream at `/sse`, messages posted to `/message`).
+    pub async fn sse() -> anyhow::Result<Option<Everything>> {
+        Everything::start("sse", "/sse").await
+    }
+
+    async fn start(mode: &str, path: &'static str) -> anyhow::Result<Option<Everything>> {
         let Some(folder) = npm::package(EVERYTHING) else {
             return Ok(None);
         };
         let port = free_port();
         let child = Command::new("node")
             .arg(folder.join("dist/index.js"))
-            .arg("streamableHttp")
+            .arg(mode)
             .env("PORT", port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let server = Everything { child, port };
+        let server = Everything { child, port, path };
         wait_until(
             "server-everything listening",
             Duration::from_secs(30),
@@ -67,7 +79,7 @@ impl Everything {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        format!("http://127.0.0.1:{}{}", self.port, self.path)
     }
 }
 
@@ -97,11 +109,22 @@ impl Seen {
     }
 }
 
+/// The sessions the fake has open, as a server numbers them.
+#[derive(Default)]
+struct Sessions {
+    made: u64,
+    open: Vec<String>,
+}
+
 #[derive(Clone)]
 struct Shared {
     token: Option<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
     down: Arc<AtomicBool>,
+    sessions: Arc<Mutex<Sessions>>,
+    /// The older transport's event streams, by the number in their
+    /// endpoint's query (`/message?session=N`), as its servers keep them.
+    legacy: Arc<Mutex<Vec<tokio::sync::mpsc::UnboundedSender<String>>>>,
 }
 
 /// The fake MCP server on loopback.
@@ -109,6 +132,7 @@ pub struct FakeMcp {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     down: Arc<AtomicBool>,
+    sessions: Arc<Mutex<Sessions>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -175,14 +199,22 @@ impl FakeMcp {
     /// to this fake under another name (`localhost`: another origin),
     /// `/unchallenged` 401 with no `WWW-Authenticate` and the presented
     /// `Authorization` echoed in its body (as a careless server does),
-    /// `/forbidden` 403 with no challenge.
+    /// `/forbidden` 403 with no challenge. `/sse` is MCP's older HTTP+SSE
+    /// transport (its stream's lines end in CR LF, as some servers' do),
+    /// `/sse-elsewhere` the same naming an endpoint on another origin.
+    /// Each `initialize` opens a
+    /// numbered session; a request naming one the fake does not have is
+    /// answered 404, one naming none 400, as the transport's rules say.
     pub async fn start(token: Option<&str>) -> anyhow::Result<FakeMcp> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let down = Arc::new(AtomicBool::new(false));
+        let sessions = Arc::new(Mutex::new(Sessions::default()));
         let shared = Shared {
             token: token.map(str::to_string),
             seen: seen.clone(),
             down: down.clone(),
+            sessions: sessions.clone(),
+            legacy: Arc::new(Mutex::new(Vec::new())),
         };
         let app = Router::new()
             .route("/mcp", post(rpc).get(no_stream).delete(end))
@@ -190,6 +222,9 @@ impl FakeMcp {
             .route("/cross", post(cross))
             .route("/unchallenged", post(unchallenged))
             .route("/forbidden", post(forbidden))
+            .route("/sse", axum::routing::get(legacy_stream))
+            .route("/sse-elsewhere", axum::routing::get(legacy_stream))
+            .route("/message", post(legacy_message))
             .with_state(shared);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -200,6 +235,7 @@ impl FakeMcp {
             addr,
             seen,
             down,
+            sessions,
             task,
         })
     }
@@ -212,10 +248,16 @@ impl FakeMcp {
         lock(&self.seen).clone()
     }
 
-    /// While down, `/mcp` answers 503 as a server behind a proxy does when
-    /// it is gone.
+    /// While down, `/mcp` and `/message` answer 503 as a server behind a
+    /// proxy does when it is gone.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Forgets every session, as a server that restarted does: the next
+    /// request naming one is answered 404.
+    pub fn forget_sessions(&self) {
+        lock(&self.sessions).open.clear();
     }
 }
 
@@ -243,29 +285,141 @@ fn keep(shared: &Shared, path: &str, headers: &HeaderMap, body: &Value) {
 }
 
 async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    keep(&shared, "/mcp", &headers, &body);
-    if shared.down.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
-    }
-    if let Some(token) = &shared.token {
-        let presented = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if presented != format!("Bearer {token}") {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [("www-authenticate", "Bearer realm=\"fake\"")],
-                "sign in",
-            )
-                .into_response();
+    let body = match taken(&shared, "/mcp", &headers, &body) {
+        Ok(body) => body,
+        Err(refused) => return *refused,
+    };
+    let session = if body["method"] == "initialize" {
+        let mut sessions = lock(&shared.sessions);
+        sessions.made += 1;
+        let made = format!("fake-session-{}", sessions.made);
+        sessions.open.push(made.clone());
+        made
+    } else {
+        match headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+            None => return (StatusCode::BAD_REQUEST, "no session id").into_response(),
+            Some(s) if !lock(&shared.sessions).open.iter().any(|o| o == s) => {
+                return (StatusCode::NOT_FOUND, "no such session").into_response()
+            }
+            Some(s) => s.to_string(),
         }
-    }
+    };
     let Some(id) = body.get("id").cloned() else {
         // A notification: taken, nothing to answer.
         return StatusCode::ACCEPTED.into_response();
     };
+    (
+        [("mcp-session-id", session)],
+        axum::Json(reply(&shared, &headers, &body, id)),
+    )
+        .into_response()
+}
+
+/// A message posted to `path`, kept in what the fake saw and parsed; or
+/// the refusal it gets: 503 while down, 401 without the token.
+fn taken(
+    shared: &Shared,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, Box<Response>> {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    keep(shared, path, headers, &body);
+    if shared.down.load(Ordering::SeqCst) {
+        return Err(Box::new(
+            (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+        ));
+    }
+    match sign_in(shared, headers) {
+        Some(refused) => Err(Box::new(refused)),
+        None => Ok(body),
+    }
+}
+
+/// 401 with a challenge unless the token the fake wants was presented.
+fn sign_in(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    let token = shared.token.as_ref()?;
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    (presented != format!("Bearer {token}")).then(|| {
+        (
+            StatusCode::UNAUTHORIZED,
+            [("www-authenticate", "Bearer realm=\"fake\"")],
+            "sign in",
+        )
+            .into_response()
+    })
+}
+
+/// The older HTTP+SSE transport's event stream: its `endpoint` first (on
+/// this origin at `/sse`, on another, `localhost`, at `/sse-elsewhere`),
+/// then the answer to each message posted there.
+async fn legacy_stream(
+    State(shared): State<Shared>,
+    axum::extract::OriginalUri(uri): axum::extract::OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    keep(&shared, uri.path(), &headers, &json!({"method": "GET"}));
+    if let Some(refused) = sign_in(&shared, &headers) {
+        return refused;
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let session = {
+        let mut streams = lock(&shared.legacy);
+        streams.push(tx.clone());
+        streams.len() - 1
+    };
+    let endpoint = if uri.path() == "/sse-elsewhere" {
+        format!(
+            "http://localhost:{}/message?session={session}",
+            port_of(&headers)
+        )
+    } else {
+        format!("/message?session={session}")
+    };
+    let _ = tx.send(format!("event: endpoint\r\ndata: {endpoint}\r\n\r\n"));
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(event)), rx))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(events),
+    )
+        .into_response()
+}
+
+/// A message posted to the older transport's endpoint: taken (202), its
+/// answer sent on the event stream.
+async fn legacy_message(
+    State(shared): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body = match taken(&shared, "/message", &headers, &body) {
+        Ok(body) => body,
+        Err(refused) => return *refused,
+    };
+    let stream = query
+        .as_deref()
+        .and_then(|q| q.strip_prefix("session="))
+        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|n| lock(&shared.legacy).get(n).cloned());
+    let Some(stream) = stream else {
+        return (StatusCode::NOT_FOUND, "no such session").into_response();
+    };
+    if let Some(id) = body.get("id").cloned() {
+        let answer = reply(&shared, &headers, &body, id);
+        let _ = stream.send(format!("event: message\ndata: {answer}\n\n"));
+    }
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// The fake's JSON-RPC answer to a request (`id`), on either transport.
+fn reply(shared: &Shared, headers: &HeaderMap, body: &Value, id: Value) -> Value {
     let result = match body["method"].as_str().unwrap_or("") {
         "initialize" => json!({
             "protocolVersion": body["params"]["protocolVersion"],
@@ -273,13 +427,13 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
             "serverInfo": {"name": "tandem-fake", "version": "1"}
         }),
         "tools/list" => json!({"tools": fake_tools()}),
-        "tools/call" => call_result(&body["params"], &headers),
+        "tools/call" => call_result(&body["params"], headers),
         "prompts/list" => json!({"prompts": [
             {"name": "brief", "description": "A brief about a topic.",
              "arguments": [{"name": "topic", "description": "What about", "required": true}]},
             {"name": "whoami", "description": "Says what Authorization it was sent."}
         ]}),
-        "prompts/get" => match prompt(&body["params"], &headers) {
+        "prompts/get" => match prompt(&body["params"], headers) {
             Some(text) => {
                 json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}]})
             }
@@ -323,16 +477,11 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
         "ping" => json!({}),
         other => return rpc_error(id, -32601, &format!("no method {other}")),
     };
-    (
-        [("mcp-session-id", "fake-session")],
-        axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})),
-    )
-        .into_response()
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
-fn rpc_error(id: Value, code: i64, message: &str) -> Response {
-    let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    axum::Json(error).into_response()
+fn rpc_error(id: Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 /// The fake's prompts: `brief` about a `topic`, and `whoami`, which says
@@ -362,6 +511,9 @@ async fn no_stream() -> StatusCode {
 /// A client ending its session: kept as the method `DELETE`.
 async fn end(State(shared): State<Shared>, headers: HeaderMap) -> StatusCode {
     keep(&shared, "/mcp", &headers, &json!({"method": "DELETE"}));
+    if let Some(s) = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        lock(&shared.sessions).open.retain(|o| o != s);
+    }
     StatusCode::OK
 }
 
@@ -376,17 +528,24 @@ async fn redirect(State(shared): State<Shared>, headers: HeaderMap) -> Response 
 
 async fn cross(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     keep(&shared, "/cross", &headers, &Value::Null);
-    let port = headers
+    (
+        StatusCode::TEMPORARY_REDIRECT,
+        [(
+            "location",
+            format!("http://localhost:{}/mcp", port_of(&headers)),
+        )],
+    )
+        .into_response()
+}
+
+/// The port a request was sent to, from its Host.
+fn port_of(headers: &HeaderMap) -> String {
+    headers
         .get("host")
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.rsplit(':').next())
         .unwrap_or("80")
-        .to_string();
-    (
-        StatusCode::TEMPORARY_REDIRECT,
-        [("location", format!("http://localhost:{port}/mcp"))],
-    )
-        .into_response()
+        .to_string()
 }
 
 async fn unchallenged(State(shared): State<Shared>, headers: HeaderMap) -> Response {

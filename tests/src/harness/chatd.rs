@@ -106,6 +106,35 @@ impl Chatd {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// Every file of this chatd (its log, the store and its WAL, the
+    /// workspaces and what tools kept in them) that holds any of `secrets`
+    /// in its bytes: none, after a run that handled sealed secrets. A
+    /// folder or file it cannot read is an error, never passed over.
+    pub fn files_holding(&self, secrets: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+        anyhow::ensure!(secrets.iter().all(|s| !s.is_empty()), "an empty secret");
+        let mut found = Vec::new();
+        let mut folders = vec![self.dir.path().to_path_buf()];
+        while let Some(folder) = folders.pop() {
+            let entries = std::fs::read_dir(&folder)
+                .with_context(|| format!("reading {}", folder.display()))?;
+            for entry in entries {
+                let entry = entry?;
+                let kind = entry.file_type()?;
+                if kind.is_dir() {
+                    folders.push(entry.path());
+                } else if kind.is_file() {
+                    let bytes = std::fs::read(entry.path())
+                        .with_context(|| format!("reading {}", entry.path().display()))?;
+                    let holds = |s: &&str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+                    if secrets.iter().any(holds) {
+                        found.push(entry.path());
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// chatd with this one's data and settings, listening on `port`.
     pub(crate) fn command(&self, port: u16) -> Command {
         let mut command = Command::new(bin_dir().join("chatd"));

@@ -218,18 +218,72 @@ async fn a_refused_sign_in_says_so_and_a_saved_token_is_sent_and_never_shown() -
         assert!(!tested.body.to_string().contains(TOKEN), "{}", tested.body);
     }
 
-    let database = std::fs::read(chatd.data_dir().join("chat.sqlite3"))?;
-    let wal = std::fs::read(chatd.data_dir().join("chat.sqlite3-wal")).unwrap_or_default();
-    for (what, bytes) in [("chat.sqlite3", &database), ("its WAL", &wal)] {
-        let text = String::from_utf8_lossy(bytes);
-        assert!(!text.contains(TOKEN), "the token in the clear in {what}");
-        assert!(
-            !text.contains(HEADER_VALUE),
-            "a header value in the clear in {what}"
-        );
+    // The store, its WAL, the log: no file of chatd holds either in the clear.
+    let holding = chatd.files_holding(&[TOKEN, HEADER_VALUE])?;
+    assert!(holding.is_empty(), "in the clear in {holding:?}");
+    Ok(())
+}
+
+/// A server of MCP's older HTTP+SSE transport that wants a token: the
+/// token and the saved header go with the event stream's GET and with
+/// every message posted to its endpoint; an endpoint named on another
+/// origin is refused before anything is posted there; no file of chatd
+/// holds either value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_transport_carries_the_secrets_and_stays_on_its_origin() -> anyhow::Result<()> {
+    let fake = FakeMcp::start(Some(TOKEN)).await?;
+    let (_sim, chatd, client) = start(&[PRIVATE]).await?;
+    let mut tested = Vec::new();
+    for path in ["/sse", "/sse-elsewhere"] {
+        let made = client
+            .post(
+                "/mcp-connectors",
+                json!({"name": format!("Older {path}"), "url": fake.url(path), "token": TOKEN,
+                       "headers": {"X-Team": HEADER_VALUE}}),
+            )
+            .await?;
+        assert_eq!(made.status, 201, "{made:?}");
+        let id = made.body["id"].as_str().unwrap_or("");
+        let answer = client
+            .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+            .await?;
+        tested.push((answer.body, fake.seen()));
     }
-    let log = chatd.log();
-    assert!(!log.contains(TOKEN) && !log.contains(HEADER_VALUE), "{log}");
+    let (older, seen) = &tested[0];
+    assert_eq!(older["state"], "connected", "{older}");
+    assert!(
+        names(&older["tools"]).contains(&"lookup".to_string()),
+        "{older}"
+    );
+    let stream = seen.iter().filter(|s| s.path == "/sse").count();
+    let posted: Vec<_> = seen.iter().filter(|s| s.path == "/message").collect();
+    assert_eq!(stream, 1, "one event stream");
+    assert!(
+        posted.len() >= 3,
+        "initialize, initialized, tools/list: {posted:?}"
+    );
+    for request in seen.iter().filter(|s| s.path != "/mcp") {
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {TOKEN}").as_str()),
+            "{request:?}"
+        );
+        assert_eq!(request.header("x-team"), Some(HEADER_VALUE));
+    }
+
+    let (elsewhere, after) = &tested[1];
+    assert_eq!(elsewhere["state"], "cant_connect", "{elsewhere}");
+    let why = elsewhere["reason"].as_str().unwrap_or("");
+    assert!(why.contains("another origin"), "{why}");
+    let posted_after = after.iter().filter(|s| s.path == "/message").count();
+    assert_eq!(
+        posted_after,
+        posted.len(),
+        "nothing posted to the other origin"
+    );
+
+    let holding = chatd.files_holding(&[TOKEN, HEADER_VALUE])?;
+    assert!(holding.is_empty(), "in the clear in {holding:?}");
     Ok(())
 }
 

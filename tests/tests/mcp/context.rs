@@ -165,7 +165,7 @@ async fn the_reference_servers_prompt_and_resource_go_in_front_of_a_message() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_failures_and_limits_store_nothing() -> anyhow::Result<()> {
     let fake = FakeMcp::start(Some(TOKEN)).await?;
-    let (_sim, _chatd, client) = start().await?;
+    let (_sim, chatd, client) = start().await?;
     let id = connector(&client, "Docs", &fake.url("/mcp"), Some(TOKEN)).await?;
     let chat = client.create_chat().await?;
     let path = format!("/conversations/{chat}/messages");
@@ -372,5 +372,8 @@ async fn refusals_failures_and_limits_store_nothing() -> anyhow::Result<()> {
         .filter_map(|r| r["kind"].as_str())
         .collect();
     assert_eq!(kinds, ["context", "context", "context"]);
+    // The token the fake echoed, cut across 256 KiB or whole: in no file.
+    let holding = chatd.files_holding(&[TOKEN])?;
+    assert!(holding.is_empty(), "the token in {holding:?}");
     Ok(())
 }

@@ -83,6 +83,79 @@ async fn the_reference_servers_tool_is_offered_and_runs_in_a_chat() -> anyhow::R
     Ok(())
 }
 
+/// The reference server in its `sse` mode speaks only MCP's older HTTP+SSE
+/// transport and answers Streamable HTTP's first POST with 404: chatd opens
+/// its event stream instead. Its test says connected with its tools, and
+/// two `echo` calls run in one chat's turn over that one stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_the_older_sse_transport_is_tested_and_used_in_a_chat() -> anyhow::Result<()> {
+    let Some(server) = Everything::sse().await? else {
+        return Ok(());
+    };
+    let (sim, _chatd, client) = start().await?;
+    let id = connector(&client, "Older", &server.url(), None).await?;
+    let tested = client
+        .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+        .await?;
+    assert_eq!(tested.body["ok"], true, "{}", tested.body);
+    assert_eq!(tested.body["state"], "connected");
+    assert!(
+        tested.body["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|n| n == "echo" || n["name"] == "echo")),
+        "{}",
+        tested.body
+    );
+
+    let chat = chat(&client, "yolo").await?;
+    sim.faults(json!([
+        {"tool_calls": [{"name": "echo", "arguments": {"message": "one"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"message": "two"}}]},
+        {"tokens": 3},
+    ]))
+    .await?;
+    let record = turn(&client, &chat, "echo twice").await?;
+    assert_eq!(record["status"], "done", "{record}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert_eq!(results, ["Echo: one", "Echo: two"], "{results:?}");
+    Ok(())
+}
+
+/// Over the older transport a message's POST that fails (503) fails its
+/// call alone, naming the connector: the event stream stays open, and the
+/// next turn's call is answered in the same session; chatd never panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_post_of_the_older_transport_fails_one_call_only() -> anyhow::Result<()> {
+    let fake = FakeMcp::start(None).await?;
+    let (sim, chatd, client) = start().await?;
+    connector(&client, "Older", &fake.url("/sse"), None).await?;
+    let chat = chat(&client, "yolo").await?;
+    for (word, down) in [("one", false), ("two", true), ("three", false)] {
+        fake.set_down(down);
+        sim.faults(json!([
+            {"tool_calls": [{"name": "lookup", "arguments": {"word": word}}]},
+            {"tokens": 3},
+        ]))
+        .await?;
+        let record = turn(&client, &chat, "look it up").await?;
+        assert_eq!(record["status"], "done", "{record}");
+        let results = tool_results(&client.snapshot(&chat).await?);
+        let last = results.last().cloned().unwrap_or_default();
+        if down {
+            assert!(
+                last.contains("Older") && last.contains("HTTP 503"),
+                "{last}"
+            );
+        } else {
+            assert_eq!(last, format!("glossary: {word} is a word the fake knows"));
+        }
+    }
+    let streams = fake.seen().iter().filter(|s| s.path == "/sse").count();
+    assert_eq!(streams, 1, "one event stream for the three turns");
+    assert!(!chatd.log().contains("panicked"), "{}", chatd.log());
+    Ok(())
+}
+
 /// Two servers with one tool name: both prefixed, each call reaching its
 /// own server; a tool named `read_file` is dropped (the built-in stays);
 /// `auto` runs a read-only tool and asks before `send`; a server that went
@@ -201,12 +274,13 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
     );
 
     for text in [
-        chatd.log(),
         client.snapshot(&chat).await?.to_string(),
         serde_json::to_string(&requests)?,
     ] {
         assert!(!text.contains(TOKEN), "the token came out");
     }
+    let holding = chatd.files_holding(&[TOKEN])?;
+    assert!(holding.is_empty(), "the token in {holding:?}");
     Ok(())
 }
 
@@ -423,6 +497,41 @@ async fn a_session_lasts_across_turns_and_ends_with_an_edit_or_the_chat() -> any
         (asked(&fake, "DELETE") > ended_before).then_some(())
     })
     .await?;
+    Ok(())
+}
+
+/// The server forgets its sessions, as one that restarted does: the next
+/// call is answered 404 before the server runs it, so the session's
+/// transport (rmcp's, which chatd leaves it to) opens a new session and
+/// sends it again, a tool that changes things included, and the turn goes
+/// on as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_server_lost_is_opened_again_and_the_call_runs_once() -> anyhow::Result<()> {
+    let fake = FakeMcp::start(None).await?;
+    let (sim, _chatd, client) = start().await?;
+    connector(&client, "Docs", &fake.url("/mcp"), None).await?;
+    let chat = chat(&client, "yolo").await?;
+    for (note, initialized) in [("first", 1), ("second", 2)] {
+        if note == "second" {
+            fake.forget_sessions();
+        }
+        sim.faults(json!([
+            {"tool_calls": [{"name": "send", "arguments": {"note": note}}]},
+            {"tokens": 3},
+        ]))
+        .await?;
+        let record = turn(&client, &chat, "send a note").await?;
+        assert_eq!(record["status"], "done", "{record}");
+        let results = tool_results(&client.snapshot(&chat).await?);
+        assert_eq!(
+            results.last().map(String::as_str),
+            Some(format!("sent: {note}").as_str()),
+            "{results:?}"
+        );
+        assert_eq!(asked(&fake, "initialize"), initialized, "{note}");
+    }
+    // The first call, the second refused unread (404), the second again.
+    assert_eq!(asked(&fake, "tools/call"), 3);
     Ok(())
 }
 

@@ -34,6 +34,18 @@ impl Setup {
         Ok(tool_results(&self.client.snapshot(chat).await?))
     }
 
+    /// Saves a connector from `body` and presses Test: Test's answer.
+    async fn save_and_test(&self, body: Value) -> anyhow::Result<Value> {
+        let made = self.client.post("/mcp-connectors", body).await?;
+        anyhow::ensure!(made.status == 201, "{made:?}");
+        let id = made.body["id"].as_str().context("id")?;
+        let tested = self
+            .client
+            .post(&format!("/mcp-connectors/{id}/test"), json!({}))
+            .await?;
+        Ok(tested.body)
+    }
+
     async fn wait(&self, chat: &str, run: &str) -> anyhow::Result<Value> {
         let ends = ["done", "failed", "stopped", "interrupted", "paused"];
         self.client.wait_run(chat, run, &ends, QUICK).await
@@ -53,6 +65,36 @@ async fn start(podman: &Podman) -> anyhow::Result<Setup> {
         client,
         _cleanup: cleanup,
     })
+}
+
+/// server-everything saved as the stdio connector `Everything` (its
+/// command node, run from the npm cache) with `env`, beside a chatd of its
+/// own; the answer to the save. None where the machine lacks podman or the
+/// package (tests/src/needs.rs fails the test under CI).
+async fn everything(env: Value) -> anyhow::Result<Option<(&'static Podman, Setup, Value)>> {
+    let Some(podman) = Podman::shared() else {
+        return Ok(None);
+    };
+    let Some(package) = npm::package(EVERYTHING) else {
+        return Ok(None);
+    };
+    let node = podman.tools_image()?.node;
+    let setup = start(podman).await?;
+    let made = setup
+        .client
+        .post(
+            "/mcp-connectors",
+            json!({
+                "name": "Everything",
+                "transport": "stdio",
+                "command": node.display().to_string(),
+                "args": [package.join("dist/index.js").display().to_string(), "stdio"],
+                "env": env,
+            }),
+        )
+        .await?;
+    anyhow::ensure!(made.status == 201, "{made:?}");
+    Ok(Some((podman, setup, made.body)))
 }
 
 /// The server's process line in a chat's sandbox (`ps` as root inside).
@@ -80,33 +122,16 @@ fn server_line(podman: &Podman, chat: &str) -> anyhow::Result<Option<String>> {
 /// running (the same process answers after it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared() else {
+    let Some((podman, setup, made)) = everything(json!({"TANDEM_TEST_SECRET": SECRET})).await?
+    else {
         return Ok(());
     };
-    let Some(package) = npm::package(EVERYTHING) else {
-        return Ok(());
-    };
-    let node = podman.tools_image()?.node;
-    let setup = start(podman).await?;
     let client = &setup.client;
-    let made = client
-        .post(
-            "/mcp-connectors",
-            json!({
-                "name": "Everything",
-                "transport": "stdio",
-                "command": node.display().to_string(),
-                "args": [package.join("dist/index.js").display().to_string(), "stdio"],
-                "env": {"TANDEM_TEST_SECRET": SECRET},
-            }),
-        )
-        .await?;
-    assert_eq!(made.status, 201, "{made:?}");
-    assert_eq!(made.body["has_env"], true, "{}", made.body);
-    assert_eq!(made.body["transport"], "stdio");
-    assert!(made.body.get("host").is_none(), "{}", made.body);
-    assert!(!made.body.to_string().contains(SECRET));
-    let id = made.body["id"].as_str().context("id")?.to_string();
+    assert_eq!(made["has_env"], true, "{made}");
+    assert_eq!(made["transport"], "stdio");
+    assert!(made.get("host").is_none(), "{made}");
+    assert!(!made.to_string().contains(SECRET));
+    let id = made["id"].as_str().context("id")?.to_string();
 
     let tested = client
         .post(&format!("/mcp-connectors/{id}/test"), json!({}))
@@ -197,13 +222,9 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
     })
     .await?;
 
-    let log = setup.chatd.log();
-    assert!(!log.contains(SECRET), "the environment's value in the log");
-    let database = std::fs::read(setup.chatd.data_dir().join("chat.sqlite3"))?;
-    let wal = std::fs::read(setup.chatd.data_dir().join("chat.sqlite3-wal")).unwrap_or_default();
-    for bytes in [&database, &wal] {
-        assert!(!String::from_utf8_lossy(bytes).contains(SECRET));
-    }
+    // The log, the store, its WAL, the chat's workspace: none holds it.
+    let holding = setup.chatd.files_holding(&[SECRET])?;
+    assert!(holding.is_empty(), "the environment's value in {holding:?}");
     Ok(())
 }
 
@@ -212,24 +233,10 @@ async fn the_reference_server_runs_by_its_command_in_the_chats_sandbox() -> anyh
 /// again, so the turn gets its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_call_is_started_again_for_a_read_only_tool() -> anyhow::Result<()> {
-    let Some(podman) = Podman::shared() else {
+    let Some((podman, setup, _)) = everything(json!({})).await? else {
         return Ok(());
     };
-    let Some(package) = npm::package(EVERYTHING) else {
-        return Ok(());
-    };
-    let node = podman.tools_image()?.node;
-    let setup = start(podman).await?;
     let client = &setup.client;
-    let made = client
-        .post(
-            "/mcp-connectors",
-            json!({"name": "Everything", "transport": "stdio",
-                   "command": node.display().to_string(),
-                   "args": [package.join("dist/index.js").display().to_string(), "stdio"]}),
-        )
-        .await?;
-    assert_eq!(made.status, 201, "{made:?}");
     let chat = client.create_chat_in("yolo").await?;
     setup
         .sim
@@ -392,44 +399,29 @@ async fn a_command_that_fails_says_why() -> anyhow::Result<()> {
     };
     podman.tools_image()?;
     let setup = start(podman).await?;
-    let made = setup
-        .client
-        .post(
-            "/mcp-connectors",
-            // It reads its stdin before it gives up, as a server does: an
-            // exec that ends at its very start can lose its output in podman
-            // 4.3 ("connection reset by peer" on its attach socket).
+    // It reads its stdin before it gives up, as a server does: an exec
+    // that ends at its very start can lose its output in podman 4.3
+    // ("connection reset by peer" on its attach socket).
+    let tested = setup
+        .save_and_test(
             json!({"name": "Broken", "transport": "stdio", "command": "/bin/sh",
-                   "args": ["-c", "read -r first; echo 'cannot find the notes folder' >&2; exit 3"]}),
+            "args": ["-c", "read -r first; echo 'cannot find the notes folder' >&2; exit 3"]}),
         )
         .await?;
-    assert_eq!(made.status, 201, "{made:?}");
-    let id = made.body["id"].as_str().context("id")?;
-    let tested = setup
-        .client
-        .post(&format!("/mcp-connectors/{id}/test"), json!({}))
-        .await?;
-    assert_eq!(tested.body["ok"], false, "{}", tested.body);
-    assert_eq!(tested.body["state"], "cant_connect");
-    let why = tested.body["reason"].as_str().unwrap_or("");
+    assert_eq!(tested["ok"], false, "{tested}");
+    assert_eq!(tested["state"], "cant_connect");
+    let why = tested["reason"].as_str().unwrap_or("");
     assert!(why.contains("cannot find the notes folder"), "{why}");
 
     // One that ends at its very start (podman may lose what it said).
-    let made = setup
-        .client
-        .post(
-            "/mcp-connectors",
+    let tested = setup
+        .save_and_test(
             json!({"name": "Gone", "transport": "stdio", "command": "/bin/sh",
-                   "args": ["-c", "exit 3"]}),
+                              "args": ["-c", "exit 3"]}),
         )
         .await?;
-    let id = made.body["id"].as_str().context("id")?;
-    let tested = setup
-        .client
-        .post(&format!("/mcp-connectors/{id}/test"), json!({}))
-        .await?;
-    assert_eq!(tested.body["state"], "cant_connect", "{}", tested.body);
-    let why = tested.body["reason"].as_str().unwrap_or("");
+    assert_eq!(tested["state"], "cant_connect", "{tested}");
+    let why = tested["reason"].as_str().unwrap_or("");
     assert!(why.contains("the server ended"), "{why}");
     Ok(())
 }

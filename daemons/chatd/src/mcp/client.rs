@@ -27,6 +27,7 @@ use tandem_shared::secrets::Secret;
 use url::Url;
 
 use super::address::{self, Checked, Private, Refused};
+use super::legacy;
 
 /// Connecting and the first answers (initialize, the tool list).
 pub const OPEN: Duration = Duration::from_secs(30);
@@ -204,20 +205,86 @@ pub async fn open(
         }
     }
     let mut config = StreamableHttpClientTransportConfig::with_uri(target.url.as_str())
-        .custom_headers(headers)
+        .custom_headers(headers.clone())
         .max_json_response_size(MAX_ANSWER)
         .max_sse_event_size(MAX_ANSWER);
     if let Some(token) = &target.token {
         config = config.auth_header(token.expose());
     }
-    let transport = StreamableHttpClientTransport::with_client(http, config);
-    match tokio::time::timeout(OPEN, Handler::new().serve(transport)).await {
+    let started = tokio::time::Instant::now();
+    let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+    let error = match tokio::time::timeout(OPEN, Handler::new().serve(transport)).await {
+        Err(_) => {
+            return Err(refused_or(&refused, || {
+                Failure::Connect(format!("no answer within {} s", OPEN.as_secs()))
+            }))
+        }
+        Ok(Ok(session)) => return Ok(session),
+        Ok(Err(e)) => e,
+    };
+    if refused.taken().is_some() || !older_transport_wanted(&error) {
+        return Err(refused_or(&refused, || of_initialize(&error)));
+    }
+    // A server from before Streamable HTTP: the same address, the older
+    // HTTP+SSE transport, within what is left of the opening's time.
+    let mut legacy_headers: reqwest::header::HeaderMap = headers.into_iter().collect();
+    if let Some(token) = &target.token {
+        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+            value.set_sensitive(true);
+            legacy_headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+    }
+    let left = OPEN.saturating_sub(started.elapsed());
+    let transport = legacy::open(&http, &target.url, legacy_headers, left, MAX_ANSWER)
+        .await
+        .map_err(|e| refused_or(&refused, || of_legacy(e)))?;
+    let left = OPEN.saturating_sub(started.elapsed());
+    match tokio::time::timeout(left, Handler::new().serve(transport)).await {
         Err(_) => Err(refused_or(&refused, || {
             Failure::Connect(format!("no answer within {} s", OPEN.as_secs()))
         })),
         Ok(Err(e)) => Err(refused_or(&refused, || of_initialize(&e))),
         Ok(Ok(session)) => Ok(session),
     }
+}
+
+/// Why the older transport's event stream could not be opened.
+fn of_legacy(error: legacy::OpenError) -> Failure {
+    match error {
+        legacy::OpenError::Status(status @ (401 | 403)) => Failure::SignIn(signin(status)),
+        legacy::OpenError::Status(status) => Failure::Connect(format!(
+            "the server refused Streamable HTTP, and answered HTTP {status} to the older HTTP+SSE transport's event stream: is this the MCP endpoint?"
+        )),
+        legacy::OpenError::NotAnEventStream => Failure::Connect(
+            "the server answered neither Streamable HTTP nor an event stream: is this the MCP endpoint?"
+                .into(),
+        ),
+        legacy::OpenError::Request(e) => of_reqwest(&e),
+        legacy::OpenError::Endpoint(why) => Failure::Connect(why),
+    }
+}
+
+/// Whether Streamable HTTP's first POST was refused as a server from
+/// before it refuses it (a 4xx other than a sign-in's or a rate limit's:
+/// 400, 404 or 405 in practice): the older transport is tried.
+fn older_transport_wanted(error: &ClientInitializeError) -> bool {
+    let ClientInitializeError::TransportError { error, .. } = error else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());
+    while let Some(e) = source {
+        if let Some(http) = e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            let status = match http {
+                StreamableHttpError::HttpStatus(s) => Some(s.status),
+                StreamableHttpError::UnexpectedServerResponse(text) => status_in(text),
+                _ => None,
+            };
+            return status
+                .is_some_and(|s| (400..500).contains(&s) && !matches!(s, 401 | 403 | 429));
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Opens a session, lists its tools and closes it.
@@ -294,6 +361,12 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Failure {
         }
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {
             return of_reqwest(e);
+        }
+        if let Some(legacy::SendError::Status(status)) = e.downcast_ref::<legacy::SendError>() {
+            return match status {
+                401 | 403 => Failure::SignIn(signin(*status)),
+                _ => Failure::Connect(format!("the server answered HTTP {status}")),
+            };
         }
         source = e.source();
     }

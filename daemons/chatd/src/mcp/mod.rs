@@ -5,18 +5,20 @@
 //!
 //! `address.rs` decides where an `http` connector may connect (netpolicy on
 //! every address and redirect, `[chatd] mcp_allow_private`); `client.rs`
-//! opens a session on the `rmcp` client and lists the tools. The routes are
+//! opens a session on the `rmcp` client and lists the tools, over Streamable
+//! HTTP or, for an older server, `legacy.rs`'s HTTP+SSE. The routes are
 //! `api/mcp.rs`'s.
 //!
 //! `sessions.rs` keeps each chat's sessions, `offer.rs` names their tools
 //! for a turn, `stdio.rs` runs a `stdio` server in the chat's sandbox.
 //! `context.rs` turns a server's prompts and resources into text for a
 //! message. Still to come (issue 27): stdio through hostexecd on a box
-//! without sandboxes, the HTTP+SSE fallback and MCP Apps.
+//! without sandboxes and MCP Apps.
 
 pub mod address;
 pub mod client;
 pub mod context;
+pub mod legacy;
 pub mod offer;
 pub mod sessions;
 pub mod stdio;

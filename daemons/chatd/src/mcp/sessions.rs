@@ -601,10 +601,16 @@ impl Drop for CancelOnDrop {
 /// call before the service marks itself closed).
 fn dead(session: &Session, error: &rmcp::ServiceError) -> bool {
     session.is_closed()
-        || matches!(
-            error,
-            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
-        )
+        || match error {
+            rmcp::ServiceError::TransportClosed => true,
+            // The older transport's POST answered with a status: the server
+            // is there and its event stream open; that message alone failed.
+            rmcp::ServiceError::TransportSend(e) => !matches!(
+                e.error.downcast_ref::<super::legacy::SendError>(),
+                Some(super::legacy::SendError::Status(_))
+            ),
+            _ => false,
+        }
 }
 
 /// Ends the session; a stdio server's process is killed before this

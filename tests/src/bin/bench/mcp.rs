@@ -74,6 +74,59 @@ struct Turn {
     first: i64,
 }
 
+/// engine-sim, and a chatd beside it that takes `steps` steps in a turn,
+/// with the http connector `Everything` at `url` saved; the save's answer.
+async fn with_connector(
+    url: &str,
+    steps: usize,
+) -> anyhow::Result<(Sim, Chatd, Client, tandem_tests::harness::Answer)> {
+    let sim = Sim::start(&["--tokens-per-second", "0", "--context-window", "4000000"])?;
+    let max_steps = (steps + 10).to_string();
+    let chatd = Chatd::start(
+        &sim.url(),
+        &[
+            ("QSE_CHAT_MCP_ALLOW_PRIVATE", "true"),
+            ("QSE_CHAT_MAX_STEPS", max_steps.as_str()),
+            ("QSE_CHAT_CONTEXT_WINDOW", "4000000"),
+        ],
+    )
+    .await?;
+    let client = chatd.client();
+    let made = client
+        .post("/mcp-connectors", json!({"name": "Everything", "url": url}))
+        .await?;
+    anyhow::ensure!(made.status == 201, "{made:?}");
+    Ok((sim, chatd, client, made))
+}
+
+/// Five warm-up `echo` steps in `chat`, then `steps` measured ones: the
+/// warm-up turn and the measured steps.
+async fn echo_steps(
+    sim: &Sim,
+    client: &Client,
+    chat: &str,
+    steps: usize,
+) -> anyhow::Result<(Turn, Vec<i64>)> {
+    let warm = steps_through_chatd(
+        sim,
+        client,
+        chat,
+        5,
+        script(5, "echo", |k| json!({"message": format!("warm {k}")})),
+    )
+    .await?;
+    let through = steps_through_chatd(
+        sim,
+        client,
+        chat,
+        steps,
+        script(steps, "echo", |k| json!({"message": format!("step {k}")})),
+    )
+    .await?
+    .steps;
+    Ok((warm, through))
+}
+
 /// Runs one scripted chat turn of `steps` calls.
 async fn steps_through_chatd(
     sim: &Sim,
@@ -163,7 +216,37 @@ pub(crate) async fn mcp(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> 
     say("\n## 17. MCP: a tool call through chatd (HTTP; stdio in the chat's sandbox) against the same client directly; memory per session");
     let steps = if quick { 20 } else { 200 };
     let http = over_http(quick, steps, rows).await?;
+    over_sse(steps, http, rows).await?;
     over_stdio(quick, steps, http, rows).await
+}
+
+/// The reference server over MCP's older HTTP+SSE transport (chatd's own
+/// client for it, `mcp/legacy.rs`), against the Streamable HTTP step of
+/// the same run (`http`: p50, p99); rmcp has no such client to call it
+/// directly with.
+async fn over_sse(steps: usize, http: (i64, i64), rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let server = Everything::sse()
+        .await?
+        .context("server-everything is not installed (ops/test installs it under tests/npm)")?;
+    let (sim, _chatd, client, _) = with_connector(&server.url(), steps).await?;
+    let chat = client.create_chat_in("yolo").await?;
+    let (warm, through) = echo_steps(&sim, &client, &chat, steps).await?;
+    let t = dist(through);
+    say(format!(
+        "HTTP+SSE: a new chat's first turn to its first request (a POST refused, the event stream opened): {}; chatd step with an MCP echo: median {} p99 {} ({steps} calls); over Streamable HTTP above: median {} p99 {}",
+        ms(warm.first), ms(t.p50), ms(t.p99), ms(http.0), ms(http.1)
+    ));
+    rows.push(
+        row(
+            format!("17. MCP echo call through chatd, the older HTTP+SSE transport, a whole step ({steps} steps)"),
+            format!("median {} / p99 {}", ms(t.p50), ms(t.p99)),
+        )
+        .baseline(
+            format!("Streamable HTTP through chatd {} / {}", ms(http.0), ms(http.1)),
+            format!("{} median ({:.2}×)", ms(t.p50 - http.0), t.p50 as f64 / http.0.max(1) as f64),
+        ),
+    );
+    Ok(())
 }
 
 /// The Streamable HTTP part and the memory; the MCP step's (p50, p99).
@@ -172,49 +255,15 @@ async fn over_http(quick: bool, steps: usize, rows: &mut Vec<Row>) -> anyhow::Re
     let server = Everything::http()
         .await?
         .context("server-everything is not installed (ops/test installs it under tests/npm)")?;
-    let sim = Sim::start(&["--tokens-per-second", "0", "--context-window", "4000000"])?;
-    let max_steps = (steps + 10).to_string();
-    let chatd = Chatd::start(
-        &sim.url(),
-        &[
-            ("QSE_CHAT_MCP_ALLOW_PRIVATE", "true"),
-            ("QSE_CHAT_MAX_STEPS", max_steps.as_str()),
-            ("QSE_CHAT_CONTEXT_WINDOW", "4000000"),
-        ],
-    )
-    .await?;
-    let client = chatd.client();
-    let made = client
-        .post(
-            "/mcp-connectors",
-            json!({"name": "Everything", "url": server.url()}),
-        )
-        .await?;
-    anyhow::ensure!(made.status == 201, "{made:?}");
+    let (sim, chatd, client, made) = with_connector(&server.url(), steps).await?;
     let id = made.body["id"].as_str().context("id")?.to_string();
     let chat = client.create_chat_in("yolo").await?;
     // Warm-up: the session opened, the caches filled.
-    let warm = steps_through_chatd(
-        &sim,
-        &client,
-        &chat,
-        5,
-        script(5, "echo", |k| json!({"message": format!("warm {k}")})),
-    )
-    .await?;
+    let (warm, through) = echo_steps(&sim, &client, &chat, steps).await?;
     say(format!(
         "a new chat's first turn to its first request (the HTTP session opened): {}",
         ms(warm.first)
     ));
-    let through = steps_through_chatd(
-        &sim,
-        &client,
-        &chat,
-        steps,
-        script(steps, "echo", |k| json!({"message": format!("step {k}")})),
-    )
-    .await?
-    .steps;
     let builtin_chat = client.create_chat_in("yolo").await?;
     let builtin = steps_through_chatd(
         &sim,
@@ -431,23 +480,7 @@ async fn over_stdio(
         }
     }
     // Warm-up in the first chat, its session open: the same turn's start.
-    let warm = steps_through_chatd(
-        &sim,
-        &client,
-        &chat,
-        5,
-        script(5, "echo", |k| json!({"message": format!("warm {k}")})),
-    )
-    .await?;
-    let through = steps_through_chatd(
-        &sim,
-        &client,
-        &chat,
-        steps,
-        script(steps, "echo", |k| json!({"message": format!("step {k}")})),
-    )
-    .await?
-    .steps;
+    let (warm, through) = echo_steps(&sim, &client, &chat, steps).await?;
     drop(client);
     drop(chatd);
     drop(cleanup);

@@ -5,8 +5,10 @@
 //! wants, and a header), `wrong` (another token) and `moved` (its address
 //! redirects to the cloud metadata address). Meanwhile, one request at a
 //! time, asked again while chatd is down: a test of one of them, the fake
-//! going down (503) and coming back, an edit of `good` that leaves its
-//! secrets out, `wrong` switched off and on.
+//! going down (503) and coming back, the fake forgetting its sessions (404
+//! to the next request, as a restarted server answers: chatd opens a new
+//! one), an edit of `good` that leaves its secrets out, `wrong` switched
+//! off and on.
 //!
 //! `Inv::Mcp` at the end: every test said what the fake's state at that
 //! moment deserves (`good`: connected with the fake's two tools, or
@@ -54,6 +56,8 @@ struct Tally {
     edits: u64,
     switches: u64,
     downs: u64,
+    /// Times the fake forgot its sessions, as a restarted server does.
+    forgotten: u64,
 }
 
 struct Run {
@@ -125,8 +129,8 @@ impl Part for McpPart {
                     t.tests, t.connected, t.sign_in, t.while_down, t.redirects
                 ),
                 format!(
-                    "{} edits kept the sealed token and headers; {} switches; the server went down {} times",
-                    t.edits, t.switches, t.downs
+                    "{} edits kept the sealed token and headers; {} switches; the server went down {} times and forgot its sessions {} times",
+                    t.edits, t.switches, t.downs, t.forgotten
                 ),
                 format!(
                     "requests: {} asked again while chatd was down, {} with no answer",
@@ -220,7 +224,12 @@ async fn load(shared: &Shared, mut run: Run, rng: &mut StdRng) -> Run {
                 let which = ALL[rng.random_range(0..ALL.len())];
                 test(shared, &mut run, which, down).await;
             }
-            65..=74 => {
+            65..=69 => {
+                run.fake.forget_sessions();
+                run.tally.forgotten += 1;
+                shared.fault("mcp server lost its sessions (404)");
+            }
+            70..=74 => {
                 down = !down;
                 run.fake.set_down(down);
                 if down {
