@@ -28,6 +28,10 @@ use url::Url;
 const POST_LIMIT: Duration = Duration::from_secs(30);
 /// Messages read ahead of rmcp at most (each up to the event limit).
 const READ_AHEAD: usize = 8;
+/// POSTs under way at most, as rmcp's own Streamable HTTP client allows:
+/// rmcp answers each request a server sends (a ping) in a task of its own,
+/// so a server streaming requests must not get a socket for each.
+const POSTS_AT_ONCE: usize = 16;
 
 /// Why the event stream could not be opened.
 #[derive(Debug)]
@@ -68,13 +72,25 @@ impl Transport<RoleClient> for Legacy {
         item: ClientJsonRpcMessage,
     ) -> impl std::future::Future<Output = Result<(), SendError>> + Send + 'static {
         let post = self.post.clone();
-        async move { post.send(&item).await }
+        async move {
+            // Never closed: the semaphore lives as long as `post`.
+            let _permit = post.permits.acquire().await;
+            post.send(&item).await
+        }
     }
 
     fn receive(
         &mut self,
     ) -> impl std::future::Future<Output = Option<ServerJsonRpcMessage>> + Send {
-        self.incoming.recv()
+        let post = self.post.clone();
+        let incoming = &mut self.incoming;
+        async move {
+            // The next message is read once a POST could go out for it: a
+            // server that sends faster than its POSTs are taken is made to
+            // wait (the channel fills, then TCP pushes back).
+            drop(post.permits.acquire().await);
+            incoming.recv().await
+        }
     }
 
     fn close(&mut self) -> impl std::future::Future<Output = Result<(), SendError>> + Send {
@@ -108,7 +124,7 @@ pub async fn open(
     let answer = tokio::time::timeout_at(deadline, asked)
         .await
         .map_err(|_| too_late())?
-        .map_err(OpenError::Request)?;
+        .map_err(|e| OpenError::Request(e.without_url()))?;
     if !answer.status().is_success() {
         return Err(OpenError::Status(answer.status().as_u16()));
     }
@@ -141,6 +157,7 @@ pub async fn open(
             http: http.clone(),
             endpoint,
             headers,
+            permits: tokio::sync::Semaphore::new(POSTS_AT_ONCE),
         }),
         incoming: rx,
         reader,
@@ -152,6 +169,7 @@ struct Post {
     http: reqwest::Client,
     endpoint: Url,
     headers: HeaderMap,
+    permits: tokio::sync::Semaphore,
 }
 
 impl Post {
@@ -164,7 +182,8 @@ impl Post {
             .json(message)
             .send()
             .await
-            .map_err(SendError::Request)?;
+            // Its Debug would name the endpoint and its query.
+            .map_err(|e| SendError::Request(e.without_url()))?;
         // The answer itself comes on the stream; this one only says taken.
         if answer.status().is_success() {
             Ok(())
@@ -345,6 +364,16 @@ mod tests {
             );
             assert_eq!(frames.pending(), "data: x\n".len(), "cut at {cut}");
         }
+        let mut frames = Frames::default();
+        let mut got = Vec::new();
+        for byte in stream.chunks(1) {
+            frames.push(byte);
+            while let Some(f) = frames.next_frame() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got.len(), 3, "a byte a chunk: {got:?}");
+        assert_eq!(got[2], "event: message\ndata: {}");
     }
 
     #[test]

@@ -604,10 +604,12 @@ fn dead(session: &Session, error: &rmcp::ServiceError) -> bool {
         || match error {
             rmcp::ServiceError::TransportClosed => true,
             // The older transport's POST answered with a status: the server
-            // is there and its event stream open; that message alone failed.
+            // is there and its event stream open, and that message alone
+            // failed; unless it no longer knows the session (404, 410),
+            // which that transport cannot get back into.
             rmcp::ServiceError::TransportSend(e) => !matches!(
                 e.error.downcast_ref::<super::legacy::SendError>(),
-                Some(super::legacy::SendError::Status(_))
+                Some(super::legacy::SendError::Status(s)) if !matches!(s, 404 | 410)
             ),
             _ => false,
         }
