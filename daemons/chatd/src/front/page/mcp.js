@@ -181,11 +181,11 @@ async function testMcp(id) {
   $('#mcp-status').textContent = 'Connecting to the server…';
   try {
     const tested = await api('POST', `/mcp-connectors/${enc(id)}/test`);
+    // The row first, then the line that says so: both tell the same test.
+    putMcp(await api('GET', `/mcp-connectors/${enc(id)}`));
     $('#mcp-status').textContent = tested && tested.ok
       ? `Connected: ${tested.tools.length} tools.`
       : `Not connected: ${(tested && tested.reason) || 'no reason given'}`;
-    const fresh = await api('GET', `/mcp-connectors/${enc(id)}`);
-    putMcp(fresh);
     return tested;
   } catch (error) {
     $('#mcp-status').textContent = '';
