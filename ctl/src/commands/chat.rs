@@ -545,11 +545,11 @@ async fn follow(
         }
         let mut body = response.bytes_stream();
         // Bytes, not text: a character may be cut between two chunks.
-        let mut buffer: Vec<u8> = Vec::new();
+        let mut frames = tandem_shared::sse::Frames::default();
         while let Some(chunk) = body.next().await {
             let Ok(chunk) = chunk else { break };
-            buffer.extend_from_slice(&chunk);
-            while let Some(frame) = tandem_shared::sse::take_frame(&mut buffer) {
+            frames.push(&chunk);
+            while let Some(frame) = frames.next_frame() {
                 let Some(frame) = tandem_shared::sse::parse_frame(&frame) else {
                     continue;
                 };

@@ -318,11 +318,11 @@ impl ChatClient {
             });
         }
         let mut stream = response.bytes_stream();
-        let mut buffer: Vec<u8> = Vec::new();
+        let mut frames = sse::Frames::default();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| ChatError::Unreachable(without_url(&e)))?;
-            buffer.extend_from_slice(&chunk);
-            while let Some(frame) = sse::take_frame(&mut buffer) {
+            frames.push(&chunk);
+            while let Some(frame) = frames.next_frame() {
                 let Some(event) = sse::parse_frame(&frame) else {
                     continue;
                 };
@@ -353,7 +353,7 @@ impl ChatClient {
                 }
             }
             // A frame never ends: not chatd's stream; start again.
-            if buffer.len() > 4 << 20 {
+            if frames.rest().len() > 4 << 20 {
                 return Err(ChatError::Unreachable("an event larger than 4 MiB".into()));
             }
         }

@@ -27,6 +27,14 @@ pub(super) fn sse_lines(u: &mut Unstructured) -> Verdict {
             "tandem_shared::sse read {parts:?} (rest {parts_rest:?}), whole {whole:?} (rest {whole_rest:?})"
         )));
     }
+    // CR LF and a lone CR end a line as LF does.
+    let lf = stream.replace("\r\n", "\n").replace('\r', "\n");
+    let (as_lf, as_lf_rest) = shared_read(&[lf.as_bytes()]);
+    if whole != as_lf || whole_rest != as_lf_rest {
+        return Err(say(format!(
+            "tandem_shared::sse read {whole:?} (rest {whole_rest:?}), with LF ends {as_lf:?} (rest {as_lf_rest:?})"
+        )));
+    }
 
     let whole = harness_read(vec![bytes]).map_err(&say)?;
     let parts = harness_read(chunks.clone()).map_err(&say)?;
@@ -81,19 +89,19 @@ fn lengths(chunks: &[&[u8]]) -> Vec<usize> {
     chunks.iter().map(|c| c.len()).collect()
 }
 
-/// The shared reader as its callers drive it: each chunk appended, every
-/// whole frame taken off the front; the events, and what was left over.
+/// The shared reader as its callers drive it: each chunk pushed, every
+/// whole frame taken; the events, and what was left over.
 fn shared_read(chunks: &[&[u8]]) -> (Vec<Option<tandem_shared::sse::Frame>>, Vec<u8>) {
-    use tandem_shared::sse::{parse_frame, take_frame};
-    let mut buffer = Vec::new();
+    use tandem_shared::sse::{parse_frame, Frames};
+    let mut frames = Frames::default();
     let mut events = Vec::new();
     for chunk in chunks {
-        buffer.extend_from_slice(chunk);
-        while let Some(frame) = take_frame(&mut buffer) {
+        frames.push(chunk);
+        while let Some(frame) = frames.next_frame() {
             events.push(parse_frame(&frame));
         }
     }
-    (events, buffer)
+    (events, frames.rest().to_vec())
 }
 
 /// The harness's reader to the stream's end: (seq, kind, data) of each event.

@@ -173,7 +173,7 @@ impl Client {
         );
         Ok(EventStream {
             body: Box::pin(response.bytes_stream()),
-            buffer: Vec::new(),
+            frames: Default::default(),
             last_seq: after,
         })
     }
@@ -194,7 +194,7 @@ pub(crate) type Bytes =
 pub struct EventStream {
     body: Bytes,
     /// Bytes, not text: a chunk may end inside a character.
-    buffer: Vec<u8>,
+    frames: tandem_shared::sse::Frames,
     /// The last seq this device saw.
     pub last_seq: i64,
 }
@@ -206,7 +206,7 @@ impl EventStream {
         let chunks: Vec<reqwest::Result<bytes::Bytes>> = chunks.into_iter().map(Ok).collect();
         EventStream {
             body: Box::pin(futures_util::stream::iter(chunks)),
-            buffer: Vec::new(),
+            frames: Default::default(),
             last_seq: 0,
         }
     }
@@ -214,7 +214,7 @@ impl EventStream {
     /// The next event (keepalive comments skipped); `None` when the stream ends.
     pub async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
         loop {
-            if let Some(frame) = tandem_shared::sse::take_frame(&mut self.buffer) {
+            if let Some(frame) = self.frames.next_frame() {
                 let mut seq = None;
                 let mut kind = String::from("message");
                 let mut data = String::new();
@@ -237,7 +237,7 @@ impl EventStream {
                 return Ok(Some(SseEvent { seq, kind, data }));
             }
             match self.body.next().await {
-                Some(Ok(bytes)) => self.buffer.extend_from_slice(&bytes),
+                Some(Ok(bytes)) => self.frames.push(&bytes),
                 Some(Err(err)) => return Err(err.into()),
                 None => return Ok(None),
             }

@@ -19,7 +19,7 @@ use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::service::RoleClient;
 use rmcp::transport::Transport;
-use tandem_shared::sse::parse_frame;
+use tandem_shared::sse::{parse_frame, Frames};
 use tokio::time::Instant;
 use url::Url;
 
@@ -241,73 +241,13 @@ async fn read(
                 _ => {}
             }
         }
-        if frames.pending() > max_event {
+        if frames.rest().len() > max_event {
             tracing::info!(
-                bytes = frames.pending(),
+                bytes = frames.rest().len(),
                 "an MCP event stream sent an event over the limit; the session ends"
             );
             return;
         }
-    }
-}
-
-/// An event stream's bytes cut into frames at blank lines, in time linear
-/// in the bytes (a server's many tiny frames or one long one cost no
-/// rescans). CR LF and a lone CR end a line as LF does.
-#[derive(Default)]
-struct Frames {
-    buffer: Vec<u8>,
-    /// Where the next frame starts.
-    start: usize,
-    /// How far the search for a blank line has looked.
-    searched: usize,
-    /// The last byte was a CR: an LF right after it belongs to it.
-    after_cr: bool,
-}
-
-impl Frames {
-    fn push(&mut self, chunk: &[u8]) {
-        if self.start > 0 {
-            self.buffer.drain(..self.start);
-            self.searched -= self.start;
-            self.start = 0;
-        }
-        for &b in chunk {
-            match (b, self.after_cr) {
-                (b'\n', true) => self.after_cr = false,
-                (b'\r', _) => {
-                    self.buffer.push(b'\n');
-                    self.after_cr = true;
-                }
-                _ => {
-                    self.buffer.push(b);
-                    self.after_cr = false;
-                }
-            }
-        }
-    }
-
-    /// The next whole frame, without its blank line.
-    fn next_frame(&mut self) -> Option<String> {
-        let from = self.searched.max(self.start);
-        match self.buffer[from..].windows(2).position(|w| w == b"\n\n") {
-            None => {
-                self.searched = self.buffer.len().saturating_sub(1).max(self.start);
-                None
-            }
-            Some(at) => {
-                let end = from + at;
-                let frame = String::from_utf8_lossy(&self.buffer[self.start..end]).into_owned();
-                self.start = end + 2;
-                self.searched = self.start;
-                Some(frame)
-            }
-        }
-    }
-
-    /// Bytes of a frame not whole yet.
-    fn pending(&self) -> usize {
-        self.buffer.len() - self.start
     }
 }
 
@@ -338,43 +278,6 @@ impl Drop for AbortOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn frames_are_cut_at_blank_lines_whatever_the_line_ends_and_chunks() {
-        let stream =
-            b"event: endpoint\r\ndata: /m\r\n\r\n: keep\n\nevent: message\rdata: {}\r\rdata: x\n";
-        // Every cut of the stream into two chunks gives the same frames.
-        for cut in 0..=stream.len() {
-            let mut frames = Frames::default();
-            let mut got = Vec::new();
-            for part in [&stream[..cut], &stream[cut..]] {
-                frames.push(part);
-                while let Some(f) = frames.next_frame() {
-                    got.push(f);
-                }
-            }
-            assert_eq!(
-                got,
-                [
-                    "event: endpoint\ndata: /m",
-                    ": keep",
-                    "event: message\ndata: {}"
-                ],
-                "cut at {cut}"
-            );
-            assert_eq!(frames.pending(), "data: x\n".len(), "cut at {cut}");
-        }
-        let mut frames = Frames::default();
-        let mut got = Vec::new();
-        for byte in stream.chunks(1) {
-            frames.push(byte);
-            while let Some(f) = frames.next_frame() {
-                got.push(f);
-            }
-        }
-        assert_eq!(got.len(), 3, "a byte a chunk: {got:?}");
-        assert_eq!(got[2], "event: message\ndata: {}");
-    }
 
     #[test]
     fn an_endpoint_is_taken_on_the_streams_origin_only() {
