@@ -6,7 +6,7 @@
 #
 #   1. installs debootstrap and systemd-container when missing
 #   2. builds a minimal bookworm root once, cached in /var/cache/tandem-systemd-root
-#   3. copies the release binaries and units/ into it, for a user `box` (uid
+#   3. copies the built binaries and units/ into it, for a user `box` (uid
 #      1000, lingering) with tandem.target, tandem-chatd.service,
 #      tandem-egress.service, tandem-hostexec.service, tandem-triggers.service
 #      and tandem-connectors.service enabled (as ops/install.sh does, but for
@@ -36,7 +36,8 @@
 # Last line: "N passed, N failed"; exit 1 when anything failed.
 #
 # Usage: tests/systemd/boot-test.sh [--bin DIR] [--root DIR]
-#   --bin DIR    the release binaries chatd, egressd, hostexecd, triggerd, connectord, tandem, engine-sim (default: target/release)
+#   --bin DIR    the built binaries chatd, egressd, hostexecd, triggerd, connectord, tandem, engine-sim
+#                (default: target/release; ops/test gives target/debug, the build it tested)
 #   --root DIR   the cached root (default: /var/cache/tandem-systemd-root)
 # Env: TANDEM_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -70,7 +71,7 @@ case "$root" in
   *) abort "--root must be an absolute path two levels deep or more, not '$root'" ;;
 esac
 for b in chatd egressd hostexecd triggerd connectord tandem engine-sim; do
-  [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace"
+  [ -x "$bin/$b" ] || abort "$bin/$b is missing: cargo build --release --workspace (or --bin the folder of another build)"
 done
 for u in tandem-chatd.service tandem-egress.service tandem-hostexec.service tandem-triggers.service tandem-connectors.service tandem.target; do
   [ -f "$here/units/$u" ] || abort "units/$u is missing"
