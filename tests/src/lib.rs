@@ -19,6 +19,7 @@ pub mod fakepush;
 pub mod fakeslack;
 pub mod fuzzing;
 pub mod harness;
+pub mod mcpapps;
 pub mod mcpservers;
 pub mod needs;
 pub mod netlab;

@@ -23,49 +23,68 @@ use serde_json::{json, Value};
 use tandem_shared::sync::lock;
 
 use crate::harness::{free_port, wait_until};
-use crate::npm;
+use crate::{mcpapps, npm};
 
 /// The npm package of the reference server.
 pub const EVERYTHING: &str = "@modelcontextprotocol/server-everything";
+/// The npm package of the MCP Apps project's example: a tool, `get-time`,
+/// with a page.
+pub const BASIC_APP: &str = "@modelcontextprotocol/server-basic-vanillajs";
 
-/// server-everything on a loopback port, over Streamable HTTP or the
-/// older HTTP+SSE transport; killed on drop.
-pub struct Everything {
+/// An MCP server from the npm registry on a loopback port; killed on drop.
+pub struct NpmServer {
     child: Child,
     pub port: u16,
     path: &'static str,
 }
 
-impl Everything {
-    /// Starts it over Streamable HTTP (`/mcp`) and waits until its port
-    /// answers (30 s at most). `None` when the package is not installed
-    /// (`npm::package` said so, and under CI the test fails there).
+/// The reference server's starters.
+pub type Everything = NpmServer;
+
+impl NpmServer {
+    /// server-everything over Streamable HTTP (`/mcp`).
     pub async fn http() -> anyhow::Result<Option<Everything>> {
         Everything::start("streamableHttp", "/mcp").await
     }
 
-    /// Starts it over the HTTP+SSE transport of MCP's 2024-11-05 protocol
+    /// server-everything over the HTTP+SSE transport of MCP's 2024-11-05 protocol
     /// (an event stream at `/sse`, messages posted to `/message`).
     pub async fn sse() -> anyhow::Result<Option<Everything>> {
         Everything::start("sse", "/sse").await
     }
 
+    /// The MCP Apps example over Streamable HTTP (`/mcp`, no sessions).
+    pub async fn basic_app() -> anyhow::Result<Option<NpmServer>> {
+        NpmServer::start_package(BASIC_APP, &[], "/mcp").await
+    }
+
     async fn start(mode: &str, path: &'static str) -> anyhow::Result<Option<Everything>> {
-        let Some(folder) = npm::package(EVERYTHING) else {
+        NpmServer::start_package(EVERYTHING, &[mode], path).await
+    }
+
+    /// `package`'s `dist/index.js` with `args` and `PORT`, once its port
+    /// answers (30 s at most). `None` when the package is not installed
+    /// (`npm::package` said so, and under CI the test fails there).
+    async fn start_package(
+        package: &str,
+        args: &[&str],
+        path: &'static str,
+    ) -> anyhow::Result<Option<NpmServer>> {
+        let Some(folder) = npm::package(package) else {
             return Ok(None);
         };
         let port = free_port();
         let child = Command::new("node")
             .arg(folder.join("dist/index.js"))
-            .arg(mode)
+            .args(args)
             .env("PORT", port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let server = Everything { child, port, path };
+        let server = NpmServer { child, port, path };
         wait_until(
-            "server-everything listening",
+            "an npm MCP server listening",
             Duration::from_secs(30),
             || async move {
                 tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -83,7 +102,7 @@ impl Everything {
     }
 }
 
-impl Drop for Everything {
+impl Drop for NpmServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -193,7 +212,8 @@ fn call_result(params: &Value, headers: &HeaderMap) -> Value {
 }
 
 impl FakeMcp {
-    /// `/mcp` asks for `Authorization: Bearer <token>` when a token is
+    /// `/mcp` (and `/apps`, the same with `crate::mcpapps`' tools and
+    /// pages) asks for `Authorization: Bearer <token>` when a token is
     /// given (401 with `WWW-Authenticate` otherwise, as servers do);
     /// `/redirect` answers 307 to the cloud metadata address, `/cross` 307
     /// to this fake under another name (`localhost`: another origin),
@@ -218,6 +238,7 @@ impl FakeMcp {
         };
         let app = Router::new()
             .route("/mcp", post(rpc).get(no_stream).delete(end))
+            .route("/apps", post(rpc).get(no_stream).delete(end))
             .route("/redirect", post(redirect))
             .route("/cross", post(cross))
             .route("/unchallenged", post(unchallenged))
@@ -250,6 +271,14 @@ impl FakeMcp {
 
     /// While down, `/mcp` and `/message` answer 503 as a server behind a
     /// proxy does when it is gone.
+    /// How many times the fake was asked `method`.
+    pub fn asked(&self, method: &str) -> usize {
+        self.seen()
+            .iter()
+            .filter(|s| s.method.as_deref() == Some(method))
+            .count()
+    }
+
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
     }
@@ -284,8 +313,14 @@ fn keep(shared: &Shared, path: &str, headers: &HeaderMap, body: &Value) {
     });
 }
 
-async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let body = match taken(&shared, "/mcp", &headers, &body) {
+async fn rpc(
+    State(shared): State<Shared>,
+    axum::extract::OriginalUri(uri): axum::extract::OriginalUri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let apps = uri.path() == "/apps";
+    let body = match taken(&shared, uri.path(), &headers, &body) {
         Ok(body) => body,
         Err(refused) => return *refused,
     };
@@ -310,7 +345,7 @@ async fn rpc(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
     };
     (
         [("mcp-session-id", session)],
-        axum::Json(reply(&shared, &headers, &body, id)),
+        axum::Json(reply(&shared, &headers, &body, id, apps)),
     )
         .into_response()
 }
@@ -412,15 +447,39 @@ async fn legacy_message(
         return (StatusCode::NOT_FOUND, "no such session").into_response();
     };
     if let Some(id) = body.get("id").cloned() {
-        let answer = reply(&shared, &headers, &body, id);
+        let answer = reply(&shared, &headers, &body, id, false);
         let _ = stream.send(format!("event: message\ndata: {answer}\n\n"));
     }
     StatusCode::ACCEPTED.into_response()
 }
 
-/// The fake's JSON-RPC answer to a request (`id`), on either transport.
-fn reply(shared: &Shared, headers: &HeaderMap, body: &Value, id: Value) -> Value {
-    let result = match body["method"].as_str().unwrap_or("") {
+/// The fake's JSON-RPC answer to a request (`id`), on either transport;
+/// with its apps (`crate::mcpapps`) at `/apps`.
+fn reply(shared: &Shared, headers: &HeaderMap, body: &Value, id: Value, apps: bool) -> Value {
+    let (method, params) = (body["method"].as_str().unwrap_or(""), &body["params"]);
+    if apps {
+        let answered = match method {
+            "tools/list" => {
+                let mut tools = fake_tools();
+                if let (Some(all), Value::Array(more)) = (tools.as_array_mut(), mcpapps::tools()) {
+                    all.extend(more);
+                }
+                Some(json!({"tools": tools}))
+            }
+            "tools/call" => mcpapps::call(
+                params["name"].as_str().unwrap_or(""),
+                &params["arguments"],
+                headers,
+            ),
+            "resources/read" => mcpapps::page(params["uri"].as_str().unwrap_or(""), headers)
+                .map(|page| json!({"contents": [page]})),
+            _ => None,
+        };
+        if let Some(result) = answered {
+            return json!({"jsonrpc": "2.0", "id": id, "result": result});
+        }
+    }
+    let result = match method {
         "initialize" => json!({
             "protocolVersion": body["params"]["protocolVersion"],
             "capabilities": {"tools": {}, "prompts": {}, "resources": {}},

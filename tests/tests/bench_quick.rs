@@ -5,7 +5,8 @@
 //! figure 10 the built triggerd, figure 11 connectord, figure 13 egressd;
 //! figure 12, the web page in Chromium, is skipped by `--quick`; figure 16,
 //! the search index, runs the built chatd for ~8 s). The bound is no
-//! figure: a quiet debug run takes about a minute, twice that is a hang.
+//! figure: a quiet debug run takes under two minutes (100 s in CI, figures
+//! 1 to 17), and one on a busy machine longer; past 5 minutes it hangs.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,11 +32,11 @@ fn quick_bench_finishes_and_writes_its_table() {
         if let Some(status) = child.try_wait().expect("waiting for bench") {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(120) {
+        if started.elapsed() > Duration::from_secs(300) {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "bench --quick ran over 120 s:\n{}",
+                "bench --quick ran over 300 s:\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }

@@ -138,6 +138,17 @@ tandem_shared::words! {
     }
 }
 
+tandem_shared::words! {
+    /// Who may call an MCP tool that has a page (an MCP App's
+    /// `_meta.ui.visibility`).
+    pub enum AppAudience("MCP App visibility") {
+        /// The model, as any tool.
+        Model => "model",
+        /// The tool's page, from the browser.
+        App => "app",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +158,7 @@ mod tests {
     fn every_mcp_word_reads_back_as_itself() {
         check_reads_back::<Transport>();
         check_reads_back::<ConnectorState>();
+        check_reads_back::<AppAudience>();
     }
 
     #[test]

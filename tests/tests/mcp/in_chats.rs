@@ -198,7 +198,7 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
         ],
         "read-only tools ran without asking in auto; a server's echo of the token is cut"
     );
-    let calls_before = calls(&mail_server);
+    let calls_before = mail_server.asked("tools/call");
     let denied = client
         .post(
             &format!("/conversations/{chat}/consent"),
@@ -211,13 +211,13 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
         .await?;
     assert_eq!(record["status"], "done", "{record}");
     assert_eq!(
-        calls(&mail_server),
+        mail_server.asked("tools/call"),
         calls_before,
         "a denied call never reached the server"
     );
     // Each server got its own call, with its own token.
-    assert_eq!(calls(&docs_server), 1);
-    assert_eq!(calls(&mail_server), 2);
+    assert_eq!(docs_server.asked("tools/call"), 1);
+    assert_eq!(mail_server.asked("tools/call"), 2);
     let call = mail_server
         .seen()
         .into_iter()
@@ -282,14 +282,6 @@ async fn clashing_names_builtins_permissions_and_a_server_down() -> anyhow::Resu
     let holding = chatd.files_holding(&[TOKEN])?;
     assert!(holding.is_empty(), "the token in {holding:?}");
     Ok(())
-}
-
-/// How many `tools/call` a fake took.
-fn calls(fake: &FakeMcp) -> usize {
-    fake.seen()
-        .iter()
-        .filter(|s| s.method.as_deref() == Some("tools/call"))
-        .count()
 }
 
 /// A long result is cut to the call's room with the whole of it kept in
@@ -448,14 +440,6 @@ async fn a_chat_switches_a_server_off_and_an_agent_gets_only_what_it_names() -> 
     Ok(())
 }
 
-/// How many times a fake was asked `method`.
-fn asked(fake: &FakeMcp, method: &str) -> usize {
-    fake.seen()
-        .iter()
-        .filter(|s| s.method.as_deref() == Some(method))
-        .count()
-}
-
 /// A chat keeps its session from turn to turn; another chat opens its
 /// own; an edit of the connector opens a new one at the next turn, and a
 /// chat that goes to the trash ends its session with the server.
@@ -469,10 +453,10 @@ async fn a_session_lasts_across_turns_and_ends_with_an_edit_or_the_chat() -> any
         let record = turn(&client, &first, "hello [sim tokens=3]").await?;
         assert_eq!(record["status"], "done", "{record}");
     }
-    assert_eq!(asked(&fake, "initialize"), 1, "one session for two turns");
+    assert_eq!(fake.asked("initialize"), 1, "one session for two turns");
     let second = chat(&client, "auto").await?;
     turn(&client, &second, "hello [sim tokens=3]").await?;
-    assert_eq!(asked(&fake, "initialize"), 2, "a session per chat");
+    assert_eq!(fake.asked("initialize"), 2, "a session per chat");
 
     let edited = client
         .call(
@@ -483,8 +467,8 @@ async fn a_session_lasts_across_turns_and_ends_with_an_edit_or_the_chat() -> any
         .await?;
     assert_eq!(edited.status, 200, "{edited:?}");
     turn(&client, &first, "hello [sim tokens=3]").await?;
-    assert_eq!(asked(&fake, "initialize"), 3, "opened again after the edit");
-    let ended_before = asked(&fake, "DELETE");
+    assert_eq!(fake.asked("initialize"), 3, "opened again after the edit");
+    let ended_before = fake.asked("DELETE");
     let gone = client
         .call(
             reqwest::Method::DELETE,
@@ -494,7 +478,7 @@ async fn a_session_lasts_across_turns_and_ends_with_an_edit_or_the_chat() -> any
         .await?;
     assert_eq!(gone.status, 204, "{gone:?}");
     tandem_tests::harness::wait_until("the session ended", QUICK, || async {
-        (asked(&fake, "DELETE") > ended_before).then_some(())
+        (fake.asked("DELETE") > ended_before).then_some(())
     })
     .await?;
     Ok(())
@@ -528,10 +512,10 @@ async fn a_session_the_server_lost_is_opened_again_and_the_call_runs_once() -> a
             Some(format!("sent: {note}").as_str()),
             "{results:?}"
         );
-        assert_eq!(asked(&fake, "initialize"), initialized, "{note}");
+        assert_eq!(fake.asked("initialize"), initialized, "{note}");
     }
     // The first call, the second refused unread (404), the second again.
-    assert_eq!(asked(&fake, "tools/call"), 3);
+    assert_eq!(fake.asked("tools/call"), 3);
     Ok(())
 }
 
@@ -574,7 +558,7 @@ async fn a_call_approved_after_its_server_was_switched_off_is_not_sent() -> anyh
         .wait_run(&chat, &run, &["done", "failed"], QUICK)
         .await?;
     assert_eq!(record["status"], "done", "{record}");
-    assert_eq!(calls(&fake), 0, "nothing was sent");
+    assert_eq!(fake.asked("tools/call"), 0, "nothing was sent");
     let results = tool_results(&client.snapshot(&chat).await?);
     assert!(
         results.first().is_some_and(|r| r.contains("no longer on")),

@@ -2,6 +2,7 @@
 //! the MCP project's reference server from the npm registry, and a fake
 //! MCP server of our own for the faults (tandem_tests::mcpservers).
 
+mod apps;
 mod connectors;
 mod context;
 mod ctl_mcp;

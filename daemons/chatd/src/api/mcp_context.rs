@@ -27,12 +27,12 @@ use crate::App;
 const MAX_LISTED: usize = 500;
 
 /// The chat's connectors: those it may use now, and the others with why not.
-struct Reach {
+pub(super) struct Reach {
     usable: Vec<Connector>,
     refused: Vec<(Connector, &'static str)>,
 }
 
-async fn reach(app: &App, chat: &str) -> Result<Reach, ApiError> {
+pub(super) async fn reach(app: &App, chat: &str) -> Result<Reach, ApiError> {
     let cid = chat.to_string();
     let (agent, all, off) = app
         .store
@@ -61,13 +61,23 @@ async fn reach(app: &App, chat: &str) -> Result<Reach, ApiError> {
 impl Reach {
     /// The connector `id` names, when the chat may use it.
     fn get(&self, id: &str, field: &str) -> Result<&Connector, ApiError> {
+        self.get_as(id, field, "mcp_refused")
+    }
+
+    /// [`Reach::get`], refused (403) as `refused`.
+    pub(super) fn get_as(
+        &self,
+        id: &str,
+        field: &str,
+        refused: &'static str,
+    ) -> Result<&Connector, ApiError> {
         if let Some(c) = self.usable.iter().find(|c| c.id == id) {
             return Ok(c);
         }
         match self.refused.iter().find(|(c, _)| c.id == id) {
             Some((c, why)) => Err(ApiError::new(
                 StatusCode::FORBIDDEN,
-                "mcp_refused",
+                refused,
                 format!(
                     "MCP connector {} cannot be used in this chat: {why}",
                     c.name
@@ -87,7 +97,7 @@ impl Reach {
 
 /// 502 `mcp_error` for a server that did not answer (its reason, which
 /// carries no secret of the connector).
-fn not_answered(c: &Connector, why: Failure) -> ApiError {
+pub(super) fn not_answered(c: &Connector, why: Failure) -> ApiError {
     let said = match why {
         Failure::SignIn(why) => format!("MCP connector {} refused the sign-in: {why}", c.name),
         Failure::Connect(why) => format!("MCP connector {} did not answer: {why}", c.name),
@@ -102,14 +112,14 @@ fn unavailable(c: &Connector, why: &Failure) -> Value {
 
 /// A connector's secrets taken out of what its server says (a server may
 /// echo its token anywhere: a name, a URI, a description).
-struct Cleaner(Option<crate::mcp::Reach>);
+pub(super) struct Cleaner(Option<crate::mcp::Reach>);
 
 impl Cleaner {
-    fn of(app: &App, c: &Connector) -> Cleaner {
+    pub(super) fn of(app: &App, c: &Connector) -> Cleaner {
         Cleaner(app.mcp.target(c).ok())
     }
 
-    fn text(&self, text: String) -> String {
+    pub(super) fn text(&self, text: String) -> String {
         match &self.0 {
             Some(target) => target.clean(text),
             None => text,

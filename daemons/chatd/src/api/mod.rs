@@ -13,6 +13,7 @@ mod form;
 mod forward;
 mod history;
 mod mcp;
+mod mcp_apps;
 mod mcp_context;
 mod messages;
 mod notifications;
@@ -178,6 +179,11 @@ pub fn router(app: Arc<App>) -> Router {
             "/conversations/{id}/mcp/resources/read",
             post(mcp_context::read_resource),
         )
+        .route(
+            "/conversations/{id}/mcp-apps/resource",
+            get(mcp_apps::resource),
+        )
+        .route("/conversations/{id}/mcp-apps/call", post(mcp_apps::call))
         .route("/push/key", get(push::key))
         .route(
             "/push/subscribe",

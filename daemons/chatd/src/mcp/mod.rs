@@ -12,10 +12,12 @@
 //! `sessions.rs` keeps each chat's sessions, `offer.rs` names their tools
 //! for a turn, `stdio.rs` runs a `stdio` server in the chat's sandbox.
 //! `context.rs` turns a server's prompts and resources into text for a
-//! message. Still to come (issue 27): stdio through hostexecd on a box
-//! without sandboxes and MCP Apps.
+//! message. `apps.rs` reads the pages tools declare (MCP Apps), which
+//! `api/mcp_apps.rs` serves. Still to come (issue 27): stdio through
+//! hostexecd on a box without sandboxes.
 
 pub mod address;
+pub mod apps;
 pub mod client;
 pub mod context;
 pub mod legacy;

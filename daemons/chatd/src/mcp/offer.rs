@@ -36,6 +36,8 @@ pub struct McpTool {
     pub parameters: Value,
     /// The server marks it `readOnlyHint`: `auto` runs it without asking.
     pub read_only: bool,
+    /// The page it shows under its call (an MCP App).
+    pub app: Option<super::apps::AppRef>,
 }
 
 /// Why a connector the chat may use offers nothing this turn.
@@ -172,7 +174,8 @@ pub fn name_tools(listed: &[Listed], builtins: &[&str]) -> ChatTools {
                 continue;
             }
         };
-        for tool in tools {
+        // A tool only its page may call is not the model's.
+        for tool in tools.iter().filter(|t| super::apps::for_model(t)) {
             let own = clean(&tool.name);
             let schema = Value::Object((*tool.input_schema).clone());
             if builtins.contains(&own.as_str()) || schema.to_string().len() > MAX_SCHEMA {
@@ -203,6 +206,7 @@ pub fn name_tools(listed: &[Listed], builtins: &[&str]) -> ChatTools {
                     .as_ref()
                     .and_then(|a| a.read_only_hint)
                     .unwrap_or(false),
+                app: super::apps::app_of(tool),
             });
         }
     }

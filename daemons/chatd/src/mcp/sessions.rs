@@ -55,6 +55,8 @@ pub struct Called {
     pub text: String,
     /// The server said the call failed (`isError`).
     pub failed: bool,
+    /// The whole result for a page (MCP Apps), when asked for.
+    pub page: Option<serde_json::Value>,
 }
 
 /// One (chat, connector)'s session, empty until opened; a call holds it.
@@ -327,15 +329,17 @@ impl Sessions {
         Ok(())
     }
 
-    /// Calls `tool` of connector `c` in `chat`'s session. A session found
-    /// closed is opened again once; a lost answer is asked again only when
-    /// the server marks the tool read-only.
+    /// Calls `tool` of connector `c` in `chat`'s session (with its whole
+    /// result for a page when `page`). A session found closed is opened
+    /// again once; a lost answer is asked again only when the server marks
+    /// the tool read-only.
     pub async fn call(
         &self,
         chat: &str,
         c: &Connector,
         tool: &str,
         arguments: JsonObject,
+        page: bool,
     ) -> Result<Called, Failure> {
         let slot = self.slot(chat, &c.id).await;
         let mut held = slot.lock().await;
@@ -372,8 +376,17 @@ impl Sessions {
                     // A server may echo what it was sent: no secret of the
                     // connector reaches the model, the store or a file.
                     let mut called = text_of(&result);
-                    if let Ok(target) = self.mcp.target(c) {
+                    let target = self.mcp.target(c);
+                    if let Ok(target) = &target {
                         called.text = target.clean(called.text);
+                    }
+                    if page {
+                        let clean = |t: String| match &target {
+                            Ok(target) => target.clean(t),
+                            Err(_) => t,
+                        };
+                        let whole = super::apps::result_for_page(&result, &called.text, clean);
+                        called.page = Some(whole);
                     }
                     return Ok(called);
                 }
@@ -655,6 +668,7 @@ pub fn text_of(result: &CallToolResult) -> Called {
     Called {
         text: parts.join("\n"),
         failed: result.is_error == Some(true),
+        page: None,
     }
 }
 

@@ -29,7 +29,8 @@ pub(crate) enum Lists {
 
 /// How an MCP call ended for the run.
 pub(super) enum McpEnd {
-    Done(ToolOutput),
+    /// With the card of the tool's page, for a tool that has one.
+    Done(ToolOutput, Option<serde_json::Value>),
     Stopped(ToolOutput),
     Shutdown,
 }
@@ -78,7 +79,7 @@ pub fn names(agent: &Agent, id: &str) -> bool {
 impl Runs {
     /// The names no MCP tool may take: this chatd's tools, and `bash`
     /// whether it is offered on this box or not.
-    fn builtin_names(&self) -> Vec<&'static str> {
+    pub(crate) fn builtin_names(&self) -> Vec<&'static str> {
         let mut names = self.inner.registry.names();
         names.push("bash");
         names
@@ -131,7 +132,7 @@ impl Runs {
         budget: usize,
         stop: &mut watch::Receiver<EndRequest>,
     ) -> McpEnd {
-        let failed = |text: String| McpEnd::Done(ToolOutput::failed(&tool.name, &text));
+        let failed = |text: String| McpEnd::Done(ToolOutput::failed(&tool.name, &text), None);
         let args = match serde_json::from_str::<serde_json::Value>(arguments) {
             Ok(serde_json::Value::Object(map)) => map,
             _ if arguments.trim().is_empty() => Default::default(),
@@ -156,10 +157,14 @@ impl Runs {
                 tool.connector_name
             ));
         };
-        let work = self
-            .inner
-            .mcp
-            .call(conversation_id, &connector, &tool.tool, args);
+        let input = serde_json::Value::Object(args.clone());
+        let work = self.inner.mcp.call(
+            conversation_id,
+            &connector,
+            &tool.tool,
+            args,
+            tool.app.is_some(),
+        );
         let called = tokio::select! {
             called = work => called,
             _ = stop.wait_for(|r| *r == EndRequest::Stop) => {
@@ -188,6 +193,15 @@ impl Runs {
             }
         };
         let bytes = called.text.len() as u64;
+        // The page's card: what it needs to show this call (the event
+        // carries all but the input and the result).
+        let card = match (&tool.app, called.page) {
+            (Some(app), Some(result)) => Some(serde_json::json!({
+                "kind": "mcp_app", "server": crate::mcp::connector_grant(&tool.connector_id),
+                "tool": tool.tool, "resource_uri": app.resource_uri,
+                "visibility": app.visibility, "input": input, "result": result})),
+            _ => None,
+        };
         let root = self.workspace_root(conversation_id);
         let (call_id, text) = (call_id.to_string(), called.text);
         // A long result is cut to the call's room; the whole is kept in the
@@ -200,14 +214,15 @@ impl Runs {
         .unwrap_or_else(|_| "the result could not be read".into());
         let summary = format!("{} · {}: {} bytes", tool.connector_name, tool.tool, bytes);
         if called.failed {
-            return McpEnd::Done(ToolOutput {
+            let output = ToolOutput {
                 ok: false,
                 text,
                 summary: format!("{summary}, an error"),
                 bytes,
-            });
+            };
+            return McpEnd::Done(output, card);
         }
-        McpEnd::Done(ToolOutput::ok(text, summary, bytes))
+        McpEnd::Done(ToolOutput::ok(text, summary, bytes), card)
     }
 }
 

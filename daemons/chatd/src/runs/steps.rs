@@ -300,8 +300,9 @@ impl Runs {
                     )
                     .await;
                 match ended {
-                    McpEnd::Done(output) => {
-                        self.finish_call(run, &call, output, began, None).await?;
+                    McpEnd::Done(output, app) => {
+                        self.count_call(run, &call, &output, began);
+                        self.record_result(run, &call, output, app).await?;
                         continue;
                     }
                     McpEnd::Stopped(output) => {
@@ -756,16 +757,7 @@ impl Runs {
         began: std::time::Instant,
         files: Option<CallFiles<'_>>,
     ) -> Result<(), ApiError> {
-        self.inner
-            .metrics
-            .tool_calls
-            .get_or_create(&crate::metrics::ToolLabels {
-                tool: call.name.clone(),
-                ok: output.ok.to_string(),
-            })
-            .inc();
-        tracing::info!(run = %run.id, call = %call.id, tool = %call.name, ok = output.ok,
-            bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
+        self.count_call(run, call, &output, began);
         let mut card = None;
         if let Some(files) = files {
             let found = self.files_after(run, &call.id, &call.name, output.ok, files);
@@ -780,6 +772,26 @@ impl Runs {
             }
         }
         self.record_result(run, call, output, card).await
+    }
+
+    /// A finished call in the metrics and the log.
+    fn count_call(
+        &self,
+        run: &Run,
+        call: &ToolCall,
+        output: &tools::ToolOutput,
+        began: std::time::Instant,
+    ) {
+        self.inner
+            .metrics
+            .tool_calls
+            .get_or_create(&crate::metrics::ToolLabels {
+                tool: call.name.clone(),
+                ok: output.ok.to_string(),
+            })
+            .inc();
+        tracing::info!(run = %run.id, call = %call.id, tool = %call.name, ok = output.ok,
+            bytes = output.bytes, ms = began.elapsed().as_millis() as u64, "tool call");
     }
 
     /// The `tool` message and `tool.finished` of a call that did not run or
@@ -835,8 +847,19 @@ impl Runs {
                 };
                 messages::insert_tool_message(ctx, &cid, &result)?;
                 let mut finished = json!({"run_id": rid, "call_id": call_id, "ok": ok, "summary": summary, "bytes": bytes});
-                if let Some(card) = card {
-                    finished["card"] = card;
+                match card {
+                    // A page's card: the event names the page; the input
+                    // and the result are read from the transcript.
+                    Some(mut app) if app["kind"] == "mcp_app" => {
+                        if let Some(app) = app.as_object_mut() {
+                            app.remove("input");
+                            app.remove("result");
+                            app.remove("kind");
+                        }
+                        finished["app"] = app;
+                    }
+                    Some(card) => finished["card"] = card,
+                    None => {}
                 }
                 ctx.emit(&cid, EventKind::ToolFinished, finished)?;
                 Ok(())
