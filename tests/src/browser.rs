@@ -592,6 +592,22 @@ impl Browser {
         .await
     }
 
+    /// Goes into the frame `css` names, once it is shown: what follows
+    /// (reads, clicks, scripts) is the frame document's, whatever its
+    /// origin, until [`Browser::leave_frame`].
+    pub async fn enter_frame(&self, css: &str) -> anyhow::Result<()> {
+        self.wait_visible(css, WAIT).await?;
+        let frame = self.client().find(Locator::Css(css)).await?;
+        frame.enter_frame().await?;
+        Ok(())
+    }
+
+    /// Back to the document around the frame entered last.
+    pub async fn leave_frame(&self) -> anyhow::Result<()> {
+        self.client().enter_parent_frame().await?;
+        Ok(())
+    }
+
     /// Types `text` into the first element matching `css` (it gets the
     /// focus, as a click would give it); [`ENTER`] presses Enter.
     pub async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {

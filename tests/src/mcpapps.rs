@@ -3,7 +3,8 @@
 //! faults the rules are for. `clock` shows `ui://clock/app.html` and
 //! echoes the Authorization it got in its structured result (a careless
 //! server); `clock_tick` is for the page alone (`visibility: ["app"]`);
-//! `lookup_model` for the model alone; `huge_page` declares a page over
+//! `lookup_model` for the model alone; `odd_visibility` names no audience
+//! tandem knows (so neither may call it); `huge_page` declares a page over
 //! 4 MiB, `plain_page` one that is not HTML; `ui://nobody/page.html` is
 //! there but no tool declares it.
 
@@ -28,6 +29,9 @@ pub fn tools() -> Value {
         {"name": "lookup_model", "description": "For the model alone.",
          "inputSchema": {"type": "object"},
          "_meta": {"ui": {"visibility": ["model"]}}},
+        {"name": "odd_visibility", "description": "Names no audience tandem knows.",
+         "inputSchema": {"type": "object"},
+         "_meta": {"ui": {"resourceUri": CLOCK_PAGE, "visibility": ["App"]}}},
         {"name": "huge_page", "description": "Declares a page over 4 MiB.",
          "inputSchema": {"type": "object"},
          "_meta": {"ui": {"resourceUri": "ui://clock/huge.html"}}},

@@ -269,8 +269,6 @@ impl FakeMcp {
         lock(&self.seen).clone()
     }
 
-    /// While down, `/mcp` and `/message` answer 503 as a server behind a
-    /// proxy does when it is gone.
     /// How many times the fake was asked `method`.
     pub fn asked(&self, method: &str) -> usize {
         self.seen()
@@ -279,6 +277,8 @@ impl FakeMcp {
             .count()
     }
 
+    /// While down, `/mcp` and `/message` answer 503 as a server behind a
+    /// proxy does when it is gone.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
     }

@@ -1,7 +1,9 @@
-//! Target for the readers of chatd's event stream: the shared crate's
-//! (`tandem_shared::sse`, used by connectord and the `tandem` command) and
-//! the test harness's `EventStream`. One stream read whole and read cut
-//! into chunks anywhere must give the same events.
+//! Target for the readers of an event stream: the shared crate's
+//! (`tandem_shared::sse`, used by chatd's MCP HTTP+SSE transport,
+//! connectord and the `tandem` command) and the test harness's
+//! `EventStream` (its own fields over the same `Frames`). One stream read
+//! whole and read cut into chunks anywhere must give the same events, and
+//! CR or CR LF line ends the same as LF.
 
 use arbitrary::{Result as Built, Unstructured};
 use futures_util::FutureExt;

@@ -91,10 +91,12 @@ async fn a_tools_page_rides_on_its_call_and_its_reads_and_calls_go_through_chatd
     let offered = offered_tools(&requests.first().context("a request")?["body"]);
     assert!(offered.iter().any(|n| n == "clock"), "{offered:?}");
     assert!(offered.iter().any(|n| n == "lookup_model"), "{offered:?}");
-    assert!(
-        !offered.iter().any(|n| n == "clock_tick"),
-        "a tool for its page alone is not the model's: {offered:?}"
-    );
+    for not in ["clock_tick", "odd_visibility"] {
+        assert!(
+            !offered.iter().any(|n| n == not),
+            "a tool for its page alone (or for nobody tandem knows) is not the model's: {offered:?}"
+        );
+    }
 
     let (finished, lines) = finished_and_lines(&client, &chat).await?;
     let app = &finished.first().context("tool.finished")?["app"];
@@ -150,6 +152,7 @@ async fn a_tools_page_rides_on_its_call_and_its_reads_and_calls_go_through_chatd
     assert!(!clock.body.to_string().contains(TOKEN), "{}", clock.body);
     for (tool, why) in [
         ("lookup_model", "not for its pages"),
+        ("odd_visibility", "not for its pages"),
         ("read_file", "named like one of tandem's own"),
         ("no_such_tool", "no such tool"),
     ] {
@@ -246,6 +249,21 @@ async fn a_tools_page_rides_on_its_call_and_its_reads_and_calls_go_through_chatd
     assert_eq!(page.body["error"]["type"], "mcp_app_refused");
     let ticked = call("clock_tick", json!({})).await?;
     assert_eq!(ticked.status, 403, "{ticked:?}");
+
+    // A connector whose tools declare no page has no page to call from.
+    let plain = connector(&client, "Plain", &fake.url("/mcp"), Some(TOKEN)).await?;
+    let from_nowhere = client
+        .post(
+            &format!("/conversations/{chat}/mcp-apps/call"),
+            json!({"server": format!("connector:{plain}"), "tool": "lookup"}),
+        )
+        .await?;
+    assert_eq!(from_nowhere.status, 403, "{from_nowhere:?}");
+    assert!(from_nowhere.body["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("no tool with a page"));
+    assert_eq!(fake.asked("tools/call"), 3, "nothing sent for it");
 
     let holding = chatd.files_holding(&[TOKEN])?;
     assert!(holding.is_empty(), "the token in {holding:?}");

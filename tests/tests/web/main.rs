@@ -13,6 +13,7 @@ mod files_page_trash;
 mod front;
 mod inbox;
 mod keyboard;
+mod mcp_apps_page;
 mod mcp_page;
 mod push;
 mod settings;

@@ -33,14 +33,21 @@ async fn open_panel(b: &Browser, viewport: Viewport) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The fake (no token) saved as "Glossary" in a chatd with its front, and
-/// a chat.
-async fn glossary_chat() -> anyhow::Result<(FakeMcp, Sim, Chatd, String)> {
-    let fake = FakeMcp::start(None).await?;
+/// engine-sim answering at once, and chatd with its front beside it,
+/// loopback MCP servers allowed.
+pub(crate) async fn front_for_mcp() -> anyhow::Result<(Sim, Chatd)> {
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
     let chatd =
         Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
             .await?;
+    Ok((sim, chatd))
+}
+
+/// The fake (no token) saved as "Glossary" in a chatd with its front, and
+/// a chat.
+async fn glossary_chat() -> anyhow::Result<(FakeMcp, Sim, Chatd, String)> {
+    let fake = FakeMcp::start(None).await?;
+    let (sim, chatd) = front_for_mcp().await?;
     let client = chatd.client();
     let made = client
         .post(
@@ -144,10 +151,7 @@ async fn a_server_is_added_tested_turned_on_and_removed_from_the_page() -> anyho
         return Ok(());
     }
     let fake = FakeMcp::start(Some(TOKEN)).await?;
-    let sim = Sim::start(&["--tokens-per-second", "0"])?;
-    let chatd =
-        Chatd::start_with_front(&sim.url(), &[("QSE_CHAT_MCP_ALLOW_PRIVATE", "true")], None)
-            .await?;
+    let (_sim, chatd) = front_for_mcp().await?;
     let driver = Chromedriver::start().await?;
     add_test_turn_on_and_remove(&driver, &chatd, &fake, DESKTOP, "Glossary").await?;
     add_test_turn_on_and_remove(&driver, &chatd, &fake, PHONE, "Glossary on a phone").await?;

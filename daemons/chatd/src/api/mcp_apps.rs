@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use rmcp::model::{JsonObject, ReadResourceRequestParams, Tool};
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
@@ -51,18 +52,19 @@ async fn connector_tools(
     let tools = app
         .runs
         .mcp()
-        .tools(chat, &c)
+        .tools_now(chat, &c, context::ASK)
         .await
         .map_err(|why| not_answered(&c, why))?;
     Ok((c, tools))
 }
 
-/// `GET /conversations/{id}/mcp-apps/resource?server=connector:<id>&uri=ui://…`
-pub async fn resource(
-    State(app): State<Arc<App>>,
-    Path(chat): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<axum::Json<Value>, ApiError> {
+/// The page `query` names (`server`, `uri`), read from its server in
+/// `chat`'s session under the rules, the connector's secrets taken out.
+async fn read_page(
+    app: &App,
+    chat: &str,
+    query: &HashMap<String, String>,
+) -> Result<apps::Page, ApiError> {
     let id = connector_of(query.get("server").map(String::as_str))?;
     let uri = query
         .get("uri")
@@ -74,7 +76,7 @@ pub async fn resource(
         ));
     }
     let started = std::time::Instant::now();
-    let (c, tools) = connector_tools(&app, &chat, id).await?;
+    let (c, tools) = connector_tools(app, chat, id).await?;
     if !tools
         .iter()
         .any(|t| apps::app_of(t).is_some_and(|a| a.resource_uri == *uri))
@@ -88,24 +90,71 @@ pub async fn resource(
     let read = app
         .runs
         .mcp()
-        .ask(&chat, &c, context::ASK, move |s: &Session| {
+        .ask(chat, &c, context::ASK, move |s: &Session| {
             let params = params.clone();
             Box::pin(async move { s.read_resource(params).await })
         })
         .await
         .map_err(|why| not_answered(&c, why))?;
+    let clean = Cleaner::of(app, &c);
     let mut page = apps::page_of(&read, uri).map_err(|why| {
         ApiError::new(
             StatusCode::BAD_GATEWAY,
             "mcp_error",
-            format!("MCP connector {}: {why}", c.name),
+            format!("MCP connector {}: {}", c.name, clean.text(why)),
         )
         .with("connector", c.id.clone())
     })?;
-    page.html = Cleaner::of(&app, &c).text(page.html);
+    page.html = clean.text(page.html);
+    // An origin that holds a secret is left out with its list, not cleaned
+    // into another origin.
+    let meta = page.meta.to_string();
+    if clean.text(meta.clone()) != meta {
+        page.meta["csp"] = json!({});
+    }
     tracing::info!(conversation = %chat, connector = %c.id, bytes = page.html.len(),
         ms = started.elapsed().as_millis() as u64, "mcp: an app's page read");
-    Ok(axum::Json(json!(page)))
+    Ok(page)
+}
+
+/// `GET /conversations/{id}/mcp-apps/resource?server=connector:<id>&uri=ui://…`
+pub async fn resource(
+    State(app): State<Arc<App>>,
+    Path(chat): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<axum::Json<Value>, ApiError> {
+    Ok(axum::Json(json!(read_page(&app, &chat, &query).await?)))
+}
+
+/// `GET /conversations/{id}/mcp-apps/frame?server=…&uri=…`: the page as a
+/// document for the chat page's frame, under a content policy of its own
+/// (`apps::frame_policy`): an origin of its own (the policy's `sandbox`
+/// holds even when it is opened by itself), no network but the origins its
+/// server asked for, framed only by the chat page.
+pub async fn frame(
+    State(app): State<Arc<App>>,
+    Path(chat): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let page = read_page(&app, &chat, &query).await?;
+    let policy = HeaderValue::from_str(&apps::frame_policy(&page.meta["csp"]))
+        .map_err(|_| ApiError::internal("the page's content policy"))?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
+            (header::CONTENT_SECURITY_POLICY, policy),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
+        ],
+        page.html,
+    )
+        .into_response())
 }
 
 /// `POST /conversations/{id}/mcp-apps/call {server, tool, arguments}`: a
@@ -145,7 +194,15 @@ pub async fn call(
             format!("MCP connector {} has no such tool", c.name),
         ));
     };
-    if app.runs.builtin_names().contains(&tool) {
+    if !tools.iter().any(|t| apps::app_of(t).is_some()) {
+        return Err(refused(
+            &c,
+            format!("MCP connector {} has no tool with a page", c.name),
+        ));
+    }
+    // As the model's list drops it: by the name the model would see.
+    let own = crate::mcp::offer::clean(tool);
+    if app.runs.builtin_names().contains(&own.as_str()) {
         return Err(refused(
             &c,
             format!(

@@ -183,6 +183,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/conversations/{id}/mcp-apps/resource",
             get(mcp_apps::resource),
         )
+        .route("/conversations/{id}/mcp-apps/frame", get(mcp_apps::frame))
         .route("/conversations/{id}/mcp-apps/call", post(mcp_apps::call))
         .route("/push/key", get(push::key))
         .route(

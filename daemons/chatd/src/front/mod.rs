@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 19] = [
+const PAGE_FILES: [(&str, &str, &str); 20] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -60,6 +60,7 @@ const PAGE_FILES: [(&str, &str, &str); 19] = [
     ("/chat-app/push.js", include_str!("page/push.js"), JS),
     ("/chat-app/mcp.js", include_str!("page/mcp.js"), JS),
     ("/chat-app/context.js", include_str!("page/context.js"), JS),
+    ("/chat-app/apps.js", include_str!("page/apps.js"), JS),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",
@@ -79,14 +80,15 @@ const JS: &str = "text/javascript; charset=utf-8";
 const HTML: &str = "text/html; charset=utf-8";
 
 /// The page may load only what the front serves; it talks only to the front.
-/// `frame-src blob:` is for one thing: a PDF in the files pane, shown by the
+/// `frame-src blob:` is for a PDF in the files pane, shown by the
 /// browser's own viewer in a frame of a blob URL the page made of the file's
-/// bytes, typed `application/pdf` by the page itself (app.js `pdfUrl`). The
-/// API's own answers stay unframeable (`API_CSP`), and no frame may load
-/// anything else; `object-src` stays at `'self'` (no `<embed>`/`<object>`).
+/// bytes, typed `application/pdf` by the page itself (app.js `pdfUrl`);
+/// `'self'` for an MCP App's page (`…/mcp-apps/frame`, sandboxed by its own
+/// policy: an origin of its own). The API's other answers stay unframeable
+/// (`API_CSP`), and no frame may load anything else; `object-src` stays at `'self'` (no `<embed>`/`<object>`).
 /// `worker-src 'self'`: push.js registers the front's own /sw.js, nothing else.
 const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-    img-src 'self' data: blob:; frame-src blob:; connect-src 'self'; worker-src 'self'; \
+    img-src 'self' data: blob:; frame-src 'self' blob:; connect-src 'self'; worker-src 'self'; \
     base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 /// API answers are data, never a document: opened as a page they run nothing.
 pub(crate) const API_CSP: &str = "sandbox; default-src 'none'; frame-ancestors 'none'";

@@ -61,24 +61,26 @@ pub fn app_of(tool: &Tool) -> Option<AppRef> {
 }
 
 /// Who may call `tool` (`_meta.ui.visibility`): the model and its page
-/// when it says nothing we know.
+/// when it says nothing; only the audiences it names when it says
+/// something (one word or a list), none when it names none we know (a
+/// server that meant its page alone is not read as meaning the model).
 pub fn visibility_of(tool: &Tool) -> Vec<AppAudience> {
-    let mut said: Vec<AppAudience> = ui_of(tool)
-        .and_then(|ui| ui.get("visibility"))
-        .and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
-                .filter_map(|v| v.as_str().and_then(AppAudience::parse))
-                .collect()
-        })
-        .unwrap_or_default();
-    said.sort_by_key(|a| a.as_str());
-    said.dedup();
-    if said.is_empty() {
-        vec![AppAudience::Model, AppAudience::App]
-    } else {
-        said
-    }
+    let Some(said) = ui_of(tool).and_then(|ui| ui.get("visibility")) else {
+        return vec![AppAudience::Model, AppAudience::App];
+    };
+    let words: Vec<&Value> = match said {
+        Value::Array(list) => list.iter().collect(),
+        one => vec![one],
+    };
+    let named = |audience: AppAudience| {
+        words
+            .iter()
+            .any(|w| w.as_str().and_then(AppAudience::parse) == Some(audience))
+    };
+    [AppAudience::Model, AppAudience::App]
+        .into_iter()
+        .filter(|a| named(*a))
+        .collect()
 }
 
 /// Whether the model is offered `tool`.
@@ -108,12 +110,12 @@ pub fn page_of(result: &ReadResourceResult, uri: &str) -> Result<Page, String> {
         | ResourceContents::BlobResourceContents { uri, .. } => Some(uri.clone()),
         _ => None,
     };
+    // The page asked for, and no other the server might send instead.
     let content = result
         .contents
         .iter()
         .find(|c| of(c).as_deref() == Some(uri))
-        .or(result.contents.first())
-        .ok_or("the server sent no page")?;
+        .ok_or("the server did not send the page asked for")?;
     let (mime, html, meta) = match content {
         ResourceContents::TextResourceContents {
             mime_type,
@@ -230,6 +232,46 @@ pub fn origin(text: &str) -> Option<String> {
     })
 }
 
+/// The content policy a page's frame document is served under: a
+/// sandbox of its own (scripts, nothing else), its inline scripts and
+/// styles, and no network but the `https`/`wss` origins of `csp` (a
+/// page's `meta.csp`), checked again here.
+pub fn frame_policy(csp: &Value) -> String {
+    let list = |key: &str| {
+        csp[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|s| origin(s).as_deref() == Some(*s))
+            .take(MAX_ORIGINS)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let or_none = |origins: String| {
+        if origins.is_empty() {
+            "'none'".to_string()
+        } else {
+            origins
+        }
+    };
+    let res = list("resourceDomains");
+    let with = |first: &str| format!("{first} {res}").trim_end().to_string();
+    format!(
+        "sandbox allow-scripts; default-src 'none'; script-src {}; style-src {}; \
+         img-src {}; font-src {}; media-src {}; connect-src {}; frame-src {}; \
+         base-uri {}; form-action 'none'; frame-ancestors 'self'",
+        with("'unsafe-inline'"),
+        with("'unsafe-inline'"),
+        with("data: blob:"),
+        with("data:"),
+        with("data: blob:"),
+        or_none(list("connectDomains")),
+        or_none(list("frameDomains")),
+        or_none(list("baseUriDomains")),
+    )
+}
+
 /// A call's result as a page and the transcript get it: `clean` run over
 /// its JSON (a server may echo a secret anywhere), whole up to
 /// [`MAX_RESULT`], else `text` (the model's, cleaned already), cut,
@@ -246,17 +288,28 @@ pub fn result_for_page(
             return value;
         }
     }
-    let room = MAX_RESULT - 1024;
-    let mut end = text.len().min(room);
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    // Cut to fit as JSON: quotes, backslashes and control characters grow
+    // when escaped, so the cut shrinks until it fits.
+    let mut end = text.len().min(MAX_RESULT);
+    loop {
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = format!(
+            "{}\n[cut: the result was over {} KiB]",
+            &text[..end],
+            MAX_RESULT >> 10
+        );
+        let value = json!({"content": [{"type": "text", "text": cut}],
+                           "isError": result.is_error == Some(true)});
+        let len = value.to_string().len();
+        if len <= MAX_RESULT || end == 0 {
+            return value;
+        }
+        // In proportion to what it came to, and at least a little.
+        let scaled = end * (MAX_RESULT - 256) / len;
+        end = scaled.min(end.saturating_sub(64));
     }
-    let cut = format!(
-        "{}\n[cut: the result was over {} KiB]",
-        &text[..end],
-        MAX_RESULT >> 10
-    );
-    json!({"content": [{"type": "text", "text": cut}], "isError": result.is_error == Some(true)})
 }
 
 #[cfg(test)]
@@ -294,6 +347,18 @@ mod tests {
         let only_model = tool(json!({"ui": {"visibility": ["model", "model", "elsewhere"]}}));
         assert!(for_model(&only_model) && !for_app(&only_model));
         assert!(for_model(&tool(json!({}))) && for_app(&tool(json!({}))));
+        let one_word = tool(json!({"ui": {"visibility": "app"}}));
+        assert!(!for_model(&one_word) && for_app(&one_word));
+        for nobody in [json!([]), json!(["App"]), json!(7)] {
+            let t = tool(json!({"ui": {"visibility": nobody}}));
+            assert!(!for_model(&t) && !for_app(&t), "{nobody}");
+        }
+        let both = tool(json!({"ui": {"resourceUri": "ui://a", "visibility": ["app", "model"]}}));
+        assert_eq!(
+            app_of(&both).map(|a| a.visibility),
+            Some(vec![AppAudience::Model, AppAudience::App]),
+            "one order whatever the server's"
+        );
     }
 
     #[test]
@@ -330,6 +395,30 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_gets_no_network_but_what_its_page_asked_for() {
+        let none = frame_policy(&json!({}));
+        assert!(
+            none.starts_with("sandbox allow-scripts; default-src 'none';"),
+            "{none}"
+        );
+        assert!(
+            none.contains("connect-src 'none'") && none.contains("script-src 'unsafe-inline';")
+        );
+        let some = frame_policy(&json!({
+            "connectDomains": ["https://api.example.com", "https://x.example.com; script-src *"],
+            "resourceDomains": ["https://cdn.example.com"]}));
+        assert!(
+            some.contains("connect-src https://api.example.com;"),
+            "{some}"
+        );
+        assert!(
+            some.contains("script-src 'unsafe-inline' https://cdn.example.com;"),
+            "{some}"
+        );
+        assert!(!some.contains("x.example.com"), "{some}");
+    }
+
+    #[test]
     fn a_page_is_html_with_the_app_profile_or_none() {
         for yes in [
             "text/html",
@@ -356,6 +445,18 @@ mod tests {
         let text = value["content"][0]["text"].as_str().unwrap_or_default();
         assert!(text.starts_with("… x") && text.ends_with("[cut: the result was over 256 KiB]"));
         assert!(value.to_string().len() <= MAX_RESULT);
+        // Text that grows when escaped still fits.
+        let quoted = CallToolResult::success(vec![rmcp::model::ContentBlock::text(
+            "\"\\\u{1}".repeat(MAX_RESULT),
+        )]);
+        let text = crate::mcp::sessions::text_of(&quoted).text;
+        let value = result_for_page(&quoted, &text, |t| t);
+        assert!(
+            value.to_string().len() <= MAX_RESULT,
+            "{}",
+            value.to_string().len()
+        );
+        assert!(value.to_string().len() > MAX_RESULT / 2);
         let small = CallToolResult::success(vec![rmcp::model::ContentBlock::text(secret)]);
         assert_eq!(
             result_for_page(&small, "…", clean)["content"][0]["text"],

@@ -223,7 +223,9 @@ pub fn saved_names(c: &Connector) -> Vec<String> {
 }
 
 /// A name the model may call: other characters become `_`.
-fn clean(name: &str) -> String {
+/// A server's tool name as a model may call it (and as a built-in's
+/// name is checked against).
+pub(crate) fn clean(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|ch| {

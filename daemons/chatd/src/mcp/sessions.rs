@@ -89,6 +89,9 @@ pub struct Sessions {
     /// Each connector's tool names when a session last listed them, with
     /// its `updated` then: names stay while a server is away.
     known: std::sync::Mutex<HashMap<String, (String, Vec<String>)>>,
+    /// Each session's tool list with its connector's `updated`, read
+    /// without its slot: a session busy with a call lends it to a turn.
+    listed: std::sync::Mutex<HashMap<Key, (String, Vec<Tool>)>>,
 }
 
 impl Sessions {
@@ -107,6 +110,7 @@ impl Sessions {
             open: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             known: std::sync::Mutex::new(HashMap::new()),
+            listed: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -122,6 +126,15 @@ impl Sessions {
         connectors: &'a [Connector],
     ) -> Vec<super::offer::Listed<'a>> {
         let lists = connectors.iter().map(|c| async move {
+            // A session busy with a call (a page's, a context's) lends its
+            // list: the turn neither waits on it nor counts it a failure.
+            if let Some(tools) = self.busy_list(chat, c).await {
+                return super::offer::Listed {
+                    connector: c,
+                    tools: Ok(tools),
+                    known: self.known(c),
+                };
+            }
             let tools = match tokio::time::timeout(OPEN_IN_TURN, self.tools(chat, c)).await {
                 Ok(listed) => listed,
                 Err(_) => {
@@ -153,6 +166,47 @@ impl Sessions {
         held.as_ref()
             .filter(|o| o.saved == c.updated)
             .map(|o| o.tools.clone())
+    }
+
+    /// The connector's tools for a page's route: a busy session's list,
+    /// else [`Sessions::tools`] within `wait`.
+    pub async fn tools_now(
+        &self,
+        chat: &str,
+        c: &Connector,
+        wait: Duration,
+    ) -> Result<Vec<Tool>, Failure> {
+        if let Some(tools) = self.busy_list(chat, c).await {
+            return Ok(tools);
+        }
+        tokio::time::timeout(wait, self.tools(chat, c))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Failure::Connect(format!(
+                    "no answer within {} s",
+                    wait.as_secs()
+                )))
+            })
+    }
+
+    /// The list of `chat`'s open session with `c` while a call holds it.
+    async fn busy_list(&self, chat: &str, c: &Connector) -> Option<Vec<Tool>> {
+        let key = (chat.to_string(), c.id.clone());
+        let slot = self.open.lock().await.get(&key).cloned()?;
+        if slot.try_lock().is_ok() {
+            return None;
+        }
+        let listed = tandem_shared::sync::lock(&self.listed);
+        listed
+            .get(&key)
+            .filter(|(saved, _)| *saved == c.updated)
+            .map(|(_, tools)| tools.clone())
+    }
+
+    /// Keeps a session's list where [`Sessions::busy_list`] reads it.
+    fn keep_listed(&self, chat: &str, c: &Connector, tools: &[Tool]) {
+        let key = (chat.to_string(), c.id.clone());
+        tandem_shared::sync::lock(&self.listed).insert(key, (c.updated.clone(), tools.to_vec()));
     }
 
     /// The connector's tool names as a session last listed them, else as
@@ -225,6 +279,7 @@ impl Sessions {
                 match listed.await {
                     Ok(Ok(tools)) => {
                         self.remember_known(c, &tools);
+                        self.keep_listed(chat, c, &tools);
                         open.tools = tools;
                     }
                     _ => open.session.service().mark_changed(),
@@ -319,6 +374,7 @@ impl Sessions {
             return Err(Failure::Connect("the tool list did not come".into()));
         };
         self.remember_known(c, &tools);
+        self.keep_listed(chat, c, &tools);
         *held = Some(Open {
             session,
             process,
@@ -502,6 +558,7 @@ impl Sessions {
             keys.into_iter().filter_map(|k| open.remove(&k)).collect()
         };
         self.failed.lock().await.retain(|k, _| !pick(k));
+        tandem_shared::sync::lock(&self.listed).retain(|k, _| !pick(k));
         for slot in gone {
             // A call in progress holds its slot: the session closes when it
             // is done, and whoever asked for the close does not wait.
@@ -538,6 +595,8 @@ impl Sessions {
             open.retain(|_, slot| {
                 Arc::strong_count(slot) > 1 || slot.try_lock().map_or(true, |h| h.is_some())
             });
+            // A list is kept no longer than its slot.
+            tandem_shared::sync::lock(&self.listed).retain(|k, _| open.contains_key(k));
             open.values().cloned().collect()
         };
         let mut closed = 0;

@@ -195,11 +195,22 @@ impl Runs {
         let bytes = called.text.len() as u64;
         // The page's card: what it needs to show this call (the event
         // carries all but the input and the result).
+        // A page whose name holds a secret of the connector is not shown
+        // (cleaned, it would name another).
+        let plain = |text: &str| {
+            self.inner
+                .mcp
+                .mcp()
+                .target(&connector)
+                .is_ok_and(|t| t.clean(text.to_string()) == text)
+        };
         let card = match (&tool.app, called.page) {
-            (Some(app), Some(result)) => Some(serde_json::json!({
+            (Some(app), Some(result)) if plain(&app.resource_uri) && plain(&tool.tool) => {
+                Some(serde_json::json!({
                 "kind": "mcp_app", "server": crate::mcp::connector_grant(&tool.connector_id),
                 "tool": tool.tool, "resource_uri": app.resource_uri,
-                "visibility": app.visibility, "input": input, "result": result})),
+                "visibility": app.visibility, "input": input, "result": result}))
+            }
             _ => None,
         };
         let root = self.workspace_root(conversation_id);

@@ -105,6 +105,7 @@ mod files_trash;
 mod hostexec;
 mod hostexec_calls;
 mod mcp;
+mod mcp_pages;
 mod mcp_turns;
 mod parts;
 mod push;

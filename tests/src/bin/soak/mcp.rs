@@ -2,7 +2,8 @@
 //! load and chatd's SIGKILLs, against the fake MCP server of
 //! `tandem_tests::mcpservers` (chatd runs with `QSE_CHAT_MCP_ALLOW_PRIVATE`:
 //! the fake is on loopback). Three connectors: `good` (the token the fake
-//! wants, and a header), `wrong` (another token) and `moved` (its address
+//! wants, and a header; the fake's address with its App pages), `wrong`
+//! (another token) and `moved` (its address
 //! redirects to the cloud metadata address). Meanwhile, one request at a
 //! time, asked again while chatd is down: a test of one of them, the fake
 //! going down (503) and coming back, the fake forgetting its sessions (404
@@ -17,7 +18,8 @@
 //! always); every edit kept the sealed token and headers; the fake only ever
 //! saw the two tokens it was given. The tokens and the header's value are secrets: no log may hold
 //! them (`Inv::Secrets`). Meanwhile a chat calls the fake's tool
-//! (`mcp_turns.rs`).
+//! (`mcp_turns.rs`) and reads and calls the good server's App page
+//! (`mcp_pages.rs`).
 
 use super::*;
 
@@ -155,7 +157,7 @@ async fn start(shared: &Shared, rng: &mut StdRng) -> anyhow::Result<Run> {
     let mut ids = Vec::new();
     for which in ALL {
         let body = match which {
-            Which::Good => json!({"name": "soak good", "url": fake.url("/mcp"),
+            Which::Good => json!({"name": "soak good", "url": fake.url("/apps"),
                 "token": token, "headers": {"X-Soak": header}}),
             Which::Wrong => json!({"name": "soak wrong", "url": fake.url("/mcp"), "token": wrong}),
             Which::Moved => json!({"name": "soak moved", "url": fake.url("/redirect")}),
@@ -262,7 +264,20 @@ async fn test(shared: &Shared, run: &mut Run, which: Which, down: bool) {
             (_, true) => state == "cant_connect" && reason.contains("503"),
             (Which::Good, false) => {
                 state == "connected"
-                    && tools == json!(["lookup", "send", "big", "whoami", "read_file"])
+                    && tools
+                        == json!([
+                            "lookup",
+                            "send",
+                            "big",
+                            "whoami",
+                            "read_file",
+                            "clock",
+                            "clock_tick",
+                            "lookup_model",
+                            "odd_visibility",
+                            "huge_page",
+                            "plain_page"
+                        ])
             }
             (Which::Wrong, false) => state == "needs_sign_in",
         };
@@ -288,7 +303,7 @@ async fn test(shared: &Shared, run: &mut Run, which: Which, down: bool) {
 /// `good` renamed, its secrets left out: they must be kept.
 async fn edit(shared: &Shared, run: &mut Run, rng: &mut StdRng) {
     let id = id_of(run, Which::Good);
-    let body = json!({"name": format!("soak good {}", rng.random_range(0..1000)), "url": run.fake.url("/mcp")});
+    let body = json!({"name": format!("soak good {}", rng.random_range(0..1000)), "url": run.fake.url("/apps")});
     let path = format!("/mcp-connectors/{id}");
     let Some((status, after)) = ask(shared, &mut run.counts, Method::PUT, &path, Some(body)).await
     else {

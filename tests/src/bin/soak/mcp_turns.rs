@@ -10,7 +10,8 @@
 //! not offered); no answer carries a token. Every third turn carries the
 //! good server's glossary resource as context: stored with its block in
 //! front of the text, or refused (502 while the server is down) with no
-//! message stored.
+//! message stored. Every other turn with the servers on goes after the App
+//! page's read and call (`mcp_pages.rs`).
 
 use super::*;
 
@@ -31,6 +32,8 @@ pub(crate) struct Turns {
     /// with nothing stored.
     pub with_context: u64,
     pub context_refused: u64,
+    /// The good server's App page, read and called between turns.
+    pub pages: crate::mcp_pages::Pages,
 }
 
 impl Turns {
@@ -39,7 +42,7 @@ impl Turns {
             "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away or switched off for the chat: {}), {} interrupted by a kill, {} not sent (chatd down); {} sent with a resource as context, {} refused for it with nothing stored",
             self.answered, self.failed_call, self.not_offered, self.switched_off, self.interrupted, self.not_sent,
             self.with_context, self.context_refused
-        )
+        ) + "; " + &self.pages.line()
     }
 }
 
@@ -73,6 +76,13 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
         if !switch_in_chat(shared, &chat, off_here).await {
             turns.not_sent += 1;
             continue;
+        }
+        // Every other turn with the servers on goes after the App page's
+        // read and call.
+        if !off_here && n % 2 == 1 {
+            if let Some(good) = good_connector(shared, &chat).await {
+                crate::mcp_pages::step(shared, &chat, &good, n, secrets, &mut turns.pages).await;
+            }
         }
         let word = format!("soakword{n}");
         // A cue value has no spaces.

@@ -17,6 +17,7 @@
  *   push.js      "Notify me on this device": the service worker (sw.js) and Web Push
  *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
  *   context.js   prompts and resources of the chat's MCP servers in front of a message
+ *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -725,6 +726,7 @@ function init() {
   initSettings(); // settings.js: the model picker, the settings panel, the defaults
   initMcp(); // mcp.js: the MCP servers panel
   initContext(); // context.js: prompts and resources in front of a message
+  initApps(); // apps.js: a tool's page under its call
   initPush(); // push.js: "Notify me on this device"
   initFileSearch(); // filesearch.js: the files pane's search box
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));

@@ -87,13 +87,14 @@ function registerMessage(c, message) {
     call.status = message.status === 'failed' ? 'failed' : 'ok';
     if (message.summary) call.resultSummary = oneLine(message.summary);
     if (isFilesCard(message.card)) call.card = message.card;
+    if (isAppCard(message.card)) call.app = message.card; // apps.js
   }
 }
 
 function callOf(c, id, name) {
   let call = c.calls.get(id);
   if (!call) {
-    call = { id, name: 'tool', summary: '', status: 'running', result: null, resultSummary: '', ownerId: null, card: null };
+    call = { id, name: 'tool', summary: '', status: 'running', result: null, resultSummary: '', ownerId: null, card: null, app: null };
     c.calls.set(id, call);
   }
   if (name) call.name = name;
@@ -304,6 +305,8 @@ function makeCallNode(id) {
     result: el('pre', { class: 'result' }),
     files: el('div', { class: 'files-change', hidden: true }),
     filesKey: '',
+    app: null, // apps.js: the frame of the tool's page
+    appKey: '',
   };
   node.root = el('div', { class: 'tool-call', 'data-call-id': id },
     el('div', { class: 'tool-head' }, node.name, node.summary, node.status), node.resultSummary, node.files, node.result);
@@ -312,6 +315,7 @@ function makeCallNode(id) {
 
 function fillCall(c, node, call) {
   fillFilesCard(c, node, call);
+  fillAppFrame(c, node, call); // apps.js
   node.name.textContent = call.name;
   node.summary.textContent = call.summary;
   node.status.textContent = call.status; // running | ok | failed | waiting

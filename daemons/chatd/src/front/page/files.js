@@ -703,9 +703,9 @@ async function previewFile(c, path) {
 
 /**
  * What a file shows as. A PDF shows in the browser's own viewer in a frame of the pane: the
- * page's CSP admits a frame of a blob URL (`frame-src blob:`) and nothing else, and the page
- * makes such a URL only of bytes it typed as a PDF itself (pdfUrl), so no frame ever runs a
- * document of the front's origin.
+ * page's CSP admits a frame of a blob URL (`frame-src blob:`), and the page makes such a URL
+ * only of bytes it typed as a PDF itself (pdfUrl), so no frame ever runs a document of the
+ * front's origin (an MCP App's page, the other frame, gets an opaque origin: apps.js).
  */
 async function previewOf(blob, path, url) {
   if (hasDocPreview(path)) return docPreview(chat, path); // tables and documents: preview.js

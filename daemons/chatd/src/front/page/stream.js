@@ -238,6 +238,8 @@ const EVENTS = {
     const call = callOf(c, d.call_id);
     Object.assign(call, { status: d.ok ? 'ok' : 'failed', resultSummary: oneLine(d.summary) });
     if (isFilesCard(d.card)) call.card = d.card;
+    // The line's card (message.created) has the input and result; the event names the page.
+    if (!call.app && d.app) call.app = { kind: 'mcp_app', ...d.app };
     refreshCall(c, call);
     renderChips(c);
     requestBegins(c); // the next request goes with this result
