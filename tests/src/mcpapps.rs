@@ -2,7 +2,9 @@
 //! the tools, pages and answers of a server that offers MCP Apps, with the
 //! faults the rules are for. `clock` shows `ui://clock/app.html` and
 //! echoes the Authorization it got in its structured result (a careless
-//! server); `clock_tick` is for the page alone (`visibility: ["app"]`);
+//! server); `clock_tick` is for the page alone (`visibility: ["app"]`), as
+//! is `clock_hold`, which answers once the test says so
+//! (`FakeMcp::release_held`);
 //! `lookup_model` for the model alone; `odd_visibility` names no audience
 //! tandem knows (so neither may call it); `huge_page` declares a page over
 //! 4 MiB, `plain_page` one that is not HTML; `ui://nobody/page.html` is
@@ -23,6 +25,9 @@ pub fn tools() -> Value {
          "inputSchema": {"type": "object", "properties": {"zone": {"type": "string"}}},
          "annotations": {"readOnlyHint": true},
          "_meta": {"ui": {"resourceUri": CLOCK_PAGE}}},
+        {"name": "clock_hold", "description": "The page's call that takes as long as the test wants.",
+         "inputSchema": {"type": "object"},
+         "_meta": {"ui": {"resourceUri": CLOCK_PAGE, "visibility": ["app"]}}},
         {"name": "clock_tick", "description": "Moves the page's clock on (the page's own).",
          "inputSchema": {"type": "object", "properties": {"by": {"type": "integer"}}},
          "_meta": {"ui": {"resourceUri": CLOCK_PAGE, "visibility": ["app"]}}},
@@ -59,6 +64,7 @@ pub fn call(name: &str, args: &Value, headers: &HeaderMap) -> Option<Value> {
                    "structuredContent": {"time": format!("12:{by:02}")}})
         }
         "lookup_model" => json!({"content": [{"type": "text", "text": "for the model"}]}),
+        "clock_hold" => json!({"content": [{"type": "text", "text": "held, then answered"}]}),
         "huge_page" | "plain_page" => json!({"content": [{"type": "text", "text": "a page"}]}),
         _ => return None,
     })

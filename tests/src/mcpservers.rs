@@ -144,6 +144,8 @@ struct Shared {
     /// The older transport's event streams, by the number in their
     /// endpoint's query (`/message?session=N`), as its servers keep them.
     legacy: Arc<Mutex<Vec<tokio::sync::mpsc::UnboundedSender<String>>>>,
+    /// Where a `clock_hold` call waits until the test lets it answer.
+    gate: tokio::sync::watch::Sender<bool>,
 }
 
 /// The fake MCP server on loopback.
@@ -152,6 +154,8 @@ pub struct FakeMcp {
     seen: Arc<Mutex<Vec<Seen>>>,
     down: Arc<AtomicBool>,
     sessions: Arc<Mutex<Sessions>>,
+    /// Opens the gate `clock_hold` waits at.
+    gate: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -229,12 +233,14 @@ impl FakeMcp {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let down = Arc::new(AtomicBool::new(false));
         let sessions = Arc::new(Mutex::new(Sessions::default()));
+        let gate = tokio::sync::watch::Sender::new(false);
         let shared = Shared {
             token: token.map(str::to_string),
             seen: seen.clone(),
             down: down.clone(),
             sessions: sessions.clone(),
             legacy: Arc::new(Mutex::new(Vec::new())),
+            gate: gate.clone(),
         };
         let app = Router::new()
             .route("/mcp", post(rpc).get(no_stream).delete(end))
@@ -257,6 +263,7 @@ impl FakeMcp {
             seen,
             down,
             sessions,
+            gate,
             task,
         })
     }
@@ -267,6 +274,11 @@ impl FakeMcp {
 
     pub fn seen(&self) -> Vec<Seen> {
         lock(&self.seen).clone()
+    }
+
+    /// Lets every `clock_hold` call (`/apps`) answer, now and later.
+    pub fn release_held(&self) {
+        self.gate.send_replace(true);
     }
 
     /// How many times the fake was asked `method`.
@@ -343,6 +355,10 @@ async fn rpc(
         // A notification: taken, nothing to answer.
         return StatusCode::ACCEPTED.into_response();
     };
+    if apps && body["params"]["name"] == "clock_hold" {
+        // A server still working: the answer waits for the test's word.
+        let _ = shared.gate.subscribe().wait_for(|open| *open).await;
+    }
     (
         [("mcp-session-id", session)],
         axum::Json(reply(&shared, &headers, &body, id, apps)),

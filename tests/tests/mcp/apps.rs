@@ -318,3 +318,58 @@ async fn the_mcp_apps_example_server_from_npm_shows_its_page_and_answers_its_cal
         .is_some_and(|t| t.starts_with("20")));
     Ok(())
 }
+
+/// A page's call the server is still working on holds the chat's session;
+/// a turn meanwhile is offered the server's tools from that session's list
+/// (it neither waits on the call nor counts the server as failed), and its
+/// own call runs once the page's is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pages_call_in_progress_does_not_take_the_server_from_a_turn() -> anyhow::Result<()> {
+    let fake = FakeMcp::start(None).await?;
+    let (sim, _chatd, client) = start().await?;
+    let id = connector(&client, "Clock", &fake.url("/apps"), None).await?;
+    let chat = client.create_chat_in("yolo").await?;
+    let path = format!("/conversations/{chat}/mcp-apps/call");
+    let body = json!({"server": format!("connector:{id}"), "tool": "clock_hold"});
+    let held = tokio::spawn({
+        let (client, path) = (client.clone(), path.clone());
+        async move { client.post(&path, body).await }
+    });
+    tandem_tests::harness::wait_until("the page's call at the server", QUICK, || async {
+        (fake.asked("tools/call") == 1).then_some(())
+    })
+    .await?;
+
+    sim.faults(json!([
+        {"tool_calls": [{"name": "lookup", "arguments": {"word": "busy"}}]},
+        {"tokens": 3}
+    ]))
+    .await?;
+    let run = run_id(&client.send(&chat, "look it up").await?)?;
+    let asked = tandem_tests::harness::wait_until("the turn's request", QUICK, || async {
+        sim.requests().await.ok()?.first().cloned()
+    })
+    .await?;
+    let offered = offered_tools(&asked["body"]);
+    assert!(
+        offered.iter().any(|n| n == "lookup"),
+        "offered while the page's call holds the session: {offered:?}"
+    );
+    assert_eq!(
+        fake.asked("tools/call"),
+        1,
+        "the turn's call waits its turn"
+    );
+
+    fake.release_held();
+    let answered = held.await??;
+    assert_eq!(answered.status, 200, "{answered:?}");
+    let ended = client
+        .wait_run(&chat, &run, &["done", "failed"], QUICK)
+        .await?;
+    assert_eq!(ended["status"], "done", "{ended}");
+    let snapshot = client.snapshot(&chat).await?;
+    let results = tandem_tests::harness::tool_results(&snapshot);
+    assert_eq!(results, ["glossary: busy is a word the fake knows"]);
+    Ok(())
+}

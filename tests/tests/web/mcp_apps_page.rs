@@ -126,6 +126,37 @@ async fn a_tools_page_shows_under_its_call_and_talks_to_its_server_through_chatd
     b.wait_count(".mcp-app-suggestion", |n| n == 0, WAIT)
         .await?;
     ensure!(messages(&client.snapshot(&chat).await?) == 1, "dismissed");
+    // Suggested again and sent by the person: it alone, the draft kept.
+    b.eval("document.querySelector('#composer').value = 'my draft'; return true;")
+        .await?;
+    b.enter_frame(FRAME).await?;
+    b.click("#send-message-btn").await?;
+    b.leave_frame().await?;
+    b.click(".mcp-app-suggestion .mcp-app-send").await?;
+    let sent = tandem_tests::harness::wait_until("the suggestion sent", WAIT, || async {
+        let snapshot = client.snapshot(&chat).await.ok()?;
+        let texts: Vec<String> = snapshot["messages"]
+            .as_array()?
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .filter_map(|m| m["text"].as_str().map(str::to_string))
+            .collect();
+        (texts.len() == 2).then_some(texts)
+    })
+    .await?;
+    ensure!(sent[1] == "This is message text.", "{sent:?}");
+    let draft = b
+        .eval("return document.querySelector('#composer').value;")
+        .await?;
+    ensure!(draft == json!("my draft"), "the draft stays: {draft}");
+    let run = client.snapshot(&chat).await?["runs"]
+        .as_array()
+        .and_then(|r| r.last().cloned())
+        .context("the suggestion's run")?;
+    let run = run["id"].as_str().unwrap_or_default().to_string();
+    client
+        .wait_run(&chat, &run, &["done"], Duration::from_secs(60))
+        .await?;
 
     // A link: offered, opened only on a click.
     b.enter_frame(FRAME).await?;

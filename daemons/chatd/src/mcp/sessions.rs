@@ -189,8 +189,12 @@ impl Sessions {
             })
     }
 
-    /// The list of `chat`'s open session with `c` while a call holds it.
+    /// The list of `chat`'s open session with `c` while a call holds it;
+    /// none for a server that failed lately (its session is gone).
     async fn busy_list(&self, chat: &str, c: &Connector) -> Option<Vec<Tool>> {
+        if self.failed_lately(chat, c).await.is_some() {
+            return None;
+        }
         let key = (chat.to_string(), c.id.clone());
         let slot = self.open.lock().await.get(&key).cloned()?;
         if slot.try_lock().is_ok() {
@@ -357,6 +361,8 @@ impl Sessions {
         if fresh {
             return Ok(());
         }
+        // The list of a session that is gone is lent to nobody.
+        tandem_shared::sync::lock(&self.listed).remove(&(chat.to_string(), c.id.clone()));
         if let Some(old) = held.take() {
             close(old).await;
         }

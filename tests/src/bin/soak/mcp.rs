@@ -272,6 +272,7 @@ async fn test(shared: &Shared, run: &mut Run, which: Which, down: bool) {
                             "whoami",
                             "read_file",
                             "clock",
+                            "clock_hold",
                             "clock_tick",
                             "lookup_model",
                             "odd_visibility",

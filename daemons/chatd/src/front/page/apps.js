@@ -18,8 +18,10 @@
  *            `ui/notifications/size-changed` (60 to 600 px), `ui/message`
  *            (shown as a suggestion to send or dismiss, never sent by
  *            itself), `ui/open-link` (http/https, a link opened on a click),
- *            `ui/request-display-mode` (inline only). Anything else asked is
- *            "method not found".
+ *            `ui/request-display-mode` (inline only), `ping`. Anything else
+ *            asked is "method not found". A page that does not start the
+ *            handshake within 10 s of loading (refused, broken) loses its
+ *            box; the text result stays.
  */
 'use strict';
 
@@ -27,6 +29,10 @@
 const APP_PROTOCOL = '2026-01-26';
 const APP_MIN_HEIGHT = 60;
 const APP_MAX_HEIGHT = 600;
+/** A page's call may take as long as a model's (chatd's limit is 360 s without news). */
+const APP_CALL_MS = 400000;
+/** A page that has not said `ui/initialize` this long after it loaded did not load: its box goes. */
+const APP_START_MS = 10000;
 
 const isAppCard = (card) => !!card && typeof card === 'object' && card.kind === 'mcp_app'
   && typeof card.server === 'string' && typeof card.resource_uri === 'string';
@@ -54,12 +60,19 @@ function fillAppFrame(c, node, call) {
     src: `${API}/conversations/${enc(c.id)}/mcp-apps/frame?${query}`,
   });
   const notes = el('div', { class: 'mcp-app-notes' });
-  node.app = el('div', { class: 'mcp-app', 'data-server': card.server }, frame, notes);
-  node.root.insertBefore(node.app, node.result);
+  const box = el('div', { class: 'mcp-app', 'data-server': card.server }, frame, notes);
+  node.app = box;
+  node.root.insertBefore(box, node.result);
   // A page is to be seen: its calls' group opens.
   const group = node.root.closest('details');
   if (group) group.open = true;
-  appFrames.add({ chat: c.id, call, card, frame, notes, ready: false });
+  appFrameOf(null); // frames gone with an earlier view are forgotten
+  const entry = { chat: c.id, call, card, frame, notes, started: false, ready: false };
+  appFrames.add(entry);
+  // A page refused or broken says nothing: its box goes, the text result stays.
+  frame.addEventListener('load', () => setTimeout(() => {
+    if (!entry.started) box.hidden = true;
+  }, APP_START_MS));
 }
 
 /** The frame of ours `source` is the window of; frames gone from the page are forgotten. */
@@ -87,6 +100,11 @@ function onAppMessage(event) {
   const params = msg.params && typeof msg.params === 'object' ? msg.params : {};
   switch (msg.method) {
     case 'ui/initialize':
+      if (!asked) return;
+      // Each load of the page starts here, and gets the call again.
+      entry.started = true;
+      entry.ready = false;
+      entry.frame.parentNode.hidden = false;
       return answer({
         protocolVersion: typeof params.protocolVersion === 'string' ? params.protocolVersion : APP_PROTOCOL,
         hostInfo: { name: 'tandem', version: '1' },
@@ -134,12 +152,23 @@ function onAppMessage(event) {
   }
 }
 
-/** A page's tool call, made by chatd in the chat's session with its server. */
+/**
+ * A page's tool call, made by chatd in the chat's session with its server: with a time of its
+ * own (api()'s 8 s is for the page's own requests), and a slow or refused call is the page's
+ * to show, not the chat's banner.
+ */
 async function appCall(entry, params) {
   const body = { server: entry.card.server, tool: String(params.name || '') };
   if (params.arguments && typeof params.arguments === 'object') body.arguments = params.arguments;
-  const answer = await api('POST', `/conversations/${enc(entry.chat)}/mcp-apps/call`, body);
-  return answer.result;
+  const res = await fetch(`${API}/conversations/${enc(entry.chat)}/mcp-apps/call`, {
+    method: 'POST',
+    cache: 'no-store',
+    headers: { accept: 'application/json', 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(APP_CALL_MS),
+  });
+  if (!res.ok) throw await errorFrom(res); // app.js: chatd's words
+  return (await res.json()).result;
 }
 
 /** A link the page wants opened: shown under it, opened on a click. */
@@ -159,17 +188,19 @@ function offerMessage(entry, params) {
   if (!text.trim()) return false;
   const note = el('div', { class: 'mcp-app-suggestion', role: 'group', 'aria-label': 'A message the page suggests' },
     el('p', { class: 'mcp-app-suggested', text }),
-    button('primary mcp-app-send', 'Send', () => { note.remove(); sendSuggestion(text); }),
+    button('primary mcp-app-send', 'Send', () => { note.remove(); sendSuggestion(entry, text); }),
     button('mcp-app-dismiss', 'Dismiss', () => note.remove()));
   entry.notes.replaceChildren(note);
   return true;
 }
 
-/** Sends a suggestion the person chose to send, as if typed. */
-function sendSuggestion(text) {
-  const box = $('#composer');
-  box.value = text;
-  sendComposer(); // composer.js
+/** Sends a suggestion the person chose to send, alone: the draft and its attachments stay. */
+async function sendSuggestion(entry, text) {
+  try {
+    await api('POST', `/conversations/${enc(entry.chat)}/messages`, { text });
+  } catch (error) {
+    showError(error); // app.js
+  }
 }
 
 function initApps() {
