@@ -3,10 +3,12 @@
 //! benchmarks (binary `bench`; figures 7, 9 and 10 in `egressbench`,
 //! `sandboxbench` and `triggerbench`; 11 in `connectorbench`; 12 in
 //! `webbench`; 13 in `requestbench`; 15 in `docbench`; 16 in `searchbench`), headless Chromium for the web page's tests (`browser`),
-//! a little internet in network namespaces for egressd's (`netlab`), and
+//! a little internet in network namespaces for egressd's (`netlab`) and for
+//! chatd's MCP connectors (`chatlab`), and
 //! what a test needs from the machine (`needs`: root, podman, Chromium).
 
 pub mod browser;
+pub mod chatlab;
 pub mod chunked;
 pub mod connectorbench;
 pub mod connectord;

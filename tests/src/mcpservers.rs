@@ -140,6 +140,8 @@ struct Shared {
     token: Option<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
     down: Arc<AtomicBool>,
+    /// While set, the older transport's endpoint answers 404.
+    lost: Arc<AtomicBool>,
     sessions: Arc<Mutex<Sessions>>,
     /// The older transport's event streams, by the number in their
     /// endpoint's query (`/message?session=N`), as its servers keep them.
@@ -153,7 +155,9 @@ pub struct FakeMcp {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     down: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
     sessions: Arc<Mutex<Sessions>>,
+    legacy: Arc<Mutex<Vec<tokio::sync::mpsc::UnboundedSender<String>>>>,
     /// Opens the gate `clock_hold` waits at.
     gate: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -230,16 +234,27 @@ impl FakeMcp {
     /// numbered session; a request naming one the fake does not have is
     /// answered 404, one naming none 400, as the transport's rules say.
     pub async fn start(token: Option<&str>) -> anyhow::Result<FakeMcp> {
+        FakeMcp::start_on(tokio::net::TcpListener::bind("127.0.0.1:0").await?, token)
+    }
+
+    /// The same on `listener` (one bound in a network namespace, say).
+    pub fn start_on(
+        listener: tokio::net::TcpListener,
+        token: Option<&str>,
+    ) -> anyhow::Result<FakeMcp> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let down = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicBool::new(false));
+        let legacy = Arc::new(Mutex::new(Vec::new()));
         let sessions = Arc::new(Mutex::new(Sessions::default()));
         let gate = tokio::sync::watch::Sender::new(false);
         let shared = Shared {
             token: token.map(str::to_string),
             seen: seen.clone(),
             down: down.clone(),
+            lost: lost.clone(),
             sessions: sessions.clone(),
-            legacy: Arc::new(Mutex::new(Vec::new())),
+            legacy: legacy.clone(),
             gate: gate.clone(),
         };
         let app = Router::new()
@@ -253,7 +268,6 @@ impl FakeMcp {
             .route("/sse-elsewhere", axum::routing::get(legacy_stream))
             .route("/message", post(legacy_message))
             .with_state(shared);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -262,7 +276,9 @@ impl FakeMcp {
             addr,
             seen,
             down,
+            lost,
             sessions,
+            legacy,
             gate,
             task,
         })
@@ -293,6 +309,18 @@ impl FakeMcp {
     /// proxy does when it is gone.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// While lost, a message posted to the older transport's endpoint is
+    /// answered 404 (no such session) and its event stream stays open, as
+    /// a server that restarted behind a proxy holding the stream does.
+    pub fn set_legacy_lost(&self, lost: bool) {
+        self.lost.store(lost, Ordering::SeqCst);
+    }
+
+    /// How many of the older transport's event streams a client still holds.
+    pub fn legacy_streams_open(&self) -> usize {
+        lock(&self.legacy).iter().filter(|s| !s.is_closed()).count()
     }
 
     /// Forgets every session, as a server that restarted does: the next
@@ -458,7 +486,8 @@ async fn legacy_message(
         .as_deref()
         .and_then(|q| q.strip_prefix("session="))
         .and_then(|n| n.parse::<usize>().ok())
-        .and_then(|n| lock(&shared.legacy).get(n).cloned());
+        .and_then(|n| lock(&shared.legacy).get(n).cloned())
+        .filter(|_| !shared.lost.load(Ordering::SeqCst));
     let Some(stream) = stream else {
         return (StatusCode::NOT_FOUND, "no such session").into_response();
     };

@@ -1,5 +1,6 @@
-//! A little internet in network namespaces, for egressd's tests (root
-//! only: CI runs as root; `root_with_tools` skips them for anyone else).
+//! A little internet in network namespaces, for egressd's tests and
+//! chatd's (`chatlab`) (root only: CI runs as root; `root_with_tools`
+//! skips them for anyone else).
 //!
 //! [`Lab::start`] builds a namespace for egressd (the "box", with `lo` and a
 //! veth end at 203.0.113.1/24), a namespace of "public" origins at
@@ -242,29 +243,42 @@ pub fn serve_origin(listener: tokio::net::TcpListener, hits: Hits) {
 /// 203.0.113.11 the first time and 10.0.0.5 after; every other name is
 /// NXDOMAIN; AAAA questions get no answer. Counts the A questions per name.
 pub fn serve_dns(socket: tokio::net::UdpSocket, asked: Arc<Mutex<HashMap<String, usize>>>) {
+    serve_dns_by(socket, move |name, qtype| {
+        if qtype != A {
+            return (name == "rebind.test").then(Vec::new);
+        }
+        let mut asked = asked.lock().unwrap();
+        let count = asked.entry(name.to_string()).or_insert(0);
+        *count += 1;
+        (name == "rebind.test").then(|| {
+            vec![if *count == 1 {
+                Ipv4Addr::new(203, 0, 113, 11)
+            } else {
+                Ipv4Addr::new(10, 0, 0, 5)
+            }]
+        })
+    });
+}
+
+/// The type of a DNS question for an IPv4 address.
+pub const A: u16 = 1;
+
+/// A DNS responder (UDP): `answer` is asked each question's name and
+/// type and gives the name's addresses (`None`: NXDOMAIN); only an [`A`]
+/// question gets them, any other none.
+pub fn serve_dns_by(
+    socket: tokio::net::UdpSocket,
+    answer: impl Fn(&str, u16) -> Option<Vec<Ipv4Addr>> + Send + 'static,
+) {
     tokio::spawn(async move {
         let mut buf = [0u8; 1500];
         while let Ok((n, from)) = socket.recv_from(&mut buf).await {
             let Some((name, qtype, question_end)) = dns_question(&buf[..n]) else {
                 continue;
             };
-            let mut answers: Vec<Ipv4Addr> = Vec::new();
-            let mut nxdomain = true;
-            if name == "rebind.test" {
-                nxdomain = false;
-                if qtype == 1 {
-                    let mut asked = asked.lock().unwrap();
-                    let count = asked.entry(name.clone()).or_insert(0);
-                    *count += 1;
-                    answers.push(if *count == 1 {
-                        Ipv4Addr::new(203, 0, 113, 11)
-                    } else {
-                        Ipv4Addr::new(10, 0, 0, 5)
-                    });
-                }
-            } else if qtype == 1 {
-                *asked.lock().unwrap().entry(name.clone()).or_insert(0) += 1;
-            }
+            let found = answer(&name, qtype);
+            let nxdomain = found.is_none();
+            let answers = found.filter(|_| qtype == A).unwrap_or_default();
             let mut reply = Vec::with_capacity(question_end + 16 * answers.len());
             reply.extend_from_slice(&buf[0..2]); // the id
             let rcode = if nxdomain { 3 } else { 0 };
@@ -401,6 +415,33 @@ impl Lan {
         };
         serve_origin(self.ns.tcp_listener(&listen), self.hits.clone());
     }
+}
+
+/// The command line that runs a program (appended to it, with its
+/// arguments) in `ns` with the lab's `/etc` files in `etc` (hosts,
+/// resolv.conf, nsswitch.conf) bound over the real ones in a mount
+/// namespace of its own. `ip netns exec`, `unshare` and `sh` each exec the
+/// next, so the child's pid ends up the program's.
+pub fn in_box(ns: &Netns, etc: &Path) -> Vec<String> {
+    let binds: Vec<String> = ["hosts", "resolv.conf", "nsswitch.conf"]
+        .iter()
+        .map(|f| format!("mount --bind {}/{f} /etc/{f}", etc.display()))
+        .collect();
+    let script = format!("{} && exec \"$@\"", binds.join(" && "));
+    [
+        "ip",
+        "netns",
+        "exec",
+        &ns.name,
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+    ]
+    .into_iter()
+    .chain(["sh", "-c", &script, "sh"])
+    .map(str::to_string)
+    .collect()
 }
 
 /// egressd's loopback listener inside its namespace.
@@ -543,26 +584,12 @@ impl Lab {
             .append(true)
             .open(d.join("egressd.log"))
             .expect("egressd's log opens");
-        // `ip netns exec`, `unshare` and `sh` each exec the next: the
-        // child's pid ends up egressd's.
-        let script = format!(
-            "mount --bind {etc}/hosts /etc/hosts && mount --bind {etc}/resolv.conf /etc/resolv.conf \
-             && mount --bind {etc}/nsswitch.conf /etc/nsswitch.conf && exec {bin} --config {config}",
-            etc = etc.display(),
-            bin = bin_dir().join("egressd").display(),
-            config = self.config.display(),
-        );
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &self.host.name])
-            .args([
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                &script,
-            ])
+        let launcher = in_box(&self.host, &etc);
+        std::process::Command::new(&launcher[0])
+            .args(&launcher[1..])
+            .arg(bin_dir().join("egressd"))
+            .arg("--config")
+            .arg(&self.config)
             .current_dir(d)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -14,6 +14,8 @@ pub struct Chatd {
     env: Vec<(String, String)>,
     /// The descriptor limit (soft and hard) chatd starts with, when set.
     nofile: Option<u64>,
+    /// The command line chatd's binary is appended to (empty: run directly).
+    launcher: Vec<String>,
 }
 
 impl Chatd {
@@ -44,7 +46,39 @@ impl Chatd {
         Chatd::start_inner(engine_url, env, None, true, Some(nofile)).await
     }
 
+    /// Starts chatd under `launcher`, a command line that runs the program
+    /// appended to it (`netlab::in_box` makes one for a network namespace),
+    /// listening on 127.0.0.1:`port` where it runs; waits for `/health` at
+    /// 127.0.0.1:`port` of the test, which the caller makes lead there.
+    pub async fn start_launched(
+        engine_url: &str,
+        env: &[(&str, &str)],
+        launcher: Vec<String>,
+        port: u16,
+    ) -> anyhow::Result<Chatd> {
+        let mut chatd = Chatd::made(engine_url, env, None, false, None)?;
+        chatd.port = port;
+        chatd.launcher = launcher;
+        chatd.spawn()?;
+        chatd.wait_healthy().await?;
+        Ok(chatd)
+    }
+
     pub(crate) async fn start_inner(
+        engine_url: &str,
+        env: &[(&str, &str)],
+        admin_token: Option<&str>,
+        front: bool,
+        nofile: Option<u64>,
+    ) -> anyhow::Result<Chatd> {
+        let mut chatd = Chatd::made(engine_url, env, admin_token, front, nofile)?;
+        chatd.spawn()?;
+        chatd.wait_healthy().await?;
+        Ok(chatd)
+    }
+
+    /// Its folder, secrets and ports, not started yet.
+    fn made(
         engine_url: &str,
         env: &[(&str, &str)],
         admin_token: Option<&str>,
@@ -72,7 +106,7 @@ impl Chatd {
             env.retain(|(k, _)| k != "QSE_CHAT_FRONT");
             env.push(("QSE_CHAT_FRONT".into(), format!("127.0.0.1:{p}")));
         }
-        let mut chatd = Chatd {
+        Ok(Chatd {
             child: None,
             dir,
             port,
@@ -80,10 +114,8 @@ impl Chatd {
             engine_url: engine_url.to_string(),
             env,
             nofile,
-        };
-        chatd.spawn()?;
-        chatd.wait_healthy().await?;
-        Ok(chatd)
+            launcher: Vec::new(),
+        })
     }
 
     /// `http://127.0.0.1:<front port>`; panics for a chatd without a front.
@@ -137,7 +169,15 @@ impl Chatd {
 
     /// chatd with this one's data and settings, listening on `port`.
     pub(crate) fn command(&self, port: u16) -> Command {
-        let mut command = Command::new(bin_dir().join("chatd"));
+        let chatd = bin_dir().join("chatd");
+        let mut command = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(chatd);
+                command
+            }
+            None => Command::new(chatd),
+        };
         command
             .current_dir(self.dir.path())
             .env_clear()

@@ -2,10 +2,12 @@
 //! the MCP project's reference server from the npm registry, and a fake
 //! MCP server of our own for the faults (tandem_tests::mcpservers).
 
+mod addresses;
 mod apps;
 mod connectors;
 mod context;
 mod ctl_mcp;
 mod in_chats;
 mod setup;
+mod legacy;
 mod stdio;

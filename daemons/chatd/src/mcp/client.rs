@@ -117,11 +117,13 @@ pub enum Failure {
 /// An open session.
 pub type Session = RunningService<RoleClient, Handler>;
 
-/// chatd's side of a session: who it is, and whether the server said its
-/// tools changed since the list was last taken.
+/// chatd's side of a session: who it is, whether the server said its
+/// tools changed since the list was last taken, and what its resolver
+/// refused (a connection made later in the session looks its name up again).
 pub struct Handler {
     info: ClientConfig,
     changed: AtomicBool,
+    refused: Refused,
 }
 
 impl Default for Handler {
@@ -138,6 +140,15 @@ impl Handler {
                 Implementation::new("tandem", env!("CARGO_PKG_VERSION")),
             ),
             changed: AtomicBool::new(false),
+            refused: Refused::default(),
+        }
+    }
+
+    /// One whose session's connections `refused` notes the refusals of.
+    fn checked(refused: Refused) -> Handler {
+        Handler {
+            refused,
+            ..Handler::new()
         }
     }
 
@@ -213,7 +224,8 @@ pub async fn open(
     }
     let started = tokio::time::Instant::now();
     let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
-    let error = match tokio::time::timeout(OPEN, Handler::new().serve(transport)).await {
+    let handler = Handler::checked(refused.clone());
+    let error = match tokio::time::timeout(OPEN, handler.serve(transport)).await {
         Err(_) => {
             return Err(refused_or(&refused, || {
                 Failure::Connect(format!("no answer within {} s", OPEN.as_secs()))
@@ -239,7 +251,7 @@ pub async fn open(
         .await
         .map_err(|e| refused_or(&refused, || of_legacy(e)))?;
     let left = OPEN.saturating_sub(started.elapsed());
-    match tokio::time::timeout(left, Handler::new().serve(transport)).await {
+    match tokio::time::timeout(left, Handler::checked(refused.clone()).serve(transport)).await {
         Err(_) => Err(refused_or(&refused, || {
             Failure::Connect(format!("no answer within {} s", OPEN.as_secs()))
         })),
@@ -299,6 +311,7 @@ pub async fn probe(
         .map_err(|f| target.redact(f))?;
     let left = OPEN.saturating_sub(started.elapsed());
     let listed = tokio::time::timeout(left, session.list_all_tools()).await;
+    let refused = session.service().refused.clone();
     // Closing tells the server the session is over (a DELETE); its answer
     // changes nothing here.
     let _ = tokio::time::timeout(CONNECT, session.cancel()).await;
@@ -307,7 +320,8 @@ pub async fn probe(
             "the tool list did not come within {} s",
             OPEN.as_secs()
         ))),
-        Ok(Err(e)) => Err(target.redact(classify(&e))),
+        // A new connection's lookup refused says why, not "refused or failed".
+        Ok(Err(e)) => Err(target.redact(refused_or(&refused, || classify(&e)))),
         Ok(Ok(tools)) => Ok(tools.iter().map(info_of).collect()),
     }
 }
