@@ -10,8 +10,8 @@
 use anyhow::ensure;
 use serde_json::json;
 use tandem_tests::browser::{self, Browser, Chromedriver, Viewport, DESKTOP, PHONE, WAIT};
-use tandem_tests::harness::{Chatd, Sim};
-use tandem_tests::mcpservers::FakeMcp;
+use tandem_tests::harness::{wait_until, Chatd, Sim};
+use tandem_tests::mcpservers::{Everything, FakeMcp};
 
 use crate::settings::{fill, open_drawer};
 
@@ -48,16 +48,22 @@ pub(crate) async fn front_for_mcp() -> anyhow::Result<(Sim, Chatd)> {
 async fn glossary_chat() -> anyhow::Result<(FakeMcp, Sim, Chatd, String)> {
     let fake = FakeMcp::start(None).await?;
     let (sim, chatd) = front_for_mcp().await?;
-    let client = chatd.client();
-    let made = client
+    saved(&chatd, "Glossary", &fake.url("/mcp")).await?;
+    let chat = chatd.client().create_chat().await?;
+    Ok((fake, sim, chatd, chat))
+}
+
+/// An HTTP connector `name` at `url` saved in `chatd`; its id.
+async fn saved(chatd: &Chatd, name: &str, url: &str) -> anyhow::Result<String> {
+    let made = chatd
+        .client()
         .post(
             "/mcp-connectors",
-            json!({"name": "Glossary", "transport": "http", "url": fake.url("/mcp")}),
+            json!({"name": name, "transport": "http", "url": url}),
         )
         .await?;
     ensure!(made.status == 201, "{made:?}");
-    let chat = client.create_chat().await?;
-    Ok((fake, sim, chatd, chat))
+    Ok(made.body["id"].as_str().unwrap_or("").to_string())
 }
 
 async fn add_test_turn_on_and_remove(
@@ -359,5 +365,188 @@ async fn a_prompt_and_a_resource_go_in_front_of_a_message_from_the_page() -> any
         "{stored}"
     );
     ensure!(stored.ends_with("\n\nGo ahead"), "{stored}");
+    b.close().await
+}
+
+/// server-everything's text template from the Context list: its variable
+/// asked for and refused in words until given; the resource its URI names
+/// a chip; the chip's Preview shows the resource's text, folded; sent, the
+/// message's text is the resource's block then what was typed, and the
+/// engine reads the block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_is_filled_in_previewed_and_sent_from_the_page() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let Some(server) = Everything::http().await? else {
+        return Ok(());
+    };
+    let (sim, chatd) = front_for_mcp().await?;
+    saved(&chatd, "Everything", &server.url()).await?;
+    let chat = chatd.client().create_chat().await?;
+    let driver = Chromedriver::start().await?;
+    let b = Browser::open_chat(
+        &driver,
+        DESKTOP,
+        &chatd.front_url(),
+        Some(&chat),
+        "#context-add",
+    )
+    .await?;
+    const URI: &str = "demo://resource/dynamic/text/7";
+
+    b.click("#context-add").await?;
+    b.click("#context-list [data-template='demo://resource/dynamic/text/{resourceId}']")
+        .await?;
+    let variable = "#context-args input[data-arg='resourceId']";
+    b.wait_visible(variable, WAIT).await?;
+    // Every variable is required: refused in words until it is given.
+    b.click("#context-args button[type=submit]").await?;
+    b.wait_text("#context-error", |t| t == "resourceId is required.", WAIT)
+        .await?;
+    ensure!(
+        b.count("#context-chips .context-chip").await? == 0,
+        "nothing picked"
+    );
+    fill(&b, variable, "7").await?;
+    b.click("#context-args button[type=submit]").await?;
+    b.wait_js(
+        "the list closed",
+        "return !document.querySelector('#context-panel').open;",
+        WAIT,
+    )
+    .await?;
+    let chip = b.text("#context-chips .context-chip").await?;
+    ensure!(chip.contains(&format!("Everything · {URI}")), "{chip}");
+
+    b.click("#context-chips .context-preview-open").await?;
+    let shown = b
+        .wait_text(
+            "#context-preview .context-preview pre",
+            |t| t.starts_with("Resource 7: This is a plaintext resource"),
+            WAIT,
+        )
+        .await?;
+    let summary = b.text("#context-preview summary").await?;
+    ensure!(
+        summary.starts_with("What the model will read:")
+            && summary.contains(&format!("{} characters", shown.chars().count())),
+        "{summary}"
+    );
+    b.click("#context-close").await?;
+
+    fill(&b, "#composer", "Summarise it").await?;
+    b.click("#send").await?;
+    b.wait_text(
+        ".message[data-role='user'] .body",
+        |t| t == "Summarise it",
+        WAIT,
+    )
+    .await?;
+    let fold = b
+        .text_content(".message[data-role='user'] .context-fold summary")
+        .await?;
+    ensure!(fold.contains(&format!("Everything · {URI}")), "{fold}");
+    let head = format!("[context from MCP connector Everything: resource {URI}]");
+    let asked = wait_until("the engine asked with the block", WAIT, || async {
+        let requests = sim.requests().await.ok()?;
+        let body = requests.last()?["body"].to_string();
+        body.contains(&head).then_some(body)
+    })
+    .await?;
+    ensure!(
+        asked.contains("Resource 7: This is a plaintext resource"),
+        "the engine read the resource: {asked}"
+    );
+    let stored = chatd.client().snapshot(&chat).await?["messages"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    ensure!(
+        stored.starts_with(&head) && stored.ends_with("\n\nSummarise it"),
+        "{stored}"
+    );
+    b.close().await
+}
+
+/// A template's value is percent-encoded into its URI as RFC 6570 says
+/// (the fake's `fake://word/{word}`); a preview the server refuses (no such
+/// resource: 502) and one of a server switched off for the chat (403) are
+/// said in chatd's words in the panel, the chat's banner stays down, and
+/// the chip stays to be removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_that_fails_is_said_in_words() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let (_fake, _sim, chatd, chat) = glossary_chat().await?;
+    let driver = Chromedriver::start().await?;
+    let b = Browser::open_chat(
+        &driver,
+        DESKTOP,
+        &chatd.front_url(),
+        Some(&chat),
+        "#context-add",
+    )
+    .await?;
+    b.click("#context-add").await?;
+    b.click("#context-list [data-template='fake://word/{word}']")
+        .await?;
+    fill(&b, "#context-args input[data-arg='word']", "two words/é*").await?;
+    b.click("#context-args button[type=submit]").await?;
+    let chip = b
+        .wait_text("#context-chips .context-chip", |t| !t.is_empty(), WAIT)
+        .await?;
+    ensure!(
+        chip.contains("Glossary · fake://word/two%20words%2F%C3%A9%2A"),
+        "{chip}"
+    );
+
+    b.click("#context-chips .context-preview-open").await?;
+    let said = b
+        .wait_text("#context-error", |t| !t.is_empty(), WAIT)
+        .await?;
+    ensure!(
+        said.contains("MCP connector Glossary") && said.contains("resource not found"),
+        "{said}"
+    );
+    ensure!(!b.visible("#banner-stopped").await?, "the banner is up");
+    ensure!(
+        b.count("#context-preview .context-preview").await? == 0,
+        "no preview block"
+    );
+
+    // Switched off for the chat: 403, in words.
+    let tools = chatd
+        .client()
+        .get(&format!("/conversations/{chat}/tools"))
+        .await?;
+    let id = tools.body["mcp"][0]["id"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let off = chatd
+        .client()
+        .call(
+            reqwest::Method::PUT,
+            &format!("/conversations/{chat}/mcp"),
+            Some(json!({"off": [id]})),
+        )
+        .await?;
+    ensure!(off.status == 200, "{off:?}");
+    b.click("#context-close").await?;
+    b.click("#context-chips .context-preview-open").await?;
+    b.wait_text(
+        "#context-error",
+        |t| t.contains("cannot be used in this chat"),
+        WAIT,
+    )
+    .await?;
+    ensure!(!b.visible("#banner-stopped").await?, "the banner is up");
+    b.click("#context-close").await?;
+    ensure!(
+        b.count("#context-chips .context-chip").await? == 1,
+        "the chip stays"
+    );
     b.close().await
 }

@@ -64,7 +64,9 @@
 //! 18. every MCP connector test says what its server deserved at that
 //!     moment, an edit without the secrets keeps them, and the server only
 //!     saw the tokens it was given (`mcp.rs`); no chat turn fails for an
-//!     MCP server (`mcp_turns.rs`).
+//!     MCP server (`mcp_turns.rs`); the context lists and previews answer
+//!     what the server deserves, or 502/403 naming the connector, and no
+//!     secret (`mcp_context.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -106,6 +108,7 @@ mod hostexec;
 mod hostexec_calls;
 mod mcp;
 mod mcp_pages;
+mod mcp_context;
 mod mcp_turns;
 mod parts;
 mod push;

@@ -10,8 +10,9 @@
 //! not offered); no answer carries a token. Every third turn carries the
 //! good server's glossary resource as context: stored with its block in
 //! front of the text, or refused (502 while the server is down) with no
-//! message stored. Every other turn with the servers on goes after the App
-//! page's read and call (`mcp_pages.rs`).
+//! message stored. Every odd turn goes after the App page's read and call
+//! (`mcp_pages.rs`), every even one after the context lists and a preview
+//! (`mcp_context.rs`).
 
 use super::*;
 
@@ -34,6 +35,8 @@ pub(crate) struct Turns {
     pub context_refused: u64,
     /// The good server's App page, read and called between turns.
     pub pages: crate::mcp_pages::Pages,
+    /// The chat's prompts and resources listed, one previewed, between turns.
+    pub lists: crate::mcp_context::Lists,
 }
 
 impl Turns {
@@ -42,7 +45,7 @@ impl Turns {
             "chat turns calling an MCP tool: {} answered by the server, {} calls failed naming the connector, {} not offered (server away or switched off for the chat: {}), {} interrupted by a kill, {} not sent (chatd down); {} sent with a resource as context, {} refused for it with nothing stored",
             self.answered, self.failed_call, self.not_offered, self.switched_off, self.interrupted, self.not_sent,
             self.with_context, self.context_refused
-        ) + "; " + &self.pages.line()
+        ) + "; " + &self.pages.line() + "; " + &self.lists.line()
     }
 }
 
@@ -77,11 +80,15 @@ pub(crate) async fn drive(shared: &Shared, seed: u64, secrets: &[String]) -> Tur
             turns.not_sent += 1;
             continue;
         }
-        // Every other turn with the servers on goes after the App page's
-        // read and call.
-        if !off_here && n % 2 == 1 {
-            if let Some(good) = good_connector(shared, &chat).await {
+        // Odd turns (the servers on) go after the App page's read and call;
+        // even ones list the chat's prompts and resources and preview one
+        // (every other one with the servers off for the chat: refused).
+        if let Some(good) = good_connector(shared, &chat).await {
+            if n % 2 == 1 {
                 crate::mcp_pages::step(shared, &chat, &good, n, secrets, &mut turns.pages).await;
+            } else {
+                let lists = &mut turns.lists;
+                crate::mcp_context::step(shared, &chat, &good, off_here, n, secrets, lists).await;
             }
         }
         let word = format!("soakword{n}");

@@ -16,7 +16,7 @@
  *   settings.js  the model picker, the settings panel, the defaults for new chats
  *   push.js      "Notify me on this device": the service worker (sw.js) and Web Push
  *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
- *   context.js   prompts and resources of the chat's MCP servers in front of a message
+ *   context.js   prompts, resources and templates of the chat's MCP servers in front of a message; a preview
  *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
  *   app.js       this file, below
  *
@@ -27,7 +27,7 @@
  *             open chat, chat.js).
  *   api       api(): fetch + JSON, 8 s at most; errors are ApiError {status, type, message}.
  *             A 401 goes back to the sign-in card; a lost chatd (no answer,
- *             502/504, a 503 that is not chatd's own) shows the one banner
+ *             502/504 but an MCP server's mcp_error, a 503 that is not chatd's own) shows the one banner
  *             (`link`) until requests and the stream work again.
  *   boot      probe(): capabilities + session → live | signin | unavailable;
  *             the probe panel checks again by itself after 5, 10, 20, 30, 30… s.
@@ -127,7 +127,9 @@ class ApiError extends Error {
 
   /** chatd itself is gone, as opposed to refusing this request. */
   get lost() {
-    // chatd's own 503s (engine_unavailable, sandbox_unavailable…) are answers.
+    // chatd's own 503s (engine_unavailable, sandbox_unavailable…) are answers, and so is its
+    // 502 mcp_error: an MCP server did not answer chatd (context.js, apps.js show it in words).
+    if (this.type === 'mcp_error') return false;
     return [0, 502, 504].includes(this.status) || (this.status === 503 && (!this.type || this.type === 'chatd_unavailable'));
   }
 }
