@@ -287,7 +287,9 @@ async fn start_status_logs_restart_stop() {
         text(&hostexec_status)
     );
     assert!(
-        text(&hostexec_status).contains("run as   "),
+        text(&hostexec_status).contains("run as   ")
+            && text(&hostexec_status)
+                .contains("running  0 commands (4 chats at once), 0 MCP servers"),
         "{}",
         text(&hostexec_status)
     );

@@ -209,6 +209,18 @@ async fn status(settings: &Settings, manager: Manager, daemon: Daemon) -> anyhow
                 settings.hostexec.run_as.clone()
             };
             row("run as", run_as);
+            if let Some(h) = &health {
+                let n = |k: &str| h.body[k].as_u64().unwrap_or(0);
+                row(
+                    "running",
+                    format!(
+                        "{} commands ({} chats at once), {} MCP servers",
+                        n("running"),
+                        n("max_chats"),
+                        n("servers")
+                    ),
+                );
+            }
         }
         "triggerd" => {
             row("data", settings.triggers.data_dir.display().to_string());

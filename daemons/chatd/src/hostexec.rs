@@ -14,6 +14,11 @@ use serde_json::{json, Value};
 use crate::tools::{self, Args, Effect, ToolOutput, ToolSpec};
 use crate::workspace::Workspace;
 
+/// The `Upgrade` hostexecd's `/serve` answers to.
+const SERVE_UPGRADE: &str = "tandem-stdio";
+/// A server's start through hostexecd, until its stream is open.
+const SERVE_START: Duration = Duration::from_secs(10);
+
 /// hostexecd's API over its unix socket.
 #[derive(Clone)]
 pub struct HostExec {
@@ -73,6 +78,57 @@ impl HostExec {
             .connect_timeout(Duration::from_secs(2))
             .build()?;
         Ok(HostExec { client })
+    }
+
+    /// Starts a stdio MCP server of `chat` (`POST /serve`): the command as
+    /// given, no shell, with `env` beside hostexecd's clean four; the stream
+    /// of its frames, or why not in words (never holding an env value:
+    /// hostexecd's refusals do not repeat them).
+    pub async fn serve<'a>(
+        &self,
+        chat: &str,
+        command: &str,
+        args: &[String],
+        env: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<reqwest::Upgraded, String> {
+        let env: serde_json::Map<String, Value> =
+            env.map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let body = json!({"chat_id": chat, "command": command, "args": args, "env": env});
+        let request = self
+            .client
+            .post("http://hostexecd/serve")
+            .header(reqwest::header::CONNECTION, "Upgrade")
+            .header(reqwest::header::UPGRADE, SERVE_UPGRADE)
+            .json(&body);
+        // Bounded here, not with the request's timeout, which would reach
+        // past the upgrade into the stream.
+        let response = match tokio::time::timeout(SERVE_START, request.send()).await {
+            Err(_) => {
+                return Err(format!(
+                    "hostexecd did not answer within {} s",
+                    SERVE_START.as_secs()
+                ))
+            }
+            Ok(Err(_)) => {
+                return Err(
+                    "hostexecd is not running, and this box has no container runtime: \
+                    a stdio server runs through one of them (`tandem hostexec start`)"
+                        .into(),
+                )
+            }
+            Ok(Ok(response)) => response,
+        };
+        if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let value: Value = response.json().await.unwrap_or(Value::Null);
+            let why = value["error"]["message"]
+                .as_str()
+                .unwrap_or("no reason given");
+            return Err(format!("hostexecd refused the server: {why}"));
+        }
+        response
+            .upgrade()
+            .await
+            .map_err(|e| format!("hostexecd's stream could not be opened: {e}"))
     }
 
     /// Runs `arguments` (the model's `{command, timeout_s?}`) for `chat`;

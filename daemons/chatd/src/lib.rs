@@ -284,6 +284,15 @@ pub async fn run(
         mcp: Arc::new(crate::mcp::sessions::Sessions::new(
             mcp.clone(),
             sandboxes.clone(),
+            // Without a runtime, stdio servers run through hostexecd
+            // unless host commands are off.
+            (config.host_exec() != crate::config::HostExec::Off)
+                .then(|| {
+                    crate::hostexec::HostExec::new(&config.hostexec_socket)
+                        .inspect_err(|e| tracing::warn!(error = %e, "no client for hostexecd: stdio MCP servers cannot run without a sandbox"))
+                        .ok()
+                })
+                .flatten(),
             crate::mcp::stdio::probe_chat(&config.data_dir),
             std::time::Duration::from_secs(config.mcp_call_limit_s),
         )),

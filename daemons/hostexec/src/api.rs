@@ -6,6 +6,8 @@
 //!   before start with 400 (the field named), 409 `chat_busy` or
 //!   `workspace_unusable`, 429 `too_many_chats`.
 //! - `POST /exec/{call_id}/stop` → `{"stopped": true}` or 404.
+//! - `POST /serve` `{chat_id, command, args?, env?}` with `Upgrade:
+//!   tandem-stdio` → 101 and the MCP server's stream (`serve.rs`).
 //! - `GET /audit?chat=&limit=` → `{"audit": [rows]}`, newest first.
 //! - `GET /health`, `GET /metrics`.
 
@@ -34,6 +36,7 @@ pub fn router(hx: Arc<Hostexec>) -> Router {
         .route("/health", get(health))
         .route("/exec", post(exec))
         .route("/exec/{call_id}/stop", post(stop))
+        .route("/serve", post(crate::serve::serve))
         .route("/audit", get(audit))
         .merge(tandem_shared::metrics::router(hx.registry.clone()))
         // The body is a command of 64 KiB at most, JSON-escaped.
@@ -48,6 +51,7 @@ async fn health(State(hx): State<Arc<Hostexec>>) -> Json<Value> {
         "pid": std::process::id(),
         "uptime_s": hx.started.elapsed().as_secs(),
         "running": hx.calls.count(),
+        "servers": hx.servers.count(),
         "max_chats": hx.config.max_chats,
         "run_as": hx.user_name,
         "run_as_uid": hx.uid,

@@ -1,5 +1,7 @@
 //! The running calls: one per chat, `max_chats` chats at once, each with
-//! why it is asked to end (the first reason given is kept).
+//! why it is asked to end (the first reason given is kept). MCP servers
+//! (`serve.rs`) are counted apart, by their own id: a chat's server never
+//! keeps its commands waiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -65,6 +67,8 @@ pub struct Calls {
 /// A call's place; given back when dropped.
 pub struct Slot {
     calls: Arc<Calls>,
+    /// What it is kept under: its chat, or a server's own id.
+    key: String,
     pub running: Arc<Running>,
 }
 
@@ -72,10 +76,10 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut calls = self.calls.lock();
         if calls
-            .get(&self.running.chat)
+            .get(&self.key)
             .is_some_and(|r| Arc::ptr_eq(r, &self.running))
         {
-            calls.remove(&self.running.chat);
+            calls.remove(&self.key);
         }
     }
 }
@@ -94,8 +98,18 @@ impl Calls {
 
     /// A place for a new call of `chat`, or why there is none.
     pub fn reserve(self: &Arc<Self>, chat: &str, call_id: &str) -> Result<Slot, Refusal> {
+        self.reserve_as(chat, chat, call_id)
+    }
+
+    /// A place for a server of `chat`, kept under its own id: a chat may
+    /// have several, the bound counts them all.
+    pub fn reserve_server(self: &Arc<Self>, chat: &str, call_id: &str) -> Result<Slot, Refusal> {
+        self.reserve_as(call_id, chat, call_id)
+    }
+
+    fn reserve_as(self: &Arc<Self>, key: &str, chat: &str, call_id: &str) -> Result<Slot, Refusal> {
         let mut calls = self.lock();
-        if let Some(r) = calls.get(chat) {
+        if let Some(r) = calls.get(key) {
             return Err(Refusal::ChatBusy {
                 call_id: r.call_id.clone(),
             });
@@ -113,9 +127,10 @@ impl Calls {
             wake: Notify::new(),
             finished: AtomicBool::new(false),
         });
-        calls.insert(chat.to_string(), running.clone());
+        calls.insert(key.to_string(), running.clone());
         Ok(Slot {
             calls: self.clone(),
+            key: key.to_string(),
             running,
         })
     }
@@ -158,6 +173,23 @@ mod tests {
         drop(a);
         assert_eq!(calls.count(), 1);
         assert!(calls.reserve("c", "hx_5").is_ok());
+    }
+
+    #[test]
+    fn servers_are_kept_by_their_own_id_and_bounded_all_together() {
+        let servers = Calls::new(2);
+        let a = servers.reserve_server("c_1", "hs_1").unwrap();
+        let _b = servers.reserve_server("c_1", "hs_2").unwrap();
+        assert_eq!(
+            servers.reserve_server("c_2", "hs_3").err(),
+            Some(Refusal::TooManyChats { running: 2, max: 2 })
+        );
+        assert_eq!(
+            servers.by_id("hs_1").map(|r| r.chat.clone()),
+            Some("c_1".into())
+        );
+        drop(a);
+        assert_eq!(servers.count(), 1);
     }
 
     #[test]

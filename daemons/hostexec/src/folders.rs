@@ -248,6 +248,71 @@ pub fn ready(
     })
 }
 
+/// Makes an MCP server's own HOME, `homes/<chat>/mcp-<id>` (0700, the
+/// run-as user's), new for each server and removed at its end
+/// ([`remove_server_home`]): never the commands' home, and outside their
+/// view (`contain.rs` shows them only their workspace and home), so no
+/// command can plant code the server would run with its secrets, nor read
+/// what it leaves there.
+pub fn ready_server_home(
+    config: &HostexecConfig,
+    chat: &str,
+    id: &str,
+    run_as: Option<&RunAs>,
+    owner: Owner,
+) -> Result<PathBuf, Unready> {
+    let data = open_chat_data(&config.chat_data).map_err(|e| {
+        Unready::Unusable(format!(
+            "chatd's data folder {} cannot be opened: {e}",
+            config.chat_data.display()
+        ))
+    })?;
+    let for_chatd = run_as.map(|_| owner);
+    let homes_path = config.chat_data.join("homes");
+    let Some(homes) = folder_in(&data, "homes", for_chatd)? else {
+        return Err(Unready::Unusable(not_a_folder(
+            &homes_path,
+            kind_at(&data, "homes"),
+        )));
+    };
+    let scratch_path = homes_path.join(chat);
+    let Some(scratch) = folder_in(&homes, chat, for_chatd)? else {
+        return Err(Unready::Unusable(not_a_folder(
+            &scratch_path,
+            kind_at(&homes, chat),
+        )));
+    };
+    let name = format!("mcp-{id}");
+    // The id is new: something already there was not made by hostexecd.
+    if kind_at(&scratch, &name).is_some() {
+        return Err(Unready::Unusable(format!(
+            "{} is already there",
+            scratch_path.join(&name).display()
+        )));
+    }
+    let server_owner = run_as.map(|u| Owner {
+        uid: u.uid,
+        gid: u.gid,
+    });
+    let Some(home) = folder_in(&scratch, &name, server_owner)? else {
+        return Err(Unready::Unusable(not_a_folder(
+            &scratch_path.join(&name),
+            kind_at(&scratch, &name),
+        )));
+    };
+    nix::sys::stat::fchmod(home.as_fd(), Mode::from_bits_truncate(0o700))?;
+    Ok(scratch_path.join(name))
+}
+
+/// Removes a server's HOME at its end (std's walk never follows a link).
+pub fn remove_server_home(home: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(home) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(home = %home.display(), error = %e, "a server's home could not be removed");
+        }
+    }
+}
+
 /// Makes `homes/<chat>/home` (0700, the run-as user's), putting back a
 /// folder where a link or a file took its place: a link is removed (never
 /// followed), a file kept in the new home as `former-home`.

@@ -38,10 +38,38 @@ pub struct RunAs {
     pub groups: Vec<u32>,
 }
 
+/// A program run as it is named, without a shell (an MCP server): its
+/// stdin and stderr are pipes of their own, inherited from hostexecd under
+/// these numbers; stdout is the call's output, as for a command.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Program {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Its own environment (the connector's sealed values), after PATH,
+    /// HOME, LANG and TZ.
+    pub env: Vec<(String, String)>,
+    pub stdin_fd: i32,
+    pub stderr_fd: i32,
+}
+
+impl std::fmt::Debug for Program {
+    /// Without the environment's values: they are secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Program")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &names)
+            .finish()
+    }
+}
+
 /// One call, as hostexecd sends it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Spec {
+    /// The command line run with `bash -c`, unless `program` is given.
     pub command: String,
+    pub program: Option<Program>,
     /// The chat's workspace: the command's working folder.
     pub workspace: PathBuf,
     /// The command's HOME.
@@ -175,6 +203,15 @@ fn run() -> Status {
     };
     drop(go_read);
     drop(report_write);
+    if let Some(program) = &spec.program {
+        // Init holds them now: the stderr pipe ends with the server's
+        // processes, not with the keeper.
+        // SAFETY: closing descriptors hostexecd handed the keeper.
+        unsafe {
+            libc::close(program.stdin_fd);
+            libc::close(program.stderr_fd);
+        }
+    }
     // Init is waiting for this byte: it has set its parent-death signal.
     let _ = nix::unistd::write(&go_write, b"g");
     drop(go_write);
@@ -315,16 +352,41 @@ fn init(spec: &Spec, go: OwnedFd, report: OwnedFd, nproc: u64) -> ! {
             unsafe { libc::_exit(0) }
         }
     }
-    let mut command = std::process::Command::new("bash");
+    let mut command = match &spec.program {
+        None => {
+            let mut bash = std::process::Command::new("bash");
+            bash.arg("-c").arg(&spec.command);
+            bash
+        }
+        Some(program) => std::process::Command::new(&program.command),
+    };
     command
-        .arg("-c")
-        .arg(&spec.command)
         .env_clear()
         .env("PATH", &spec.path)
         .env("HOME", &spec.home)
         .env("LANG", &spec.lang)
-        .env("TZ", &spec.tz)
-        .stdin(std::process::Stdio::null());
+        .env("TZ", &spec.tz);
+    match &spec.program {
+        None => {
+            command.stdin(std::process::Stdio::null());
+        }
+        Some(program) => {
+            command
+                .args(&program.args)
+                .envs(program.env.iter().cloned());
+            // SAFETY: descriptors hostexecd handed down for this server
+            // alone, owned from here by the command's spawn.
+            let (stdin, stderr) = unsafe {
+                (
+                    OwnedFd::from_raw_fd(program.stdin_fd),
+                    OwnedFd::from_raw_fd(program.stderr_fd),
+                )
+            };
+            command
+                .stdin(std::process::Stdio::from(stdin))
+                .stderr(std::process::Stdio::from(stderr));
+        }
+    }
     let Ok(workspace) = CString::new(spec.workspace.as_os_str().as_encoded_bytes()) else {
         tell(&Report {
             error: Some("the workspace's path holds a NUL byte".into()),
@@ -343,9 +405,10 @@ fn init(spec: &Spec, go: OwnedFd, report: OwnedFd, nproc: u64) -> ! {
     let bash = match command.spawn() {
         Ok(child) => child.id() as i32,
         Err(e) => {
+            let what = spec.program.as_ref().map_or("bash", |p| p.command.as_str());
             tell(&Report {
                 error: Some(format!(
-                    "could not start bash in {}: {e}",
+                    "could not start {what} in {}: {e}",
                     spec.workspace.display()
                 )),
                 ..Report::default()

@@ -14,7 +14,9 @@
 //! namespace with it. `sweep.rs` kills what is outside a namespace: what is
 //! reparented to hostexecd, an unanswering keeper's tree (`tree.rs`), what
 //! an earlier hostexecd left. `changes.rs` says what a command saved;
-//! `store.rs` keeps the audit in hostexec.sqlite3.
+//! `store.rs` keeps the audit in hostexec.sqlite3. `serve.rs` runs a chat's
+//! MCP server the same way, without a shell, for as long as chatd holds its
+//! upgraded stream.
 
 pub mod api;
 pub mod calls;
@@ -25,6 +27,7 @@ pub mod exec;
 pub mod folders;
 pub mod keeper;
 pub mod metrics;
+pub mod serve;
 pub mod spawner;
 pub mod store;
 pub mod sweep;
@@ -64,6 +67,8 @@ pub struct Hostexec {
     pub metrics: Arc<metrics::Metrics>,
     pub registry: Arc<tandem_shared::metrics::Registry>,
     pub calls: Arc<Calls>,
+    /// MCP servers running (`serve.rs`), by their own id.
+    pub servers: Arc<Calls>,
     pub spawner: Spawner,
     pub started: Instant,
     pub shutdown: Shutdown,
@@ -230,6 +235,7 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         metrics,
         registry: Arc::new(registry),
         calls: Calls::new(config.max_chats),
+        servers: Calls::new(serve::MAX_SERVERS),
         spawner: Spawner::start().context("starting the keeper spawner")?,
         started: Instant::now(),
         shutdown: shutdown.clone(),
@@ -281,13 +287,14 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         let store = store.clone();
         let days = config.audit_days;
         let shutdown = shutdown.clone();
-        let calls = hx.calls.clone();
+        let (calls, servers) = (hx.calls.clone(), hx.servers.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(86_400)) => {}
                     _ = shutdown.wait() => {
                         calls.kill_all(KilledBy::Shutdown);
+                        servers.kill_all(KilledBy::Shutdown);
                         return;
                     }
                 }
@@ -311,7 +318,7 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
         _ = &mut serving => {}
         _ = async {
             shutdown.wait().await;
-            while hx.calls.count() > 0 {
+            while hx.calls.count() + hx.servers.count() > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -320,8 +327,9 @@ pub async fn run(config: HostexecConfig, shutdown: Shutdown) -> anyhow::Result<(
     tandem_shared::notify::stopping();
     // Calls still ending (bounded: each keeper has 10 s before it is killed).
     let until = Instant::now() + Duration::from_secs(15);
-    while hx.calls.count() > 0 && Instant::now() < until {
+    while hx.calls.count() + hx.servers.count() > 0 && Instant::now() < until {
         hx.calls.kill_all(KilledBy::Shutdown);
+        hx.servers.kill_all(KilledBy::Shutdown);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(())

@@ -25,6 +25,8 @@ pub struct Metrics {
     pub seconds: Histogram,
     pub output_bytes: Counter,
     pub running: Gauge,
+    /// MCP servers running now (`serve.rs`).
+    pub servers: Gauge,
 }
 
 impl Metrics {
@@ -36,6 +38,7 @@ impl Metrics {
             seconds: Histogram::new(tandem_shared::metrics::seconds_buckets()),
             output_bytes: Counter::default(),
             running: Gauge::default(),
+            servers: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("tandem_hostexec");
         r.register(
@@ -59,6 +62,11 @@ impl Metrics {
             metrics.output_bytes.clone(),
         );
         r.register("running", "Commands running now", metrics.running.clone());
+        r.register(
+            "servers",
+            "MCP servers running now",
+            metrics.servers.clone(),
+        );
         metrics
     }
 

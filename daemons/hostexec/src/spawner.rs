@@ -72,29 +72,42 @@ impl Keeper {
 
 type SpawnReply = oneshot::Sender<std::io::Result<Spawned>>;
 
+/// A keeper asked for: the reply, and descriptors it is to inherit as they
+/// are numbered here (a server's stdin and stderr pipes).
+struct Asked {
+    reply: SpawnReply,
+    inherit: Vec<OwnedFd>,
+}
+
 /// Starts keepers from one thread that lives as long as hostexecd: a
 /// keeper's PR_SET_PDEATHSIG fires when the thread that forked it ends.
 pub struct Spawner {
-    tx: Mutex<std::sync::mpsc::Sender<SpawnReply>>,
+    tx: Mutex<std::sync::mpsc::Sender<Asked>>,
 }
 
 impl Spawner {
     pub fn start() -> std::io::Result<Spawner> {
-        let (tx, rx) = std::sync::mpsc::channel::<SpawnReply>();
+        let (tx, rx) = std::sync::mpsc::channel::<Asked>();
         std::thread::Builder::new()
             .name("keeper-spawner".into())
             .spawn(move || {
-                while let Ok(reply) = rx.recv() {
-                    let _ = reply.send(spawn_keeper());
+                while let Ok(asked) = rx.recv() {
+                    let _ = asked.reply.send(spawn_keeper(asked.inherit));
                 }
             })?;
         Ok(Spawner { tx: Mutex::new(tx) })
     }
 
     pub async fn spawn(&self) -> std::io::Result<Spawned> {
+        self.spawn_with(Vec::new()).await
+    }
+
+    /// A keeper that inherits `inherit` under the numbers they have here
+    /// (close-on-exec descriptors: no other child gets them).
+    pub async fn spawn_with(&self, inherit: Vec<OwnedFd>) -> std::io::Result<Spawned> {
         let (reply, answer) = oneshot::channel();
         lock(&self.tx)
-            .send(reply)
+            .send(Asked { reply, inherit })
             .map_err(|_| std::io::Error::other("the keeper spawner is gone"))?;
         answer
             .await
@@ -121,7 +134,7 @@ pub fn reaped(pid: i32) {
     lock(&KEEPERS).remove(&pid);
 }
 
-fn spawn_keeper() -> std::io::Result<Spawned> {
+fn spawn_keeper(inherit: Vec<OwnedFd>) -> std::io::Result<Spawned> {
     let (control, theirs) = std::os::unix::net::UnixStream::pair()?;
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
     let write2 = write.try_clone()?;
@@ -137,6 +150,22 @@ fn spawn_keeper() -> std::io::Result<Spawned> {
         .stdin(std::process::Stdio::from(OwnedFd::from(theirs)))
         .stdout(std::process::Stdio::from(write))
         .stderr(std::process::Stdio::from(write2));
+    if !inherit.is_empty() {
+        use std::os::fd::AsRawFd;
+        let fds: Vec<i32> = inherit.iter().map(|fd| fd.as_raw_fd()).collect();
+        // SAFETY: only fcntl, which is async-signal-safe, runs between the
+        // fork and the exec; it clears close-on-exec in the child alone.
+        unsafe {
+            command.pre_exec(move || {
+                for fd in &fds {
+                    if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
     // Held while std's spawn may still wait for a child whose exec failed:
     // hostexecd's reaper must not take that child first (std would panic).
     // Known as a keeper before the reaper's sweep can see it.
@@ -146,8 +175,10 @@ fn spawn_keeper() -> std::io::Result<Spawned> {
         lock(&KEEPERS).insert(child.id() as i32);
         child
     };
-    // The pipe's write ends and the keeper's socket go with the command.
+    // The pipe's write ends and the keeper's socket go with the command;
+    // the inherited descriptors are the keeper's now.
     drop(command);
+    drop(inherit);
     let pid = child.id() as i32;
     // Reaped by hostexecd's SIGCHLD task, not through `child`.
     drop(child);

@@ -85,7 +85,9 @@ pub struct Begun<'a> {
     pub command: &'a str,
     pub keeper_pid: i32,
     pub keeper_start: u64,
-    pub workspace: &'a Path,
+    /// The workspace lent for the call; none for an MCP server, which is
+    /// lent none.
+    pub workspace: Option<&'a Path>,
 }
 
 /// A call a previous hostexecd did not see end.
@@ -140,7 +142,7 @@ impl Store {
                     cut(call.command, COMMAND_KEPT),
                     call.keeper_pid,
                     call.keeper_start as i64,
-                    call.workspace.to_string_lossy()
+                    call.workspace.map(|w| w.to_string_lossy().into_owned())
                 ],
             )
         })?;
@@ -264,7 +266,7 @@ mod tests {
             command,
             keeper_pid,
             keeper_start: keeper_pid as u64 - 35,
-            workspace: Path::new("/data/workspaces/c1"),
+            workspace: Some(Path::new("/data/workspaces/c1")),
         };
         store.begin(&begun("hx_1", "c1", &long, 42)).unwrap();
         store.begin(&begun("hx_2", "c2", "true", 43)).unwrap();

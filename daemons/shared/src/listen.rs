@@ -579,7 +579,9 @@ where
     builder
         .max_header_size(MAX_HEAD_BYTES)
         .header_read_timeout(None);
-    let serving = builder.serve_connection(io, service);
+    // With upgrades: hostexecd's `/serve` turns its connection into a
+    // server's stream; a route that does not ask is served as before.
+    let serving = builder.serve_connection(io, service).with_upgrades();
     tokio::pin!(serving);
     let mut draining = false;
     loop {

@@ -10,11 +10,11 @@
 //! `api/mcp.rs`'s.
 //!
 //! `sessions.rs` keeps each chat's sessions, `offer.rs` names their tools
-//! for a turn, `stdio.rs` runs a `stdio` server in the chat's sandbox.
+//! for a turn, `stdio.rs` runs a `stdio` server in the chat's sandbox, or
+//! through hostexecd on a box without sandboxes.
 //! `context.rs` turns a server's prompts and resources into text for a
 //! message. `apps.rs` reads the pages tools declare (MCP Apps), which
-//! `api/mcp_apps.rs` serves. Still to come (issue 27): stdio through
-//! hostexecd on a box without sandboxes.
+//! `api/mcp_apps.rs` serves.
 
 pub mod address;
 pub mod apps;
@@ -282,8 +282,8 @@ pub const MAX_COMMAND: usize = 1024;
 pub const MAX_ARG: usize = 4096;
 pub const MAX_ARGS: usize = 64;
 
-/// Checks a stdio command: one program (a name on the sandbox's PATH or a
-/// path), run without a shell, so no spaces: its arguments go in `args`.
+/// Checks a stdio command: one program (a name on the sandbox's, or
+/// hostexecd's, PATH or a path), run without a shell, so no spaces: its arguments go in `args`.
 pub fn check_command(command: &str) -> Result<(), String> {
     if command.is_empty() {
         return Err("is needed: the program that runs the server (npx, uvx, a path)".into());

@@ -24,6 +24,7 @@ use tokio::sync::Mutex;
 
 use super::client::{self, Failure, Session, ToolInfo};
 use super::{stdio, Mcp, Reach};
+use crate::hostexec::HostExec;
 use crate::sandbox::Sandboxes;
 use crate::store::mcp::Connector;
 
@@ -79,6 +80,8 @@ pub struct Sessions {
     call_limit: Duration,
     /// Where stdio servers run; none without a container runtime.
     sandboxes: Option<Sandboxes>,
+    /// Where they run without one: hostexecd, unless host commands are off.
+    host: Option<HostExec>,
     /// The chat whose sandbox a stdio connector's test runs in.
     probe_chat: String,
     /// Tests of stdio connectors, one at a time: they share that sandbox,
@@ -98,6 +101,7 @@ impl Sessions {
     pub fn new(
         mcp: Arc<Mcp>,
         sandboxes: Option<Sandboxes>,
+        host: Option<HostExec>,
         probe_chat: String,
         call_limit: Duration,
     ) -> Sessions {
@@ -105,6 +109,7 @@ impl Sessions {
             mcp,
             call_limit,
             sandboxes,
+            host,
             probe_chat,
             probes: Mutex::new(()),
             open: Mutex::new(HashMap::new()),
@@ -306,13 +311,17 @@ impl Sessions {
             Reach::Http(target) => client::open(target, self.mcp.policy(), self.mcp.private)
                 .await
                 .map(|session| (session, None)),
-            Reach::Stdio(launch) => match &self.sandboxes {
-                Some(sandboxes) => stdio::open(sandboxes, chat, c, launch.clone())
+            Reach::Stdio(launch) => match (&self.sandboxes, &self.host) {
+                (Some(sandboxes), _) => stdio::open(sandboxes, chat, c, launch.clone())
                     .await
                     .map(|(session, process)| (session, Some(process))),
-                None => Err(Failure::Connect(
-                    "a stdio server runs in the chat's sandbox, and this box has no container \
-                     runtime for one (docs/sandbox.md)"
+                (None, Some(host)) => stdio::open_on_host(host, chat, launch.clone())
+                    .await
+                    .map(|(session, process)| (session, Some(process))),
+                (None, None) => Err(Failure::Connect(
+                    "a stdio server runs in the chat's sandbox or through hostexecd, and this \
+                     box has no container runtime and host commands are off \
+                     ([chatd] host_exec = \"off\"; docs/sandbox.md)"
                         .into(),
                 )),
             },

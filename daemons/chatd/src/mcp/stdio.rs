@@ -11,6 +11,13 @@
 //!
 //! Closing the session closes its stdin and kills every process of its uid
 //! in that sandbox.
+//!
+//! On a box without a container runtime the server runs through hostexecd
+//! instead (`open_on_host`): as hostexecd's commands do (its clean
+//! environment, a PID namespace of its own, never root) but without a
+//! shell, in a HOME of its own out of the commands' view; the stream
+//! hostexecd gives back carries the same frames as a sandbox's (and a last
+//! one with hostexecd's words on its end), and closing it ends the server.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use rmcp::transport::async_rw::AsyncRwTransport;
 
 use super::client::{Failure, Handler, Session, OPEN};
+use crate::hostexec::HostExec;
 use crate::sandbox::Sandboxes;
 use crate::store::mcp::Connector;
 
@@ -76,25 +84,39 @@ pub fn probe_chat(data_dir: &std::path::Path) -> String {
     format!("mcp_test_{:08x}", fnv(&data_dir.to_string_lossy()))
 }
 
-/// A server process in a chat's sandbox. It does not hold the sandbox
-/// busy: a session lasts minutes, and the sandbox's limits (running
-/// sandboxes, the memory guard, the idle stop) must still apply; a call
-/// holds it (`Sessions::call`). Dropped, it closes the server's stdin and
-/// kills every process of its uid there.
+/// Where a server runs, and so how it is ended.
+enum Place {
+    /// In the chat's sandbox as the connector's uid; its HOME is taken by
+    /// the kill.
+    Sandbox {
+        sandboxes: Sandboxes,
+        container: String,
+        user: String,
+        home: Option<String>,
+    },
+    /// Through hostexecd: the stream's close ends it and all it started.
+    Host,
+}
+
+/// A server process in a chat's sandbox (or run by hostexecd). It does not
+/// hold the sandbox busy: a session lasts minutes, and the sandbox's limits
+/// (running sandboxes, the memory guard, the idle stop) must still apply; a
+/// call holds it (`Sessions::call`). Dropped, it closes the server's stdin
+/// and kills every process of its uid there.
 pub struct Process {
-    sandboxes: Sandboxes,
+    place: Place,
     chat: String,
-    container: String,
-    user: String,
-    /// Its HOME; taken by the kill.
-    home: Option<String>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// hostexecd's words on the server's end (stream 3), kept apart: the
+    /// server's own last line is the one a person needs.
+    ending: Arc<Mutex<Vec<u8>>>,
     pump: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Process {
     /// The fallback when a start was cut short: the kill on a task.
     fn drop(&mut self) {
+        self.pump.abort();
         let Some(kill) = self.kill_job() else {
             return;
         };
@@ -106,19 +128,30 @@ impl Drop for Process {
 
 impl Process {
     /// Kills every process of its uid in the sandbox and removes its HOME;
-    /// done before this returns.
+    /// done before this returns. Through hostexecd, the stream's close
+    /// (the pump's end with the session's) is what ends it.
     pub async fn kill(mut self) {
+        self.pump.abort();
         if let Some(kill) = self.kill_job() {
             kill.await;
         }
     }
 
-    /// The kill, once: `None` when it was taken already.
+    /// The kill in a sandbox, once: `None` when it was taken already or
+    /// there is none to make.
     fn kill_job(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        let home = self.home.take()?;
-        self.pump.abort();
-        let (sandboxes, chat) = (self.sandboxes.clone(), self.chat.clone());
-        let (container, user) = (self.container.clone(), self.user.clone());
+        let Place::Sandbox {
+            sandboxes,
+            container,
+            user,
+            home,
+        } = &mut self.place
+        else {
+            return None;
+        };
+        let home = home.take()?;
+        let (sandboxes, chat) = (sandboxes.clone(), self.chat.clone());
+        let (container, user) = (container.clone(), user.clone());
         Some(async move {
             // `kill -1` spares the shell that sends it, which then removes
             // the server's HOME (npx and uvx caches fill the sandbox's /tmp).
@@ -142,17 +175,28 @@ impl Process {
         &self.chat
     }
 
-    /// The last line the server wrote on stderr, if any.
+    /// The last line the server wrote on stderr, if any, with hostexecd's
+    /// words on its end after it.
     pub fn last_words(&self) -> Option<String> {
         let kept = tandem_shared::sync::lock(&self.stderr);
         let text = String::from_utf8_lossy(&kept);
         // podman may add its own line about its attach socket when the
         // process ends first: that is not the server's.
-        text.lines()
+        let said = text
+            .lines()
             .rev()
             .map(str::trim)
             .find(|l| !l.is_empty() && !podmans(l))
-            .map(str::to_string)
+            .map(str::to_string);
+        let ending = String::from_utf8_lossy(&tandem_shared::sync::lock(&self.ending))
+            .trim()
+            .to_string();
+        match (said, ending.is_empty()) {
+            (Some(said), false) => Some(format!("{said} ({ending})")),
+            (Some(said), true) => Some(said),
+            (None, false) => Some(ending),
+            (None, true) => None,
+        }
     }
 }
 
@@ -236,10 +280,49 @@ async fn start(
     let stream = docker.exec_attach(&id).await.map_err(|e| {
         Failure::Connect(format!("the command could not start in the sandbox: {e}"))
     })?;
+    let place = Place::Sandbox {
+        sandboxes: sandboxes.clone(),
+        container: lease.container.clone(),
+        user,
+        home: Some(home),
+    };
+    attach(stream, place, chat).await
+}
+
+/// Starts the server through hostexecd (a box without a container
+/// runtime) and opens the MCP session, within [`OPEN`]; on a task of its
+/// own, as [`open`].
+pub async fn open_on_host(
+    hostexec: &HostExec,
+    chat: &str,
+    launch: Launch,
+) -> Result<(Session, Process), Failure> {
+    let (hostexec, chat) = (hostexec.clone(), chat.to_string());
+    let work = tokio::spawn(async move {
+        let env = launch.env.iter().map(|(k, v)| (k.as_str(), v.expose()));
+        let stream = hostexec
+            .serve(&chat, &launch.command, &launch.args, env)
+            .await
+            .map_err(Failure::Connect)?;
+        attach(stream, Place::Host, &chat).await
+    });
+    match work.await {
+        Ok(opened) => opened,
+        Err(_) => Err(Failure::Connect("the server's start failed".into())),
+    }
+}
+
+/// Opens the MCP session over a started server's stream of frames (stream
+/// 1 its stdout, 2 its stderr, 3 hostexecd's words on its end).
+async fn attach<S>(stream: S, place: Place, chat: &str) -> Result<(Session, Process), Failure>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
     let (mut from_exec, to_stdin) = tokio::io::split(stream);
     let (mut stdout_in, stdout_out) = tokio::io::duplex(64 * 1024);
     let stderr = Arc::new(Mutex::new(Vec::new()));
-    let kept = stderr.clone();
+    let ending = Arc::new(Mutex::new(Vec::new()));
+    let (kept, ended) = (stderr.clone(), ending.clone());
     // The stream carries stdout and stderr in frames: stdout goes to the
     // session, stderr's tail is kept. Its end (the process ended) ends the
     // session's input.
@@ -252,24 +335,28 @@ async fn start(
                 Ok(n) => n,
             };
             for (stream, bytes) in demux.push(&buffer[..n]) {
-                if stream == 2 {
-                    let mut kept = tandem_shared::sync::lock(&kept);
-                    kept.extend_from_slice(&bytes);
-                    let over = kept.len().saturating_sub(STDERR_KEPT);
-                    kept.drain(..over);
-                } else if stdout_in.write_all(&bytes).await.is_err() {
-                    return;
-                }
+                let kept = match stream {
+                    1 => {
+                        if stdout_in.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    3 => &ended,
+                    _ => &kept,
+                };
+                let mut kept = tandem_shared::sync::lock(kept);
+                kept.extend_from_slice(&bytes);
+                let over = kept.len().saturating_sub(STDERR_KEPT);
+                kept.drain(..over);
             }
         }
     });
     let process = Process {
-        sandboxes: sandboxes.clone(),
+        place,
         chat: chat.to_string(),
-        container: lease.container.clone(),
-        user,
-        home: Some(home.clone()),
         stderr,
+        ending,
         pump,
     };
     // An answer past 4 MiB is refused, as over http.

@@ -40,6 +40,29 @@ impl Default for Ended {
     }
 }
 
+/// Ends what a keeper that gave no status (or left processes) leaves to
+/// hostexecd, the subreaper above it.
+pub(crate) async fn sweep_lost(keeper: &Keeper, call_id: &str) {
+    // Not before the keeper is gone: until then what it holds is below
+    // it, not ours to sweep.
+    let (pid, start) = (keeper.pid, keeper.start);
+    let pidfd = keeper.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
+    let swept = tokio::task::spawn_blocking(move || {
+        if !Keeper::wait_exit(pid, start, pidfd, Duration::from_secs(2)) {
+            end_keeper_tree(pid, start);
+            crate::tree::signal_exact(pid, start, libc::SIGKILL);
+            let pidfd = crate::tree::pidfd_open(pid);
+            Keeper::wait_exit(pid, start, pidfd, Duration::from_secs(2));
+        }
+        crate::sweep::adopted()
+    })
+    .await
+    .unwrap_or(0);
+    if swept > 0 {
+        tracing::warn!(call = %call_id, left = swept, "processes of a call were still there after the sweep");
+    }
+}
+
 pub(super) async fn finish(
     hx: &Arc<Hostexec>,
     slot: Slot,
@@ -55,24 +78,7 @@ pub(super) async fn finish(
     // hostexecd (the subreaper above it): they are killed here.
     let lost = status.as_ref().is_none_or(|s| s.left > 0);
     if lost {
-        // Not before the keeper is gone: until then what it holds is below
-        // it, not ours to sweep.
-        let (pid, start) = (keeper.pid, keeper.start);
-        let pidfd = keeper.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
-        let swept = tokio::task::spawn_blocking(move || {
-            if !Keeper::wait_exit(pid, start, pidfd, Duration::from_secs(2)) {
-                end_keeper_tree(pid, start);
-                crate::tree::signal_exact(pid, start, libc::SIGKILL);
-                let pidfd = crate::tree::pidfd_open(pid);
-                Keeper::wait_exit(pid, start, pidfd, Duration::from_secs(2));
-            }
-            crate::sweep::adopted()
-        })
-        .await
-        .unwrap_or(0);
-        if swept > 0 {
-            tracing::warn!(call = %running.call_id, left = swept, "processes of a call were still there after the sweep");
-        }
+        sweep_lost(keeper, &running.call_id).await;
     }
     let status = status.unwrap_or_default();
     if error.is_none() {

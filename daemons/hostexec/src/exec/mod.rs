@@ -24,7 +24,7 @@ use crate::keeper::Spec;
 use crate::Hostexec;
 
 mod drive;
-mod finish;
+pub(crate) mod finish;
 #[cfg(test)]
 mod tests;
 
@@ -134,6 +134,7 @@ pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> Result<CallSt
     }
     let spec = Spec {
         command: req.command.clone(),
+        program: None,
         workspace: ready.workspace.clone(),
         home: ready.home.clone(),
         namespaces: hx.namespaces,
@@ -176,7 +177,7 @@ pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> Result<CallSt
                 command: &command,
                 keeper_pid: pid,
                 keeper_start: start,
-                workspace: &workspace,
+                workspace: Some(&workspace),
             })
         })
         .await?;

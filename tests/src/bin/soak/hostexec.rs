@@ -28,7 +28,7 @@ pub(crate) struct HostexecPart {
     /// hostexecd's folder until it starts: its socket is named to chatd
     /// before chatd starts, and hostexecd needs chatd's data folder.
     home: Mutex<Option<tempfile::TempDir>>,
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
     log: PathBuf,
     data: PathBuf,
     pub(crate) hx: tokio::sync::Mutex<Option<Hostexecd>>,
@@ -44,6 +44,8 @@ pub(crate) struct HostexecPart {
     pub(crate) tally: Mutex<Tally>,
     /// What the file history's checks saw (`files.rs`).
     pub(crate) files: Mutex<crate::files::Tally>,
+    /// What the MCP servers' worker saw (`hostexec_serve.rs`).
+    pub(crate) serve_tally: Mutex<crate::hostexec_serve::Tally>,
 }
 
 #[derive(Default)]
@@ -82,6 +84,7 @@ pub(crate) fn hostexec_part(ctx: &Prepare) -> anyhow::Result<Arc<dyn Part>> {
         secret: format!("hxtok{:016x}", rand::random::<u64>()),
         tally: Mutex::new(Tally::default()),
         files: Mutex::new(crate::files::Tally::default()),
+        serve_tally: Mutex::new(crate::hostexec_serve::Tally::default()),
     }))
 }
 
@@ -368,6 +371,11 @@ impl Part for HostexecPart {
                     rng.random(),
                 )));
             }
+            tasks.push(tokio::spawn(crate::hostexec_serve::serve_worker(
+                self.clone(),
+                shared.clone(),
+                rng.random(),
+            )));
             tasks.push(tokio::spawn(
                 self.clone().killer(shared.clone(), rng.random()),
             ));
@@ -457,6 +465,14 @@ impl Part for HostexecPart {
                  times; calls ended \"restart\" in the audit {})",
                 t.kills, t.seconds_refused, t.restart_rows
             ));
+            let s = lock(&self.serve_tally);
+            totals.push(format!(
+                "hostexecd: MCP servers (POST /serve): {} opened, {} lines echoed, {} closed by \
+                 their caller ({} with the audit's \"stop\"), {} broken by a SIGKILL, {} not \
+                 opened while hostexecd was away",
+                s.opened, s.echoed, s.closed, s.audited, s.broken_by_kill, s.refused
+            ));
+            drop(s);
             PartEnd {
                 totals,
                 logs: vec![("hostexecd".into(), self.log.clone())],

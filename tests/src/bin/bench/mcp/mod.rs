@@ -20,12 +20,15 @@
 //! message posted to the engine's first request (the sandbox started, the
 //! server started, initialize and tools/list), against the same turn with
 //! the session open and against the bench starting the server itself.
-//! Needs root and podman; skipped with a line otherwise.
+//! Needs root and podman; skipped with a line otherwise. `host.rs`: the
+//! same stdio server run through hostexecd, as on a box without podman.
 //!
 //! Memory: chatd's RSS after a turn in each of N chats with the connector
 //! off (no session), then after a turn in each with it on (N sessions).
 
 use super::*;
+
+mod host;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -217,6 +220,7 @@ pub(crate) async fn mcp(quick: bool, rows: &mut Vec<Row>) -> anyhow::Result<()> 
     let steps = if quick { 20 } else { 200 };
     let http = over_http(quick, steps, rows).await?;
     over_sse(steps, http, rows).await?;
+    host::over_host(quick, steps, http, rows).await?;
     over_stdio(quick, steps, http, rows).await
 }
 
