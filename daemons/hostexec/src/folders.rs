@@ -267,21 +267,7 @@ pub fn ready_server_home(
             config.chat_data.display()
         ))
     })?;
-    let for_chatd = run_as.map(|_| owner);
-    let homes_path = config.chat_data.join("homes");
-    let Some(homes) = folder_in(&data, "homes", for_chatd)? else {
-        return Err(Unready::Unusable(not_a_folder(
-            &homes_path,
-            kind_at(&data, "homes"),
-        )));
-    };
-    let scratch_path = homes_path.join(chat);
-    let Some(scratch) = folder_in(&homes, chat, for_chatd)? else {
-        return Err(Unready::Unusable(not_a_folder(
-            &scratch_path,
-            kind_at(&homes, chat),
-        )));
-    };
+    let (scratch_path, scratch) = homes_of(config, &data, chat, run_as.map(|_| owner))?;
     let name = format!("mcp-{id}");
     // The id is new: something already there was not made by hostexecd.
     if kind_at(&scratch, &name).is_some() {
@@ -302,6 +288,31 @@ pub fn ready_server_home(
     };
     nix::sys::stat::fchmod(home.as_fd(), Mode::from_bits_truncate(0o700))?;
     Ok(scratch_path.join(name))
+}
+
+/// Makes (0700, `for_chatd`'s when given) and opens `homes/<chat>/`, the
+/// folder of the chat's homes; its path and descriptor.
+fn homes_of(
+    config: &HostexecConfig,
+    data: &OwnedFd,
+    chat: &str,
+    for_chatd: Option<Owner>,
+) -> Result<(PathBuf, OwnedFd), Unready> {
+    let homes_path = config.chat_data.join("homes");
+    let Some(homes) = folder_in(data, "homes", for_chatd)? else {
+        return Err(Unready::Unusable(not_a_folder(
+            &homes_path,
+            kind_at(data, "homes"),
+        )));
+    };
+    let scratch_path = homes_path.join(chat);
+    let Some(scratch) = folder_in(&homes, chat, for_chatd)? else {
+        return Err(Unready::Unusable(not_a_folder(
+            &scratch_path,
+            kind_at(&homes, chat),
+        )));
+    };
+    Ok((scratch_path, scratch))
 }
 
 /// Removes a server's HOME at its end (std's walk never follows a link).
@@ -327,21 +338,7 @@ fn ready_home(
     // the folders above it need not let them pass: made (0700) for chatd's
     // user, whose sandboxes use `homes/<chat>/` too, and otherwise left as
     // they are.
-    let for_chatd = run_as.map(|_| owner);
-    let homes_path = config.chat_data.join("homes");
-    let Some(homes) = folder_in(data, "homes", for_chatd)? else {
-        return Err(Unready::Unusable(not_a_folder(
-            &homes_path,
-            kind_at(data, "homes"),
-        )));
-    };
-    let scratch_path = homes_path.join(chat);
-    let Some(scratch) = folder_in(&homes, chat, for_chatd)? else {
-        return Err(Unready::Unusable(not_a_folder(
-            &scratch_path,
-            kind_at(&homes, chat),
-        )));
-    };
+    let (scratch_path, scratch) = homes_of(config, data, chat, run_as.map(|_| owner))?;
     let mut repaired = None;
     let mut kept_file = false;
     match kind_at(&scratch, "home") {

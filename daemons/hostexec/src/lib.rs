@@ -74,6 +74,44 @@ pub struct Hostexec {
     pub shutdown: Shutdown,
 }
 
+impl Hostexec {
+    /// A keeper's call: `command` (or `program`) in `workspace` with `home`,
+    /// the folders in `hidden` covered, hostexecd's user, limits and clean
+    /// environment; the keeper's own bound `backstop`.
+    pub fn spec(
+        &self,
+        command: String,
+        program: Option<keeper::Program>,
+        workspace: &std::path::Path,
+        home: &std::path::Path,
+        hidden: Vec<std::path::PathBuf>,
+        backstop: Duration,
+    ) -> keeper::Spec {
+        keeper::Spec {
+            command,
+            program,
+            workspace: workspace.to_path_buf(),
+            home: home.to_path_buf(),
+            namespaces: self.namespaces,
+            view: contain::View {
+                chat_data: self.config.chat_data.clone(),
+                workspace: workspace.to_path_buf(),
+                home: home.to_path_buf(),
+                hidden,
+            },
+            path: self.config.path.clone(),
+            lang: self.config.lang.clone(),
+            tz: self.config.tz.clone(),
+            run_as: self.run_as.clone(),
+            uid: self.uid,
+            max_processes: self.config.max_processes,
+            max_file_bytes: self.config.max_file_bytes,
+            parent: std::process::id() as i32,
+            backstop_s: backstop.as_secs() + 30,
+        }
+    }
+}
+
 /// Who runs the commands and who may call: decided at start, or why not.
 /// hostexecd as root needs `run_as`, an unprivileged user, and lets the
 /// owner of chat_data call; otherwise commands run as hostexecd's own user

@@ -27,7 +27,6 @@ use tandem_shared::http::ApiError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::calls::{KilledBy, Slot};
-use crate::contain::View;
 use crate::folders::{self, Unready};
 use crate::keeper::{Program, Spec, Status};
 use crate::spawner::Spawned;
@@ -309,28 +308,7 @@ async fn spawn(
     // The audit keeps the command and its arguments, never the environment.
     let mut line = vec![body.command];
     line.extend(body.args);
-    let spec = Spec {
-        command: line.join(" "),
-        program: Some(program),
-        workspace: home.to_path_buf(),
-        home: home.to_path_buf(),
-        namespaces: hx.namespaces,
-        view: View {
-            chat_data: hx.config.chat_data.clone(),
-            workspace: home.to_path_buf(),
-            home: home.to_path_buf(),
-            hidden,
-        },
-        path: hx.config.path.clone(),
-        lang: hx.config.lang.clone(),
-        tz: hx.config.tz.clone(),
-        run_as: hx.run_as.clone(),
-        uid: hx.uid,
-        max_processes: hx.config.max_processes,
-        max_file_bytes: hx.config.max_file_bytes,
-        parent: std::process::id() as i32,
-        backstop_s: LIFETIME.as_secs() + 30,
-    };
+    let spec = hx.spec(line.join(" "), Some(program), home, home, hidden, LIFETIME);
     let spawned = hx
         .spawner
         .spawn_with(vec![stdin_read, stderr_write])

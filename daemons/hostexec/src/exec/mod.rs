@@ -18,9 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::calls::{KilledBy, Running, Slot};
 use crate::changes;
-use crate::contain::View;
 use crate::folders::{self, Kind, Unready};
-use crate::keeper::Spec;
 use crate::Hostexec;
 
 mod drive;
@@ -132,28 +130,14 @@ pub async fn start(hx: Arc<Hostexec>, slot: Slot, req: Request) -> Result<CallSt
     if req.kind == Kind::Own {
         hidden.push(hx.config.shared_workspace.clone());
     }
-    let spec = Spec {
-        command: req.command.clone(),
-        program: None,
-        workspace: ready.workspace.clone(),
-        home: ready.home.clone(),
-        namespaces: hx.namespaces,
-        view: View {
-            chat_data: hx.config.chat_data.clone(),
-            workspace: ready.workspace.clone(),
-            home: ready.home.clone(),
-            hidden,
-        },
-        path: hx.config.path.clone(),
-        lang: hx.config.lang.clone(),
-        tz: hx.config.tz.clone(),
-        run_as: hx.run_as.clone(),
-        uid: hx.uid,
-        max_processes: hx.config.max_processes,
-        max_file_bytes: hx.config.max_file_bytes,
-        parent: std::process::id() as i32,
-        backstop_s: req.timeout.as_secs() + 30,
-    };
+    let spec = hx.spec(
+        req.command.clone(),
+        None,
+        &ready.workspace,
+        &ready.home,
+        hidden,
+        req.timeout,
+    );
     let spawned = match hx.spawner.spawn().await {
         Ok(s) => s,
         Err(e) => {

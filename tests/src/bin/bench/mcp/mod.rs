@@ -419,21 +419,8 @@ async fn over_stdio(
         "podman's API service and the tools image (`tandem sandbox build --add` node, tests/npm): {:.1} s",
         began.elapsed().as_secs_f64()
     ));
-
     // Directly: the same command, this machine's node, no sandbox.
-    let mut opened = Vec::with_capacity(fresh);
-    for _ in 1..fresh {
-        let (session, child, took) = open_stdio(&tools.node, &script_path).await?;
-        opened.push(took);
-        let _ = session.cancel().await;
-        drop(child);
-    }
-    let (session, child, took) = open_stdio(&tools.node, &script_path).await?;
-    opened.push(took);
-    let plain = echoes(&session, steps).await;
-    let _ = session.cancel().await;
-    drop(child);
-    let plain = plain?;
+    let (opened, plain) = stdio_directly(&tools.node, &script_path, fresh, steps).await?;
 
     // Through chatd: a stdio connector, the server in each chat's sandbox.
     let sim = Sim::start(&["--tokens-per-second", "0", "--context-window", "4000000"])?;
@@ -452,27 +439,80 @@ async fn over_stdio(
     let chatd = Chatd::start(&sim.url(), &all).await?;
     let cleanup = SandboxCleanup(chatd.data_dir());
     let client = chatd.client();
+    let (cold, warm, through) =
+        stdio_through_chatd(&sim, &client, &tools.node, &script_path, fresh, steps).await?;
+    drop(client);
+    drop(chatd);
+    drop(cleanup);
+    let figures = StdioFigures {
+        label: "sandboxed stdio",
+        server: "stdio server in the chat's podman sandbox (sandboxed stdio)",
+        through,
+        plain,
+        cold,
+        warm,
+        opened,
+    };
+    figures.report(steps, http, rows);
+    Ok(())
+}
+
+/// The bench's own runs of `node script stdio` on this machine: the times
+/// of `fresh` starts (started, initialize, tools/list), then `steps` echo
+/// calls one after the other in the last.
+async fn stdio_directly(
+    node: &Path,
+    script: &Path,
+    fresh: usize,
+    steps: usize,
+) -> anyhow::Result<(Vec<i64>, Vec<i64>)> {
+    let mut opened = Vec::with_capacity(fresh);
+    for _ in 1..fresh {
+        let (session, child, took) = open_stdio(node, script).await?;
+        opened.push(took);
+        let _ = session.cancel().await;
+        drop(child);
+    }
+    let (session, child, took) = open_stdio(node, script).await?;
+    opened.push(took);
+    let plain = echoes(&session, steps).await;
+    let _ = session.cancel().await;
+    drop(child);
+    Ok((opened, plain?))
+}
+
+/// Through `client`'s chatd: a stdio connector running `node script stdio`
+/// wherever that chatd runs it; `fresh` new chats' first turns (the server
+/// started, initialize and tools/list, all before the first request), then
+/// `steps` echo steps in the first: (the first turns, its warm turn, the
+/// steps).
+async fn stdio_through_chatd(
+    sim: &Sim,
+    client: &Client,
+    node: &Path,
+    script_path: &Path,
+    fresh: usize,
+    steps: usize,
+) -> anyhow::Result<(Vec<i64>, Turn, Vec<i64>)> {
     let made = client
         .post(
             "/mcp-connectors",
             json!({
                 "name": "Everything",
                 "transport": "stdio",
-                "command": tools.node.display().to_string(),
+                "command": node.display().to_string(),
                 "args": [script_path.display().to_string(), "stdio"],
             }),
         )
         .await?;
     anyhow::ensure!(made.status == 201, "{made:?}");
-    // New chats' first turns: the sandbox started, the server started in
-    // it, initialize and tools/list, all before the first request.
     let mut cold = Vec::with_capacity(fresh);
     let mut chat = String::new();
     for n in 0..fresh {
         let new = client.create_chat_in("yolo").await?;
         let turn = steps_through_chatd(
-            &sim,
-            &client,
+            sim,
+            client,
             &new,
             1,
             script(1, "echo", |_| json!({"message": format!("cold {n}")})),
@@ -484,52 +524,80 @@ async fn over_stdio(
         }
     }
     // Warm-up in the first chat, its session open: the same turn's start.
-    let (warm, through) = echo_steps(&sim, &client, &chat, steps).await?;
-    drop(client);
-    drop(chatd);
-    drop(cleanup);
+    let (warm, through) = echo_steps(sim, client, &chat, steps).await?;
+    Ok((cold, warm, through))
+}
 
-    let (t, d) = (dist(through), dist(plain));
-    say(format!(
-        "sandboxed stdio: chatd step with an MCP echo: median {} p99 {}; echo directly with rmcp over stdio (node on the host): median {} p99 {}; the HTTP connector's step above: median {} p99 {} ({steps} calls each)",
-        ms(t.p50), ms(t.p99), ms(d.p50), ms(d.p99), ms(http.0), ms(http.1)
-    ));
-    let (c, o) = (median_us(&cold), median_us(&opened));
-    say(format!(
-        "sandboxed stdio: a new chat's first turn to its first request (sandbox + server started, initialize, tools/list): {}; the same turn with the session open: {}; node started + initialize + tools/list directly: {}",
-        listed(&cold),
-        ms(warm.first),
-        listed(&opened)
-    ));
-    rows.push(
-        row(
-            format!("17. MCP echo call through chatd, stdio server in the chat's podman sandbox (sandboxed stdio), a whole step ({steps} steps)"),
-            format!("median {} / p99 {}", ms(t.p50), ms(t.p99)),
-        )
-        .baseline(
-            format!("rmcp over stdio directly (node on the host) {} / {}", ms(d.p50), ms(d.p99)),
-            format!(
-                "+{} median / +{} p99 (HTTP step {} / {})",
-                ms(t.p50 - d.p50),
-                ms(t.p99 - d.p99),
-                ms(http.0),
-                ms(http.1)
+/// What one place of a stdio server measured.
+struct StdioFigures {
+    /// The lines' first words ("sandboxed stdio").
+    label: &'static str,
+    /// Where the server ran, in the rows' words.
+    server: &'static str,
+    through: Vec<i64>,
+    plain: Vec<i64>,
+    cold: Vec<i64>,
+    warm: Turn,
+    opened: Vec<i64>,
+}
+
+impl StdioFigures {
+    /// Says the figures and puts their rows in `rows`; `http` is the HTTP
+    /// connector's step (p50, p99), for scale.
+    fn report(self, steps: usize, http: (i64, i64), rows: &mut Vec<Row>) {
+        let fresh = self.cold.len();
+        let (t, d) = (dist(self.through), dist(self.plain));
+        say(format!(
+            "{}: chatd step with an MCP echo: median {} p99 {}; echo directly with rmcp over stdio (node on the host): median {} p99 {}; the HTTP connector's step above: median {} p99 {} ({steps} calls each)",
+            self.label, ms(t.p50), ms(t.p99), ms(d.p50), ms(d.p99), ms(http.0), ms(http.1)
+        ));
+        let (c, o) = (median_us(&self.cold), median_us(&self.opened));
+        say(format!(
+            "{}: a new chat's first turn to its first request (the server started, initialize, tools/list): {}; the same turn with the session open: {}; node started + initialize + tools/list directly: {}",
+            self.label,
+            listed(&self.cold),
+            ms(self.warm.first),
+            listed(&self.opened)
+        ));
+        rows.push(
+            row(
+                format!(
+                    "17. MCP echo call through chatd, {}, a whole step ({steps} steps)",
+                    self.server
+                ),
+                format!("median {} / p99 {}", ms(t.p50), ms(t.p99)),
+            )
+            .baseline(
+                format!(
+                    "rmcp over stdio directly (node on the host) {} / {}",
+                    ms(d.p50),
+                    ms(d.p99)
+                ),
+                format!(
+                    "+{} median / +{} p99 (HTTP step {} / {})",
+                    ms(t.p50 - d.p50),
+                    ms(t.p99 - d.p99),
+                    ms(http.0),
+                    ms(http.1)
+                ),
             ),
-        ),
-    );
-    rows.push(
-        row(
-            format!("17. a new chat's first turn to its first request, stdio server started in its sandbox (sandboxed stdio, median of {fresh})"),
-            format!("{} (each {})", ms(c), listed(&cold)),
-        )
-        .baseline(
-            format!(
-                "the session open {}; node + initialize directly {}",
-                ms(warm.first),
-                ms(o)
+        );
+        rows.push(
+            row(
+                format!(
+                    "17. a new chat's first turn to its first request, {} (median of {fresh})",
+                    self.server
+                ),
+                format!("{} (each {})", ms(c), listed(&self.cold)),
+            )
+            .baseline(
+                format!(
+                    "the session open {}; node + initialize directly {}",
+                    ms(self.warm.first),
+                    ms(o)
+                ),
+                format!("+{} over the open session", ms(c - self.warm.first)),
             ),
-            format!("+{} over the open session", ms(c - warm.first)),
-        ),
-    );
-    Ok(())
+        );
+    }
 }
