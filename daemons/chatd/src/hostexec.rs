@@ -109,17 +109,22 @@ impl HostExec {
                     SERVE_START.as_secs()
                 ))
             }
-            Ok(Err(_)) => {
+            Ok(Err(e)) if e.is_connect() => {
                 return Err(
                     "hostexecd is not running, and this box has no container runtime: \
                     a stdio server runs through one of them (`tandem hostexec start`)"
                         .into(),
                 )
             }
+            Ok(Err(e)) => return Err(format!("hostexecd could not be asked to start it: {e}")),
             Ok(Ok(response)) => response,
         };
         if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-            let value: Value = response.json().await.unwrap_or(Value::Null);
+            let value: Value = tokio::time::timeout(SERVE_START, response.json())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(Value::Null);
             let why = value["error"]["message"]
                 .as_str()
                 .unwrap_or("no reason given");

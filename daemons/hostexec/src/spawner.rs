@@ -135,6 +135,15 @@ pub fn reaped(pid: i32) {
 }
 
 fn spawn_keeper(inherit: Vec<OwnedFd>) -> std::io::Result<Spawned> {
+    use std::os::fd::AsRawFd;
+    // 0, 1 and 2 are the keeper's socket and output: a descriptor handed
+    // down under one of those numbers would be lost (hostexecd started with
+    // them closed).
+    if inherit.iter().any(|fd| fd.as_raw_fd() <= 2) {
+        return Err(std::io::Error::other(
+            "a descriptor to hand down is numbered 0, 1 or 2: start hostexecd with them open",
+        ));
+    }
     let (control, theirs) = std::os::unix::net::UnixStream::pair()?;
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
     let write2 = write.try_clone()?;
@@ -151,7 +160,6 @@ fn spawn_keeper(inherit: Vec<OwnedFd>) -> std::io::Result<Spawned> {
         .stdout(std::process::Stdio::from(write))
         .stderr(std::process::Stdio::from(write2));
     if !inherit.is_empty() {
-        use std::os::fd::AsRawFd;
         let fds: Vec<i32> = inherit.iter().map(|fd| fd.as_raw_fd()).collect();
         // SAFETY: only fcntl, which is async-signal-safe, runs between the
         // fork and the exec; it clears close-on-exec in the child alone.

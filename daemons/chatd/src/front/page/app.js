@@ -152,35 +152,42 @@ async function errorFrom(res) {
   return refusal(res.status, await res.text().catch(() => ''), Number(res.headers.get('retry-after')) || 0);
 }
 
-/** One API call: the JSON answer (null for none), or a rejection with an ApiError. */
-async function api(method, path, body) {
-  const init = { method, cache: 'no-store', headers: { accept: 'application/json' }, signal: timeout() };
+/**
+ * One API call: the JSON answer (null for none), or a rejection with an ApiError.
+ * `ms` bounds it (REQUEST_MS); `quiet`: a wait on an MCP server (chatd bounds it),
+ * whose failure is this request's alone and never the banner's.
+ */
+async function api(method, path, body, { ms = REQUEST_MS, quiet = false } = {}) {
+  const init = { method, cache: 'no-store', headers: { accept: 'application/json' }, signal: AbortSignal.timeout(ms) };
   if (body !== undefined) {
     init.headers['content-type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
+  const gone = (failure) => {
+    if (!quiet) link.requestFailed();
+    return new ApiError(0, 'network', quiet && failure && failure.name === 'TimeoutError'
+      ? `No answer within ${ms / 1000} s: try again later.` : 'The chat service does not answer.');
+  };
   let res;
   try {
     res = await fetch(API + path, init);
-  } catch {
-    link.requestFailed();
-    throw new ApiError(0, 'network', 'The chat service does not answer.');
+  } catch (failure) {
+    throw gone(failure);
   }
   if (!res.ok) {
     const error = await errorFrom(res);
     if (error.status === 401) signedOut();
-    else if (error.lost) link.requestFailed();
+    else if (quiet) { /* the request's own failure */ } else if (error.lost) link.requestFailed();
     else link.requestOk();
     throw error;
   }
   let text;
   try {
     text = await res.text(); // the timeout holds for the body too
-  } catch {
-    link.requestFailed();
-    throw new ApiError(0, 'network', 'The chat service does not answer.');
+  } catch (failure) {
+    throw gone(failure);
   }
-  link.requestOk();
+  if (!quiet) link.requestOk();
   try {
     return text ? JSON.parse(text) : null;
   } catch {

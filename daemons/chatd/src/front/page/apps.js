@@ -160,15 +160,8 @@ function onAppMessage(event) {
 async function appCall(entry, params) {
   const body = { server: entry.card.server, tool: String(params.name || '') };
   if (params.arguments && typeof params.arguments === 'object') body.arguments = params.arguments;
-  const res = await fetch(`${API}/conversations/${enc(entry.chat)}/mcp-apps/call`, {
-    method: 'POST',
-    cache: 'no-store',
-    headers: { accept: 'application/json', 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(APP_CALL_MS),
-  });
-  if (!res.ok) throw await errorFrom(res); // app.js: chatd's words
-  return (await res.json()).result;
+  const path = `/conversations/${enc(entry.chat)}/mcp-apps/call`;
+  return (await api('POST', path, body, { ms: APP_CALL_MS, quiet: true })).result;
 }
 
 /** A link the page wants opened: shown under it, opened on a click. */

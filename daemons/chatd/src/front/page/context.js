@@ -1,38 +1,26 @@
 /*
  * tandem — the web page's MCP context: prompts and resources of the chat's
  * MCP servers put in front of a message (chatd's GET …/mcp/prompts,
- * …/mcp/resources; `context` on a send). Served by chatd's front at
- * /chat-app/context.js and loaded before app.js (classic scripts, one
- * global scope: this file uses app.js's $, el, api, button, chat… only when
- * called; app.js's init() calls initContext()).
+ * …/mcp/resources; `context` on a send). Loaded before app.js (one global
+ * scope; app.js's init() calls initContext()).
  *
- *   pick     "Context" beside the attach button opens a list of the open
- *            chat's prompts, resources and resource templates, by server; a
- *            prompt with arguments asks for them (the required ones first,
- *            marked); a template (`wiki://page/{name}`) asks for every
- *            variable and becomes a resource with its URI filled in (RFC
- *            6570, each value percent-encoded). What is picked is a chip over
- *            the composer (✕ removes it), kept per chat while the page is
- *            open, sent with the next message and then cleared. A server that
- *            did not answer is named with its reason.
- *   preview  a chip's Preview asks chatd for the text the model will read
- *            (POST …/mcp/prompts, …/mcp/resources/read) and shows it folded
- *            in the panel, its first CONTEXT_PREVIEW_CHARS characters; a refusal
- *            (403 mcp_refused, 502 mcp_error) is shown in chatd's words.
- *   sent     a message's context blocks (chatd put them in front of the
- *            typed text) fold under "Context: …" with the text they gave.
+ *   pick     "Context" lists the chat's prompts, resources and resource
+ *            templates by server (one that did not answer, with its reason);
+ *            a prompt asks for its arguments, a template for each variable
+ *            (its URI filled in as RFC 6570 says). A pick is a chip over the
+ *            composer, kept per chat, sent with the next message.
+ *   preview  a chip's Preview shows, folded, the text the model will read
+ *            (POST …/mcp/prompts, …/mcp/resources/read), or chatd's refusal.
+ *   sent     a message's context blocks fold under "Context: …".
  *
- * What a server says (names, descriptions, a preview's text) goes in
- * through textContent only.
+ * What a server says goes in through textContent only.
  */
 'use strict';
 
 const CONTEXT_HEAD = '[context from MCP connector ';
 const MAX_CONTEXT_ITEMS = 8; // chatd's most prompts and resources a message
 const CONTEXT_PREVIEW_CHARS = 20000; // a preview's characters shown (chatd sends up to 256 KiB)
-// chatd asks a server with a bound of its own (30 s for the session, 30 s for the answer,
-// after an opening of its own limits): not api()'s 8 s, and a slow server is not a lost chatd.
-const CONTEXT_MS = 150000;
+const CONTEXT_MS = 150000; // chatd bounds each server's wait itself (30 s, after an opening)
 
 const contextPicks = new Map(); // chat id → [{item, label}]
 let contextView = 0; // the panel's latest view: an answer for an older one is dropped
@@ -74,35 +62,8 @@ function addPick(item, label) {
   $('#composer').focus();
 }
 
-/** One request of this panel: api()'s, with CONTEXT_MS, and no banner for a slow or failing server. */
-async function contextRequest(method, path, body) {
-  const init = { method, cache: 'no-store', headers: { accept: 'application/json' }, signal: AbortSignal.timeout(CONTEXT_MS) };
-  if (body !== undefined) {
-    init.headers['content-type'] = 'application/json';
-    init.body = JSON.stringify(body);
-  }
-  const silent = (failure) => new ApiError(0, 'network', failure && failure.name === 'TimeoutError'
-    ? `No answer within ${CONTEXT_MS / 1000} s: try again later.`
-    : 'The chat service does not answer.');
-  let res;
-  let text;
-  try {
-    res = await fetch(API + path, init);
-    if (!res.ok) {
-      const error = await errorFrom(res); // app.js: chatd's words
-      if (error.status === 401) signedOut();
-      throw error;
-    }
-    text = await res.text();
-  } catch (failure) {
-    throw failure instanceof ApiError ? failure : silent(failure);
-  }
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new ApiError(res.status, 'bad_answer', 'The server answered something that is not JSON.');
-  }
-}
+/** One request of this panel: api()'s, waiting CONTEXT_MS, quiet (app.js). */
+const contextRequest = (method, path, body) => api(method, path, body, { ms: CONTEXT_MS, quiet: true });
 
 /* ------------------------------------------------------------- templates -- */
 

@@ -49,7 +49,7 @@ function buildMcp() {
     field('transport', 'Kind', el('select', { id: 'mcp-transport', ...described('transport') },
       el('option', { value: 'http', text: 'A remote server, by its address' }),
       el('option', { value: 'stdio', text: 'A command, run for each chat' })),
-    'A command runs without a shell in each chat\'s sandbox, as a user of its own that cannot reach the chat\'s files; on a box with no sandboxes, through hostexecd, out of the chat\'s commands\' reach.'),
+    'A command runs without a shell, in each chat\'s sandbox or (with none) through hostexecd, out of the chat\'s files\' and commands\' reach.'),
     field('command', 'Command', el('input', { id: 'mcp-command', type: 'text', autocomplete: 'off', spellcheck: 'false',
       placeholder: 'npx', ...described('command') }), 'One program: a name on the sandbox\'s (or hostexecd\'s) PATH, or a path.'),
     field('args', 'Arguments', el('textarea', { id: 'mcp-args', rows: '2', spellcheck: 'false',
