@@ -52,6 +52,18 @@ fn servers(marker: &str) -> Vec<(u32, u32, Vec<String>)> {
     found
 }
 
+/// `POST /serve` as chatd sends it: the body, asking for the upgrade.
+async fn serve(hostexecd: &Hostexecd, body: &Value) -> anyhow::Result<reqwest::Response> {
+    Ok(hostexecd
+        .client()?
+        .post("http://hostexecd/serve")
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "tandem-stdio")
+        .json(body)
+        .send()
+        .await?)
+}
+
 struct Setup {
     sim: Sim,
     chatd: Chatd,
@@ -300,14 +312,7 @@ async fn hostexecd_refuses_a_bad_server_naming_the_field() -> anyhow::Result<()>
             "body",
         ),
     ] {
-        let response = hostexecd
-            .client()?
-            .post("http://hostexecd/serve")
-            .header("Connection", "Upgrade")
-            .header("Upgrade", "tandem-stdio")
-            .json(&body)
-            .send()
-            .await?;
+        let response = serve(&hostexecd, &body).await?;
         assert_eq!(response.status().as_u16(), 400, "{body}");
         let answer: Value = response.json().await?;
         assert_eq!(answer["error"]["field"], field, "{answer}");
@@ -353,14 +358,7 @@ async fn hostexecd_stopping_ends_its_servers_and_says_so() -> anyhow::Result<()>
     let marker = format!("7300.{}", std::process::id());
     let body = json!({"chat_id": "c_stop", "command": "sh",
         "args": ["-c", "sleep \"$0\" & cat", marker]});
-    let response = hostexecd
-        .client()?
-        .post("http://hostexecd/serve")
-        .header("Connection", "Upgrade")
-        .header("Upgrade", "tandem-stdio")
-        .json(&body)
-        .send()
-        .await?;
+    let response = serve(&hostexecd, &body).await?;
     assert_eq!(response.status().as_u16(), 101);
     let mut stream = response.upgrade().await?;
     wait_until("the server's processes", QUICK, || async {

@@ -64,16 +64,16 @@ pub(crate) async fn serve_worker(part: Arc<HostexecPart>, shared: Arc<Shared>, s
             }
         };
         lock(&part.serve_tally).opened += 1;
-        // Held open a while (the load's shape, not a wait on anything), so
-        // hostexecd's SIGKILLs find servers mid-talk too.
+        // Held open a while between lines (the load's pacing, as every
+        // worker's), so hostexecd's SIGKILLs find servers mid-talk too.
         let between = Duration::from_secs_f64(rng.random_range(0.0..1.5));
-        let talked = talk(&mut stream, lines, between).await;
+        let talked = talk(&mut stream, lines, between, &mut phase).await;
         drop(stream);
         match talked {
-            Ok(()) => {
+            Ok(echoed) => {
                 {
                     let mut t = lock(&part.serve_tally);
-                    t.echoed += u64::from(lines);
+                    t.echoed += u64::from(echoed);
                     t.closed += 1;
                 }
                 audited(&part, &shared, chat, &marker, kills).await;
@@ -160,14 +160,19 @@ async fn open(part: &HostexecPart, chat: &str, marker: &str) -> anyhow::Result<r
     Ok(response.upgrade().await?)
 }
 
-/// Sends `lines` lines, `between` apart, and reads each back from the
-/// stdout frames.
-async fn talk(stream: &mut reqwest::Upgraded, lines: u32, between: Duration) -> anyhow::Result<()> {
+/// Sends up to `lines` lines, `between` apart while the load lasts, and
+/// reads each back from the stdout frames; how many were echoed.
+async fn talk(
+    stream: &mut reqwest::Upgraded,
+    lines: u32,
+    between: Duration,
+    phase: &mut watch::Receiver<Phase>,
+) -> anyhow::Result<u32> {
     let mut demux = Demux::default();
     let mut buffer = vec![0u8; 4096];
     for n in 0..lines {
-        if n > 0 {
-            tokio::time::sleep(between).await;
+        if n > 0 && !sleep_in(phase, between, |p| p == Phase::Load).await {
+            return Ok(n);
         }
         let line = format!("soak line {n}\n");
         stream.write_all(line.as_bytes()).await?;
@@ -195,5 +200,5 @@ async fn talk(stream: &mut reqwest::Upgraded, lines: u32, between: Duration) -> 
             String::from_utf8_lossy(&got)
         );
     }
-    Ok(())
+    Ok(lines)
 }

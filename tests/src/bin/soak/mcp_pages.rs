@@ -1,12 +1,15 @@
 //! The MCP part's App pages (`--parts mcp`): between the chat's turns, the
 //! good server's clock page (`tandem_tests::mcpapps`) read through
-//! `…/mcp-apps/resource` and its page-only tool called through
+//! `…/mcp-apps/resource`, served as the chat page's frame by
+//! `…/mcp-apps/frame`, and its page-only tool called through
 //! `…/mcp-apps/call`, while the fake goes down and up, forgets its
 //! sessions, and chatd is killed.
 //!
 //! `Inv::Mcp`: a read answers the page (its HTML, its content policy cut to
 //! the https/wss origins) or, while the server is away, 502 naming the
-//! connector; a call answers the tool's result (the time it ticked to) or
+//! connector; the frame is that page as HTML under a policy of its own
+//! (`sandbox allow-scripts`, `frame-ancestors 'self'`) or the same 502; a
+//! call answers the tool's result (the time it ticked to) or
 //! 502; nothing else, and no answer carries a secret.
 
 use super::*;
@@ -16,6 +19,7 @@ use tandem_tests::mcpapps::CLOCK_PAGE;
 #[derive(Default)]
 pub(crate) struct Pages {
     pub read: u64,
+    pub framed: u64,
     pub called: u64,
     /// 502s while the server was away.
     pub away: u64,
@@ -26,8 +30,8 @@ pub(crate) struct Pages {
 impl Pages {
     pub(crate) fn line(&self) -> String {
         format!(
-            "app pages through chatd: {} read, {} page calls answered, {} answered 502 with the server away, {} not answered (chatd down)",
-            self.read, self.called, self.away, self.unanswered
+            "app pages through chatd: {} read, {} served as a frame, {} page calls answered, {} answered 502 with the server away, {} not answered (chatd down)",
+            self.read, self.framed, self.called, self.away, self.unanswered
         )
     }
 }
@@ -54,6 +58,7 @@ pub(crate) async fn step(
             None,
         )
         .await;
+    let framed = frame(shared, chat, &query).await;
     let by = n % 60;
     let body = json!({"server": server, "tool": "clock_tick", "arguments": {"by": by}});
     let called = shared
@@ -63,7 +68,7 @@ pub(crate) async fn step(
             Some(body),
         )
         .await;
-    for (what, answer) in [("read", read), ("call", called)] {
+    for (what, answer) in [("read", read), ("frame", framed), ("call", called)] {
         let Ok((status, body)) = answer else {
             pages.unanswered += 1;
             continue;
@@ -82,6 +87,16 @@ pub(crate) async fn step(
                     .as_str()
                     .is_some_and(|h| h.contains("<p id=t>12:00</p>"))
                     && body["meta"]["csp"]["connectDomains"] == json!(["https://api.example.com"])
+            }
+            ("frame", 200) => {
+                pages.framed += 1;
+                body["html"]
+                    .as_str()
+                    .is_some_and(|h| h.contains("<p id=t>12:00</p>"))
+                    && body["policy"].as_str().is_some_and(|p| {
+                        p.starts_with("sandbox allow-scripts;")
+                            && p.contains("frame-ancestors 'self'")
+                    })
             }
             ("call", 200) => {
                 pages.called += 1;
@@ -103,4 +118,31 @@ pub(crate) async fn step(
             );
         }
     }
+}
+
+/// `…/mcp-apps/frame`: its status and, for a page, `{html, policy}` (its
+/// text and its Content-Security-Policy), else the refusal's JSON.
+async fn frame(shared: &Shared, chat: &str, query: &str) -> anyhow::Result<(u16, Value)> {
+    let response = shared
+        .http
+        .get(format!(
+            "{}/v1/chat-app/conversations/{chat}/mcp-apps/frame?{query}",
+            shared.chatd_url
+        ))
+        .header("x-forward-key", FORWARD_KEY)
+        .timeout(Duration::from_secs(15))
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    let policy = response
+        .headers()
+        .get(reqwest::header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let text = response.text().await?;
+    Ok(match status {
+        200 => (status, json!({"html": text, "policy": policy})),
+        _ => (status, serde_json::from_str(&text).unwrap_or(Value::Null)),
+    })
 }
