@@ -27,6 +27,7 @@ use tandem_shared::http::ApiError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::calls::{KilledBy, Slot};
+use crate::exec::drive::sleep_until_opt;
 use crate::folders::{self, Unready};
 use crate::keeper::{Program, Spec, Status};
 use crate::spawner::Spawned;
@@ -581,13 +582,6 @@ async fn end(
         },
     );
     drop(slot);
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

@@ -206,7 +206,9 @@ pub(super) async fn drive(
     finish(&hx, slot, &keeper, &tx, ended, call).await;
 }
 
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+/// Sleeps until `at`, or forever when there is none (a select's branch
+/// that is off).
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -21,7 +21,7 @@ use crate::changes;
 use crate::folders::{self, Kind, Unready};
 use crate::Hostexec;
 
-mod drive;
+pub(crate) mod drive;
 pub(crate) mod finish;
 #[cfg(test)]
 mod tests;
