@@ -13,8 +13,8 @@
 //! missing index.
 //!
 //! Behaviour is steered per request by cues (`[sim key=value ...]`) in the
-//! last user message, or by faults queued over `POST /sim/faults`; see
-//! [`CUE_HELP`].
+//! last user message, or by faults queued over `POST /sim/faults` (for any
+//! request, or for one `x-session-id`'s); see [`CUE_HELP`].
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -151,7 +151,15 @@ CONTROL ROUTES
                        {\"next\":[{\"tool_calls\":[{\"name\":\"read_file\",
                          \"arguments\":{\"path\":\"a.txt\"}}]},{\"tool_calls\":[..]},{}]}
                        (tool_calls: a JSON array or a string holding one)
-  GET    /sim/faults   the queue;  DELETE /sim/faults clears it
+                       -> {\"queued\":N} (the global queue's length)
+  POST   /sim/faults   {\"session\":\"chat-<id>\",\"next\":[..]}  the same, for the chat
+                       requests whose x-session-id is that session only
+                       (a string of 1 to 200 characters) -> {\"session\",\"queued\":N}.
+                       A request takes its session's next fault first; when
+                       its session has none, the global queue's next one
+  GET    /sim/faults   the global queue {\"next\":[..]};
+                       ?session=S: that session's {\"session\":S,\"next\":[..]}
+  DELETE /sim/faults   clears every queue, the sessions' too
   POST   /sim/refuse   {\"seconds\":F} close the listening socket (new connections
                        are refused; open ones are cut), re-bind after F seconds
   GET    /sim/requests chat requests received (last 1000):
@@ -168,7 +176,9 @@ CONTROL ROUTES
                          \"fields\",\"at_us\",\"n\"}];  DELETE clears them
   GET    /sim/stats    {\"requests\",\"completed\",\"tokens_sent\",\"cuts\",\"refusals\",
                         \"statuses\",\"queued_faults\",\"tokenize_requests\"}
-  POST   /sim/reset    clear queue, request list, fail_times counters and stats
+                       (queued_faults: in all queues, the sessions' included)
+  POST   /sim/reset    clear the fault queues (global and sessions'), request
+                       list, fail_times counters and stats
 ";
 
 /// How the simulated engine is set up.
@@ -237,7 +247,11 @@ struct Stats {
 
 #[derive(Default)]
 struct Inner {
+    /// Faults for any chat request (`POST /sim/faults {"next"}`).
     queue: VecDeque<Fault>,
+    /// Faults for the chat requests of one `x-session-id` only
+    /// (`POST /sim/faults {"session","next"}`), taken before `queue`'s.
+    sessions: HashMap<String, VecDeque<Fault>>,
     counters: HashMap<String, u64>,
     log: VecDeque<Value>,
     /// Transcription requests, as `/sim/transcriptions` lists them.
@@ -247,6 +261,28 @@ struct Inner {
     can_free: u64,
     /// Every `/v1/cache/release` asked: (bytes asked, bytes freed).
     releases: Vec<(u64, u64)>,
+}
+
+impl Inner {
+    /// The fault a chat request of `session` takes: its session's next one,
+    /// else the global queue's next one.
+    fn take_fault(&mut self, session: Option<&str>) -> Option<Fault> {
+        if let Some(queue) = session.and_then(|s| self.sessions.get_mut(s)) {
+            let taken = queue.pop_front();
+            if queue.is_empty() {
+                self.sessions.remove(session.unwrap_or_default());
+            }
+            if taken.is_some() {
+                return taken;
+            }
+        }
+        self.queue.pop_front()
+    }
+
+    /// Faults queued in all queues, the sessions' included.
+    fn queued_faults(&self) -> usize {
+        self.queue.len() + self.sessions.values().map(VecDeque::len).sum::<usize>()
+    }
 }
 
 enum Cmd {

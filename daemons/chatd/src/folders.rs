@@ -7,8 +7,11 @@
 //! The set of shared chats is kept in memory: loaded at start and changed
 //! when a chat is made (create, import, fork) or removed for good. A chat's
 //! workspace never changes after it is made.
+//!
+//! A sub-agent has no place of its own: its `home` is its parent chat, whose
+//! workspace, container, MCP sessions and network it works in (never more).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -23,6 +26,8 @@ struct Inner {
     data_dir: PathBuf,
     shared_root: PathBuf,
     shared: RwLock<HashSet<String>>,
+    /// Each sub-agent's parent chat.
+    borrowed: RwLock<HashMap<String, String>>,
 }
 
 /// The workspace kinds a chat may be made with.
@@ -35,6 +40,7 @@ impl Folders {
                 data_dir: data_dir.to_path_buf(),
                 shared_root: shared_root.to_path_buf(),
                 shared: RwLock::new(HashSet::new()),
+                borrowed: RwLock::new(HashMap::new()),
             }),
         }
     }
@@ -43,13 +49,40 @@ impl Folders {
         Folders::new(&config.data_dir, &config.shared_workspace)
     }
 
-    /// The chat's workspace folder.
+    /// The chat's workspace folder (a sub-agent's is its parent's).
     pub fn workspace(&self, chat: &str) -> PathBuf {
-        if self.is_shared(chat) {
+        let home = self.home(chat);
+        if self.is_shared(&home) {
             self.inner.shared_root.clone()
         } else {
-            self.inner.data_dir.join("workspaces").join(chat)
+            self.inner.data_dir.join("workspaces").join(home)
         }
+    }
+
+    /// The chat whose places `chat` works in: its parent for a sub-agent,
+    /// else itself.
+    pub fn home(&self, chat: &str) -> String {
+        read(&self.inner.borrowed)
+            .get(chat)
+            .cloned()
+            .unwrap_or_else(|| chat.to_string())
+    }
+
+    /// Whether `chat` is a sub-agent's.
+    pub fn is_subagent(&self, chat: &str) -> bool {
+        read(&self.inner.borrowed).contains_key(chat)
+    }
+
+    /// Notes a sub-agent made for `parent`.
+    pub fn borrow(&self, child: &str, parent: &str) {
+        write(&self.inner.borrowed).insert(child.to_string(), parent.to_string());
+    }
+
+    /// The sub-agents as the database lists them, `(child, parent)` (at start).
+    pub fn load_borrowed(&self, pairs: impl IntoIterator<Item = (String, String)>) {
+        let mut map = write(&self.inner.borrowed);
+        map.clear();
+        map.extend(pairs);
     }
 
     /// The box's shared folder.
@@ -58,7 +91,8 @@ impl Folders {
     }
 
     pub fn is_shared(&self, chat: &str) -> bool {
-        self.read().contains(chat)
+        let home = self.home(chat);
+        self.read().contains(&home)
     }
 
     /// Notes a chat made with `workspace` (`own` or `shared`).
@@ -71,6 +105,7 @@ impl Folders {
     /// Forgets a chat removed for good.
     pub fn forget(&self, chat: &str) {
         self.write().remove(chat);
+        write(&self.inner.borrowed).remove(chat);
     }
 
     /// The shared chats as the database lists them (at start).
@@ -111,5 +146,24 @@ mod tests {
         );
         folders.load(["c_a".to_string()]);
         assert!(folders.is_shared("c_a") && !folders.is_shared("c_own"));
+    }
+
+    #[test]
+    fn a_sub_agent_works_in_its_parents_folder() {
+        let folders = Folders::new(Path::new("/data"), Path::new("/box/workspace"));
+        folders.made("c_shared", "shared");
+        folders.borrow("c_kid", "c_own");
+        folders.borrow("c_kid2", "c_shared");
+        assert_eq!(folders.home("c_kid"), "c_own");
+        assert_eq!(folders.home("c_own"), "c_own");
+        assert_eq!(
+            folders.workspace("c_kid"),
+            Path::new("/data/workspaces/c_own")
+        );
+        assert!(folders.is_shared("c_kid2"));
+        assert_eq!(folders.workspace("c_kid2"), Path::new("/box/workspace"));
+        folders.forget("c_kid");
+        assert!(!folders.is_subagent("c_kid"));
+        assert_eq!(folders.home("c_kid"), "c_kid");
     }
 }

@@ -26,6 +26,10 @@ tandem_shared::words! {
         PendingUpdated => "pending.updated",
         PendingRemoved => "pending.removed",
         PendingDelivered => "pending.delivered",
+        /// A sub-agent started (on its parent's stream).
+        SubAgentStarted => "sub_agent_started",
+        /// A sub-agent ended; its result is in the parent already.
+        SubAgentDone => "sub_agent_done",
         Compacted => "compacted",
         Cleared => "cleared",
         EgressUpdated => "egress.updated",

@@ -128,6 +128,11 @@ impl App {
     /// workspace is the box's shared folder: it stays (only the chat's own
     /// folders under the data folder go).
     pub async fn remove_folders(&self, conversation_id: &str) {
+        // A sub-agent has no container or folder of its own: its parent's stay.
+        if self.folders.is_subagent(conversation_id) {
+            self.folders.forget(conversation_id);
+            return;
+        }
         self.sandboxes_probe.remove(conversation_id).await;
         remove_chat_folders(&self.config.data_dir, conversation_id);
         self.folders.forget(conversation_id);
@@ -237,18 +242,25 @@ pub async fn run(
         )
     })?;
     let folders = crate::folders::Folders::from_config(&config);
-    let shared = store
+    let (shared, borrowed) = store
         .read(|conn| {
             let mut stmt =
                 conn.prepare("SELECT id FROM conversations WHERE workspace = 'shared'")?;
             let ids = stmt
                 .query_map([], |r| r.get::<_, String>(0))?
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(ids)
+            let mut stmt = conn.prepare(
+                "SELECT id, parent_id FROM conversations WHERE kind = 'subagent' AND parent_id IS NOT NULL",
+            )?;
+            let pairs = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((ids, pairs))
         })
         .await
         .map_err(|e| anyhow::anyhow!("reading the shared chats: {e:?}"))?;
     folders.load(shared);
+    folders.load_borrowed(borrowed);
     // A runtime that answers with the image there: bash runs in sandboxes.
     // Otherwise chats go on without, and bash runs as host_exec says.
     let probe = crate::sandbox::Sandboxes::new(&config, shutdown.clone(), folders.clone())?;

@@ -28,6 +28,10 @@ pub struct Conversation {
     pub agent_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted: Option<String>,
+    /// A person's chat, or a sub-agent's (run by `parent_id`).
+    pub kind: crate::words::ChatKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
     #[serde(skip)]
     pub head_id: Option<String>,
     #[serde(skip)]
@@ -35,7 +39,7 @@ pub struct Conversation {
 }
 
 pub const CONVERSATION_COLUMNS: &str =
-    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq, origin, workspace, agent_id";
+    "id, title, model, created, updated, state, permission_mode, settings, deleted_at, head_id, last_seq, origin, workspace, agent_id, kind, parent_id";
 
 impl Conversation {
     pub fn from_row(row: &Row) -> rusqlite::Result<Conversation> {
@@ -61,6 +65,8 @@ impl Conversation {
             origin: row.get(11)?,
             workspace: row.get(12)?,
             agent_id: row.get(13)?,
+            kind: row.get(14)?,
+            parent_id: row.get(15)?,
         })
     }
 }
@@ -242,9 +248,12 @@ pub struct Pending {
     /// The files sent with it (see `Message::attachments`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Value>,
+    /// A sub-agent's result: `{kind: "sub_agent_result", …}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card: Option<Value>,
 }
 
-pub const PENDING_COLUMNS: &str = "id, conversation_id, text, state, created, attachments";
+pub const PENDING_COLUMNS: &str = "id, conversation_id, text, state, created, attachments, card";
 
 impl Pending {
     pub fn from_row(row: &Row) -> rusqlite::Result<Pending> {
@@ -256,6 +265,9 @@ impl Pending {
             created: row.get(4)?,
             attachments: row
                 .get::<_, Option<String>>(5)?
+                .and_then(|a| serde_json::from_str(&a).ok()),
+            card: row
+                .get::<_, Option<String>>(6)?
                 .and_then(|a| serde_json::from_str(&a).ok()),
         })
     }
@@ -324,4 +336,69 @@ pub struct Snapshot {
     /// oldest first: a page shows each as one line under its call.
     pub answered: Vec<Consent>,
     pub seq: i64,
+}
+
+/// A sub-agent: a conversation its parent's `spawn_agent` call started.
+#[derive(Debug, Clone, Serialize)]
+pub struct Subagent {
+    /// Its conversation's id.
+    pub id: String,
+    pub parent_id: String,
+    #[serde(skip)]
+    pub parent_run_id: String,
+    pub call_id: String,
+    pub title: String,
+    pub task: String,
+    /// The tools it may use, when the call named a subset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// The parent's call waits for it (else it works in the background).
+    pub wait: bool,
+    pub state: crate::words::SubagentState,
+    /// Stopped with its parent: nothing handed back.
+    pub by_parent: bool,
+    #[serde(skip)]
+    pub resumes: i64,
+    /// What the parent got, once it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<String>,
+    pub created: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// Its latest run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// Read with the table aliased `s`.
+pub const SUBAGENT_COLUMNS: &str =
+    "s.id, s.parent_id, s.parent_run_id, s.call_id, s.title, s.task, s.tools, s.wait, s.state, \
+     s.by_parent, s.resumes, s.result, s.delivered, s.created, s.ended, \
+     (SELECT r.id FROM runs r WHERE r.conversation_id = s.id ORDER BY r.rowid DESC LIMIT 1)";
+
+impl Subagent {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Subagent> {
+        Ok(Subagent {
+            id: row.get(0)?,
+            parent_id: row.get(1)?,
+            parent_run_id: row.get(2)?,
+            call_id: row.get(3)?,
+            title: row.get(4)?,
+            task: row.get(5)?,
+            tools: row
+                .get::<_, Option<String>>(6)?
+                .and_then(|t| serde_json::from_str(&t).ok()),
+            wait: row.get(7)?,
+            state: row.get(8)?,
+            by_parent: row.get(9)?,
+            resumes: row.get(10)?,
+            result: row.get(11)?,
+            delivered: row.get(12)?,
+            created: row.get(13)?,
+            ended: row.get(14)?,
+            run_id: row.get(15)?,
+        })
+    }
 }

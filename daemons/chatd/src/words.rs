@@ -45,6 +45,28 @@ tandem_shared::words! {
         Regenerate => "regenerate",
         /// A question edited: a new branch from it.
         Edit => "edit",
+        /// A sub-agent's run cut off by a restart, taken up again: like
+        /// `send`, but the calls it left are answered as cut off, never run.
+        Resume => "resume",
+    }
+}
+
+tandem_shared::words! {
+    /// Whose a conversation is: a person's chat, or a sub-agent's, run by
+    /// its parent chat and read-only to the API.
+    pub enum ChatKind("chat kind") {
+        Chat => "chat",
+        Subagent => "subagent",
+    }
+}
+
+tandem_shared::words! {
+    /// Where a sub-agent stands.
+    pub enum SubagentState("sub-agent state") {
+        Running => "running",
+        Done => "done",
+        Failed => "failed",
+        Stopped => "stopped",
     }
 }
 
@@ -184,6 +206,12 @@ mod tests {
     #[test]
     fn every_run_mode_reads_back_as_itself() {
         check_reads_back::<RunMode>();
+    }
+
+    #[test]
+    fn every_chat_kind_and_sub_agent_state_reads_back_as_itself() {
+        check_reads_back::<ChatKind>();
+        check_reads_back::<SubagentState>();
     }
 
     #[test]

@@ -193,7 +193,7 @@ pub(super) async fn chat_answer(
     };
     let (failure, fault, pieces, start) = {
         let mut inner = sim.lock();
-        let queued = inner.queue.pop_front();
+        let queued = inner.take_fault(session_id.as_deref());
         let mut fault = Fault::default();
         let mut failure = None;
         if let Some((_, cf)) = &cue {

@@ -112,13 +112,36 @@ pub(super) fn unix_micros() -> u128 {
         .map_or(0, |d| d.as_micros())
 }
 
+/// The most characters of a session a fault queue is kept for.
+const SESSION_MAX_CHARS: usize = 200;
+
+/// A `session` as `/sim/faults` takes it: a string of 1 to 200 characters.
+fn checked_session(v: &Value) -> Result<String, String> {
+    match v.as_str() {
+        Some(s) if !s.is_empty() && s.chars().count() <= SESSION_MAX_CHARS => Ok(s.to_string()),
+        _ => Err(format!(
+            "bad session: must be a string of 1 to {SESSION_MAX_CHARS} characters (an x-session-id)"
+        )),
+    }
+}
+
+/// `POST /sim/faults {"next":[..]}` queues for any request;
+/// `{"session":"chat-<id>","next":[..]}` for that session's requests only.
 pub(super) async fn faults_push(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return bad_request(&sim, &format!("malformed JSON: {e}")),
     };
+    let session = match v.get("session").map(checked_session) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return bad_request(&sim, &e),
+    };
     let Some(next) = v.get("next").and_then(Value::as_array) else {
-        return bad_request(&sim, "body must be {\"next\":[{...fault...}]}");
+        return bad_request(
+            &sim,
+            "body must be {\"next\":[{...fault...}]} (and maybe \"session\")",
+        );
     };
     let mut faults = Vec::with_capacity(next.len());
     for f in next {
@@ -128,17 +151,52 @@ pub(super) async fn faults_push(State(sim): State<Arc<Sim>>, body: Bytes) -> Res
         }
     }
     let mut inner = sim.lock();
-    inner.queue.extend(faults);
-    Json(json!({"queued": inner.queue.len()})).into_response()
+    match session {
+        Some(session) => {
+            let queue = inner.sessions.entry(session.clone()).or_default();
+            queue.extend(faults);
+            let queued = queue.len();
+            if queued == 0 {
+                inner.sessions.remove(&session);
+            }
+            Json(json!({"session": session, "queued": queued})).into_response()
+        }
+        None => {
+            inner.queue.extend(faults);
+            Json(json!({"queued": inner.queue.len()})).into_response()
+        }
+    }
 }
 
-pub(super) async fn faults_get(State(sim): State<Arc<Sim>>) -> Json<Value> {
+/// `GET /sim/faults`: the global queue, `{"next":[..]}`; with
+/// `?session=S`, that session's, `{"session":S,"next":[..]}`.
+pub(super) async fn faults_get(
+    State(sim): State<Arc<Sim>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let session = match query.get("session").map(|s| checked_session(&json!(s))) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return bad_request(&sim, &e),
+    };
     let inner = sim.lock();
-    Json(json!({"next": inner.queue.iter().map(Fault::to_json).collect::<Vec<_>>()}))
+    let listed = |q: Option<&VecDeque<Fault>>| -> Vec<Value> {
+        q.into_iter().flatten().map(Fault::to_json).collect()
+    };
+    match session {
+        Some(session) => {
+            let next = listed(inner.sessions.get(&session));
+            Json(json!({"session": session, "next": next})).into_response()
+        }
+        None => Json(json!({"next": listed(Some(&inner.queue))})).into_response(),
+    }
 }
 
+/// `DELETE /sim/faults`: clears every queue, the sessions' too.
 pub(super) async fn faults_clear(State(sim): State<Arc<Sim>>) -> Json<Value> {
-    sim.lock().queue.clear();
+    let mut inner = sim.lock();
+    inner.queue.clear();
+    inner.sessions.clear();
     Json(json!({"queued": 0}))
 }
 
@@ -238,7 +296,7 @@ pub(super) async fn stats(State(sim): State<Arc<Sim>>) -> Json<Value> {
         "cuts": s.cuts,
         "refusals": s.refusals,
         "statuses": statuses,
-        "queued_faults": inner.queue.len(),
+        "queued_faults": inner.queued_faults(),
         "tokenize_requests": s.tokenizes,
     }))
 }

@@ -15,4 +15,5 @@ mod notify;
 mod push;
 mod requests;
 mod sim;
+mod subagents;
 mod uploads;

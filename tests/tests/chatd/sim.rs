@@ -1307,3 +1307,126 @@ async fn a_request_that_offers_no_tools_gets_text() {
     let s = read_stream(post_chat(&c, &sim, &empty).await).await;
     assert_eq!(s.finish_reason(), Some("stop"));
 }
+
+/// Faults queued for one session (`{"session","next"}`) go to the chat
+/// requests of that `x-session-id` only, before the global queue's; the
+/// global queue still serves any session. Two chats on one sim and chatd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_queued_for_a_session_go_to_its_requests_only() -> anyhow::Result<()> {
+    use tandem_tests::harness::{run_id, Chatd, Client, Sim};
+    const QUICK: Duration = Duration::from_secs(30);
+    /// Sends `text` to `chat`; the run's record once it has ended.
+    async fn turn(client: &Client, chat: &str, text: &str) -> anyhow::Result<Value> {
+        let run = run_id(&client.send(chat, text).await?)?;
+        client
+            .wait_run(chat, &run, &["done", "failed", "stopped", "paused"], QUICK)
+            .await
+    }
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start(&sim.url(), &[]).await?;
+    let http = client();
+    let api = chatd.client();
+    let a = api.create_chat().await?;
+    let b = api.create_chat().await?;
+    let (session_a, session_b) = (format!("chat-{a}"), format!("chat-{b}"));
+    let missing = json!({"status": 404, "message": "The model `gone` does not exist."});
+    let faults_of = |session: &str| format!("/sim/faults?session={session}");
+
+    // Queued for A: B's turn does not take it, A's does.
+    let queued = sim
+        .post(
+            "/sim/faults",
+            json!({"session": session_a, "next": [missing]}),
+        )
+        .await?;
+    assert_eq!(queued, json!({"session": session_a, "queued": 1}));
+    assert_eq!(
+        sim.get(&faults_of(&session_a)).await?,
+        json!({"session": session_a, "next": [missing]})
+    );
+    assert_eq!(sim.get("/sim/faults").await?, json!({"next": []}));
+    assert_eq!(sim.get("/sim/stats").await?["queued_faults"], 1);
+    let record = turn(&api, &b, "hello from b").await?;
+    assert_eq!(record["status"], "done", "{record}");
+    assert_eq!(
+        sim.get(&faults_of(&session_a)).await?["next"],
+        json!([missing])
+    );
+    let record = turn(&api, &a, "hello from a").await?;
+    assert_eq!(record["status"], "failed", "{record}");
+    assert_eq!(record["failure"]["cause"], "model_not_found", "{record}");
+    assert_eq!(sim.get(&faults_of(&session_a)).await?["next"], json!([]));
+    let sessions: Vec<Value> = sim
+        .requests()
+        .await?
+        .iter()
+        .map(|r| r["session_id"].clone())
+        .filter(|s| *s == json!(session_a) || *s == json!(session_b))
+        .collect();
+    assert_eq!(sessions, [json!(session_b), json!(session_a)]);
+
+    // The global queue serves either session.
+    for chat in [&b, &a] {
+        sim.faults(json!([missing])).await?;
+        let record = turn(&api, chat, "global").await?;
+        assert_eq!(record["failure"]["cause"], "model_not_found", "{record}");
+    }
+
+    // A's own queue comes first; the global fault waits for the next request.
+    sim.faults(json!([missing])).await?;
+    sim.post("/sim/faults", json!({"session": session_a, "next": [{}]}))
+        .await?;
+    let record = turn(&api, &a, "own first").await?;
+    assert_eq!(record["status"], "done", "{record}");
+    assert_eq!(sim.get("/sim/faults").await?, json!({"next": [missing]}));
+    let record = turn(&api, &b, "then global").await?;
+    assert_eq!(record["failure"]["cause"], "model_not_found", "{record}");
+
+    // DELETE /sim/faults and /sim/reset clear the sessions' queues too.
+    for clear in ["delete", "reset"] {
+        sim.faults(json!([missing])).await?;
+        sim.post(
+            "/sim/faults",
+            json!({"session": session_b, "next": [missing, {}]}),
+        )
+        .await?;
+        assert_eq!(sim.get("/sim/stats").await?["queued_faults"], 3);
+        let cleared = match clear {
+            "delete" => http.delete(format!("{}/sim/faults", sim.url())),
+            _ => http.post(format!("{}/sim/reset", sim.url())),
+        }
+        .send()
+        .await?;
+        assert_eq!(cleared.status(), 200, "{clear}");
+        assert_eq!(sim.get(&faults_of(&session_b)).await?["next"], json!([]));
+        assert_eq!(sim.get("/sim/faults").await?, json!({"next": []}));
+        assert_eq!(sim.get("/sim/stats").await?["queued_faults"], 0);
+    }
+    let record = turn(&api, &b, "cleared").await?;
+    assert_eq!(record["status"], "done", "{record}");
+
+    // A bad session is a 400 naming the field.
+    for bad in [json!(7), json!(""), json!("x".repeat(201)), Value::Null] {
+        let r = http
+            .post(format!("{}/sim/faults", sim.url()))
+            .json(&json!({"session": bad, "next": [{}]}))
+            .send()
+            .await?;
+        assert_eq!(r.status(), 400, "{bad}");
+        let e: Value = r.json().await?;
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("session"), "{message}");
+    }
+    let r = http
+        .get(format!("{}/sim/faults?session=", sim.url()))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 400);
+    // 200 characters is fine.
+    let longest = "x".repeat(200);
+    let queued = sim
+        .post("/sim/faults", json!({"session": longest, "next": [{}]}))
+        .await?;
+    assert_eq!(queued["queued"], 1);
+    Ok(())
+}

@@ -301,10 +301,16 @@ pub async fn remove(
     Query(params): Query<RemoveParams>,
 ) -> Result<StatusCode, ApiError> {
     let forever = matches!(params.forever.as_deref(), Some("1" | "true"));
-    // A chat's run ends before its chat goes.
+    // A chat's run, and its sub-agents', end before its chat goes.
+    let children = app.runs.stop_subagents(&id).await?;
     if app.runs.stop(&id) {
         app.runs
             .wait_idle(&id, std::time::Duration::from_secs(5))
+            .await;
+    }
+    for child in &children {
+        app.runs
+            .wait_idle(child, std::time::Duration::from_secs(5))
             .await;
     }
     let cid = id.clone();
@@ -323,6 +329,9 @@ pub async fn remove(
     // Its MCP sessions end with it (restored, it opens them again).
     app.runs.mcp().close_chat(&id).await;
     if forever {
+        for child in &children {
+            app.remove_folders(child).await;
+        }
         app.remove_folders(&id).await;
     } else if let Some(sandboxes) = &app.sandboxes {
         // In the trash, its sandbox stops at once; restore starts it again

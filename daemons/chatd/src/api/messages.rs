@@ -149,10 +149,17 @@ pub async fn stop(
             queries::active_run(conn, &cid)
         })
         .await?;
+    // Its sub-agents stop with it, in the background too.
+    let subagents = app.runs.stop_subagents(&id).await?;
     let Some(run) = active else {
-        return Err(ApiError::conflict(
-            "no_active_run",
-            "no run is working in this chat",
+        if subagents.is_empty() {
+            return Err(ApiError::conflict(
+                "no_active_run",
+                "no run and no sub-agent is working in this chat",
+            ));
+        }
+        return Ok(axum::Json(
+            json!({"status": RunStatus::Stopped, "subagents": subagents}),
         ));
     };
     app.runs.stop(&id);
@@ -161,7 +168,7 @@ pub async fn stop(
         .wait_idle(&id, std::time::Duration::from_secs(5))
         .await;
     Ok(axum::Json(
-        json!({"run_id": run.id, "status": RunStatus::Stopped}),
+        json!({"run_id": run.id, "status": RunStatus::Stopped, "subagents": subagents}),
     ))
 }
 

@@ -23,6 +23,7 @@ mod push;
 mod rules;
 mod sandbox;
 mod search;
+mod subagents;
 mod system;
 mod uploads;
 
@@ -103,6 +104,12 @@ pub fn router(app: Arc<App>) -> Router {
             patch(messages::update_pending).delete(messages::remove_pending),
         )
         .route("/conversations/{id}/stop", post(messages::stop))
+        .route("/conversations/{id}/subagents", get(subagents::list))
+        .route("/conversations/{id}/subagents/{sid}", get(subagents::show))
+        .route(
+            "/conversations/{id}/subagents/{sid}/stop",
+            post(subagents::stop),
+        )
         .route("/conversations/{id}/consent", post(messages::consent))
         .route(
             "/conversations/{id}/egress",
@@ -245,8 +252,31 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
         )
         .into_response();
     }
+    if write {
+        if let Some(refused) = subagent_write(&app, request.uri().path()) {
+            return refused.into_response();
+        }
+    }
     request.extensions_mut().insert(SignedIn(signed_in));
     next.run(request).await
+}
+
+/// A write to a sub-agent's conversation: refused, but for its cards (a
+/// person answers them where the parent shows them).
+fn subagent_write(app: &App, path: &str) -> Option<ApiError> {
+    let rest = path.strip_prefix("/conversations/")?;
+    let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    if tail == "consent" || !app.folders.is_subagent(id) {
+        return None;
+    }
+    let parent = app.folders.home(id);
+    Some(ApiError::conflict(
+        "subagent_read_only",
+        format!(
+            "this is a sub-agent's conversation, run by its parent chat {parent}: read it, or \
+             stop it with POST /conversations/{parent}/subagents/{id}/stop"
+        ),
+    ))
 }
 
 /// Whether the caller presented the forward key.

@@ -269,7 +269,7 @@ fn send_in(
 ) -> Result<Sent, ApiError> {
     if queries::active_run(ctx.conn(), cid)?.is_some() {
         let pending_id = new_id("p_");
-        messages::insert_pending(ctx, &pending_id, cid, text, records.as_ref())?;
+        messages::insert_pending(ctx, &pending_id, cid, text, records.as_ref(), None)?;
         let pending = queries::pending(ctx.conn(), cid, &pending_id)?;
         ctx.emit(cid, EventKind::PendingAdded, json!({"pending": pending}))?;
         return Ok(Sent::Pending { pending_id });

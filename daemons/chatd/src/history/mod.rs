@@ -45,10 +45,11 @@ pub struct Place {
 impl Place {
     pub fn of(folders: &crate::folders::Folders, conversation_id: &str) -> Place {
         Place {
+            // A sub-agent's changes are its parent's (`Folders::home`).
             key: if folders.is_shared(conversation_id) {
                 "shared".to_string()
             } else {
-                conversation_id.to_string()
+                folders.home(conversation_id)
             },
             root: folders.workspace(conversation_id),
         }

@@ -38,6 +38,17 @@ pub enum Mode {
 impl Mode {
     pub const ALL: [Mode; 3] = [Mode::Ask, Mode::Auto, Mode::Yolo];
 
+    /// The one of the two that lets less run without asking (a sub-agent
+    /// holds its own mode and its parent's, now, to the stricter).
+    pub fn stricter(self, other: Mode) -> Mode {
+        let rank = |m: Mode| Mode::ALL.iter().position(|x| *x == m).unwrap_or(0);
+        if rank(self) <= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Ask => "ask",

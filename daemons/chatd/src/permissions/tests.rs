@@ -441,3 +441,11 @@ fn odd_input_does_not_panic() {
         let _ = decide(Mode::Yolo, &bash(command, true), &[Rule::deny("bash", "x")]);
     }
 }
+
+#[test]
+fn the_stricter_of_two_modes_asks_more() {
+    assert_eq!(Mode::Yolo.stricter(Mode::Ask), Mode::Ask);
+    assert_eq!(Mode::Ask.stricter(Mode::Auto), Mode::Ask);
+    assert_eq!(Mode::Auto.stricter(Mode::Yolo), Mode::Auto);
+    assert_eq!(Mode::Yolo.stricter(Mode::Yolo), Mode::Yolo);
+}

@@ -23,7 +23,7 @@ use crate::prompt::{self, Commands, Network, Offer, Reach, Sight};
 use crate::settings::Settings;
 use crate::store::mcp::Connector;
 use crate::store::queries::{self, Trashed};
-use crate::words::Origin;
+use crate::words::{ChatKind, Origin};
 
 /// What the last call the step limit allows is told (it gets no tools).
 const LAST_STEP: &str =
@@ -54,17 +54,45 @@ pub(super) struct Chat {
     watched: bool,
     /// The MCP connectors it may use.
     connectors: Vec<Connector>,
+    /// The chat whose places it works in: its parent for a sub-agent.
+    pub(super) home: String,
+    /// A sub-agent's: the tools its call named (`None`: the parent's).
+    subset: Option<Option<Vec<String>>>,
 }
 
 impl Chat {
     pub(super) fn read(conn: &rusqlite::Connection, id: &str) -> Result<Chat, ApiError> {
         let agent = crate::agents::of_conversation(conn, id)?;
+        let conversation = queries::conversation(conn, id, Trashed::Include)?;
+        let (home, subset) = match (&conversation.kind, &conversation.parent_id) {
+            (ChatKind::Subagent, Some(parent)) => {
+                let sub = crate::store::subagents::one(conn, parent, id)?;
+                (parent.clone(), Some(sub.tools))
+            }
+            _ => (id.to_string(), None),
+        };
         Ok(Chat {
-            conversation: queries::conversation(conn, id, Trashed::Include)?,
-            connectors: super::mcp::usable(conn, id, agent.as_ref())?,
+            connectors: super::mcp::usable(conn, &home, agent.as_ref())?,
+            conversation,
             agent,
-            watched: queries::active_run(conn, id)?.is_none_or(|r| r.origin == Origin::User),
+            watched: queries::active_run(conn, &home)?.is_none_or(|r| r.origin == Origin::User),
+            home,
+            subset,
         })
+    }
+
+    /// Whether the chat may be offered tool `name`: a sub-agent never
+    /// starts sub-agents, and has only the tools its call named.
+    pub(super) fn allows(&self, name: &str) -> bool {
+        match &self.subset {
+            None => true,
+            Some(subset) => {
+                name != crate::tools::spawn::NAME
+                    && subset
+                        .as_ref()
+                        .is_none_or(|tools| tools.iter().any(|t| t == name))
+            }
+        }
     }
 }
 
@@ -119,12 +147,15 @@ impl Runs {
             .inner
             .models
             .sight(model, &self.inner.config.image_model);
-        let mcp = self
-            .mcp_tools(&conversation.id, &chat.connectors, lists)
-            .await;
+        let mcp = self.mcp_tools(&chat.home, &chat.connectors, lists).await;
         let mut tools = self.offered_tools(agent, &sight);
         if let Value::Array(offered) = &mut tools {
             offered.extend(mcp.openai_tools());
+            offered.retain(|t| {
+                t["function"]["name"]
+                    .as_str()
+                    .is_some_and(|n| chat.allows(n))
+            });
         }
         let names: Vec<&'static str> = self
             .inner
@@ -132,7 +163,7 @@ impl Runs {
             .specs()
             .iter()
             .map(|s| s.name)
-            .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight))
+            .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight) && chat.allows(n))
             .collect();
         let needs_network = names
             .iter()
@@ -188,7 +219,7 @@ impl Runs {
         let Some(egress) = self.inner.egress.get() else {
             return Network::Unavailable;
         };
-        let path = format!("/chats/{}/egress", chat.conversation.id);
+        let path = format!("/chats/{}/egress", chat.home);
         let asked =
             tokio::time::timeout(NETWORK_WAIT, egress.call(reqwest::Method::GET, &path, None))
                 .await;

@@ -96,7 +96,7 @@ impl Runs {
     /// [`told_line`] of the chat's files as its history last saw them.
     pub(super) async fn files_told(&self, conversation_id: &str) -> String {
         let place = self.place(conversation_id);
-        let cid = conversation_id.to_string();
+        let cid = self.inner.folders.home(conversation_id);
         let recent = self
             .inner
             .store
@@ -178,7 +178,7 @@ impl Runs {
 
     pub(super) async fn files_before(&self, run: &Run, files: CallFiles<'_>) {
         let author = Author {
-            conversation_id: run.conversation_id.clone(),
+            conversation_id: self.inner.folders.home(&run.conversation_id),
             run_id: None,
             call_id: None,
             origin: FileOrigin::Outside,
@@ -206,7 +206,7 @@ impl Runs {
             return None;
         }
         let author = Author {
-            conversation_id: run.conversation_id.clone(),
+            conversation_id: self.inner.folders.home(&run.conversation_id),
             run_id: Some(run.id.clone()),
             call_id: Some(call_id.to_string()),
             origin: if name == "bash" {

@@ -16,12 +16,14 @@ mod body;
 mod brief;
 mod cards;
 mod compaction;
+mod consent;
 mod describe;
 mod files;
 mod kept;
 pub(crate) mod mcp;
 mod slots;
 mod steps;
+mod subagents;
 
 pub use crate::store::runs::Outcome;
 pub use body::{request_body, RequestBody};
@@ -123,6 +125,8 @@ struct Inner {
     sandboxes: Option<crate::sandbox::Sandboxes>,
     /// Rung when a consent card is answered.
     consent_bell: Notify,
+    /// Rung when a sub-agent ended (its parent's call may wait on it).
+    subagent_bell: Notify,
     /// egressd's API, where egress cards are answered (set at start).
     egress: std::sync::OnceLock<Arc<crate::egress::EgressClient>>,
     /// The forward key: each chat's egressd token is made from it (web tools).
@@ -178,6 +182,7 @@ impl Runs {
         // are off.
         let mut registry = Registry::chatd();
         registry.register(crate::index::tool::spec());
+        registry.register(tools::spawn::spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {
@@ -203,6 +208,7 @@ impl Runs {
                 hostexec,
                 sandboxes,
                 consent_bell: Notify::new(),
+                subagent_bell: Notify::new(),
                 egress: std::sync::OnceLock::new(),
                 forward_key,
                 folders,
@@ -368,7 +374,12 @@ impl Runs {
         let queued = self
             .inner
             .store
-            .write(store::runs::recover)
+            .write(|ctx| {
+                let mut queued = store::runs::recover(ctx)?;
+                // After the runs: a sub-agent's cut-off run is interrupted by now.
+                queued.extend(store::subagents::recover(ctx)?);
+                Ok(queued)
+            })
             .await
             .map_err(|e| anyhow::anyhow!("recovering runs: {e}"))?;
         for (run_id, conversation_id) in queued {
@@ -402,6 +413,7 @@ impl Runs {
                         .observe(started.elapsed().as_secs_f64());
                     tracing::info!(run = %run_id, conversation = %conversation_id, outcome = outcome.run_status().as_str(),
                         seconds = started.elapsed().as_secs_f64(), "run ended");
+                    runs.after_run(&conversation_id, outcome).await;
                 }
                 Ok(None) => tracing::info!(run = %run_id, "run left queued for the next start"),
                 Err(err) => tracing::error!(run = %run_id, error = %err, "run task failed"),
@@ -418,6 +430,18 @@ impl Runs {
             *lock(&runs.inner.tasks) -= 1;
             runs.inner.task_ended.notify_waiters();
         });
+    }
+
+    /// A sub-agent's end reaches its parent; a parent's stop or failed turn
+    /// stops its sub-agents.
+    async fn after_run(&self, conversation_id: &str, outcome: Outcome) {
+        if self.inner.folders.is_subagent(conversation_id) {
+            self.after_subagent(conversation_id, outcome).await;
+        } else if matches!(outcome, Outcome::Stopped | Outcome::Failed) {
+            if let Err(e) = self.stop_subagents(conversation_id).await {
+                tracing::warn!(conversation = %conversation_id, status = e.status.as_u16(), "its sub-agents were not stopped");
+            }
+        }
     }
 
     /// Asks the conversation's live run to stop. `false` when none is live.

@@ -8,20 +8,20 @@ use tandem_shared::http::ApiError;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::brief::Chat;
+use super::consent::{Answer, Card, HOST_ASK_REASON};
 use super::files::CallFiles;
 use super::kept::KeptPath;
 use super::mcp::McpEnd;
+use super::subagents::Spawned;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
 use crate::kinds::EventKind;
 use crate::model::{Message, Run};
-use crate::permissions::{self, Approval, Call, Decision, Mode, Rule, Verdict};
-use crate::store::consents::{self, NewCard};
+use crate::permissions::{self, Approval, Call, Decision, Rule};
 use crate::store::messages::{self, ToolResult};
-use crate::store::queries::{self, Trashed};
-use crate::store::{conversations, rules as stored_rules, runs};
+use crate::store::queries;
 use crate::tools::{self, ToolContext};
-use crate::words::{ChatState, Choice, MessageStatus, Role, RunStatus};
+use crate::words::{Choice, MessageStatus, Role, RunStatus};
 use crate::workspace::Workspace;
 
 /// One call of an answer, as the model sent it.
@@ -30,17 +30,6 @@ struct ToolCall {
     name: String,
     arguments: String,
 }
-
-/// How a call that asked was answered.
-enum Answer {
-    Decided(Choice),
-    Stopped,
-    Shutdown,
-    /// Nobody answered within the card's wait.
-    Expired,
-}
-
-const HOST_ASK_REASON: &str = "commands on this machine ask first (host_exec = ask)";
 
 /// A call cleared to run: what it is, how it was approved, and the room its
 /// result gets in the request.
@@ -60,35 +49,6 @@ enum HostEnd {
     Done,
     Stopped,
     Shutdown,
-}
-
-/// What a card shows, and how long it waits.
-struct Card {
-    summary: String,
-    /// The buttons' words, when they are not the usual ones.
-    labels: Option<serde_json::Value>,
-    wait: Option<std::time::Duration>,
-}
-
-impl Card {
-    fn tool(summary: &str) -> Card {
-        Card {
-            summary: summary.to_string(),
-            labels: None,
-            wait: None,
-        }
-    }
-
-    /// "Run this command on this machine?": `wait_s`, 5 minutes at most.
-    fn host(summary: &str, wait_s: u64) -> Card {
-        Card {
-            summary: format!("Run this command on this machine? {summary}"),
-            labels: Some(
-                json!({"once": "Run once", "always": "Always on this instance", "deny": "Don't run"}),
-            ),
-            wait: Some(std::time::Duration::from_secs(wait_s.min(300))),
-        }
-    }
 }
 
 /// The `command` of a bash call's arguments ("" when there is none: the
@@ -145,13 +105,20 @@ impl Runs {
             // An MCP tool is offered only from connectors the agent names.
             let mcp_tool = brief.mcp.find(&call.name).cloned();
             let granted = mcp_tool.is_some() || agent.as_ref().is_none_or(|a| a.grants(&call.name));
-            if let Some(agent) = agent.as_ref().filter(|_| !granted) {
-                let text = format!(
-                    "the agent {:?} may not use `{}` here; its tools are: {}",
+            let shown = call.name.chars().take(60).collect::<String>();
+            let refused = match &agent {
+                Some(agent) if !granted => Some(format!(
+                    "the agent {:?} may not use `{shown}` here; its tools are: {}",
                     agent.name,
-                    call.name.chars().take(60).collect::<String>(),
                     agent.tools.as_deref().unwrap_or_default().join(", ")
-                );
+                )),
+                // A sub-agent has its call's tools, never spawn_agent.
+                _ if !chat.allows(&call.name) => Some(format!(
+                    "`{shown}` is not one of the tools this sub-agent was given"
+                )),
+                _ => None,
+            };
+            if let Some(text) = refused {
                 self.record_failure(run, &call, &text, "not granted", text.len() as u64)
                     .await?;
                 continue;
@@ -248,7 +215,10 @@ impl Runs {
                     } else {
                         Card::tool(&summary)
                     };
-                    match self.ask(run, &call, &card, &reason, stop).await? {
+                    match self
+                        .ask(run, (&call.id, &call.name), &card, &reason, stop)
+                        .await?
+                    {
                         Answer::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
                         Answer::Shutdown => return Ok(StepEnd::Left),
                         Answer::Expired => {
@@ -275,8 +245,9 @@ impl Runs {
                                 Approval::User
                             }
                             Choice::Always => {
+                                // A sub-agent's "always" is its parent's rule.
                                 let rules = permissions::rules_for_always(&permission);
-                                self.save_rules(Some(&run.conversation_id), rules).await?;
+                                self.save_rules(Some(&chat.home), rules).await?;
                                 Approval::User
                             }
                             Choice::Once => Approval::User,
@@ -284,20 +255,34 @@ impl Runs {
                     }
                 }
             };
+            if call.name == tools::spawn::NAME {
+                self.tool_started(run, &call, &summary, approved).await?;
+                let spawned = self
+                    .spawn_call(run, &call.id, &call.arguments, &brief.tools, slot, stop)
+                    .await?;
+                match spawned {
+                    Spawned::Refused(text) => {
+                        self.record_failure(run, &call, &text, "refused", 0).await?
+                    }
+                    Spawned::Started(text) => {
+                        let bytes = text.len() as u64;
+                        let summary = "sub-agent in the background".to_string();
+                        let output = tools::ToolOutput::ok(text, summary, bytes);
+                        self.record_result(run, &call, output, None).await?
+                    }
+                    Spawned::Answered => {}
+                    Spawned::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
+                    Spawned::Left => return Ok(StepEnd::Left),
+                }
+                continue;
+            }
             if let Some(tool) = &mcp_tool {
                 // A server may work for minutes: the engine slot goes back.
                 slot.take();
                 self.tool_started(run, &call, &summary, approved).await?;
                 let began = std::time::Instant::now();
                 let ended = self
-                    .call_mcp(
-                        &run.conversation_id,
-                        &call.id,
-                        tool,
-                        &call.arguments,
-                        budget,
-                        stop,
-                    )
+                    .call_mcp(&chat.home, &call.id, tool, &call.arguments, budget, stop)
                     .await;
                 match ended {
                     McpEnd::Done(output, app) => {
@@ -374,174 +359,21 @@ impl Runs {
         kept: &mut KeptPath,
     ) -> Result<(), ApiError> {
         let history = kept.current(&self.inner.store).await?;
+        let text = if run.mode == crate::words::RunMode::Resume {
+            "cut off: chatd restarted while this call ran; whether it took effect is not known, \
+             so check before calling it again"
+        } else {
+            "not run: the run that asked for it was stopped first"
+        };
         for call in unanswered(history) {
-            let text = "not run: the run that asked for it was stopped first";
             self.record_failure(run, &call, text, "not run", 0).await?;
         }
         Ok(())
     }
 
-    /// The run and its chat back to `running`.
-    async fn set_running(&self, run: &Run) -> Result<(), ApiError> {
-        let (rid, cid) = (run.id.clone(), run.conversation_id.clone());
-        self.inner
-            .store
-            .write(move |ctx| {
-                runs::set_status(ctx, &rid, RunStatus::Running)?;
-                conversations::set_state(ctx, &cid, ChatState::Running)
-            })
-            .await
-    }
-
     /// The chat's workspace folder: its own, or the box's shared one.
     pub fn workspace_root(&self, conversation_id: &str) -> std::path::PathBuf {
         self.inner.folders.workspace(conversation_id)
-    }
-
-    async fn permissions_of(&self, conversation_id: &str) -> Result<(Mode, Vec<Rule>), ApiError> {
-        let cid = conversation_id.to_string();
-        self.inner
-            .store
-            .read(move |conn| {
-                let conversation = queries::conversation(conn, &cid, Trashed::Include)?;
-                let mode = conversation.permission_mode;
-                let rules = queries::rules(conn, &cid)?
-                    .into_iter()
-                    .map(|(tool, pattern, verdict)| Rule {
-                        tool,
-                        pattern,
-                        verdict: if verdict == "allow" {
-                            Verdict::Allow
-                        } else {
-                            Verdict::Deny
-                        },
-                    })
-                    .collect();
-                Ok((mode, rules))
-            })
-            .await
-    }
-
-    /// Saves rules for one chat, or (`None`) for every chat.
-    async fn save_rules(
-        &self,
-        conversation_id: Option<&str>,
-        rules: Vec<Rule>,
-    ) -> Result<(), ApiError> {
-        let cid = conversation_id.map(str::to_string);
-        self.inner
-            .store
-            .write(move |ctx| stored_rules::insert_always(ctx, cid.as_deref(), &rules))
-            .await
-    }
-
-    /// Shows the call's card (once: a card made before a restart is reused)
-    /// and waits for its answer, a stop or chatd's shutdown.
-    async fn ask(
-        &self,
-        run: &Run,
-        call: &ToolCall,
-        card: &Card,
-        reason: &str,
-        stop: &mut watch::Receiver<EndRequest>,
-    ) -> Result<Answer, ApiError> {
-        let rid = run.id.clone();
-        let cid = run.conversation_id.clone();
-        let (call_id, name, summary, reason) = (
-            call.id.clone(),
-            call.name.clone(),
-            card.summary.clone(),
-            reason.to_string(),
-        );
-        let labels = card.labels.clone();
-        self.inner
-            .store
-            .write(move |ctx| {
-                let card = NewCard {
-                    run_id: &rid,
-                    call_id: &call_id,
-                    name: &name,
-                    summary: &summary,
-                    reason: &reason,
-                    labels,
-                };
-                consents::ask(ctx, &cid, card)
-            })
-            .await?;
-        let deadline = card.wait.map(|w| tokio::time::Instant::now() + w);
-        loop {
-            // Made before the look, so an answer between the two still rings.
-            let bell = self.inner.consent_bell.notified();
-            let (rid, cid, call_id) =
-                (run.id.clone(), run.conversation_id.clone(), call.id.clone());
-            let card = self
-                .inner
-                .store
-                .read(move |conn| queries::consent_for_call(conn, &cid, &rid, &call_id))
-                .await?;
-            if let Some(decision) = card.and_then(|c| c.decision) {
-                self.set_running(run).await?;
-                // A card closed without a choice (expired before a restart)
-                // ran nothing: the call is answered as not answered.
-                return Ok(match Choice::parse(&decision) {
-                    Some(choice) => Answer::Decided(choice),
-                    None => Answer::Expired,
-                });
-            }
-            let expiry = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let expired = tokio::select! {
-                _ = bell => false,
-                _ = stop.wait_for(|r| *r == EndRequest::Stop) => return Ok(Answer::Stopped),
-                _ = self.inner.shutdown.wait() => return Ok(Answer::Shutdown),
-                _ = expiry => true,
-            };
-            if expired && self.expire_card(run, call).await? {
-                self.set_running(run).await?;
-                return Ok(Answer::Expired);
-            }
-        }
-    }
-
-    /// Closes a call's unanswered card as expired; false when an answer
-    /// came first (it is then read as usual).
-    async fn expire_card(&self, run: &Run, call: &ToolCall) -> Result<bool, ApiError> {
-        let (rid, cid, call_id) = (run.id.clone(), run.conversation_id.clone(), call.id.clone());
-        self.inner
-            .store
-            .write(move |ctx| consents::expire(ctx, &cid, &rid, &call_id))
-            .await
-    }
-
-    /// Records a card's answer; the run waiting on it goes on. The same
-    /// answer twice is fine (`Ok(false)`), another one is a conflict, and a
-    /// card whose run no longer waits has expired.
-    pub async fn answer_consent(
-        &self,
-        conversation_id: &str,
-        card_id: &str,
-        decision: Choice,
-    ) -> Result<bool, ApiError> {
-        // An egress card is egressd's: it takes the answer first.
-        if card_id.starts_with("eg_") {
-            return self
-                .answer_egress_card(conversation_id, card_id, decision)
-                .await;
-        }
-        let (cid, card_id) = (conversation_id.to_string(), card_id.to_string());
-        let changed = self
-            .inner
-            .store
-            .write(move |ctx| consents::answer(ctx, &cid, &card_id, decision))
-            .await?;
-        if changed {
-            self.inner.consent_bell.notify_waiters();
-        }
-        Ok(changed)
     }
 
     /// Runs one allowed `bash` call through hostexecd. A stop or chatd's
@@ -567,13 +399,8 @@ impl Runs {
             self.finish_call(run, call, output, began, files).await?;
             return Ok(HostEnd::Done);
         };
-        let work = hostexec.bash(
-            &run.conversation_id,
-            &call.id,
-            &call.arguments,
-            budget,
-            workspace_root,
-        );
+        let home = self.inner.folders.home(&run.conversation_id);
+        let work = hostexec.bash(&home, &call.id, &call.arguments, budget, workspace_root);
         let ended = tokio::select! {
             out = work => Ok(out),
             _ = stop.wait_for(|r| *r == EndRequest::Stop) => Err(HostEnd::Stopped),
@@ -626,15 +453,9 @@ impl Runs {
                 _ = shutdown.wait() => Cancel::Shutdown,
             }
         };
-        let (output, cancelled) = exec::bash(
-            &sandboxes,
-            &run.conversation_id,
-            &call.id,
-            &call.arguments,
-            budget,
-            cancel,
-        )
-        .await;
+        let home = self.inner.folders.home(&run.conversation_id);
+        let (output, cancelled) =
+            exec::bash(&sandboxes, &home, &call.id, &call.arguments, budget, cancel).await;
         match cancelled {
             None => {
                 self.finish_call(run, call, output, began, files).await?;
@@ -678,7 +499,7 @@ impl Runs {
             (call.name.clone(), call.arguments.clone(), call.id.clone());
         let web = tools::web::WebAccess::new(
             tools::web::WebSettings::from_config(&self.inner.config),
-            &run.conversation_id,
+            &self.inner.folders.home(&run.conversation_id),
             &self.inner.forward_key,
         );
         if name == crate::index::tool::NAME {

@@ -4,7 +4,7 @@
 //! egressd no longer holds closed; each with its `tool.consent` or
 //! `tool.consent_answered` event and the chat's state moved on.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 use tandem_shared::time::{new_id, now_rfc3339};
@@ -53,7 +53,21 @@ pub fn ask(ctx: &mut Ctx, conversation_id: &str, card: NewCard) -> Result<(), Ap
         if let Some(labels) = labels {
             event["labels"] = labels;
         }
-        ctx.emit(cid, EventKind::ToolConsent, event)?;
+        ctx.emit(cid, EventKind::ToolConsent, event.clone())?;
+        // A sub-agent's card shows on its parent too, where a person watches.
+        let parent: Option<(String, String)> = ctx
+            .conn()
+            .query_row(
+                "SELECT parent_id, title FROM conversations WHERE id = ?1 AND kind = ?2 AND parent_id IS NOT NULL",
+                params![cid, crate::words::ChatKind::Subagent],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((parent, title)) = parent {
+            event["subagent_id"] = json!(cid);
+            event["subagent_title"] = json!(title);
+            ctx.emit(&parent, EventKind::ToolConsent, event)?;
+        }
     }
     set_status(ctx, rid, RunStatus::Waiting)?;
     set_state(ctx, cid, ChatState::Waiting)

@@ -101,8 +101,21 @@ pub fn restore(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Removes a conversation and everything of it from the database.
+/// Removes a conversation and everything of it from the database, its
+/// sub-agents' conversations too.
 pub fn delete_forever(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
+    let children: Vec<String> = {
+        let mut stmt = ctx
+            .conn()
+            .prepare("SELECT id FROM conversations WHERE parent_id = ?1 AND id != ?1")?;
+        let ids = stmt
+            .query_map([id], |r| r.get(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        ids
+    };
+    for child in children {
+        delete_forever(ctx, &child)?;
+    }
     for table in ["events", "pending", "runs", "messages"] {
         ctx.conn().execute(
             &format!("DELETE FROM {table} WHERE conversation_id = ?1"),

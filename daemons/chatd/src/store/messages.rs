@@ -246,6 +246,7 @@ pub fn deliver_waiting(ctx: &mut Ctx, conversation_id: &str) -> Result<(), ApiEr
         )?;
         let mut message = Message::draft(Role::User, &pending.text);
         message.attachments = pending.attachments;
+        message.card = pending.card;
         let message = insert_at_head(ctx, conversation_id, message)?;
         ctx.emit(
             conversation_id,
@@ -304,10 +305,11 @@ pub fn insert_pending(
     conversation_id: &str,
     text: &str,
     attachments: Option<&Value>,
+    card: Option<&Value>,
 ) -> Result<(), ApiError> {
     ctx.conn().execute(
-        "INSERT INTO pending (id, conversation_id, text, created, attachments) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![id, conversation_id, text, now_rfc3339(), attachments.map(Value::to_string)],
+        "INSERT INTO pending (id, conversation_id, text, created, attachments, card) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![id, conversation_id, text, now_rfc3339(), attachments.map(Value::to_string), card.map(Value::to_string)],
     )?;
     Ok(())
 }

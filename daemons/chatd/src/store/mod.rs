@@ -22,6 +22,7 @@ pub mod queries;
 pub mod rules;
 pub mod runs;
 pub mod schema;
+pub mod subagents;
 mod writer;
 
 use std::path::{Path, PathBuf};

@@ -317,6 +317,8 @@ pub fn list(
     } else {
         "deleted_at IS NULL"
     });
+    // A sub-agent is listed under its parent (`…/subagents`), not beside it.
+    sql.push_str(" AND kind = 'chat'");
     let mut args: Vec<String> = Vec::new();
     if let Some(before) = &query.before {
         let (updated, id) = before

@@ -335,4 +335,43 @@ CREATE TABLE chat_mcp_off (
     PRIMARY KEY (conversation_id, connector_id)
 );
 "#,
+    r#"
+-- Sub-agents (runs/subagents.rs): a conversation of kind `subagent` is run
+-- by its parent chat (parent_id) and is read-only to the API.
+ALTER TABLE conversations ADD COLUMN kind TEXT NOT NULL DEFAULT 'chat';
+ALTER TABLE conversations ADD COLUMN parent_id TEXT;
+CREATE INDEX conversations_parent ON conversations(parent_id);
+-- One row per spawn_agent call that started one; id is its conversation's.
+-- wait: 1 while the parent's call waits for it, 0 in the background (a
+-- restart moves a waiting one to the background). delivered: when its
+-- result reached the parent (the call's result, a message or a waiting
+-- message), set once in the job that put it there.
+CREATE TABLE subagents (
+    id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_run_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    task TEXT NOT NULL,
+    -- the task's words, lowercased with spaces collapsed: the same-task check
+    task_key TEXT NOT NULL,
+    -- a JSON array of the tools it may use; NULL: the parent's
+    tools TEXT,
+    wait INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    -- 1: stopped with its parent, nothing handed back in the background
+    by_parent INTEGER NOT NULL DEFAULT 0,
+    resumes INTEGER NOT NULL DEFAULT 0,
+    -- the parent's last change set when it ended (the same-task check)
+    files_rev INTEGER,
+    result TEXT,
+    delivered TEXT,
+    created TEXT NOT NULL,
+    ended TEXT
+);
+CREATE UNIQUE INDEX subagents_call ON subagents(parent_id, call_id);
+CREATE INDEX subagents_parent ON subagents(parent_id, state);
+-- A waiting message's card (a sub-agent's result), its message's on delivery.
+ALTER TABLE pending ADD COLUMN card TEXT;
+"#,
 ];

@@ -9,6 +9,7 @@ pub mod describe;
 pub mod files;
 pub mod fit;
 pub mod search;
+pub mod spawn;
 pub mod todo;
 pub mod web;
 
@@ -359,6 +360,15 @@ pub fn summarize_call(name: &str, arguments: &str) -> String {
                 line.push_str(&format!(" ({glob})"));
             }
             line
+        }
+        spawn::NAME => {
+            let task = map.get("task").and_then(Value::as_str).unwrap_or("?");
+            let background = map.get("wait").and_then(Value::as_bool) == Some(false);
+            format!(
+                "spawn_agent «{}»{}",
+                spawn::title_of(task),
+                if background { " (background)" } else { "" }
+            )
         }
         "todo_write" => {
             let n = map

@@ -1,0 +1,246 @@
+//! Sub-agents (`spawn_agent`): a call starts a chat of kind `subagent` that
+//! works in its parent's places with the parent's tools or fewer, its mode
+//! and rules held to the parent's (`consent.rs`), and either waits for its
+//! result or goes on while it works in the background. The end of a
+//! sub-agent's run ends its row and hands the result to the parent in one
+//! job (`store::subagents::end`); a stop or a failed turn of the parent
+//! stops its sub-agents.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tandem_shared::http::ApiError;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+
+use super::{EndRequest, Outcome, Runs};
+use crate::history::Place;
+use crate::model::Run;
+use crate::store::queries::{self, Trashed};
+use crate::store::subagents::{self, End, NewSub};
+use crate::tools::spawn::{self, Args};
+use crate::words::SubagentState;
+
+/// How long a stopped sub-agent's run is given to end before its parent
+/// goes on without waiting further.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// How a `spawn_agent` call went.
+pub(super) enum Spawned {
+    /// Not started: the call's result says why.
+    Refused(String),
+    /// Started in the background: the call's result says so.
+    Started(String),
+    /// It ended and its result is the call's, written by the end's job.
+    Answered,
+    /// The parent was stopped while it waited (the sub-agent was stopped too).
+    Stopped,
+    /// chatd stops: the call stays open; the next start moves it to the background.
+    Left,
+}
+
+impl Runs {
+    /// Runs one `spawn_agent` call of `run`; `offered` is the tools array
+    /// the parent's model was offered (the most a sub-agent may have).
+    pub(super) async fn spawn_call(
+        &self,
+        run: &Run,
+        call_id: &str,
+        arguments: &str,
+        offered: &Value,
+        slot: &mut Option<OwnedSemaphorePermit>,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<Spawned, ApiError> {
+        if self.inner.folders.is_subagent(&run.conversation_id) {
+            return Ok(Spawned::Refused(
+                "refused: a sub-agent cannot start sub-agents; do the task yourself".to_string(),
+            ));
+        }
+        let args = match Args::parse(arguments) {
+            Ok(args) => args,
+            Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
+        };
+        let names: Vec<&str> = offered
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["function"]["name"].as_str())
+                    .filter(|n| *n != spawn::NAME)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(tools) = &args.tools {
+            let unknown: Vec<&str> = tools
+                .iter()
+                .map(String::as_str)
+                .filter(|t| !names.contains(t))
+                .collect();
+            if !unknown.is_empty() {
+                return Ok(Spawned::Refused(format!(
+                    "refused: `tools` names tools this chat does not have ({}); a sub-agent gets \
+                     at most yours: {}",
+                    unknown.join(", "),
+                    names.join(", ")
+                )));
+            }
+        }
+        let can_run = names.contains(&"bash")
+            && args
+                .tools
+                .as_ref()
+                .is_none_or(|t| t.iter().any(|n| n == "bash"));
+        if !can_run && spawn::asks_to_run(&args.task) {
+            return Ok(Spawned::Refused(
+                "refused: the task asks to run something, and this chat cannot run commands \
+                 (no bash), so a sub-agent could not either; no sub-agent started. Give it a task \
+                 it can do by reading and writing files, or ask the person to run it."
+                    .to_string(),
+            ));
+        }
+        let made = self.make_subagent(run, call_id, &args).await?;
+        let (sub_id, child_run) = match made {
+            Ok(made) => made,
+            Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
+        };
+        self.inner.folders.borrow(&sub_id, &run.conversation_id);
+        tracing::info!(run = %run.id, subagent = %sub_id, wait = args.wait, "sub-agent started");
+        self.spawn(child_run, sub_id.clone());
+        if !args.wait {
+            return Ok(Spawned::Started(format!(
+                "started the sub-agent {sub_id} («{}») in the background; its result will come \
+                 as a message. Go on with other work meanwhile.",
+                spawn::title_of(&args.task)
+            )));
+        }
+        // It needs an engine slot; a waiting parent holds none.
+        slot.take();
+        self.wait_for(run, &sub_id, stop).await
+    }
+
+    /// Makes the sub-agent's rows in one job: its id and first run, or why not.
+    async fn make_subagent(
+        &self,
+        run: &Run,
+        call_id: &str,
+        args: &Args,
+    ) -> Result<Result<(String, String), String>, ApiError> {
+        let place = Place::of(&self.inner.folders, &run.conversation_id).key;
+        let (run, call_id, args) = (run.clone(), call_id.to_string(), args.clone());
+        self.inner
+            .store
+            .write(move |ctx| {
+                let parent =
+                    queries::conversation(ctx.conn(), &run.conversation_id, Trashed::Include)?;
+                let (title, key) = (spawn::title_of(&args.task), spawn::task_key(&args.task));
+                let new = NewSub {
+                    call_id: &call_id,
+                    title: &title,
+                    task: &args.task,
+                    key: &key,
+                    tools: args.tools.as_deref(),
+                    wait: args.wait,
+                    place: &place,
+                };
+                Ok(subagents::insert(ctx, &parent, &run, &new)?
+                    .map(|(sub, child_run)| (sub.id, child_run.id)))
+            })
+            .await
+    }
+
+    /// Waits for a sub-agent the parent's call waits on.
+    async fn wait_for(
+        &self,
+        run: &Run,
+        sub_id: &str,
+        stop: &mut watch::Receiver<EndRequest>,
+    ) -> Result<Spawned, ApiError> {
+        loop {
+            // Made before the look, so an end between the two still rings.
+            let bell = self.inner.subagent_bell.notified();
+            if self.state_of(&run.conversation_id, sub_id).await? != SubagentState::Running {
+                return Ok(Spawned::Answered);
+            }
+            let stopped = tokio::select! {
+                _ = bell => false,
+                _ = stop.wait_for(|r| *r == EndRequest::Stop) => true,
+                _ = self.inner.shutdown.wait() => return Ok(Spawned::Left),
+            };
+            if stopped {
+                // Stopped with its parent: what it had is the call's result.
+                self.stop(sub_id);
+                self.wait_idle(sub_id, STOP_WAIT).await;
+                return Ok(Spawned::Stopped);
+            }
+        }
+    }
+
+    async fn state_of(&self, parent: &str, sub_id: &str) -> Result<SubagentState, ApiError> {
+        let (parent, id) = (parent.to_string(), sub_id.to_string());
+        self.inner
+            .store
+            .read(move |conn| Ok(subagents::one(conn, &parent, &id)?.state))
+            .await
+    }
+
+    /// A sub-agent's run ended (not cut off by a stop of chatd): its row
+    /// ends and the result goes to the parent.
+    pub(super) async fn after_subagent(&self, sub_id: &str, outcome: Outcome) {
+        let state = match outcome {
+            Outcome::Done | Outcome::Paused => SubagentState::Done,
+            Outcome::Stopped => SubagentState::Stopped,
+            Outcome::Failed => SubagentState::Failed,
+            Outcome::Interrupted => return,
+        };
+        let place = Place::of(&self.inner.folders, sub_id).key;
+        let id = sub_id.to_string();
+        let ended = self
+            .inner
+            .store
+            .write(move |ctx| {
+                let result = subagents::result_of(ctx.conn(), &id, state)?;
+                let files_rev = subagents::files_rev(ctx.conn(), &place)?;
+                let end = End {
+                    state,
+                    result: &result,
+                    files_rev,
+                };
+                subagents::end(ctx, &id, &end)
+            })
+            .await;
+        match ended {
+            Ok(Some(parent_run)) => self.spawn(parent_run.id, parent_run.conversation_id),
+            Ok(None) => {}
+            // The row stays running: the next start ends it from its run.
+            Err(e) => {
+                tracing::error!(subagent = %sub_id, status = e.status.as_u16(), "a sub-agent's end was not written")
+            }
+        }
+        tracing::info!(subagent = %sub_id, state = %state, "sub-agent ended");
+        self.inner.subagent_bell.notify_waiters();
+    }
+
+    /// Stops the chat's running sub-agents, marked as stopped with it (no
+    /// result handed back from the background). Answers their ids.
+    pub async fn stop_subagents(&self, parent: &str) -> Result<Vec<String>, ApiError> {
+        let p = parent.to_string();
+        let ids = self
+            .inner
+            .store
+            .write(move |ctx| subagents::mark_by_parent(ctx, &p))
+            .await?;
+        for id in &ids {
+            self.stop(id);
+        }
+        Ok(ids)
+    }
+
+    /// Stops one sub-agent; what it had reaches its parent like any end.
+    /// `false` when it was not running.
+    pub async fn stop_subagent(&self, sub_id: &str) -> bool {
+        let stopped = self.stop(sub_id);
+        if stopped {
+            self.wait_idle(sub_id, STOP_WAIT).await;
+        }
+        stopped
+    }
+}
