@@ -86,6 +86,9 @@ pub(crate) struct BotMsg {
     pub(crate) window: Option<usize>,
     pub(crate) text: String,
     pub(crate) posted_t: f64,
+    /// When it took its latest text: the answer's edit into a progress
+    /// message comes seconds after the post.
+    pub(crate) text_t: f64,
 }
 
 #[derive(Default)]
@@ -203,7 +206,11 @@ impl Ledger {
     ) -> usize {
         self.calls_seen += 1;
         if let (false, Some(&i)) = (create, self.by_key.get(&key)) {
-            self.bot_msgs[i].text = text;
+            let b = &mut self.bot_msgs[i];
+            if b.text != text {
+                b.text = text;
+                b.text_t = t;
+            }
             return i;
         }
         let window = self
@@ -216,6 +223,7 @@ impl Ledger {
             window,
             text,
             posted_t: t,
+            text_t: t,
         });
         let i = self.bot_msgs.len() - 1;
         self.by_key.insert(key, i);
@@ -256,7 +264,8 @@ impl Ledger {
     /// answer sent again because a SIGKILL (`kills`: when, s) fell between
     /// the platform taking it and connectord marking it sent, a window of one
     /// SQLite write, so the kill is within `REPEAT_WINDOW_S` of the first
-    /// answer as the soak saw it and the second came after the kill.
+    /// answer taking its text as the soak saw it (an edit of a progress
+    /// message, not its post) and the second came after the kill.
     /// Returns summary lines.
     pub(crate) fn verdict(&self, shared: &Shared, kills: &[f64]) -> Vec<String> {
         let mut answers: Vec<Vec<usize>> = vec![Vec::new(); self.msgs.len()];
@@ -321,7 +330,7 @@ impl Ledger {
                 let (first, second) = (&self.bot_msgs[got[0]], &self.bot_msgs[got[1]]);
                 kills
                     .iter()
-                    .any(|k| (k - first.posted_t).abs() <= REPEAT_WINDOW_S && second.posted_t >= *k)
+                    .any(|k| (k - first.text_t).abs() <= REPEAT_WINDOW_S && second.posted_t >= *k)
             };
             match got.len() {
                 1 => {}
@@ -336,7 +345,17 @@ impl Ledger {
                         .iter()
                         .map(|i| {
                             let b = &self.bot_msgs[*i];
-                            format!("{} at {:.1} s: {}", b.name, b.posted_t, excerpt(&b.text))
+                            let edited = if b.text_t > b.posted_t {
+                                format!(" (this text since {:.1} s)", b.text_t)
+                            } else {
+                                String::new()
+                            };
+                            format!(
+                                "{} at {:.1} s{edited}: {}",
+                                b.name,
+                                b.posted_t,
+                                excerpt(&b.text)
+                            )
                         })
                         .collect();
                     shared.violate(
