@@ -795,6 +795,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "settings"],
         &["chat", "sandbox"],
         &["chat", "files"],
+        &["chat", "subagents"],
         &["sandbox"],
         &["sandbox", "build"],
         &["egress"],
@@ -1188,6 +1189,112 @@ async fn chat_consent_answers_a_card_from_the_terminal() {
     // A wrong answer is refused by the command line itself.
     let bad = b.tandem(&["chat", "consent", &chat, &card, "maybe"]);
     assert!(!bad.status.success());
+}
+
+/// `tandem chat subagents`: a chat whose model starts a slow sub-agent in
+/// the background lists it running, shows its task, stops it once (a second
+/// stop exits 1 naming why), and `send` says it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_chat_subagents_lists_shows_and_stops() {
+    let sim = Sim::start(&[]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let chat = client.create_chat().await.unwrap();
+    // This chat's next answer starts the sub-agent; the task's cue keeps it
+    // answering slowly (far longer than the test) until it is stopped.
+    let task = "Count the words in notes.md [sim tokens=400 tps=2]";
+    sim.post(
+        "/sim/faults",
+        serde_json::json!({"session": format!("chat-{chat}"), "next": [
+            {"tool_calls": [{"name": "spawn_agent", "arguments": {"task": task, "wait": false}}]},
+        ]}),
+    )
+    .await
+    .unwrap();
+    let sent = b.tandem_env(
+        &[
+            "chat",
+            "send",
+            "Ask a helper [sim tokens=3 tps=0]",
+            "--chat",
+            &chat,
+        ],
+        &env,
+    );
+    let said = text(&sent);
+    assert!(sent.status.success(), "{said}");
+    assert!(said.contains("started (background)"), "{said}");
+    assert!(
+        said.contains("1 sub-agent(s) still work in the background"),
+        "{said}"
+    );
+
+    // Listed running in the background.
+    let listed = b.tandem_env(&["chat", "subagents", &chat], &env);
+    let list = text(&listed);
+    assert!(listed.status.success(), "{list}");
+    let row = list
+        .lines()
+        .find(|l| l.contains("Count the words"))
+        .unwrap_or_else(|| panic!("no row: {list}"))
+        .to_string();
+    let sub = row.split_whitespace().next().unwrap().to_string();
+    assert!(
+        said.contains(&format!("tandem: sub-agent {sub} «")),
+        "{said}"
+    );
+    assert!(row.contains(" running ") && row.contains(" bg "), "{list}");
+    assert!(
+        list.contains("1 running in the background (at most 4)"),
+        "{list}"
+    );
+
+    // Its transcript starts with the task.
+    let shown = b.tandem_env(&["chat", "subagents", &chat, &sub], &env);
+    let show = text(&shown);
+    assert!(shown.status.success(), "{show}");
+    assert!(show.contains(&format!("sub-agent {sub} «")), "{show}");
+    assert!(show.contains(": running (in the background)"), "{show}");
+    assert!(show.contains(&format!("[user]\n{task}")), "{show}");
+
+    // Not another chat's to stop.
+    let other = client.create_chat().await.unwrap();
+    let elsewhere = b.tandem_env(&["chat", "subagents", &other, &sub, "--stop"], &env);
+    assert_eq!(elsewhere.status.code(), Some(1), "{}", text(&elsewhere));
+
+    // Stopped once; the list says so; a second stop is refused.
+    let stopped = b.tandem_env(&["chat", "subagents", &chat, &sub, "--stop"], &env);
+    assert!(stopped.status.success(), "{}", text(&stopped));
+    assert!(
+        text(&stopped).contains(&format!("sub-agent {sub}: ")),
+        "{}",
+        text(&stopped)
+    );
+    wait_until(
+        "the list to show it stopped",
+        Duration::from_secs(20),
+        || async {
+            let listed = b.tandem_env(&["chat", "subagents", &chat], &env);
+            let list = text(&listed);
+            list.lines()
+                .any(|l| l.starts_with(&sub) && l.contains(" stopped "))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let again = b.tandem_env(&["chat", "subagents", &chat, &sub, "--stop"], &env);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(text(&again).contains("not running"), "{}", text(&again));
+    // --stop needs an id.
+    let bare = b.tandem_env(&["chat", "subagents", &chat, "--stop"], &env);
+    assert!(!bare.status.success(), "{}", text(&bare));
 }
 
 /// `tandem chat start --front ADDR`: chatd serves the page there, the address

@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 use crate::client::Client;
+use crate::commands::chat_subagents as subagents;
 
 #[derive(clap::Subcommand)]
 pub enum ChatCommand {
@@ -212,6 +213,41 @@ pub enum ChatCommand {
         /// search: match case.
         #[arg(long)]
         case: bool,
+    },
+    /// List a chat's sub-agents, show one's transcript, or stop one.
+    ///
+    /// A sub-agent is a helper the chat's model starts (its `spawn_agent`
+    /// tool) to do one task in the chat's files: a chat of its own, with the
+    /// chat's tools or fewer, that only the model writes to. `fg`: the
+    /// model waits for its result; `bg`: it works in the background (at most
+    /// 4 a chat) and its result comes to the chat as a message, which the
+    /// model then answers.
+    ///
+    /// Without an id, prints one line each, newest first: id, state
+    /// (running, done, failed, stopped), fg or bg, title, when it started and
+    /// ended. With an id, prints what it was asked, its state and the length
+    /// of its result, then its transcript (each tool call as `> name
+    /// summary`). --stop stops it; what it had so far goes to the chat as its
+    /// result. Exit 1 when it is not running or not this chat's.
+    ///
+    /// A sub-agent's consent cards show in `send` and `attach` with the
+    /// command that answers them (`tandem chat consent SUBAGENT CARD …`).
+    ///
+    /// Examples:
+    ///
+    ///   tandem chat subagents c_0123abcd
+    ///
+    ///   tandem chat subagents c_0123abcd c_4567efab
+    ///
+    ///   tandem chat subagents c_0123abcd c_4567efab --stop
+    Subagents {
+        /// The chat id.
+        chat: String,
+        /// A sub-agent's id (from the list).
+        id: Option<String>,
+        /// Stop that sub-agent.
+        #[arg(long, requires = "id")]
+        stop: bool,
     },
     /// Show, start or stop a chat's sandbox container.
     ///
@@ -494,6 +530,11 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }
         }
+        ChatCommand::Subagents { chat, id, stop } => match (id, stop) {
+            (Some(id), true) => subagents::stop(&chat, &id).await,
+            (Some(id), false) => subagents::show(&chat, &id).await,
+            (None, _) => subagents::list(&chat).await,
+        },
         ChatCommand::Attach { id } => {
             let client = Client::new()?;
             let snapshot = client
@@ -518,6 +559,8 @@ async fn follow(
 ) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let mut lost_since: Option<tokio::time::Instant> = None;
+    // Sub-agents seen starting and not yet ending, named when `send` leaves.
+    let mut working = std::collections::BTreeSet::new();
     loop {
         let response = client
             .http
@@ -569,6 +612,22 @@ async fn follow(
                         data["wait_s"],
                         data["reason"].as_str().unwrap_or("")
                     ),
+                    "sub_agent_started" | "sub_agent_done" => {
+                        let id = data["subagent_id"].as_str().unwrap_or("").to_string();
+                        if kind == "sub_agent_started" {
+                            working.insert(id);
+                        } else {
+                            working.remove(&id);
+                        }
+                        if let Some(line) = subagents::event_line(kind, &data) {
+                            eprintln!("\n{line}");
+                        }
+                    }
+                    "tool.consent" if data["subagent_id"].is_string() => {
+                        if let Some(line) = subagents::consent_line(&data) {
+                            eprintln!("\n{line}");
+                        }
+                    }
                     "tool.consent" if data["name"] == "egress" => eprintln!(
                         "\ntandem: {}\n        answer with: tandem chat consent {chat} {} once|always|deny",
                         data["summary"].as_str().unwrap_or(""),
@@ -600,6 +659,13 @@ async fn follow(
                         if run.is_none_or(|r| data["run_id"] == r) {
                             println!();
                             if status == "done" {
+                                if run.is_some() && !working.is_empty() {
+                                    eprintln!(
+                                        "tandem: {} sub-agent(s) still work in the background; \
+                                         see them with: tandem chat subagents {chat}",
+                                        working.len()
+                                    );
+                                }
                                 if run.is_some() {
                                     return Ok(ExitCode::SUCCESS);
                                 }

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod chat_files;
 pub mod chat_settings;
+pub mod chat_subagents;
 pub mod connector;
 pub mod doctor;
 pub mod egress;
