@@ -18,5 +18,6 @@ mod mcp_page;
 mod push;
 mod settings;
 mod status;
+mod subagents_page;
 mod web;
 mod web_tools;

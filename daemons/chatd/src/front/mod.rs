@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 20] = [
+const PAGE_FILES: [(&str, &str, &str); 21] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -61,6 +61,11 @@ const PAGE_FILES: [(&str, &str, &str); 20] = [
     ("/chat-app/mcp.js", include_str!("page/mcp.js"), JS),
     ("/chat-app/context.js", include_str!("page/context.js"), JS),
     ("/chat-app/apps.js", include_str!("page/apps.js"), JS),
+    (
+        "/chat-app/subagents.js",
+        include_str!("page/subagents.js"),
+        JS,
+    ),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",

@@ -18,6 +18,7 @@
  *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
  *   context.js   prompts, resources and templates of the chat's MCP servers in front of a message; a preview
  *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
+ *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -41,7 +42,7 @@
  */
 'use strict';
 
-/* ------------------------------------------------------------------ dom -- */
+/* -- dom -- */
 
 const $ = (selector, root = document) => root.querySelector(selector);
 const $$ = (selector) => [...document.querySelectorAll(selector)];
@@ -78,7 +79,7 @@ const sleep = (ms, signal) => new Promise((resolve) => {
 /** The first non-empty line, trimmed: error details are shown on one line. */
 const oneLine = (text) => String(text || '').split('\n').map((l) => l.trim()).find(Boolean) || '';
 
-/* ---------------------------------------------------------------- state -- */
+/* -- state -- */
 
 const API = '/v1/chat-app';
 const PROBE_DELAYS_S = [5, 10, 20, 30];
@@ -117,7 +118,7 @@ const list = { items: [], query: '', ticket: 0, renaming: false, stale: false, s
 /** The open chat (see buildChat), or null on the start screen. */
 let chat = null;
 
-/* ------------------------------------------------------------------ api -- */
+/* -- api -- */
 
 class ApiError extends Error {
   constructor(status, type, message, retryAfter = 0) {
@@ -248,7 +249,7 @@ function onRecovered() {
   if (wanted && !(chat && chat.id === wanted)) route();
 }
 
-/* ----------------------------------------------------------------- boot -- */
+/* -- boot -- */
 
 function setState(state) {
   page.state = state;
@@ -351,7 +352,7 @@ function stopProbeTimer() {
   page.countdown = null;
 }
 
-/* -------------------------------------------------------------- sign in -- */
+/* -- sign in -- */
 
 function showSignin() {
   leaveLive();
@@ -395,7 +396,7 @@ function signedOut() {
   else showSignin();
 }
 
-/* ----------------------------------------------------------------- live -- */
+/* -- live -- */
 
 async function goLive() {
   $('#signout').hidden = page.auth !== 'token';
@@ -429,13 +430,14 @@ function leaveLive() {
   // Nothing of the session stays open over the sign-in card.
   closePanel(); // settings.js
   closeSwitcher(); // around.js
+  renderSubs(); // subagents.js
   if ($('#copy-dialog').open) $('#copy-dialog').close();
   closeDetails(false); // status.js
   hideToast();
   link.reset();
 }
 
-/* ----------------------------------------------------------------- list -- */
+/* -- list -- */
 
 const titleOf = (conversation) => (conversation && conversation.title) || 'New chat';
 const listed = (id) => list.items.find((c) => c.id === id);
@@ -589,7 +591,7 @@ function onSearchInput() {
   }, 250);
 }
 
-/* ---------------------------------------------------------------- toast -- */
+/* -- toast -- */
 
 let toastTimer = null;
 
@@ -610,7 +612,7 @@ function hideToast() {
   $('#undo').onclick = null;
 }
 
-/* ---------------------------------------------------------------- route -- */
+/* -- route -- */
 
 const chatHref = (id) => `#/c/${enc(id)}`;
 
@@ -643,6 +645,7 @@ function clearChatView(home) {
   $('#empty-chat').hidden = !home;
   for (const box of ['#messages', '#consents', '#pending']) $(box).replaceChildren();
   $('#messages').dataset.seq = '0';
+  renderSubs(); // subagents.js: hidden, its panel closed
 }
 
 /** The start screen: no chat open; the first message sent makes one. */
@@ -681,10 +684,11 @@ async function openChat(id) {
   loadAnswered(chat, snapshot); // around.js: the lines of cards answered before
   loadUndoState(chat);
   loadPresence(chat);
+  loadSubs(chat, true); // subagents.js: the header's count, the open cards of running ones
   if (pane.open) loadFiles(chat);
 }
 
-/* ---------------------------------------------------------------- phone -- */
+/* -- phone -- */
 
 function openDrawer() {
   document.body.classList.add('drawer-open');
@@ -715,7 +719,7 @@ function fitViewport() {
   keepBottom();
 }
 
-/* ----------------------------------------------------------------- init -- */
+/* -- init -- */
 
 function init() {
   const on = (selector, type, handler, options) => $(selector).addEventListener(type, handler, options);
@@ -738,6 +742,7 @@ function init() {
   initApps(); // apps.js: a tool's page under its call
   initPush(); // push.js: "Notify me on this device"
   initFileSearch(); // filesearch.js: the files pane's search box
+  initSubs(); // subagents.js: the sub-agent's panel
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', toggleFilesPane);

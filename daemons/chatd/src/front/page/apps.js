@@ -1,9 +1,6 @@
 /*
  * tandem chat page: MCP Apps, a tool's own page under its call.
  *
- * Loaded before app.js (classic scripts, one global scope: this file uses
- * app.js's helpers and chat.js's calls at run time only).
- *
  *   frame    a call whose tool line carries a page (`card.kind: "mcp_app"`)
  *            gets a frame of `…/mcp-apps/frame`: chatd reads the page from
  *            the server and serves it under a policy of its own (sandboxed

@@ -1,8 +1,5 @@
 /*
- * tandem — the web page's actions around a chat. Served by chatd's front at
- * /chat-app/around.js and loaded before app.js (classic scripts, one global
- * scope: this file uses app.js's $, el, api, chat… only when called;
- * app.js's init() calls initAround()).
+ * tandem — the web page's actions around a chat (app.js's init() calls initAround()).
  *
  *   branch    a Branch button on each message: chatd's fork from that
  *             message (the chat up to it), and the page opens the new chat.
@@ -32,7 +29,7 @@ const SAVE_URL_MS = 60000; // a download's blob URL is kept this long, then free
 
 const switcher = { ticket: 0, timer: null, items: [], at: 0, back: null };
 
-/* ---------------------------------------------------------------- branch -- */
+/* -- branch -- */
 
 /** Adds the Branch button to a message's view (app.js's makeView). */
 function addBranch(c, message, node) {
@@ -58,7 +55,7 @@ async function branchFrom(c, messageId, target) {
   }
 }
 
-/* ---------------------------------------------------------------- export -- */
+/* -- export -- */
 
 /** chatd's export of the open chat in `format` (md or json), as a Blob. */
 async function exportOf(c, format) {
@@ -137,7 +134,7 @@ function renderChatMenu() {
   if (!chat) menu.open = false;
 }
 
-/* ---------------------------------------------------------------- import -- */
+/* -- import -- */
 
 async function importFile(file) {
   let body;
@@ -155,7 +152,7 @@ async function importFile(file) {
   }
 }
 
-/* -------------------------------------------------------------- switcher -- */
+/* -- switcher -- */
 
 function openSwitcher() {
   const dialog = $('#switcher');
@@ -256,7 +253,7 @@ function onSwitcherInput() {
   switcher.timer = setTimeout(() => { switcher.timer = null; searchSwitcher(); }, SWITCH_DEBOUNCE_MS);
 }
 
-/* -------------------------------------------------------------- answered -- */
+/* -- answered -- */
 
 const ANSWER_WORDS = { once: 'Allowed once', deny: 'Denied', expired: 'Not answered in time' };
 
@@ -391,7 +388,7 @@ function fillConsentLines(c, node, call) {
   if (!box.children.length) box.remove();
 }
 
-/* ------------------------------------------------------------------ init -- */
+/* -- init -- */
 
 function initAround() {
   $('#export-md').addEventListener('click', () => exportChat('md'));
@@ -415,8 +412,7 @@ function initAround() {
       openSwitcher();
     }
   }, true);
-  document.addEventListener('click', (e) => { // a click elsewhere closes the chat menu
-    const menu = $('#chat-menu');
-    if (menu.open && !menu.contains(e.target)) closeChatMenu();
+  document.addEventListener('click', (e) => { // a click elsewhere closes the header's menus
+    for (const menu of $$('.head-menu')) if (menu.open && !menu.contains(e.target)) menu.open = false;
   });
 }

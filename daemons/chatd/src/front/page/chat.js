@@ -1,8 +1,6 @@
 /*
  * tandem — the web page's open chat: a snapshot becomes the model (buildChat),
  * then the DOM (renderChat); after that every view is updated in place.
- * Served at /chat-app/chat.js, loaded before app.js (classic scripts, one
- * global scope: it uses app.js's $, el, api, chat… only when called).
  *
  *   chat     the model of the open chat: its active path, tool calls, runs,
  *            waiting messages, consent cards, the last applied event seq.
@@ -15,7 +13,7 @@
  */
 'use strict';
 
-/* ----------------------------------------------------------------- chat -- */
+/* -- chat -- */
 
 /** The open chat's model, from a snapshot. */
 function buildChat(snapshot) {
@@ -169,7 +167,7 @@ function updateMessage(c, message) {
   keepBottom();
 }
 
-/* --------------------------------------------------------------- render -- */
+/* -- render -- */
 
 function renderChat() {
   const c = chat;
@@ -194,6 +192,7 @@ function renderTitle() {
   $('#files-toggle').hidden = !chat;
   renderChatMenu(); // around.js
   renderChatTools(); // settings.js: the model picker and the settings button
+  renderSubs(); // subagents.js
 }
 
 /** Adds a message's view at its place on the path (a summary can go in the middle). */
@@ -205,11 +204,12 @@ function placeView(c, message) {
 
 /** A message's DOM: reasoning and tool calls fold around the body, made once there is something to fold. */
 function makeView(c, message) {
-  const node = el('div', { class: 'message', 'data-message-id': message.id, 'data-role': message.role });
+  const result = isResult(message); // a sub-agent's (subagents.js), not the person's
+  const node = el('div', { class: 'message', 'data-message-id': message.id, 'data-role': result ? 'result' : message.role });
   const view = { node, body: el('div', { class: 'body' }), reasoning: null, tools: null, note: null, callNodes: new Map(), editing: false, later: null };
   node.append(view.body);
   if (message.role === 'assistant') node.append(view.note = el('p', { class: 'note', hidden: true }));
-  if (message.role === 'user') {
+  if (message.role === 'user' && !result) {
     node.append(contextFold(message) || '', attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
   }
   addBranch(c, message, node); // around.js
@@ -239,7 +239,8 @@ const painted = new WeakMap();
 function fillBody(body, message) {
   const text = message.text || '';
   if (message.role === 'assistant') return fillAnswer(body, text, message.status === 'streaming');
-  if (message.role === 'compacted') {
+  if (isResult(message)) body.replaceChildren(resultFold(message));
+  else if (message.role === 'compacted') {
     body.replaceChildren(el('details', { class: 'summary-fold' }, el('summary', { text: 'Summary of the earlier conversation' }), md.render(text)));
   } else if (message.role === 'cleared') body.textContent = 'Context cleared: the model does not see the messages above.';
   else body.textContent = message.role === 'user' ? typedText(message) : text; // as typed (composer.js: without what chatd added for files)
@@ -401,7 +402,8 @@ function consentCard(c, card) {
     typeof labels[decision] === 'string' && labels[decision] ? labels[decision] : label,
     () => answerCard(c, card, decision, buttons, error), { 'data-decision': decision }));
   return el('div', { class: 'consent', 'data-card-id': card.card_id, role: 'group', 'aria-label': 'Permission needed' },
-    el('p', { class: 'consent-head' }, 'Permission needed: ', el('span', { class: 'name', text: card.name || 'tool' })),
+    el('p', { class: 'consent-head' }, card.subagent_id ? `Sub-agent «${card.subagent_title}» asks: ` : 'Permission needed: ',
+      el('span', { class: 'name', text: card.name || 'tool' })),
     el('p', { class: 'summary', text: card.summary || '' }),
     card.reason ? el('p', { class: 'reason', text: card.reason }) : null,
     el('div', { class: 'consent-buttons' }, ...buttons),
@@ -412,7 +414,7 @@ async function answerCard(c, card, decision, buttons, error) {
   const pressed = buttons.find((b) => b === document.activeElement); // disabling drops the focus: given back below
   for (const b of buttons) b.disabled = true;
   try {
-    await api('POST', `/conversations/${enc(c.id)}/consent`, { card_id: card.card_id, decision });
+    await api('POST', `/conversations/${enc(card.subagent_id || c.id)}/consent`, { card_id: card.card_id, decision }); // a sub-agent's at its id
     noteAnswered(c, card, decision, true); // around.js
     dropCard(c, card.card_id);
   } catch (failure) {
@@ -457,19 +459,21 @@ function removePending(c, id, delivered) {
 
 function paintPending(c, id) {
   let view = c.pendingViews.get(id);
+  const pending = c.pending.get(id);
+  const result = isResult(pending);
   if (!view) {
     view = { text: el('div', { class: 'text' }), error: el('p', { class: 'inline-error', hidden: true }), editing: false, files: el('div', { class: 'pending-files' }) };
     view.root = el('div', { class: 'pending', 'data-pending-id': id },
       el('span', { class: 'pending-label', text: 'Waiting' }), view.text, view.files,
       el('div', { class: 'pending-actions' },
-        button('pending-edit quiet', 'Edit', () => editPending(c, id, view)),
+        result ? null : button('pending-edit quiet', 'Edit', () => editPending(c, id, view)),
         button('pending-remove quiet', 'Remove', () => deletePending(c, id, view))),
       view.error);
     c.pendingViews.set(id, view);
     $('#pending').append(view.root);
   }
-  const pending = c.pending.get(id);
-  if (!view.editing) view.text.textContent = typedText(pending);
+  if (result) view.text.replaceChildren(resultFold(pending));
+  else if (!view.editing) view.text.textContent = typedText(pending);
   view.files.replaceChildren(...attachmentsOf(pending).map((a) => el('span', { class: 'pending-file', text: baseName(a.path) })));
   view.files.hidden = !view.files.childNodes.length;
 }
@@ -477,6 +481,7 @@ function paintPending(c, id) {
 const TOO_LATE = 'Too late: this message has reached the model already.';
 
 function editPending(c, id, view) {
+  if (isResult(c.pending.get(id))) return; // a sub-agent's words, not the person's to edit
   view.error.hidden = true;
   const added = addedText(c.pending.get(id)); // what chatd wrote of its files stays as it was
   const lead = leadText(c.pending.get(id)); // and the MCP context it put in front
@@ -561,7 +566,7 @@ function openEditor(view, shown, kind, value, save, restore) {
 }
 
 
-/* ---------------------------------------------------------- run actions -- */
+/* -- run actions -- */
 
 /**
  * Runs `request`, an action that starts a run: the status says Queued at once

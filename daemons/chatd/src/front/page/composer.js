@@ -1,8 +1,6 @@
 /*
  * tandem — the web page's composer: what you type and attach, and how it is
- * sent. Served by chatd's front at /chat-app/composer.js and loaded before
- * app.js (both classic scripts, one global scope: this file uses app.js's
- * $, el, api, chat… only when called; app.js's init() calls initComposer()).
+ * sent (app.js's init() calls initComposer()).
  *
  *   files    the attach button, a paste and a drop on the chat put files in
  *            the composer of the open chat (kept per chat while the page is
@@ -50,7 +48,7 @@ function attachedOf(key) {
   return compose.files.get(key);
 }
 
-/* ---------------------------------------------------------------- drafts -- */
+/* -- drafts -- */
 
 function draftGet(key) {
   try { return localStorage.getItem(DRAFT_PREFIX + key) || ''; } catch { return ''; }
@@ -80,7 +78,7 @@ function onComposerInput() {
   if (compose.key) draftSet(compose.key, $('#composer').value);
 }
 
-/* ----------------------------------------------------------------- files -- */
+/* -- files -- */
 
 /** Adds files (a FileList or an array) to the open chat's composer. */
 function attachFiles(list) {
@@ -243,7 +241,7 @@ function uploadMessage(c, key, text, items, context) {
 /** An ApiError from a refused upload (app.js's refusal(), as for a fetch). */
 const refusalOf = (xhr) => refusal(xhr.status, xhr.responseText);
 
-/* ------------------------------------------------------------------ send -- */
+/* -- send -- */
 
 async function sendComposer() {
   const box = $('#composer');
@@ -330,7 +328,7 @@ function fitComposer() {
   box.style.height = `${Math.min(box.scrollHeight, Math.round(window.innerHeight * 0.4))}px`;
 }
 
-/* ---------------------------------------------------------------- sent -- */
+/* -- sent -- */
 
 /** A message's (or a waiting one's) file records, as chatd keeps them. */
 const attachmentsOf = (message) => (Array.isArray(message && message.attachments)
@@ -384,7 +382,7 @@ function attachmentChips(message) {
   }));
 }
 
-/* ------------------------------------------------------------------ keys -- */
+/* -- keys -- */
 
 function onComposerKey(event) {
   if (event.key === 'Escape') {
@@ -425,7 +423,7 @@ function editLastWaiting() {
   return true;
 }
 
-/* ------------------------------------------------------------- paste, drop -- */
+/* -- paste, drop -- */
 
 const carriesFiles = (event) => !!event.dataTransfer && [...event.dataTransfer.types].includes('Files');
 

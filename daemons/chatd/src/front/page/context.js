@@ -1,8 +1,7 @@
 /*
  * tandem — the web page's MCP context: prompts and resources of the chat's
  * MCP servers put in front of a message (chatd's GET …/mcp/prompts,
- * …/mcp/resources; `context` on a send). Loaded before app.js (one global
- * scope; app.js's init() calls initContext()).
+ * …/mcp/resources; `context` on a send).
  *
  *   pick     "Context" lists the chat's prompts, resources and resource
  *            templates by server (one that did not answer, with its reason);
@@ -65,7 +64,7 @@ function addPick(item, label) {
 /** One request of this panel: api()'s, waiting CONTEXT_MS, quiet (app.js). */
 const contextRequest = (method, path, body) => api(method, path, body, { ms: CONTEXT_MS, quiet: true });
 
-/* ------------------------------------------------------------- templates -- */
+/* -- templates -- */
 
 // RFC 6570's operators: what an expression starts with, joins its values with, whether it
 // names them, and whether reserved characters pass (`+`, `#`).
@@ -133,7 +132,7 @@ function expandTemplate(parts, values) {
   }).join('');
 }
 
-/* ------------------------------------------------------------------ pick -- */
+/* -- pick -- */
 
 /**
  * A small form in the panel: `title`, a line `about` it, an input per field
@@ -270,7 +269,7 @@ function openContextPanel() {
   fillContextList();
 }
 
-/* --------------------------------------------------------------- preview -- */
+/* -- preview -- */
 
 /** A preview's answer folded: what the model will read, its first CONTEXT_PREVIEW_CHARS characters. */
 function previewBlock(answer) {
@@ -318,7 +317,7 @@ async function previewPick(pick) {
   body.replaceChildren(previewBlock(answer || {}));
 }
 
-/* ------------------------------------------------------------------ sent -- */
+/* -- sent -- */
 
 /**
  * Where the typed text of a message begins: after the context blocks chatd

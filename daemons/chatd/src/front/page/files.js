@@ -3,11 +3,10 @@
  * the refusal, Redo), chips under a turn's last answer for the files it made,
  * and the files pane (the list, a preview from a blob URL, Download, Delete;
  * the trash with Restore and Delete for good, each asked in place).
- * Served at /chat-app/files.js, loaded before app.js (one global scope).
  */
 'use strict';
 
-/* ---------------------------------------------------------------- files -- */
+/* -- files -- */
 
 const FILE_OPS = { created: 'Created', changed: 'Changed', deleted: 'Deleted', moved: 'Moved' };
 const UNDO_REFRESH_MS = 300; // the `files` events of one undo come together: one look at the list

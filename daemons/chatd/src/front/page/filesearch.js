@@ -4,7 +4,6 @@
  * chatd's index (GET …/files/search). Each hit names its file, its page or
  * sheet and its line, and opens the file's preview. While files are still
  * being indexed it says how many and looks again.
- * Served at /chat-app/filesearch.js, loaded before app.js (one global scope).
  */
 'use strict';
 

@@ -1,10 +1,7 @@
 /*
  * tandem — the web page's inbox: what triggerd, connectord and chatd left
- * for the person while they were elsewhere. Served by chatd's front at
- * /chat-app/inbox.js and loaded before app.js (classic scripts, one global
- * scope: this file uses app.js's $, el, api, navigate… only when called;
- * app.js calls initInbox() once, startInbox() when the page goes live and
- * stopInbox() when it leaves).
+ * for the person while they were elsewhere (app.js calls initInbox() once,
+ * startInbox() when the page goes live and stopInbox() when it leaves).
  *
  *   badge    the Notifications button in the chat's header: the unread
  *            count (99+ above 99), said in its aria-label too; from
@@ -57,7 +54,7 @@ const inbox = {
   confirming: false,
 };
 
-/* ---------------------------------------------------------------- what -- */
+/* -- what -- */
 
 /** A failed run, or something switched off (a notice with no chat to open). */
 const isFailed = (n) => n.kind === 'run_failed' || (n.kind === 'needs_attention' && !n.conversation_id);
@@ -96,7 +93,7 @@ function whenOf(created, group) {
 
 const countText = (n) => (n > 99 ? '99+' : String(n));
 
-/* --------------------------------------------------------------- badge -- */
+/* -- badge -- */
 
 function paintBadge() {
   const badge = $('#inbox-count');
@@ -121,7 +118,7 @@ function inboxCountSoon() {
   inbox.countTimer = setTimeout(() => loadInboxCount().catch(() => {}), INBOX_COUNT_SOON_MS);
 }
 
-/* ---------------------------------------------------------------- list -- */
+/* -- list -- */
 
 /** Reads the list and the counts again; events that come meanwhile wait for it. */
 async function loadInbox() {
@@ -178,7 +175,7 @@ async function deleteEntries(body) {
   await loadInboxCount();
 }
 
-/* ---------------------------------------------------------------- live -- */
+/* -- live -- */
 
 function startInbox() {
   stopInbox();
@@ -309,7 +306,7 @@ function applyInboxEvent(type, data) {
   }
 }
 
-/* --------------------------------------------------------------- panel -- */
+/* -- panel -- */
 
 function openInbox() {
   if (page.state !== 'live') return;
@@ -478,7 +475,7 @@ async function inboxAction(target, work) {
   }
 }
 
-/* ---------------------------------------------------------------- init -- */
+/* -- init -- */
 
 function initInbox() {
   $('#inbox-open').addEventListener('click', () => (inbox.open ? closeInbox(true) : openInbox()));

@@ -1,14 +1,13 @@
 /*
  * tandem — the web page's Markdown: md.render(text) → DOM nodes, md.renderLive
- * for a streaming answer. Served at /chat-app/markdown.js, loaded before app.js
- * (classic scripts, one global scope).
+ * for a streaming answer.
  *
  * The model's text is never HTML: raw tags stay text, links are http(s)/mailto
  * only. Linear time: no backtracking pattern, closers found in one pass.
  */
 'use strict';
 
-/* ------------------------------------------------------------- markdown -- */
+/* -- markdown -- */
 
 /**
  * Markdown → DOM nodes. Every piece of text becomes a text node; an href

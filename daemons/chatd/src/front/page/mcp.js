@@ -1,9 +1,6 @@
 /*
  * tandem — the web page's MCP servers: the owner's MCP connectors (chatd's
- * /mcp-connectors routes). Served by chatd's front at /chat-app/mcp.js and
- * loaded before app.js (classic scripts, one global scope: this file uses
- * app.js's $, el, api, button… only when called; app.js's init() calls
- * initMcp()).
+ * /mcp-connectors routes).
  *
  *   panel    one dialog (a sheet on a phone), opened from the sidebar's
  *            "MCP servers": each connector with its state in words, where
@@ -292,7 +289,7 @@ async function addMcp() {
   }
 }
 
-/* ------------------------------------------------------------------ init -- */
+/* -- init -- */
 
 function initMcp() {
   buildMcp();
@@ -319,7 +316,7 @@ function initMcp() {
   dialog.addEventListener('click', (e) => { if (e.target === e.currentTarget) closeMcp(); }); // the backdrop
 }
 
-/* ---------------------------------------------------- one chat's servers -- */
+/* -- one chat's servers -- */
 
 /** The settings panel's fieldset for the chat's MCP servers, empty until filled. */
 function chatMcpBox() {

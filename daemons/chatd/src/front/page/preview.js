@@ -6,7 +6,6 @@
  * notes. The JSON comes from chatd's `…/files/preview`, made by its reader
  * process; every text goes in as textContent. files.js's previewOf() calls
  * docPreview() for these files.
- * Served at /chat-app/preview.js, loaded before files.js (one global scope).
  */
 'use strict';
 

@@ -1,8 +1,5 @@
 /*
- * tandem — the web page's model and settings. Served by chatd's front at
- * /chat-app/settings.js and loaded before app.js (classic scripts, one global
- * scope: this file uses app.js's $, el, api, chat… only when called;
- * app.js's init() calls initSettings(), chat.js's renderTitle() calls
+ * tandem — the web page's model and settings (chat.js's renderTitle() calls
  * renderChatTools()).
  *
  *   model     the open chat's model, picked in its header from the models
@@ -46,7 +43,7 @@ const models = { list: null, at: 0, loading: null };
 const tools = { chatId: null, shown: '' }; // the chat the header shows; the options it was filled with
 const panel = { target: null, back: null, savedMode: null, busy: false };
 
-/* ----------------------------------------------------------------- model -- */
+/* -- model -- */
 
 /** Asks chatd for the engine's models when the list is older than MODELS_FRESH_MS. */
 function loadModels() {
@@ -147,7 +144,7 @@ function hideModelNote() {
   note.textContent = '';
 }
 
-/* ----------------------------------------------------------------- panel -- */
+/* -- panel -- */
 
 /** The panel's form, made once: a field, its hint and its error line for each setting, and the modes. */
 function buildPanel() {
@@ -354,7 +351,7 @@ function onPanelClosed() {
   if (back && back.isConnected && typeof back.focus === 'function') back.focus();
 }
 
-/* ------------------------------------------------------------------ init -- */
+/* -- init -- */
 
 function initSettings() {
   buildPanel();

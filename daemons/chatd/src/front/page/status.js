@@ -1,8 +1,5 @@
 /*
  * tandem — the web page's status line, context meter and failure banner.
- * Served at /chat-app/status.js, loaded before app.js (classic scripts, one
- * global scope: it uses app.js's $, el, chat… only when called; app.js's
- * init() calls initStatus()).
  *
  *   words    what the open chat is doing, as one word or a tool step as a
  *            verb with its object ("Reading notes.md", "Running `cargo test`"),
@@ -20,7 +17,7 @@
  */
 'use strict';
 
-/* ---------------------------------------------------------------- words -- */
+/* -- words -- */
 
 function setStatus(c, state, detail = '') {
   if (c.status.state === state && c.status.detail === detail) return;
@@ -101,7 +98,7 @@ function toolStep(name, summary) {
   }
 }
 
-/* ---------------------------------------------------------------- meter -- */
+/* -- meter -- */
 
 /** 12.3k from 12345; plain below 1000. */
 const formatTokens = (n) => (n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(Math.round(n)));
@@ -254,7 +251,7 @@ function closeDetails(focusBack) {
   if (focusBack) $('#meter').focus();
 }
 
-/* --------------------------------------------------------------- banner -- */
+/* -- banner -- */
 
 /** Each cause: what happened, in plain words, and what to do. */
 const CAUSES = {
@@ -347,7 +344,7 @@ function retryRun(target, run) {
   runAction(target, run.status !== 'failed' && started ? 'continue' : 'regenerate');
 }
 
-/* ----------------------------------------------------------------- init -- */
+/* -- init -- */
 
 function initStatus() {
   $('#meter').addEventListener('click', () => ($('#meter-details').hidden ? openDetails() : closeDetails(true)));

@@ -7,11 +7,10 @@
  *            hidden for 5 s lets its stream go and resumes it when shown.
  *   events   EVENTS: one handler per event type, applied in seq order; an
  *            event with seq <= the last applied one is skipped.
- * Served at /chat-app/stream.js, loaded before app.js (one global scope).
  */
 'use strict';
 
-/* --------------------------------------------------------------- stream -- */
+/* -- stream -- */
 
 let streamControl = null;
 
@@ -176,6 +175,7 @@ async function reload(c, signal) {
   loadAnswered(c, snapshot); // around.js
   loadUndoState(c);
   loadPresence(c);
+  loadSubs(c, true); // subagents.js
   if (pane.open) loadFiles(c);
 }
 
@@ -186,7 +186,7 @@ function chatGone(c) {
   refreshList();
 }
 
-/* --------------------------------------------------------------- events -- */
+/* -- events -- */
 
 const EVENTS = {
   'conversation.updated'(c, d) {
@@ -254,7 +254,7 @@ const EVENTS = {
     if (!d.card_id) return;
     noteCard(c, d); // around.js: the call an egress card goes under
     c.consents.set(d.card_id, d);
-    if (d.call_id) {
+    if (d.call_id && !d.subagent_id) { // a sub-agent's call is in its own chat
       const call = callOf(c, d.call_id, d.name);
       call.status = 'waiting';
       refreshCall(c, call);
@@ -296,4 +296,6 @@ const EVENTS = {
   'pending.updated'(c, d) { addPending(c, d.pending); },
   'pending.removed'(c, d) { removePending(c, d.pending_id, false); },
   'pending.delivered'(c, d) { removePending(c, d.pending_id, true); },
+  sub_agent_started(c) { loadSubs(c); }, // subagents.js: the count and the menu
+  sub_agent_done(c, d) { subDone(c, d); },
 };

@@ -1,0 +1,154 @@
+/*
+ * tandem — the web page's sub-agents of the open chat: the header's
+ * "Sub-agents (n)" menu (n running), a read-only panel that follows one's
+ * own conversation, a background one's result folded in the chat, and the
+ * open cards of running ones (their answers go to the sub-agent's id).
+ */
+'use strict';
+
+const isResult = (m) => !!(m && m.card && m.card.kind === 'sub_agent_result');
+
+/** A result in the chat: folded, without the headline written for the model. */
+function resultFold(m) {
+  return el('details', { class: 'sub-result' }, el('summary', { text: `Result of «${m.card.title}» (${m.card.status})` }),
+    md.render(String(m.text || '').replace(/^\[[^\n]*\]\n*/, '')));
+}
+
+/** The panel: the sub-agent shown, its messages and the last applied seq of its events. */
+const sub = { c: null, id: null, row: null, msgs: new Map(), nodes: new Map(), seq: 0, ctl: null };
+
+/** The chat's sub-agents (c.subs, newest first); `cards`: also the open cards of running ones. */
+async function loadSubs(c, cards) {
+  const ticket = c.subTicket = (c.subTicket || 0) + 1;
+  const data = await api('GET', `/conversations/${enc(c.id)}/subagents`).catch(() => null);
+  if (!data || c !== chat || ticket !== c.subTicket) return;
+  c.subs = data.subagents || [];
+  renderSubs();
+  for (const s of cards ? c.subs : []) {
+    if (s.state !== 'running') continue;
+    api('GET', `/conversations/${enc(c.id)}/subagents/${enc(s.id)}`).then((d) => {
+      for (const card of d.snapshot.consents || []) {
+        if (!c.consents.has(card.card_id)) c.consents.set(card.card_id, { ...card, subagent_id: s.id, subagent_title: s.title });
+      }
+      if (c === chat) renderConsents();
+    }).catch(() => {});
+  }
+}
+
+function renderSubs() {
+  const box = $('#subagents');
+  const subs = (chat && chat.subs) || [];
+  box.hidden = !subs.length;
+  if (!subs.length) box.open = false;
+  if (sub.c !== chat && $('#sub-panel').open) $('#sub-panel').close();
+  $('.n', box).textContent = subs.filter((s) => s.state === 'running').length;
+  $('.menu-items', box).replaceChildren(...subs.map((s) => el('div', { class: 'sub-row', 'data-sub-id': s.id },
+    button('sub-open quiet', `${s.title} · ${s.state} · ${s.wait ? 'foreground' : 'background'}`, () => showSub(s.id, true)),
+    s.state === 'running' ? button('sub-stop', 'Stop', (e) => stopSub(s.id, e.currentTarget)) : null)));
+}
+
+/** A sub-agent's end on the parent (stream.js): its cards go, the list and the panel follow. */
+function subDone(c, d) {
+  for (const card of [...c.consents.values()]) if (card.subagent_id === d.subagent_id) dropCard(c, card.card_id);
+  loadSubs(c);
+  if (sub.id === d.subagent_id) showSub(sub.id);
+}
+
+async function stopSub(sid, target) {
+  const c = chat;
+  target.disabled = true;
+  try {
+    await api('POST', `/conversations/${enc(c.id)}/subagents/${enc(sid)}/stop`, {});
+  } catch (error) {
+    if (error.type !== 'not_running') showError(error);
+  }
+  target.disabled = false;
+  if (c === chat) loadSubs(c);
+  if (sub.id === sid) showSub(sid);
+}
+
+/** Shows one sub-agent in the panel (`open`: the panel too) and follows it while it runs. */
+function showSub(sid, open) {
+  if (sub.ctl) sub.ctl.abort();
+  Object.assign(sub, { c: chat, id: sid, ctl: new AbortController() });
+  if (open) {
+    $('#subagents').open = false;
+    $('#sub-log').replaceChildren();
+    $('#sub-title').textContent = '…';
+    $('#sub-panel').showModal();
+  }
+  followSub(sub.ctl.signal, chat, sid);
+}
+
+/** The sub-agent's snapshot, then its events while it runs; after a drop or a reset, both again. */
+async function followSub(signal, c, sid) {
+  for (let delay = RETRY_MIN_MS; !signal.aborted; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
+    const attempt = new AbortController();
+    const abort = () => attempt.abort();
+    signal.addEventListener('abort', abort);
+    try {
+      const d = await api('GET', `/conversations/${enc(c.id)}/subagents/${enc(sid)}`);
+      if (signal.aborted) return;
+      Object.assign(sub, { row: d.subagent, seq: Number(d.snapshot.seq) || 0, msgs: new Map(), nodes: new Map() });
+      for (const m of d.snapshot.messages || []) sub.msgs.set(m.id, m);
+      paintSub();
+      if (d.subagent.state !== 'running') return;
+      const hung = setTimeout(abort, REQUEST_MS);
+      const res = await fetch(`${API}/conversations/${enc(sid)}/events?after=${sub.seq}`,
+        { signal: attempt.signal, cache: 'no-store', headers: { accept: 'text/event-stream' } });
+      clearTimeout(hung);
+      if (res.ok) {
+        delay = RETRY_MIN_MS;
+        await readSse(res.body, attempt, (frame) => signal.aborted || subEvent(frame));
+      }
+    } catch (error) {
+      if (error.status === 404) return;
+    } finally {
+      signal.removeEventListener('abort', abort);
+      attempt.abort();
+    }
+    await sleep(delay, signal);
+  }
+}
+
+/** One event of the sub-agent's: its messages' text, as they come. */
+function subEvent(frame) {
+  if (frame.type === 'reset') throw new Reset();
+  const seq = Number(frame.id);
+  if (!(seq > sub.seq)) return;
+  sub.seq = seq;
+  let d;
+  try { d = JSON.parse(frame.data.join('\n')); } catch { return; }
+  let m = d.message || sub.msgs.get(d.message_id);
+  if (!m) return;
+  if (frame.type === 'text.delta') m.text = (m.text || '') + (d.text || '');
+  else if (!frame.type.startsWith('message.')) return;
+  sub.msgs.set(m.id, m = { ...sub.msgs.get(m.id), ...m });
+  paintMsg(m);
+}
+
+function paintSub() {
+  const s = sub.row;
+  $('#sub-title').textContent = s.title;
+  $('#sub-state').textContent = `${s.state} · ${s.wait ? 'waited for' : 'in the background'} · read only`;
+  $('#sub-stop').hidden = s.state !== 'running';
+  $('#sub-log').replaceChildren();
+  for (const m of sub.msgs.values()) paintMsg(m);
+}
+
+/** A message as text: an answer's calls one line each, a tool's result by its summary. */
+function paintMsg(m) {
+  const panel = $('#sub-panel');
+  const end = panel.scrollHeight - panel.scrollTop - panel.clientHeight < 80; // at the end: it stays there
+  let node = sub.nodes.get(m.id);
+  if (!node) sub.nodes.set(m.id, node = $('#sub-log').appendChild(el('p', { class: 'sub-msg', 'data-role': m.role })));
+  const calls = (m.tool_calls || []).map((t) => `→ ${(t.function || t).name} ${summarizeArguments((t.function || t).arguments)}`);
+  node.textContent = m.role === 'tool' ? m.summary || oneLine(m.text).slice(0, 200) : [m.text, ...calls].filter(Boolean).join('\n');
+  if (end) panel.scrollTop = panel.scrollHeight;
+}
+
+function initSubs() {
+  $('#sub-close').addEventListener('click', () => $('#sub-panel').close());
+  $('#sub-panel').addEventListener('close', () => { if (sub.ctl) sub.ctl.abort(); sub.id = null; });
+  $('#sub-stop').addEventListener('click', (e) => stopSub(sub.id, e.currentTarget));
+}
