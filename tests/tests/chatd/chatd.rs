@@ -1925,3 +1925,52 @@ async fn a_chat_hands_out_the_files_in_its_workspace() -> anyhow::Result<()> {
     assert_eq!(file_error(&bytes)["type"], "not_found");
     Ok(())
 }
+
+/// A client that goes away the moment its send is written (a bot killed,
+/// a phone out of range) leaves a stored message whose run runs: the run is
+/// never left `queued` with no task, holding the chat until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_client_goes_away_at_once_still_runs() -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let (_sim, chatd, client) = start(&[]).await?;
+    let address = chatd
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut chats = Vec::new();
+    for i in 0..16 {
+        let chat = client.create_chat().await?;
+        let body = json!({"text": format!("hello {i}"), "key": format!("k{i}")}).to_string();
+        let request = format!(
+            "POST /v1/chat-app/conversations/{chat}/messages HTTP/1.1\r\nhost: {address}\r\n\
+             x-forward-key: {FORWARD_KEY}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut socket = tokio::net::TcpStream::connect(&address).await?;
+        socket.write_all(request.as_bytes()).await?;
+        // Gone at once, some before chatd's write job ends, some after.
+        drop(socket);
+        chats.push(chat);
+    }
+    for chat in &chats {
+        let snapshot = wait_until(&format!("chat {chat}'s run to end"), ANSWER, || async {
+            let snapshot = client.snapshot(chat).await.ok()?;
+            let runs = snapshot["runs"].as_array()?;
+            // A send that never reached the store is fine: nothing runs.
+            let ended = runs.iter().all(|r| r["status"] == "done");
+            ended.then_some(snapshot)
+        })
+        .await?;
+        let runs = snapshot["runs"].as_array().map(Vec::len).unwrap_or(0);
+        let users = snapshot["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "user")
+            .count();
+        assert_eq!(runs, users, "each stored message has its run: {snapshot}");
+    }
+    Ok(())
+}

@@ -4,12 +4,15 @@
 //! a condition with a bound.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use serde_json::{json, Value};
-use tandem_tests::connectord::{connector_chats, Rig};
+use tandem_tests::connectord::{connector_chats, Connectord, Rig};
 use tandem_tests::fakebot::{FakeBot, Fault};
-use tandem_tests::harness::{wait_until, Client};
+use tandem_tests::harness::{wait_until, Chatd, Client, Sim};
 
 const QUICK: Duration = Duration::from_secs(30);
 const TOKEN: &str = "123456:AAE-the-secret-bot-token-9f8e7d";
@@ -611,5 +614,193 @@ async fn an_answer_whose_connection_is_cut_arrives_once() -> anyhow::Result<()> 
         .filter(|m| m.visible == answer)
         .count();
     assert_eq!(answers, 1);
+    Ok(())
+}
+
+/// A TCP proxy between connectord and chatd that plays the soak's SIGKILL
+/// at its worst moment: once armed with connectord's pid, the instant a
+/// whole send of a message (`POST …/messages`) has gone through to chatd it
+/// SIGKILLs connectord and drops chatd's side of that connection, as the
+/// kernel drops the dead process's (chatd sees its client go away while
+/// the send is on its way to the database).
+struct KillingProxy {
+    url: String,
+    /// The pid to kill at the next send (0: none).
+    armed: Arc<AtomicU32>,
+    kills: Arc<AtomicUsize>,
+}
+
+impl KillingProxy {
+    async fn start(upstream: &str) -> anyhow::Result<KillingProxy> {
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (armed, kills) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, k) = (armed.clone(), kills.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, armed, kills) = (upstream.clone(), a.clone(), k.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    pipe(client, server, armed, kills).await;
+                });
+            }
+        });
+        Ok(KillingProxy { url, armed, kills })
+    }
+
+    /// SIGKILL `pid` at the next send that reaches chatd.
+    fn arm(&self, pid: u32) {
+        self.armed.store(pid, Ordering::SeqCst);
+    }
+
+    fn kills(&self) -> usize {
+        self.kills.load(Ordering::SeqCst)
+    }
+}
+
+/// Both ways until either side ends or the armed kill is played; then both
+/// are dropped.
+async fn pipe(
+    mut client: tokio::net::TcpStream,
+    mut server: tokio::net::TcpStream,
+    armed: Arc<AtomicU32>,
+    kills: Arc<AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut seen: Vec<u8> = Vec::new();
+    let mut from_client = [0u8; 16 * 1024];
+    let mut from_server = [0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            n = client.read(&mut from_client) => {
+                let Ok(n @ 1..) = n else { return };
+                if server.write_all(&from_client[..n]).await.is_err() {
+                    return;
+                }
+                seen.extend_from_slice(&from_client[..n]);
+                while let Some((len, is_send)) = whole_request(&seen) {
+                    seen.drain(..len);
+                    let pid = if is_send { armed.swap(0, Ordering::SeqCst) } else { 0 };
+                    if pid != 0 {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid as i32),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                        kills.fetch_add(1, Ordering::SeqCst);
+                        // Its sockets close with it: chatd's side too.
+                        return;
+                    }
+                }
+            }
+            n = server.read(&mut from_server) => {
+                let Ok(n @ 1..) = n else { return };
+                if client.write_all(&from_server[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The length of the first whole request in `bytes` (head and a
+/// `content-length` body), and whether it sends a message to a chat.
+fn whole_request(bytes: &[u8]) -> Option<(usize, bool)> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+    let body: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    if bytes.len() < end + body {
+        return None;
+    }
+    let first = head.lines().next().unwrap_or_default();
+    let is_send = first.starts_with("post ") && first.contains("/messages ");
+    Some((end + body, is_send))
+}
+
+#[tokio::test]
+async fn killed_while_chatd_stores_its_message_it_is_answered_after_the_restart(
+) -> anyhow::Result<()> {
+    // connectord reaches chatd through the proxy; the routes (chatd to
+    // connectord's socket) do not pass it.
+    let bot = FakeBot::start(TOKEN, "helper_bot").await?;
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let dir = tempfile::tempdir()?;
+    let socket = tandem_tests::connectord::socket_in(dir.path());
+    let chatd = Chatd::start(
+        &sim.url(),
+        &[("QSE_CONNECTORS_SOCKET", socket.to_string_lossy().as_ref())],
+    )
+    .await?;
+    let proxy = KillingProxy::start(&chatd.url()).await?;
+    let mut cd = Connectord::new(dir, &chatd, &bot.url(), "http://127.0.0.1:9/api", "")?;
+    let config = std::fs::read_to_string(&cd.config)?;
+    let chat_url = format!("chat_url = \"{}\"", chatd.url());
+    anyhow::ensure!(config.contains(&chat_url), "{config}");
+    std::fs::write(
+        &cd.config,
+        config.replace(&chat_url, &format!("chat_url = \"{}\"", proxy.url)),
+    )?;
+    cd.start().await?;
+    let client = chatd.client();
+    let rig = Rig {
+        sim,
+        chatd,
+        client,
+        cd,
+    };
+    let agent = rig.agent().await?;
+    let mut b = Box4 { rig, bot, agent };
+    bind(&b, json!({"reply_mode": "off"})).await?;
+    // A kill as the send reaches chatd lands after chatd stored the message
+    // and its run about half the time (before it, nothing is stored and the
+    // restart sends it anew): twelve kills give the worse case every chance.
+    const KILLS: usize = 12;
+    for i in 0..KILLS {
+        let pid = b.cd.pid().context("connectord's pid")?;
+        proxy.arm(pid);
+        b.bot
+            .push_private(42, "ann", &format!("message {i} [sim text=answer{i}]"));
+        wait_until(
+            "connectord killed as its send reached chatd",
+            QUICK,
+            || async { (proxy.kills() > i).then_some(()) },
+        )
+        .await?;
+        b.cd.kill9();
+        b.cd.start().await?;
+        let answer = format!("answer{i}");
+        let answered = b
+            .bot
+            .wait_sent(
+                &format!("the answer to message {i}, sent to chatd as connectord was killed"),
+                QUICK,
+                |s| s.iter().any(|m| m.chat_id == "42" && m.visible == answer),
+            )
+            .await;
+        if let Err(err) = answered {
+            let chats = connector_chats(&b.client).await.unwrap_or_default();
+            let chat = chats.first().and_then(|c| c["id"].as_str()).unwrap_or("");
+            let snap = b.client.snapshot(chat).await.unwrap_or_default();
+            anyhow::bail!("{err}; the chat's runs in chatd: {}", snap["runs"]);
+        }
+    }
+    // Each once: a restart sends again with the message's key.
+    let chats = connector_chats(&b.client).await?;
+    assert_eq!(chats.len(), 1, "{chats:?}");
+    let snap = b
+        .client
+        .snapshot(chats[0]["id"].as_str().unwrap_or(""))
+        .await?;
+    let users = snap["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "user").count())
+        .unwrap_or(0);
+    assert_eq!(users, KILLS, "each message reached chatd once: {snap}");
     Ok(())
 }

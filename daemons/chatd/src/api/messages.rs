@@ -190,21 +190,30 @@ where
         + 'static,
 {
     let cid = id.clone();
-    let run = app
-        .store
-        .write(move |ctx| {
-            let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
-            if queries::active_run(ctx.conn(), &cid)?.is_some() {
-                return Err(ApiError::conflict(
-                    "run_active",
-                    "a run is working in this chat: stop it or wait",
-                ));
-            }
-            let message_id = prepare(ctx, &conversation)?;
-            insert_run(ctx, &conversation, mode, origin, message_id.as_deref())
-        })
-        .await?;
-    app.runs.spawn(run.id.clone(), id);
+    // Stored and started in a task of its own, as a send is (`Outgoing::store`):
+    // a client gone mid-request must not leave the run queued for good.
+    let app = app.clone();
+    let started = tokio::spawn(async move {
+        let run = app
+            .store
+            .write(move |ctx| {
+                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
+                if queries::active_run(ctx.conn(), &cid)?.is_some() {
+                    return Err(ApiError::conflict(
+                        "run_active",
+                        "a run is working in this chat: stop it or wait",
+                    ));
+                }
+                let message_id = prepare(ctx, &conversation)?;
+                insert_run(ctx, &conversation, mode, origin, message_id.as_deref())
+            })
+            .await?;
+        app.runs.spawn(run.id.clone(), id);
+        Ok::<_, ApiError>(run)
+    });
+    let run = started
+        .await
+        .map_err(|_| ApiError::internal("the run did not start"))??;
     Ok(accepted(json!({"run_id": run.id})))
 }
 

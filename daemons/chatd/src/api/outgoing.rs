@@ -153,32 +153,39 @@ impl Outgoing {
         records: Option<Value>,
     ) -> Result<Response, ApiError> {
         let (cid, key, origin) = (id.clone(), self.key, self.origin);
-        let sent = app
-            .store
-            .write(move |ctx| {
-                let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
-                if let Some(key) = &key {
-                    let before = messages::send_key_answer(ctx.conn(), &cid, key)?;
-                    if let Some(before) = before {
-                        return Ok(Sent::Again(
-                            serde_json::from_str(&before).unwrap_or(Value::Null),
-                        ));
+        // Stored and started in a task of its own: hyper drops a request's
+        // handler when its client goes away, and a run stored `queued` but
+        // never started would hold its chat (and the key's answer) for good.
+        let app = app.clone();
+        let stored = tokio::spawn(async move {
+            let sent = app
+                .store
+                .write(move |ctx| {
+                    let conversation = queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
+                    if let Some(key) = &key {
+                        let before = messages::send_key_answer(ctx.conn(), &cid, key)?;
+                        if let Some(before) = before {
+                            return Ok(Sent::Again(
+                                serde_json::from_str(&before).unwrap_or(Value::Null),
+                            ));
+                        }
                     }
-                }
-                let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
-                if let Some(key) = &key {
-                    messages::insert_send_key(ctx, &cid, key, &sent.answer())?;
-                }
-                Ok(sent)
-            })
-            .await?;
-        Ok(match sent {
-            Sent::Run { message_id, run_id } => {
+                    let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
+                    if let Some(key) = &key {
+                        messages::insert_send_key(ctx, &cid, key, &sent.answer())?;
+                    }
+                    Ok(sent)
+                })
+                .await?;
+            if let Sent::Run { run_id, .. } = &sent {
                 app.runs.spawn(run_id.clone(), id);
-                accepted(json!({"message_id": message_id, "run_id": run_id}))
             }
-            other => accepted(other.answer()),
-        })
+            Ok::<_, ApiError>(sent)
+        });
+        let sent = stored
+            .await
+            .map_err(|_| ApiError::internal("the send did not finish"))??;
+        Ok(accepted(sent.answer()))
     }
 }
 
