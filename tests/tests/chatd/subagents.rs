@@ -209,6 +209,8 @@ async fn a_foreground_sub_agent_answers_its_call() -> anyhow::Result<()> {
         ("DELETE", format!("/conversations/{sub}")),
         ("PUT", format!("/conversations/{sub}/permission-mode")),
         ("POST", format!("/conversations/{sub}/rules")),
+        // The id as a route reads it, percent-decoded.
+        ("POST", format!("/conversations/%63{}/messages", &sub[1..])),
     ] {
         let m = reqwest::Method::from_bytes(method.as_bytes())?;
         let answer = client
@@ -460,7 +462,11 @@ async fn a_sub_agent_cannot_pass_its_parents_rules_or_tools() -> anyhow::Result<
             .all(|t| t.contains("not one of the tools this sub-agent was given")),
         "{own:?}"
     );
-    assert!(results[2].contains("cannot run commands"), "{}", results[2]);
+    assert!(
+        results[2].contains("asks to run something") && results[2].contains("bash"),
+        "{}",
+        results[2]
+    );
     assert!(results[3].contains("format_disk"), "{}", results[3]);
     // Offered read_file only.
     let requests = sim.requests().await?;
@@ -763,5 +769,33 @@ async fn a_failed_turn_stops_its_sub_agents() -> anyhow::Result<()> {
     .await?;
     assert_eq!(rows[0]["state"], "stopped");
     assert_eq!(rows[0]["by_parent"], true);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_whose_engine_stays_away_ends_failed_and_its_parent_goes_on(
+) -> anyhow::Result<()> {
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start(&sim.url(), &[("QSE_CHAT_RETRY_WINDOW_S", "2")]).await?;
+    let client = chatd.client();
+    let chat = chat_in(&client, "auto").await?;
+    script(
+        &sim,
+        &chat,
+        vec![step(vec![spawn("Unlucky\n[sim status=500]", true)])],
+    )
+    .await?;
+    let run = run_id(&client.send(&chat, "go").await?)?;
+    let record = client
+        .wait_run(&chat, &run, &["done", "failed"], LONG)
+        .await?;
+    assert_eq!(record["status"], "done", "the parent goes on: {record}");
+    let rows = subagents(&client, &chat).await?["subagents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(rows[0]["state"], "failed", "{rows:?}");
+    let results = tool_results(&client.snapshot(&chat).await?);
+    assert!(results[0].contains("failed"), "{results:?}");
     Ok(())
 }

@@ -266,10 +266,12 @@ async fn guard(State(app): State<Arc<App>>, mut request: Request, next: Next) ->
 fn subagent_write(app: &App, path: &str) -> Option<ApiError> {
     let rest = path.strip_prefix("/conversations/")?;
     let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
-    if tail == "consent" || !app.folders.is_subagent(id) {
+    // As the route's `Path` reads it: `%63_…` is `c_…`.
+    let id = percent_encoding::percent_decode_str(id).decode_utf8_lossy();
+    if tail == "consent" || !app.folders.is_subagent(&id) {
         return None;
     }
-    let parent = app.folders.home(id);
+    let parent = app.folders.home(&id);
     Some(ApiError::conflict(
         "subagent_read_only",
         format!(

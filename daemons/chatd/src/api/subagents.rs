@@ -76,12 +76,13 @@ pub async fn stop(
         .store
         .read(move |conn| subagents::one(conn, &parent, &child))
         .await?;
-    if sub.state != SubagentState::Running || !app.runs.stop_subagent(&sid).await {
+    if sub.state != SubagentState::Running {
         return Err(ApiError::conflict(
             "not_running",
             format!("the sub-agent {sid} is not running (it is {})", sub.state),
         ));
     }
+    app.runs.stop_subagent(&sid).await;
     let sub = app
         .store
         .read(move |conn| subagents::one(conn, &id, &sid))

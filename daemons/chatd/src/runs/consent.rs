@@ -219,14 +219,22 @@ impl Runs {
                 .await;
         }
         let (cid, card_id) = (conversation_id.to_string(), card_id.to_string());
-        let changed = self
-            .inner
-            .store
-            .write(move |ctx| consents::answer(ctx, &cid, &card_id, decision))
-            .await?;
-        if changed {
-            self.inner.consent_bell.notify_waiters();
-        }
-        Ok(changed)
+        // Written and rung in a task of its own: a client gone mid-request
+        // must not leave an answered card whose run never hears of it.
+        let runs = self.clone();
+        let answered = tokio::spawn(async move {
+            let changed = runs
+                .inner
+                .store
+                .write(move |ctx| consents::answer(ctx, &cid, &card_id, decision))
+                .await?;
+            if changed {
+                runs.inner.consent_bell.notify_waiters();
+            }
+            Ok::<_, ApiError>(changed)
+        });
+        answered
+            .await
+            .map_err(|_| ApiError::internal("the answer was not written"))?
     }
 }

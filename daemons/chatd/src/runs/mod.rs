@@ -416,7 +416,10 @@ impl Runs {
                     runs.after_run(&conversation_id, outcome).await;
                 }
                 Ok(None) => tracing::info!(run = %run_id, "run left queued for the next start"),
-                Err(err) => tracing::error!(run = %run_id, error = %err, "run task failed"),
+                Err(err) => {
+                    tracing::error!(run = %run_id, error = %err, "run task failed");
+                    runs.after_run(&conversation_id, Outcome::Failed).await;
+                }
             }
             {
                 let mut active = lock(&runs.inner.active);

@@ -70,10 +70,10 @@ impl Runs {
             })
             .unwrap_or_default();
         if let Some(tools) = &args.tools {
-            let unknown: Vec<&str> = tools
+            let unknown: Vec<String> = tools
                 .iter()
-                .map(String::as_str)
-                .filter(|t| !names.contains(t))
+                .filter(|t| !names.contains(&t.as_str()))
+                .map(|t| t.chars().take(60).collect())
                 .collect();
             if !unknown.is_empty() {
                 return Ok(Spawned::Refused(format!(
@@ -84,18 +84,21 @@ impl Runs {
                 )));
             }
         }
-        let can_run = names.contains(&"bash")
-            && args
-                .tools
-                .as_ref()
-                .is_none_or(|t| t.iter().any(|n| n == "bash"));
-        if !can_run && spawn::asks_to_run(&args.task) {
-            return Ok(Spawned::Refused(
-                "refused: the task asks to run something, and this chat cannot run commands \
-                 (no bash), so a sub-agent could not either; no sub-agent started. Give it a task \
-                 it can do by reading and writing files, or ask the person to run it."
-                    .to_string(),
-            ));
+        let chat_runs = names.contains(&"bash");
+        let subset_runs = args
+            .tools
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|n| n == "bash"));
+        if !(chat_runs && subset_runs) && spawn::asks_to_run(&args.task) {
+            let why = if chat_runs {
+                "the tools you named leave out bash"
+            } else {
+                "this chat cannot run commands (no bash), so a sub-agent could not either"
+            };
+            return Ok(Spawned::Refused(format!(
+                "refused: the task asks to run something, and {why}; no sub-agent started. Give \
+                 it a task it can do by reading and writing files, or ask the person to run it."
+            )));
         }
         let made = self.make_subagent(run, call_id, &args).await?;
         let (sub_id, child_run) = match made {
@@ -189,7 +192,10 @@ impl Runs {
             Outcome::Done | Outcome::Paused => SubagentState::Done,
             Outcome::Stopped => SubagentState::Stopped,
             Outcome::Failed => SubagentState::Failed,
-            Outcome::Interrupted => return,
+            // Cut off by chatd's stop: the next start takes it up again.
+            Outcome::Interrupted if self.inner.shutdown.is_begun() => return,
+            // The engine stayed away past the retry window: it ends here.
+            Outcome::Interrupted => SubagentState::Failed,
         };
         let place = Place::of(&self.inner.folders, sub_id).key;
         let id = sub_id.to_string();
@@ -208,14 +214,16 @@ impl Runs {
             })
             .await;
         match ended {
-            Ok(Some(parent_run)) => self.spawn(parent_run.id, parent_run.conversation_id),
-            Ok(None) => {}
+            Ok(Some(parent_run)) => {
+                tracing::info!(subagent = %sub_id, state = %state, "sub-agent ended");
+                self.spawn(parent_run.id, parent_run.conversation_id)
+            }
+            Ok(None) => tracing::info!(subagent = %sub_id, state = %state, "sub-agent ended"),
             // The row stays running: the next start ends it from its run.
             Err(e) => {
                 tracing::error!(subagent = %sub_id, status = e.status.as_u16(), "a sub-agent's end was not written")
             }
         }
-        tracing::info!(subagent = %sub_id, state = %state, "sub-agent ended");
         self.inner.subagent_bell.notify_waiters();
     }
 
@@ -235,12 +243,13 @@ impl Runs {
     }
 
     /// Stops one sub-agent; what it had reaches its parent like any end.
-    /// `false` when it was not running.
-    pub async fn stop_subagent(&self, sub_id: &str) -> bool {
-        let stopped = self.stop(sub_id);
-        if stopped {
+    /// One whose row says running with no run task live (its run's end was
+    /// never written) is ended here.
+    pub async fn stop_subagent(&self, sub_id: &str) {
+        if self.stop(sub_id) {
             self.wait_idle(sub_id, STOP_WAIT).await;
+        } else {
+            self.after_subagent(sub_id, Outcome::Stopped).await;
         }
-        stopped
     }
 }

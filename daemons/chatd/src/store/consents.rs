@@ -53,21 +53,7 @@ pub fn ask(ctx: &mut Ctx, conversation_id: &str, card: NewCard) -> Result<(), Ap
         if let Some(labels) = labels {
             event["labels"] = labels;
         }
-        ctx.emit(cid, EventKind::ToolConsent, event.clone())?;
-        // A sub-agent's card shows on its parent too, where a person watches.
-        let parent: Option<(String, String)> = ctx
-            .conn()
-            .query_row(
-                "SELECT parent_id, title FROM conversations WHERE id = ?1 AND kind = ?2 AND parent_id IS NOT NULL",
-                params![cid, crate::words::ChatKind::Subagent],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        if let Some((parent, title)) = parent {
-            event["subagent_id"] = json!(cid);
-            event["subagent_title"] = json!(title);
-            ctx.emit(&parent, EventKind::ToolConsent, event)?;
-        }
+        emit_mirrored(ctx, cid, EventKind::ToolConsent, event)?;
     }
     set_status(ctx, rid, RunStatus::Waiting)?;
     set_state(ctx, cid, ChatState::Waiting)
@@ -92,7 +78,8 @@ pub fn expire(
         "UPDATE consents SET decision = 'expired', answered = ?1 WHERE id = ?2",
         params![now_rfc3339(), card.card_id],
     )?;
-    ctx.emit(
+    emit_mirrored(
+        ctx,
         cid,
         EventKind::ToolConsentAnswered,
         json!({"run_id": rid, "card_id": card.card_id, "call_id": call_id, "decision": "expired"}),
@@ -143,12 +130,38 @@ pub fn answer(
         "UPDATE consents SET decision = ?1, answered = ?2 WHERE id = ?3",
         params![decision, now_rfc3339(), card_id],
     )?;
-    ctx.emit(
+    emit_mirrored(
+        ctx,
         cid,
         EventKind::ToolConsentAnswered,
         json!({"run_id": run.id, "card_id": card_id, "call_id": card.call_id, "decision": decision}),
     )?;
     Ok(true)
+}
+
+/// A card's event in its chat, and for a sub-agent's card in its parent
+/// too (with `subagent_id` and `subagent_title`), where a person watches.
+fn emit_mirrored(
+    ctx: &mut Ctx,
+    cid: &str,
+    kind: EventKind,
+    mut event: serde_json::Value,
+) -> Result<(), ApiError> {
+    ctx.emit(cid, kind, event.clone())?;
+    let parent: Option<(String, String)> = ctx
+        .conn()
+        .query_row(
+            "SELECT parent_id, title FROM conversations WHERE id = ?1 AND kind = ?2 AND parent_id IS NOT NULL",
+            params![cid, crate::words::ChatKind::Subagent],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    if let Some((parent, title)) = parent {
+        event["subagent_id"] = json!(cid);
+        event["subagent_title"] = json!(title);
+        ctx.emit(&parent, kind, event)?;
+    }
+    Ok(())
 }
 
 /// A card egressd raised, stored and shown in its chat (once: egressd may

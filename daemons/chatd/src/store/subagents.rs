@@ -105,11 +105,12 @@ fn refusal(conn: &Connection, parent: &str, new: &NewSub) -> Result<Option<Strin
     }
     // The same words again: while the first works, or after it ended with
     // no file of the chat changed since (it would find what it found).
+    // Only one that works on, or that ended whole (not failed, not stopped).
     let earlier: Option<(String, String, SubagentState, Option<i64>)> = conn
         .query_row(
             "SELECT id, title, state, files_rev FROM subagents WHERE parent_id = ?1 AND task_key = ?2 \
-               AND state != ?3 ORDER BY rowid DESC LIMIT 1",
-            params![parent, new.key, SubagentState::Failed],
+               AND by_parent = 0 AND state IN (?3, ?4) ORDER BY rowid DESC LIMIT 1",
+            params![parent, new.key, SubagentState::Running, SubagentState::Done],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
         .optional()?;
@@ -171,13 +172,18 @@ fn deliver(ctx: &mut Ctx, sub: &Subagent, result: &str) -> Result<Option<Run>, A
     let mut done = json!({"subagent_id": sub.id, "run_id": sub.run_id, "status": sub.state,
         "title": sub.title});
     let parent = queries::conversation(ctx.conn(), &sub.parent_id, Trashed::Include)?;
+    // The call's result only while the call still waits in its run: a late
+    // end (its parent stopped and went on) is handed back as in the background.
+    let waits = sub.wait
+        && queries::run(ctx.conn(), &sub.parent_run_id)
+            .is_ok_and(|r| r.status == RunStatus::Running);
     // Stopped with its parent, or a parent in the trash: nothing to hand back.
-    if (sub.by_parent && !sub.wait) || parent.deleted.is_some() {
+    if (sub.by_parent && !waits) || parent.deleted.is_some() {
         ctx.emit(&sub.parent_id, EventKind::SubAgentDone, done)?;
         return Ok(None);
     }
     let mut started = None;
-    if sub.wait {
+    if waits {
         if !answered(ctx.conn(), &sub.parent_id, &sub.call_id)? {
             let text = format!("{}\n\n{result}", headline(sub));
             let summary = format!("sub-agent {}", sub.state);
@@ -361,6 +367,17 @@ pub fn recover(ctx: &mut Ctx) -> Result<Vec<(String, String)>, ApiError> {
     };
     let mut start = Vec::new();
     for mut sub in open {
+        // Stopped with its parent before the restart: it ends so, not again.
+        if sub.by_parent {
+            let result = result_of(ctx.conn(), &sub.id, SubagentState::Stopped)?;
+            let end_now = End {
+                state: SubagentState::Stopped,
+                result: &result,
+                files_rev: None,
+            };
+            end(ctx, &sub.id, &end_now)?;
+            continue;
+        }
         // The parent's waiting call was cut off with its run: the result
         // comes as a message instead.
         let cut = queries::run(ctx.conn(), &sub.parent_run_id)
@@ -439,6 +456,12 @@ fn move_to_background(ctx: &mut Ctx, sub: &Subagent) -> Result<(), ApiError> {
             card: None,
         };
         messages::insert_tool_message(ctx, &sub.parent_id, &tool)?;
+        ctx.emit(
+            &sub.parent_id,
+            EventKind::ToolFinished,
+            json!({"run_id": sub.parent_run_id, "call_id": sub.call_id, "ok": true,
+                   "summary": "sub-agent: in the background", "bytes": text.len()}),
+        )?;
     }
     ctx.conn()
         .execute("UPDATE subagents SET wait = 0 WHERE id = ?1", [&sub.id])?;

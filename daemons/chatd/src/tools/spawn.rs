@@ -56,8 +56,8 @@ impl Args {
         };
         if map.contains_key("agent") {
             return Err(
-                "`agent`: saved agents as sub-agents are not switched on for this chat; \
-                 leave it out"
+                "`agent`: running a saved agent as a sub-agent is not supported by this \
+                 chatd yet; leave it out and put what the agent should do in `task`"
                     .to_string(),
             );
         }
@@ -136,37 +136,45 @@ pub fn task_key(task: &str) -> String {
 
 /// Whether the task asks to run a program (a script, a build, the tests):
 /// refused at once in a chat that cannot run commands, rather than left to
-/// a sub-agent that would find out after working a while.
+/// a sub-agent that would find out after working a while. Only a clause
+/// that starts with the verb counts ("Run the tests", "then build it with
+/// cargo"), never one that asks about running ("how to run the tests").
 pub fn asks_to_run(task: &str) -> bool {
     const VERBS: &[&str] = &[
         "run", "execute", "exec", "launch", "invoke", "compile", "build", "install",
     ];
+    const LEADS: &[&str] = &["please", "then", "and", "also", "first", "next", "now"];
     const PROGRAMS: &[&str] = &[
         "make", "npm", "npx", "pip", "cargo", "pytest", "python", "python3", "node", "go", "bash",
-        "sh", "script", "command", "tests", "test", "suite", "binary", "program", "makefile",
+        "sh", "script", "command", "tests", "test", "suite", "binary", "program", "makefile", "it",
     ];
     const SCRIPT_ENDS: &[&str] = &[".py", ".sh", ".js", ".ts", ".rb", ".pl", ".exe"];
-    let words: Vec<String> = task
-        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ':' | '(' | ')' | '"'))
-        .map(|w| {
-            w.trim_matches(|c: char| matches!(c, '.' | '!' | '?' | '\''))
-                .to_lowercase()
+    // A sentence ends at ". ", not at the dot of `make_deck.py`.
+    let text = format!("{task} ").replace(". ", "\n");
+    text.split([';', '\n', '!', '?', ','])
+        .map(|clause| {
+            clause
+                .split_whitespace()
+                .map(|w| {
+                    w.trim_matches(|c: char| matches!(c, '\'' | '"' | '(' | ')' | ':'))
+                        .to_lowercase()
+                })
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
         })
-        .filter(|w| !w.is_empty())
-        .collect();
-    if task.contains("```") || task.contains("$ ") {
-        return true;
-    }
-    words.iter().enumerate().any(|(i, w)| {
-        let verb = VERBS.contains(&w.as_str());
-        // A verb followed, within four words, by something that runs.
-        verb && words[i + 1..].iter().take(4).any(|next| {
-            let bare = next.trim_matches('`');
-            PROGRAMS.contains(&bare)
-                || SCRIPT_ENDS.iter().any(|e| bare.ends_with(e))
-                || next.starts_with('`')
+        .any(|words| {
+            let first = words.iter().position(|w| !LEADS.contains(&w.as_str()));
+            let Some(at) = first else {
+                return false;
+            };
+            VERBS.contains(&words[at].as_str())
+                && words[at + 1..].iter().take(4).any(|next| {
+                    let bare = next.trim_matches('`');
+                    PROGRAMS.contains(&bare)
+                        || SCRIPT_ENDS.iter().any(|e| bare.ends_with(e))
+                        || next.starts_with('`')
+                })
         })
-    })
 }
 
 #[cfg(test)]
@@ -215,7 +223,7 @@ mod tests {
             "launch the script",
             "run python3 build.py",
             "Compile the program",
-            "```\nmake all\n```",
+            "Read it, then run the tests",
             "invoke the command",
         ] {
             assert!(asks_to_run(yes), "{yes}");
@@ -231,6 +239,13 @@ mod tests {
             "research three vendors of GPUs",
             "check the draft for typos",
             "write a short summary of the meeting",
+            "Research how to build a Go program",
+            "Find out how to install Python on Windows",
+            "Explain what the build script in scripts/ does",
+            "Find where we execute the query in db.py",
+            "Summarise the README's section on how to run the tests",
+            "Read the CI config and list which jobs run pytest",
+            "It sells for $ 20; research the vendor",
         ] {
             assert!(!asks_to_run(no), "{no}");
         }
