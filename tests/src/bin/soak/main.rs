@@ -20,7 +20,10 @@
 //!   permission mode and the inbox routes: `push.rs`), and documents
 //!   (PDFs, workbooks, a damaged PDF and a zip bomb attached to messages:
 //!   `documents.rs`), and mcp (MCP connectors tested against a fake MCP
-//!   server that refuses a token, goes down and redirects: `mcp.rs`).
+//!   server that refuses a token, goes down and redirects: `mcp.rs`), and
+//!   subagents (turns whose answers start sub-agents in the foreground and
+//!   the background, past the cap and twice over, under kills and stops:
+//!   `subagents.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -66,7 +69,12 @@
 //!     saw the tokens it was given (`mcp.rs`); no chat turn fails for an
 //!     MCP server (`mcp_turns.rs`); the context lists and previews answer
 //!     what the server deserves, or 502/403 naming the connector, and no
-//!     secret (`mcp_context.rs`).
+//!     secret (`mcp_context.rs`);
+//! 19. every sub-agent ended; each not stopped with its parent handed back
+//!     exactly one result (its call's result, or one message or waiting
+//!     message with its card) and one `sub_agent_done`; never more than 4
+//!     ran in the background; a refused 5th or repeat started no
+//!     conversation (`subagents.rs`, `subagents_checks.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -116,6 +124,8 @@ mod push;
 mod push_checks;
 mod shared;
 mod sse;
+mod subagents;
+mod subagents_checks;
 mod trigger_dues;
 mod triggers;
 mod uploads;
@@ -160,7 +170,8 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     refuse_every: Duration,
     /// The daemons driven beside chatd: `all`, `none`, or some of egressd,
-    /// hostexecd, triggerd, connectord, push, documents, mcp (comma-separated).
+    /// hostexecd, triggerd, connectord, push, documents, mcp, subagents
+    /// (comma-separated).
     #[arg(long, default_value = "all", value_parser = parse_parts)]
     parts: Chosen,
 }

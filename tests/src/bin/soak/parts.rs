@@ -1,9 +1,11 @@
 //! The daemons the soak drives beside chatd (egressd, hostexecd, triggerd,
-//! connectord), each as a `Part`: it starts its daemons as real processes,
-//! drives their load and faults while the phase is `Load`, waits for its own
-//! work to end, then stops them and checks its own invariants. What every
-//! daemon owes (RSS, a clean log, a sound database, no secret written down)
-//! is checked for all of them in `daemons.rs`, from what each part hands in.
+//! connectord), and capabilities of chatd with faults of their own (push,
+//! documents, mcp, subagents), each as a `Part`: it starts its daemons as
+//! real processes, drives their load and faults while the phase is `Load`,
+//! waits for its own work to end, then stops them and checks its own
+//! invariants. What every daemon owes (RSS, a clean log, a sound database,
+//! no secret written down) is checked for all of them in `daemons.rs`, from
+//! what each part hands in.
 
 use super::*;
 
@@ -22,9 +24,11 @@ pub(crate) enum PartName {
     Documents,
     /// chatd's MCP connectors tested against a fake MCP server.
     Mcp,
+    /// chatd's sub-agents (`spawn_agent`) under its kills and stops.
+    Subagents,
 }
 
-pub(crate) const PARTS: [PartName; 7] = [
+pub(crate) const PARTS: [PartName; 8] = [
     PartName::Egressd,
     PartName::Hostexecd,
     PartName::Triggerd,
@@ -32,6 +36,7 @@ pub(crate) const PARTS: [PartName; 7] = [
     PartName::Push,
     PartName::Documents,
     PartName::Mcp,
+    PartName::Subagents,
 ];
 
 impl PartName {
@@ -44,6 +49,7 @@ impl PartName {
             PartName::Push => "push",
             PartName::Documents => "documents",
             PartName::Mcp => "mcp",
+            PartName::Subagents => "subagents",
         }
     }
 }
@@ -147,6 +153,7 @@ pub(crate) async fn prepare(
             PartName::Push => Arc::new(push::PushPart::new(&ctx)),
             PartName::Documents => Arc::new(documents::DocumentsPart::new(&ctx)?),
             PartName::Mcp => Arc::new(mcp::McpPart::new()),
+            PartName::Subagents => Arc::new(subagents::SubagentsPart::new(&ctx)),
         };
         parts.push(part);
     }

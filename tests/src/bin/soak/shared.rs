@@ -36,9 +36,10 @@ pub(crate) enum Inv {
     Push,
     Documents,
     Mcp,
+    Subagents,
 }
 
-pub(crate) const INVARIANTS: [Inv; 18] = [
+pub(crate) const INVARIANTS: [Inv; 19] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -57,6 +58,7 @@ pub(crate) const INVARIANTS: [Inv; 18] = [
     Inv::Push,
     Inv::Documents,
     Inv::Mcp,
+    Inv::Subagents,
 ];
 
 impl Inv {
@@ -79,6 +81,7 @@ impl Inv {
             Inv::Push => "every push decrypts to a title and a chat link only, no message text; unwatched chats were pushed; a gone (410) browser was removed; settings and modes hold the last saved (a bad one changed nothing); the inbox's count matches its list",
             Inv::Documents => "every accepted message holds each attached document's text or one line why it could not be read (damaged, a bomb); a good one never reads as unreadable and no failure is kept for its bytes; the search finds a PDF's page 3, and a deleted PDF no more; a workbook previews as its 3 sheets and a zip bomb's preview is 422",
             Inv::Mcp => "every MCP connector's test says what its server deserves at that moment (connected, needs sign-in, down, a redirect to metadata refused); an edit without the secrets keeps them; the server only ever saw the tokens it was given; no chat turn failed for an MCP server and every call was answered by it or with a line saying why not; a resource sent as context is in front of the stored message, a send refused for it stored nothing; the context lists answered the server's entries or named it unavailable, a preview its text or 502 mcp_error / 403 mcp_refused naming the connector, none a secret",
+            Inv::Subagents => "every sub-agent ended; each not stopped with its parent handed back exactly one result (its call's result, or one message or waiting message with its card) and exactly one sub_agent_done; never more than 4 running in the background in any sample; every refused repeat or 5th started no conversation",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -93,6 +96,7 @@ impl Inv {
             Inv::Push => Some(PartName::Push),
             Inv::Documents => Some(PartName::Documents),
             Inv::Mcp => Some(PartName::Mcp),
+            Inv::Subagents => Some(PartName::Subagents),
             _ => None,
         }
     }
