@@ -71,6 +71,11 @@
 //! 17. mcp: an MCP tool call through chatd (a whole agent step) against
 //!     the same call made directly with rmcp, and with a built-in tool; the
 //!     memory an open MCP session costs chatd (`mcp.rs`).
+//! 18. subagents: a turn whose one call is a foreground `spawn_agent`
+//!     against the same turn with `read_file`; a background sub-agent's
+//!     hand-back to its parent; 4 background sub-agents at once against 4
+//!     foreground ones one after another; chatd's RSS after 100 sub-agents
+//!     (`subagents.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -102,6 +107,7 @@ mod rawstream;
 mod relay;
 mod snapshot;
 mod status;
+mod subagents;
 mod throughput;
 mod toolloop;
 mod uploads;
@@ -166,6 +172,7 @@ enum Figure {
     Documents,
     Search,
     Mcp,
+    Subagents,
 }
 
 /// How big each figure's workload is.
@@ -392,6 +399,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         mcp::mcp(args.quick, &mut rows)
             .await
             .context("figure 17 (mcp)")?;
+    }
+    if wants(Figure::Subagents) {
+        subagents::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18 (sub-agents)")?;
     }
     let table = table(&rows);
     say(format!(
