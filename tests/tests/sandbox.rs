@@ -677,7 +677,7 @@ async fn a_sandboxed_command_s_changes_are_kept_and_undone() -> anyhow::Result<(
 /// What a sandboxed chat with every tool is told, its network the
 /// registries preset under the ceiling `all`.
 const SANDBOX_BLOCK: &str = "# Tools in this chat\n\n\
-You have these tools: read_file, write_file, edit_file, move_file, delete_file, list_files, grep, todo_write, read_document, web_fetch, web_search, search_files, bash.\n\
+You have these tools: read_file, write_file, edit_file, move_file, delete_file, list_files, grep, todo_write, read_document, web_fetch, web_search, search_files, spawn_agent, bash.\n\
 File paths are relative to this chat's workspace folder (for example notes/a.md); the workspace is the only place you can read or write files, and symlinks are not followed.\n\
 A long result is cut; its last line says how to read on (read_file offset/column) or where the whole output was saved.\n\
 Documents (PDF, spreadsheets, Word, slides, EPUB) are read as text with read_document, a page, sheet or slide at a time by its `## Page N` lines.\n\
