@@ -796,6 +796,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "sandbox"],
         &["chat", "files"],
         &["chat", "subagents"],
+        &["chat", "tools"],
         &["sandbox"],
         &["sandbox", "build"],
         &["egress"],
@@ -1295,6 +1296,73 @@ async fn tandem_chat_subagents_lists_shows_and_stops() {
     // --stop needs an id.
     let bare = b.tandem_env(&["chat", "subagents", &chat, "--stop"], &env);
     assert!(!bare.status.success(), "{}", text(&bare));
+}
+
+/// `tandem chat tools CHAT --saved-agents on|off` switches the opt-in and
+/// prints the chat's tools with it; `tandem chat send '/agent NAME task'`
+/// asks for the agent (refused, exit 1, while the switch is off), and
+/// `--agent NAME` on a new chat switches it on first; the sub-agent runs
+/// as that agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_chat_tools_switches_saved_agents_and_send_asks_for_one() {
+    let sim = Sim::start(&[]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let made = client
+        .post("/agents", serde_json::json!({"name": "Reviewer"}))
+        .await
+        .unwrap();
+    assert_eq!(made.status, 201, "{made:?}");
+    let chat = client.create_chat().await.unwrap();
+
+    let refused = b.tandem_env(
+        &["chat", "send", "/agent Reviewer check it", "--chat", &chat],
+        &env,
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("saved agents are switched off"),
+        "{}",
+        text(&refused)
+    );
+    let shown = b.tandem_env(&["chat", "tools", &chat], &env);
+    let out = text(&shown);
+    assert!(shown.status.success(), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("saved_agents") && l.contains(" off")),
+        "{out}"
+    );
+    let on = b.tandem_env(&["chat", "tools", &chat, "--saved-agents", "on"], &env);
+    let out = text(&on);
+    assert!(on.status.success(), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("saved_agents") && l.trim_end().ends_with("on")),
+        "{out}"
+    );
+    assert!(out.contains("list_agents"), "{out}");
+
+    // A new chat with --agent: switched on, the model's call runs as it.
+    sim.post(
+        "/sim/faults",
+        serde_json::json!({"next": [
+            {"tool_calls": [{"name": "spawn_agent", "arguments": {"task": "check it [sim tokens=3]", "agent": "Reviewer"}}]},
+        ]}),
+    )
+    .await
+    .unwrap();
+    let sent = b.tandem_env(&["chat", "send", "check it", "--agent", "reviewer"], &env);
+    let said = text(&sent);
+    assert!(sent.status.success(), "{said}");
+    assert!(said.contains("saved agents on for"), "{said}");
+    assert!(said.contains("«Reviewer: check it"), "{said}");
 }
 
 /// `tandem chat start --front ADDR`: chatd serves the page there, the address

@@ -53,6 +53,11 @@ pub enum ChatCommand {
         /// An argument of a --prompt (repeat for more).
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         args: Vec<String>,
+        /// Ask the model to hand the message to this saved agent (its name
+        /// or id) as a sub-agent; the same as starting the text with
+        /// `/agent NAME`. A new chat gets saved agents switched on.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
     },
     /// Follow a chat's events from now on, printing answers as they stream.
     ///
@@ -249,6 +254,22 @@ pub enum ChatCommand {
         #[arg(long, requires = "id")]
         stop: bool,
     },
+    /// What a chat is offered, and its opt-in tools switched on or off.
+    ///
+    /// Lists the chat's built-in tools, its MCP servers' tools (with why one
+    /// is not usable) and the opt-in groups. `--saved-agents on` lets the
+    /// chat's model list the saved agents (`list_agents`) and start one as
+    /// a sub-agent (`spawn_agent` with `agent`), and lets a message ask for
+    /// one (`tandem chat send --agent NAME`, or text `/agent NAME task`).
+    ///
+    /// Example: tandem chat tools c_0123abcd --saved-agents on
+    Tools {
+        /// The chat id.
+        chat: String,
+        /// Switch saved agents on or off for this chat.
+        #[arg(long, value_name = "on|off")]
+        saved_agents: Option<Switch>,
+    },
     /// Show, start or stop a chat's sandbox container.
     ///
     /// A chat's first command starts its sandbox by itself; `start` does it
@@ -279,8 +300,10 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             prompt,
             resource,
             args,
+            agent,
         } => {
             let client = Client::new()?;
+            let asks_agent = agent.is_some() || text.trim_start().starts_with("/agent ");
             // Checked before a new chat is made for it: a mistake leaves none.
             super::mcp_context::check(&client, &prompt, &resource, &args).await?;
             let chat = match chat {
@@ -294,6 +317,9 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                         .context("chatd gave no conversation id")?
                         .to_string();
                     eprintln!("tandem: new chat {id}");
+                    if asks_agent {
+                        subagents::switch(&client, &id, true).await?;
+                    }
                     id
                 }
             };
@@ -313,6 +339,9 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 if !context.is_empty() {
                     body["context"] = json!(context);
                 }
+                if let Some(agent) = &agent {
+                    body["agent"] = json!(agent);
+                }
                 client
                     .ask(reqwest::Method::POST, &route, Some(body))
                     .await?
@@ -320,6 +349,9 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 let mut settings = vec![("text", text)];
                 if !context.is_empty() {
                     settings.push(("context", Value::Array(context).to_string()));
+                }
+                if let Some(agent) = agent {
+                    settings.push(("agent", agent));
                 }
                 let sent = client
                     .send_form(reqwest::Method::POST, &route, &[], &settings, &file)
@@ -530,6 +562,9 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }
         }
+        ChatCommand::Tools { chat, saved_agents } => {
+            subagents::tools(&chat, saved_agents.map(|s| s == Switch::On)).await
+        }
         ChatCommand::Subagents { chat, id, stop } => match (id, stop) {
             (Some(id), true) => subagents::stop(&chat, &id).await,
             (Some(id), false) => subagents::show(&chat, &id).await,
@@ -690,6 +725,13 @@ async fn follow(
         eprintln!("\ntandem: the event stream closed; reconnecting from event {after}");
         lost_since.get_or_insert_with(tokio::time::Instant::now);
     }
+}
+
+/// A switch's two words.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// What `tandem chat push` does.

@@ -1,7 +1,8 @@
 //! `tandem chat subagents`: the helpers a chat's model starts with
 //! `spawn_agent` (each a chat of its own, read-only to people): the list,
-//! one's transcript, stop; and the lines `send` and `attach` print of their
-//! events on the parent chat.
+//! one's transcript, stop; the lines `send` and `attach` print of their
+//! events on the parent chat; and `tandem chat tools`, where saved agents
+//! are switched on for a chat.
 
 use std::process::ExitCode;
 
@@ -137,6 +138,43 @@ pub async fn stop(chat: &str, id: &str) -> anyhow::Result<ExitCode> {
         text(&answer["status"])
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tandem chat tools`: the chat's tools and opt-in groups, after
+/// switching saved agents on or off when asked.
+pub async fn tools(chat: &str, saved_agents: Option<bool>) -> anyhow::Result<ExitCode> {
+    let client = Client::new()?;
+    let view = match saved_agents {
+        Some(on) => switch(&client, chat, on).await?,
+        None => {
+            client
+                .ask(
+                    reqwest::Method::GET,
+                    &format!("/conversations/{chat}/tools"),
+                    None,
+                )
+                .await?
+        }
+    };
+    print!("{}", super::mcp::tools_text(&view));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Switches saved agents on or off for a chat; answers its tools.
+pub async fn switch(client: &Client, chat: &str, on: bool) -> anyhow::Result<Value> {
+    let groups: &[&str] = if on { &["saved_agents"] } else { &[] };
+    let view = client
+        .ask(
+            reqwest::Method::PUT,
+            &format!("/conversations/{chat}/builtins"),
+            Some(json!({ "on": groups })),
+        )
+        .await?;
+    eprintln!(
+        "tandem: saved agents {} for {chat}",
+        if on { "on" } else { "off" }
+    );
+    Ok(view)
 }
 
 /// A conversation's messages as the terminal shows them: each role and its

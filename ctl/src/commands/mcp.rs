@@ -315,7 +315,7 @@ async fn switch_in_chat(client: &Client, chat: &str, id: &str, on: bool) -> anyh
 }
 
 /// A chat's tools: one line each, then its MCP servers with why not.
-fn tools_text(view: &Value) -> String {
+pub(crate) fn tools_text(view: &Value) -> String {
     let mut out = String::new();
     for t in view["tools"].as_array().into_iter().flatten() {
         let from = match t["connector"].as_str() {
@@ -345,6 +345,18 @@ fn tools_text(view: &Value) -> String {
             text(&c["state"]),
             c["reason"].as_str().unwrap_or("used here")
         ));
+    }
+    let groups = view["opt_in"].as_array().cloned().unwrap_or_default();
+    if !groups.is_empty() {
+        out.push_str("Opt-in tools:\n");
+    }
+    for g in &groups {
+        let why = match g["reason"].as_str() {
+            Some(r) => format!("  (cannot serve now: {r})"),
+            None => String::new(),
+        };
+        let word = if g["on"] == true { "on" } else { "off" };
+        out.push_str(&format!("  {:<20} {word}{why}\n", text(&g["name"])));
     }
     out
 }

@@ -11,6 +11,8 @@ use tandem_shared::http::ApiError;
 pub struct Agent {
     pub id: String,
     pub name: String,
+    /// What it is for, as list_agents tells a chat's model.
+    pub description: String,
     pub instructions: String,
     /// Empty: chatd's default model.
     pub model: String,
@@ -22,7 +24,8 @@ pub struct Agent {
     pub updated: String,
 }
 
-const COLUMNS: &str = "id, name, instructions, model, tools, created, updated, settings";
+const COLUMNS: &str =
+    "id, name, instructions, model, tools, created, updated, settings, description";
 
 impl Agent {
     fn from_row(row: &Row) -> rusqlite::Result<Agent> {
@@ -37,6 +40,7 @@ impl Agent {
             created: row.get(5)?,
             updated: row.get(6)?,
             settings: crate::settings::Settings::from_stored_text(&row.get::<_, String>(7)?),
+            description: row.get(8)?,
         })
     }
 
@@ -67,6 +71,32 @@ pub fn find(conn: &Connection, id: &str) -> Result<Option<Agent>, ApiError> {
 /// The agent `id`, or 404 `not_found`.
 pub fn get(conn: &Connection, id: &str) -> Result<Agent, ApiError> {
     find(conn, id)?.ok_or_else(|| ApiError::not_found("agent", id))
+}
+
+/// The agent a word names: its id, else its name in any case. Two agents of
+/// that name: `Err` with a sentence saying to use the id.
+pub fn named(conn: &Connection, word: &str) -> Result<Result<Option<Agent>, String>, ApiError> {
+    let word = word.trim();
+    if let Some(agent) = find(conn, word)? {
+        return Ok(Ok(Some(agent)));
+    }
+    let mut found: Vec<Agent> = list(conn)?
+        .into_iter()
+        .filter(|a| a.name.to_lowercase() == word.to_lowercase())
+        .collect();
+    Ok(match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        n => Err(format!(
+            "{n} agents are named {:?}: name one by its id ({})",
+            found[0].name,
+            found
+                .iter()
+                .map(|a| a.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    })
 }
 
 /// The agent of a conversation, when it was made with one that still exists.

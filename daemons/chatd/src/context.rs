@@ -195,6 +195,28 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
     }
 }
 
+/// A person's message as the model reads it: one that asks for a saved
+/// agent (api/invoke.rs) leads with what to do; the transcript keeps the
+/// person's words alone.
+fn asked_agent(m: &Message) -> std::borrow::Cow<'_, str> {
+    let record = m
+        .attachments
+        .as_ref()
+        .and_then(Value::as_array)
+        .and_then(|records| records.iter().find(|r| r["kind"] == "agent"));
+    match record {
+        Some(r) => std::borrow::Cow::Owned(format!(
+            "[The person asks you to hand this task to their saved agent {:?}: call spawn_agent \
+             with agent: {:?} and the task below as its task, word for word, then tell them \
+             its result.]\n\n{}",
+            r["name"].as_str().unwrap_or(""),
+            r["agent_id"].as_str().unwrap_or(""),
+            m.text
+        )),
+        None => std::borrow::Cow::Borrowed(&m.text),
+    }
+}
+
 fn carried(m: &Message) -> bool {
     match m.role {
         Role::User | Role::Tool => true,
@@ -268,10 +290,11 @@ pub fn render_group(
     match m.role {
         Role::User => {
             let parts = images(m);
+            let text = asked_agent(m);
             if parts.is_empty() {
-                one(json!({"role": "user", "content": m.text}))
+                one(json!({"role": "user", "content": text}))
             } else {
-                let mut content = vec![json!({"type": "text", "text": m.text})];
+                let mut content = vec![json!({"type": "text", "text": text})];
                 content.extend(parts);
                 one(json!({"role": "user", "content": content}))
             }

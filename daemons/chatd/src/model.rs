@@ -370,13 +370,17 @@ pub struct Subagent {
     /// Its latest run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The saved agent it runs as, when the call named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
 /// Read with the table aliased `s`.
 pub const SUBAGENT_COLUMNS: &str =
     "s.id, s.parent_id, s.parent_run_id, s.call_id, s.title, s.task, s.tools, s.wait, s.state, \
      s.by_parent, s.resumes, s.result, s.delivered, s.created, s.ended, \
-     (SELECT r.id FROM runs r WHERE r.conversation_id = s.id ORDER BY r.rowid DESC LIMIT 1)";
+     (SELECT r.id FROM runs r WHERE r.conversation_id = s.id ORDER BY r.rowid DESC LIMIT 1), \
+     s.agent_id";
 
 impl Subagent {
     pub fn from_row(row: &Row) -> rusqlite::Result<Subagent> {
@@ -399,6 +403,7 @@ impl Subagent {
             created: row.get(13)?,
             ended: row.get(14)?,
             run_id: row.get(15)?,
+            agent_id: row.get(16)?,
         })
     }
 }

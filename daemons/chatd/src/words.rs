@@ -61,6 +61,14 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
+    /// A group of tools a chat has only once it is switched on for it.
+    pub enum OptIn("opt-in tool group") {
+        /// list_agents, and spawn_agent's `agent`: saved agents as sub-agents.
+        SavedAgents => "saved_agents",
+    }
+}
+
+tandem_shared::words! {
     /// Where a sub-agent stands.
     pub enum SubagentState("sub-agent state") {
         Running => "running",
@@ -212,6 +220,7 @@ mod tests {
     fn every_chat_kind_and_sub_agent_state_reads_back_as_itself() {
         check_reads_back::<ChatKind>();
         check_reads_back::<SubagentState>();
+        check_reads_back::<OptIn>();
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod listeners;
 mod notify;
 mod push;
 mod requests;
+mod saved_agents;
 mod sim;
 mod subagents;
 mod uploads;

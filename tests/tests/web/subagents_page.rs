@@ -219,3 +219,91 @@ async fn a_sub_agents_card_shows_in_its_chat_and_is_answered_at_its_id() -> anyh
     b.close().await?;
     Ok(())
 }
+
+/// Saved agents from the page: the chat's settings hold the "Saved agents"
+/// switch (unticked until switched on); switched on and saved, chatd says so;
+/// a message typed as `/agent Reviewer check the draft` keeps the person's
+/// task, shows a chip naming the agent, and the model's sub-agent runs as
+/// that agent (listed as "Reviewer: check the draft" in the menu).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_switches_saved_agents_on_and_a_slash_command_asks_for_one() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start_with_front(&sim.url(), &[], None).await?;
+    let client = chatd.client();
+    let driver = Chromedriver::start().await?;
+    let made = client
+        .post(
+            "/agents",
+            json!({"name": "Reviewer", "instructions": "Review."}),
+        )
+        .await?;
+    anyhow::ensure!(made.status == 201, "{made:?}");
+    let chat = client.create_chat_in("auto").await?;
+    sim.post(
+        "/sim/faults",
+        json!({"session": format!("chat-{chat}"), "next": [{"tool_calls": [
+            {"name": "spawn_agent", "arguments": {"task": "check the draft\n[sim tokens=3]", "agent": "Reviewer"}},
+        ]}]}),
+    )
+    .await?;
+    let b = Browser::open_chat(
+        &driver,
+        DESKTOP,
+        &chatd.front_url(),
+        Some(&chat),
+        "#settings-open",
+    )
+    .await?;
+    b.click("#settings-open").await?;
+    b.wait_visible("#set-mcp", BOUND).await?;
+    let rows = b.text("#set-mcp-rows").await?;
+    assert!(rows.contains("Saved agents"), "{rows}");
+    let switch = "#set-mcp-rows input[data-opt='saved_agents']";
+    assert_eq!(
+        b.eval(&format!(
+            "return document.querySelector(\"{switch}\").checked;"
+        ))
+        .await?,
+        json!(false)
+    );
+    b.click(switch).await?;
+    b.click("#settings-save").await?;
+    b.wait_js(
+        "the panel closed",
+        "return !document.querySelector('#settings-panel').open;",
+        BOUND,
+    )
+    .await?;
+    let view = client.get(&format!("/conversations/{chat}/tools")).await?;
+    assert_eq!(view.body["opt_in"][0]["on"], json!(true), "{}", view.body);
+
+    b.type_into("#composer", "/agent Reviewer check the draft")
+        .await?;
+    b.click("#send").await?;
+    let mine = ".message[data-role='user']";
+    b.wait_text(
+        &format!("{mine} .agent-chip"),
+        |t| t == "For Reviewer",
+        BOUND,
+    )
+    .await?;
+    assert_eq!(b.text(&format!("{mine} .body")).await?, "check the draft");
+    b.wait_text(
+        "#subagents > summary",
+        |t| t.starts_with("Sub-agents"),
+        BOUND,
+    )
+    .await?;
+    b.click("#subagents > summary").await?;
+    b.wait_text(
+        ".sub-row",
+        |t| t.contains("Reviewer: check the draft"),
+        BOUND,
+    )
+    .await?;
+    b.close().await?;
+    Ok(())
+}

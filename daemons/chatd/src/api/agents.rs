@@ -18,6 +18,7 @@ use crate::App;
 
 pub const MAX_NAME: usize = 100;
 pub const MAX_INSTRUCTIONS: usize = 16_000;
+pub const MAX_DESCRIPTION: usize = 1_000;
 pub const MAX_MODEL: usize = 200;
 pub const MAX_AGENTS: i64 = 100;
 
@@ -25,6 +26,7 @@ pub const MAX_AGENTS: i64 = 100;
 #[serde(default, deny_unknown_fields)]
 pub struct AgentBody {
     name: Option<String>,
+    description: Option<String>,
     instructions: Option<String>,
     model: Option<String>,
     tools: Option<Vec<String>>,
@@ -54,6 +56,13 @@ fn check(app: &App, body: AgentBody, connectors: &[String]) -> Result<AgentField
     }
     if name.chars().any(char::is_control) {
         return Err(ApiError::bad_input("name", "holds control characters"));
+    }
+    let description = body.description.unwrap_or_default();
+    if description.chars().count() > MAX_DESCRIPTION {
+        return Err(ApiError::bad_input(
+            "description",
+            format!("is longer than {MAX_DESCRIPTION} characters"),
+        ));
     }
     let instructions = body.instructions.unwrap_or_default();
     if instructions.chars().count() > MAX_INSTRUCTIONS {
@@ -104,6 +113,7 @@ fn check(app: &App, body: AgentBody, connectors: &[String]) -> Result<AgentField
     };
     Ok(AgentFields {
         name,
+        description,
         instructions,
         model,
         tools,

@@ -43,6 +43,9 @@ pub struct SendBody {
     /// of the text (`mcp/context.rs`).
     #[serde(default)]
     context: Option<Vec<Value>>,
+    /// A saved agent (id or name) the model is asked to start with the text as its task.
+    #[serde(default)]
+    agent: Option<String>,
 }
 
 /// The body of send-now, continue and regenerate: all optional.
@@ -62,7 +65,9 @@ pub async fn send(
     }
     let Json(body) = Json::<SendBody>::from_request(request, &app).await?;
     let outgoing = Outgoing::checked(body.text, body.origin, body.key)?
-        .with_context(body.context.as_deref())?;
+        .with_context(body.context.as_deref())?
+        .asking(&app, &id, body.agent)
+        .await?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
     if let Some(again) = outgoing.answered(&app, &id).await? {
         return Ok(accepted(again));

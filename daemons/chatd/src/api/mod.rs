@@ -12,6 +12,7 @@ mod fork;
 mod form;
 mod forward;
 mod history;
+mod invoke;
 mod mcp;
 mod mcp_apps;
 mod mcp_context;
@@ -174,6 +175,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/mcp-connectors/{id}/disable", post(mcp::disable))
         .route("/conversations/{id}/tools", get(chat_mcp::tools))
         .route("/conversations/{id}/mcp", put(chat_mcp::set_off))
+        .route("/conversations/{id}/builtins", put(chat_mcp::set_builtins))
         .route(
             "/conversations/{id}/mcp/prompts",
             get(mcp_context::prompts).post(mcp_context::preview_prompt),

@@ -91,6 +91,8 @@ pub struct Outgoing {
     key: Option<String>,
     /// Prompts and resources of the chat's MCP servers to put in front.
     pub context: Vec<crate::mcp::context::Asked>,
+    /// The saved agent it asks for (`invoke.rs`): its record.
+    invoked: Option<Value>,
 }
 
 impl Outgoing {
@@ -117,7 +119,23 @@ impl Outgoing {
             origin,
             key,
             context: Vec::new(),
+            invoked: None,
         })
+    }
+
+    /// With the saved agent it asks for (`agent`, or a `/agent <name>`
+    /// lead, taken off the text): checked now, before a file is saved.
+    pub async fn asking(
+        mut self,
+        app: &App,
+        id: &str,
+        agent: Option<String>,
+    ) -> Result<Outgoing, ApiError> {
+        if let Some((record, task)) = super::invoke::asked(app, id, agent, &self.text).await? {
+            self.text = task;
+            self.invoked = Some(record);
+        }
+        Ok(self)
     }
 
     /// With the message's `context` (checked; nothing is asked yet).
@@ -153,6 +171,15 @@ impl Outgoing {
         records: Option<Value>,
     ) -> Result<Response, ApiError> {
         let (cid, key, origin) = (id.clone(), self.key, self.origin);
+        let invoked = self.invoked;
+        let records = match (records, &invoked) {
+            (Some(Value::Array(mut all)), Some(record)) => {
+                all.push(record.clone());
+                Some(Value::Array(all))
+            }
+            (None, Some(record)) => Some(Value::Array(vec![record.clone()])),
+            (records, _) => records,
+        };
         // Stored and started in a task of its own: hyper drops a request's
         // handler when its client goes away, and a run stored `queued` but
         // never started would hold its chat (and the key's answer) for good.
@@ -169,6 +196,13 @@ impl Outgoing {
                                 serde_json::from_str(&before).unwrap_or(Value::Null),
                             ));
                         }
+                    }
+                    if invoked.is_some() && queries::active_run(ctx.conn(), &cid)?.is_some() {
+                        return Err(ApiError::conflict(
+                            "run_active",
+                            "a message for a saved agent starts a turn and does not wait: send \
+                             it again when the model has answered",
+                        ));
                     }
                     let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
                     if let Some(key) = &key {

@@ -31,6 +31,7 @@ const MESSAGE_SETTINGS: &[(&str, u64)] = &[
     ("origin", 64),
     ("key", 256),
     ("context", 64 * 1024),
+    ("agent", 200),
 ];
 /// A file put's one setting: the version it replaces.
 const PUT_SETTINGS: &[(&str, u64)] = &[("base", 32)];
@@ -182,12 +183,12 @@ async fn read_message(
             Part::File(file) => file,
         };
         if outgoing.is_none() {
-            let checked = checked(std::mem::take(&mut settings))?;
+            let (checked, agent) = checked(std::mem::take(&mut settings))?;
             // A send already answered saves no file again.
             if let Some(again) = checked.answered(app, id).await? {
                 return Ok(Err(again));
             }
-            outgoing = Some(checked);
+            outgoing = Some(checked.asking(app, id, agent).await?);
         }
         if written.staged.len() == MAX_FILES {
             return Err(attachments::too_many(MAX_FILES + 1));
@@ -198,23 +199,24 @@ async fn read_message(
     match outgoing {
         Some(outgoing) => Ok(Ok(outgoing)),
         None => {
-            let checked = checked(settings)?;
+            let (checked, agent) = checked(settings)?;
             match checked.answered(app, id).await? {
                 Some(again) => Ok(Err(again)),
-                None => Ok(Ok(checked)),
+                None => Ok(Ok(checked.asking(app, id, agent).await?)),
             }
         }
     }
 }
 
 /// The message's settings, checked as a JSON send's are.
-fn checked(settings: Vec<(&str, String)>) -> Result<Outgoing, ApiError> {
-    let (mut text, mut origin, mut key, mut context) = (None, None, None, None);
+fn checked(settings: Vec<(&str, String)>) -> Result<(Outgoing, Option<String>), ApiError> {
+    let (mut text, mut origin, mut key, mut context, mut agent) = (None, None, None, None, None);
     for (name, value) in settings {
         let slot = match name {
             "text" => &mut text,
             "origin" => &mut origin,
             "context" => &mut context,
+            "agent" => &mut agent,
             _ => &mut key,
         };
         if slot.replace(value).is_some() {
@@ -232,7 +234,10 @@ fn checked(settings: Vec<(&str, String)>) -> Result<Outgoing, ApiError> {
             )
         })?),
     };
-    Outgoing::checked(text, origin, key)?.with_context(context.as_deref())
+    Ok((
+        Outgoing::checked(text, origin, key)?.with_context(context.as_deref())?,
+        agent,
+    ))
 }
 
 /// One file of a message, streamed to a staging name under `uploads/`.

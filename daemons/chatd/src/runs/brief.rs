@@ -58,6 +58,8 @@ pub(super) struct Chat {
     pub(super) home: String,
     /// A sub-agent's: the tools its call named (`None`: the parent's).
     subset: Option<Option<Vec<String>>>,
+    /// The chat switched saved agents on (list_agents, spawn_agent's `agent`).
+    pub(super) saved_agents: bool,
 }
 
 impl Chat {
@@ -72,6 +74,8 @@ impl Chat {
             _ => (id.to_string(), None),
         };
         Ok(Chat {
+            saved_agents: subset.is_none()
+                && crate::store::opt_in::is_on(conn, id, crate::words::OptIn::SavedAgents)?,
             connectors: super::mcp::usable(conn, &home, agent.as_ref())?,
             conversation,
             agent,
@@ -81,9 +85,13 @@ impl Chat {
         })
     }
 
-    /// Whether the chat may be offered tool `name`: a sub-agent never
-    /// starts sub-agents, and has only the tools its call named.
+    /// Whether the chat may be offered tool `name`: list_agents only where
+    /// saved agents are switched on; a sub-agent never starts sub-agents,
+    /// and has only the tools its call named.
     pub(super) fn allows(&self, name: &str) -> bool {
+        if name == crate::tools::spawn::LIST_NAME && !self.saved_agents {
+            return false;
+        }
         match &self.subset {
             None => true,
             Some(subset) => {
@@ -93,6 +101,23 @@ impl Chat {
                         .is_none_or(|tools| tools.iter().any(|t| t == name))
             }
         }
+    }
+}
+
+impl Chat {
+    /// Why a call to `name` is refused in this chat, when it is.
+    pub(super) fn refusal(&self, name: &str) -> Option<String> {
+        if self.allows(name) {
+            return None;
+        }
+        let shown = name.chars().take(60).collect::<String>();
+        Some(if self.subset.is_some() {
+            format!("`{shown}` is not one of the tools this sub-agent was given")
+        } else {
+            format!(
+                "`{shown}` is offered only where the person switched saved agents on for this chat"
+            )
+        })
     }
 }
 

@@ -242,6 +242,18 @@ impl Runs {
 pub struct ToolsView {
     pub tools: Vec<ToolLine>,
     pub mcp: Vec<ConnectorLine>,
+    /// The groups of tools a chat has only once switched on for it.
+    pub opt_in: Vec<OptInLine>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct OptInLine {
+    pub name: crate::words::OptIn,
+    pub on: bool,
+    /// Whether it can serve the chat now (on or not).
+    pub usable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -275,22 +287,21 @@ impl Runs {
     /// (nothing is opened for a view).
     pub(crate) async fn tools_view(&self, conversation_id: &str) -> Result<ToolsView, ApiError> {
         let cid = conversation_id.to_string();
-        let (agent, all, off) = self
+        let (agent, all, off, opt_in) = self
             .inner
             .store
             .read(move |conn| {
-                crate::store::queries::conversation(
+                let chat = crate::store::queries::conversation(
                     conn,
                     &cid,
                     crate::store::queries::Trashed::Exclude,
                 )?;
-                Ok((
-                    crate::agents::of_conversation(conn, &cid)?,
-                    rows::list(conn)?,
-                    rows::off_in(conn, &cid)?,
-                ))
+                let agent = crate::agents::of_conversation(conn, &cid)?;
+                let opt_in = opt_in_lines(conn, &chat, agent.as_ref())?;
+                Ok((agent, rows::list(conn)?, rows::off_in(conn, &cid)?, opt_in))
             })
             .await?;
+        let saved_agents = opt_in.iter().any(|l| l.on);
         let mut tools: Vec<ToolLine> = self
             .inner
             .registry
@@ -298,13 +309,20 @@ impl Runs {
             .iter()
             .map(|s| {
                 let granted = agent.as_ref().is_none_or(|a| a.grants(s.name));
+                let opted = s.name != crate::tools::spawn::LIST_NAME || saved_agents;
                 ToolLine {
                     name: s.name.to_string(),
                     source: "builtin",
                     connector: None,
                     description: s.description.lines().next().unwrap_or("").to_string(),
-                    usable: granted,
-                    reason: (!granted).then(|| "the chat's agent does not grant it".into()),
+                    usable: granted && opted,
+                    reason: match (granted, opted) {
+                        (false, _) => Some("the chat's agent does not grant it".into()),
+                        (true, false) => {
+                            Some("saved agents are not switched on for this chat".into())
+                        }
+                        (true, true) => None,
+                    },
                 }
             })
             .collect();
@@ -347,8 +365,37 @@ impl Runs {
             usable: true,
             reason: None,
         }));
-        Ok(ToolsView { tools, mcp: lines })
+        Ok(ToolsView {
+            tools,
+            mcp: lines,
+            opt_in,
+        })
     }
+}
+
+/// The chat's opt-in groups: whether each is on, and why it cannot serve now.
+fn opt_in_lines(
+    conn: &rusqlite::Connection,
+    chat: &crate::model::Conversation,
+    agent: Option<&crate::agents::Agent>,
+) -> Result<Vec<OptInLine>, ApiError> {
+    let on = crate::store::opt_in::on_in(conn, &chat.id)?;
+    let agents: i64 = conn.query_row("SELECT COUNT(*) FROM agents", [], |r| r.get(0))?;
+    let reason = if chat.kind == crate::words::ChatKind::Subagent {
+        Some("a sub-agent cannot start agents")
+    } else if agent.is_some_and(|a| !a.grants(crate::tools::spawn::NAME)) {
+        Some("the chat's agent does not grant spawn_agent")
+    } else if agents == 0 {
+        Some("there is no saved agent yet")
+    } else {
+        None
+    };
+    Ok(vec![OptInLine {
+        name: crate::words::OptIn::SavedAgents,
+        on: on.contains(&crate::words::OptIn::SavedAgents),
+        usable: reason.is_none(),
+        reason: reason.map(str::to_string),
+    }])
 }
 
 /// A connector's tools as its last test listed them (names, descriptions).

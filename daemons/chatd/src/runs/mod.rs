@@ -183,6 +183,7 @@ impl Runs {
         let mut registry = Registry::chatd();
         registry.register(crate::index::tool::spec());
         registry.register(tools::spawn::spec());
+        registry.register(tools::spawn::list_spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {

@@ -113,10 +113,7 @@ impl Runs {
                     agent.tools.as_deref().unwrap_or_default().join(", ")
                 )),
                 // A sub-agent has its call's tools, never spawn_agent.
-                _ if !chat.allows(&call.name) => Some(format!(
-                    "`{shown}` is not one of the tools this sub-agent was given"
-                )),
-                _ => None,
+                _ => chat.refusal(&call.name),
             };
             if let Some(text) = refused {
                 self.record_failure(run, &call, &text, "not granted", text.len() as u64)
@@ -255,6 +252,12 @@ impl Runs {
                     }
                 }
             };
+            if call.name == tools::spawn::LIST_NAME {
+                self.tool_started(run, &call, &summary, approved).await?;
+                let output = self.list_agents_call().await?;
+                self.record_result(run, &call, output, None).await?;
+                continue;
+            }
             if call.name == tools::spawn::NAME {
                 self.tool_started(run, &call, &summary, approved).await?;
                 let spawned = self

@@ -13,12 +13,14 @@ use tandem_shared::http::ApiError;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::{EndRequest, Outcome, Runs};
+use crate::agents::Agent;
 use crate::history::Place;
 use crate::model::Run;
+use crate::store::opt_in;
 use crate::store::queries::{self, Trashed};
 use crate::store::subagents::{self, End, NewSub};
 use crate::tools::spawn::{self, Args};
-use crate::words::SubagentState;
+use crate::words::{OptIn, SubagentState};
 
 /// How long a stopped sub-agent's run is given to end before its parent
 /// goes on without waiting further.
@@ -65,10 +67,17 @@ impl Runs {
                 tools
                     .iter()
                     .filter_map(|t| t["function"]["name"].as_str())
-                    .filter(|n| *n != spawn::NAME)
+                    .filter(|n| *n != spawn::NAME && *n != spawn::LIST_NAME)
                     .collect()
             })
             .unwrap_or_default();
+        let agent = match &args.agent {
+            None => None,
+            Some(word) => match self.saved_agent(&run.conversation_id, word).await? {
+                Ok(agent) => Some(agent),
+                Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
+            },
+        };
         if let Some(tools) = &args.tools {
             let unknown: Vec<String> = tools
                 .iter()
@@ -85,12 +94,17 @@ impl Runs {
             }
         }
         let chat_runs = names.contains(&"bash");
-        let subset_runs = args
-            .tools
-            .as_ref()
-            .is_none_or(|t| t.iter().any(|n| n == "bash"));
+        let subset_runs = match &agent {
+            Some(agent) => agent.grants("bash"),
+            None => args
+                .tools
+                .as_ref()
+                .is_none_or(|t| t.iter().any(|n| n == "bash")),
+        };
         if !(chat_runs && subset_runs) && spawn::asks_to_run(&args.task) {
-            let why = if chat_runs {
+            let why = if chat_runs && agent.is_some() {
+                "that agent is not granted bash"
+            } else if chat_runs {
                 "the tools you named leave out bash"
             } else {
                 "this chat cannot run commands (no bash), so a sub-agent could not either"
@@ -100,7 +114,13 @@ impl Runs {
                  it a task it can do by reading and writing files, or ask the person to run it."
             )));
         }
-        let made = self.make_subagent(run, call_id, &args).await?;
+        // A saved agent gets what it grants within what this chat has now.
+        let within: Option<Vec<String>> = agent
+            .as_ref()
+            .map(|_| names.iter().map(|n| n.to_string()).collect());
+        let made = self
+            .make_subagent(run, call_id, &args, agent.as_ref(), within)
+            .await?;
         let (sub_id, child_run) = match made {
             Ok(made) => made,
             Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
@@ -112,12 +132,52 @@ impl Runs {
             return Ok(Spawned::Started(format!(
                 "started the sub-agent {sub_id} («{}») in the background; its result will come \
                  as a message. Go on with other work meanwhile.",
-                spawn::title_of(&args.task)
+                spawn::title_as(agent.as_ref().map(|a| a.name.as_str()), &args.task)
             )));
         }
         // It needs an engine slot; a waiting parent holds none.
         slot.take();
         self.wait_for(run, &sub_id, stop).await
+    }
+
+    /// The saved agent `word` names, when this chat may start it: saved
+    /// agents switched on for it (asked again at each call) and the agent
+    /// found by id or name. Else the sentence the call is refused with.
+    async fn saved_agent(&self, chat: &str, word: &str) -> Result<Result<Agent, String>, ApiError> {
+        let (chat, word) = (chat.to_string(), word.to_string());
+        self.inner
+            .store
+            .read(move |conn| {
+                if !opt_in::is_on(conn, &chat, OptIn::SavedAgents)? {
+                    return Ok(Err(
+                        "saved agents are switched off for this chat; the person can \
+                         switch them on in the chat's tools, or you can do the task with \
+                         spawn_agent without `agent`"
+                            .to_string(),
+                    ));
+                }
+                Ok(match crate::agents::named(conn, &word)? {
+                    Ok(Some(agent)) => Ok(agent),
+                    Ok(None) => {
+                        let names: Vec<String> = crate::agents::list(conn)?
+                            .into_iter()
+                            .take(20)
+                            .map(|a| format!("{} ({})", a.name, a.id))
+                            .collect();
+                        Err(format!(
+                            "no saved agent is named {:?}; list_agents lists them{}",
+                            word.chars().take(60).collect::<String>(),
+                            if names.is_empty() {
+                                " (there are none)".to_string()
+                            } else {
+                                format!(": {}", names.join(", "))
+                            }
+                        ))
+                    }
+                    Err(why) => Err(why),
+                })
+            })
+            .await
     }
 
     /// Makes the sub-agent's rows in one job: its id and first run, or why not.
@@ -126,23 +186,32 @@ impl Runs {
         run: &Run,
         call_id: &str,
         args: &Args,
+        agent: Option<&Agent>,
+        within: Option<Vec<String>>,
     ) -> Result<Result<(String, String), String>, ApiError> {
         let place = Place::of(&self.inner.folders, &run.conversation_id).key;
         let (run, call_id, args) = (run.clone(), call_id.to_string(), args.clone());
+        let agent = agent.cloned();
         self.inner
             .store
             .write(move |ctx| {
                 let parent =
                     queries::conversation(ctx.conn(), &run.conversation_id, Trashed::Include)?;
-                let (title, key) = (spawn::title_of(&args.task), spawn::task_key(&args.task));
+                let title = spawn::title_as(agent.as_ref().map(|a| a.name.as_str()), &args.task);
+                // Another agent on the same words is another task.
+                let key = match &agent {
+                    Some(agent) => format!("{} {}", agent.id, spawn::task_key(&args.task)),
+                    None => spawn::task_key(&args.task),
+                };
                 let new = NewSub {
                     call_id: &call_id,
                     title: &title,
                     task: &args.task,
                     key: &key,
-                    tools: args.tools.as_deref(),
+                    tools: within.as_deref().or(args.tools.as_deref()),
                     wait: args.wait,
                     place: &place,
+                    agent: agent.as_ref(),
                 };
                 Ok(subagents::insert(ctx, &parent, &run, &new)?
                     .map(|(sub, child_run)| (sub.id, child_run.id)))
@@ -175,6 +244,16 @@ impl Runs {
                 return Ok(Spawned::Stopped);
             }
         }
+    }
+
+    /// A list_agents call: the saved agents, `spawn::LIST_MAX` at most
+    /// (offered only where saved agents are switched on).
+    pub(super) async fn list_agents_call(&self) -> Result<crate::tools::ToolOutput, ApiError> {
+        let agents = self.inner.store.read(crate::agents::list).await?;
+        let text = spawn::list_text(&agents);
+        let bytes = text.len() as u64;
+        let summary = format!("{} saved agents", agents.len().min(spawn::LIST_MAX));
+        Ok(crate::tools::ToolOutput::ok(text, summary, bytes))
     }
 
     async fn state_of(&self, parent: &str, sub_id: &str) -> Result<SubagentState, ApiError> {

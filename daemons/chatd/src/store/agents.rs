@@ -12,6 +12,7 @@ use crate::settings::Settings;
 /// A checked agent: what a made or replaced agent holds.
 pub struct AgentFields {
     pub name: String,
+    pub description: String,
     pub instructions: String,
     pub model: String,
     /// The tools it is granted; `None` grants every tool.
@@ -68,8 +69,8 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
     let id = new_id("a_");
     let now = now_rfc3339();
     ctx.conn().execute(
-        "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
+        "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings, description) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8)",
         params![
             id,
             new.name,
@@ -77,7 +78,8 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
             new.model,
             new.tools_text(),
             now,
-            new.settings.to_text()
+            new.settings.to_text(),
+            new.description
         ],
     )?;
     Ok(id)
@@ -86,9 +88,10 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
 /// Replaces everything the agent `id` holds with `new`.
 pub fn replace(ctx: &mut Ctx, id: &str, new: &AgentFields) -> Result<(), ApiError> {
     ctx.conn().execute(
-        "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7 \
-         WHERE id = ?1",
-        params![id, new.name, new.instructions, new.model, new.tools_text(), now_rfc3339(), new.settings.to_text()],
+        "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7, \
+         description = ?8 WHERE id = ?1",
+        params![id, new.name, new.instructions, new.model, new.tools_text(), now_rfc3339(),
+                new.settings.to_text(), new.description],
     )?;
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod index;
 pub mod mcp;
 pub mod messages;
 pub mod meta;
+pub mod opt_in;
 pub mod push;
 pub mod queries;
 pub mod rules;

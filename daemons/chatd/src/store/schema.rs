@@ -374,4 +374,15 @@ CREATE INDEX subagents_parent ON subagents(parent_id, state);
 -- A waiting message's card (a sub-agent's result), its message's on delivery.
 ALTER TABLE pending ADD COLUMN card TEXT;
 "#,
+    r#"
+-- Saved agents as sub-agents: what list_agents says of an agent, the tools
+-- a chat opted into (saved_agents), and the agent a sub-agent runs as.
+ALTER TABLE agents ADD COLUMN description TEXT NOT NULL DEFAULT '';
+CREATE TABLE chat_opt_in (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, name)
+);
+ALTER TABLE subagents ADD COLUMN agent_id TEXT;
+"#,
 ];

@@ -36,6 +36,8 @@ pub struct NewSub<'a> {
     pub wait: bool,
     /// The parent's workspace key (`history::Place`), for the same-task check.
     pub place: &'a str,
+    /// The saved agent it runs as: its instructions, model and grants.
+    pub agent: Option<&'a crate::agents::Agent>,
 }
 
 /// Makes the sub-agent: its conversation (the parent's model, settings,
@@ -51,16 +53,35 @@ pub fn insert(
     if let Some(why) = refusal(ctx.conn(), &parent.id, new)? {
         return Ok(Err(why));
     }
+    // As a saved agent it is what a chat made with that agent is: its
+    // model (else the parent's) and its settings alone.
+    let (model, settings, agent_id) = match new.agent {
+        Some(agent) if !agent.model.is_empty() => (
+            agent.model.clone(),
+            Default::default(),
+            Some(agent.id.clone()),
+        ),
+        Some(agent) => (
+            parent.model.clone(),
+            Default::default(),
+            Some(agent.id.clone()),
+        ),
+        None => (
+            parent.model.clone(),
+            parent.settings.clone(),
+            parent.agent_id.clone(),
+        ),
+    };
     let id = conversations::insert(
         ctx,
         &NewConversation {
             title: new.title.to_string(),
-            model: parent.model.clone(),
-            settings: parent.settings.clone(),
+            model,
+            settings,
             permission_mode: parent.permission_mode,
             origin: parent_run.origin,
             workspace: parent.workspace.clone(),
-            agent_id: parent.agent_id.clone(),
+            agent_id,
         },
     )?;
     ctx.conn().execute(
@@ -69,10 +90,10 @@ pub fn insert(
     )?;
     let tools = new.tools.map(|t| json!(t).to_string());
     ctx.conn().execute(
-        "INSERT INTO subagents (id, parent_id, parent_run_id, call_id, title, task, task_key, tools, wait, state, created) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO subagents (id, parent_id, parent_run_id, call_id, title, task, task_key, tools, wait, state, created, agent_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![id, parent.id, parent_run.id, new.call_id, new.title, new.task, new.key, tools,
-                new.wait, SubagentState::Running, now_rfc3339()],
+                new.wait, SubagentState::Running, now_rfc3339(), new.agent.map(|a| &a.id)],
     )?;
     messages::insert_message(ctx, &id, Role::User, new.task, None, None)?;
     let child = queries::conversation(ctx.conn(), &id, Trashed::Include)?;
@@ -82,6 +103,9 @@ pub fn insert(
         "title": new.title, "wait": new.wait});
     if let Some(tools) = new.tools {
         started["tools"] = json!(tools);
+    }
+    if let Some(agent) = new.agent {
+        started["agent"] = json!({"id": agent.id, "name": agent.name});
     }
     ctx.emit(&parent.id, EventKind::SubAgentStarted, started)?;
     Ok(Ok((sub, run)))

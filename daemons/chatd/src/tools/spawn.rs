@@ -7,6 +7,10 @@ use serde_json::{json, Value};
 use super::{Effect, ToolSpec};
 
 pub const NAME: &str = "spawn_agent";
+/// The saved agents a chat may start (opt-in: `saved_agents`).
+pub const LIST_NAME: &str = "list_agents";
+/// Agents list_agents lists, at most.
+pub const LIST_MAX: usize = 100;
 /// A task's characters, at most.
 pub const TASK_CHARS: usize = 20_000;
 /// Tools a call may name, at most.
@@ -29,7 +33,8 @@ pub fn spec() -> ToolSpec {
                 "task": {"type": "string", "description": "What to do and what to answer with, on its own"},
                 "tools": {"type": "array", "items": {"type": "string"}, "maxItems": TOOLS_MAX,
                           "description": "Only these of your tools (default: all of them)"},
-                "wait": {"type": "boolean", "description": "true (default): wait for its result; false: go on, the result comes as a message"}
+                "wait": {"type": "boolean", "description": "true (default): wait for its result; false: go on, the result comes as a message"},
+                "agent": {"type": "string", "description": "A saved agent's id or name (list_agents) to run as; not with tools"}
             },
             "required": ["task"],
             "additionalProperties": false
@@ -38,12 +43,44 @@ pub fn spec() -> ToolSpec {
     }
 }
 
+/// list_agents: the saved agents this chat may start as sub-agents.
+pub fn list_spec() -> ToolSpec {
+    ToolSpec {
+        name: LIST_NAME,
+        description: "List the person's saved agents you may start with spawn_agent's `agent`: \
+            id, name, what each is for, and its model.",
+        parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        effect: Effect::Read,
+    }
+}
+
+/// list_agents' answer: `{agents, count}`, `LIST_MAX` at most.
+pub fn list_text(agents: &[crate::agents::Agent]) -> String {
+    let listed: Vec<Value> = agents
+        .iter()
+        .take(LIST_MAX)
+        .map(
+            |a| json!({"id": a.id, "name": a.name, "description": a.description, "model": a.model}),
+        )
+        .collect();
+    let mut answer = json!({"agents": listed, "count": agents.len()});
+    if agents.len() > LIST_MAX {
+        answer["note"] = json!(format!(
+            "the first {LIST_MAX} of {} are listed",
+            agents.len()
+        ));
+    }
+    answer.to_string()
+}
+
 /// A call's arguments, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
     pub task: String,
     pub tools: Option<Vec<String>>,
     pub wait: bool,
+    /// A saved agent's id or name.
+    pub agent: Option<String>,
 }
 
 impl Args {
@@ -54,19 +91,12 @@ impl Args {
         let Value::Object(map) = value else {
             return Err("the arguments are not a JSON object".to_string());
         };
-        if map.contains_key("agent") {
-            return Err(
-                "`agent`: running a saved agent as a sub-agent is not supported by this \
-                 chatd yet; leave it out and put what the agent should do in `task`"
-                    .to_string(),
-            );
-        }
         if let Some(other) = map
             .keys()
-            .find(|k| !["task", "tools", "wait"].contains(&k.as_str()))
+            .find(|k| !["task", "tools", "wait", "agent"].contains(&k.as_str()))
         {
             return Err(format!(
-                "`{}` is not an argument of spawn_agent (task, tools, wait)",
+                "`{}` is not an argument of spawn_agent (task, tools, wait, agent)",
                 other.chars().take(40).collect::<String>()
             ));
         }
@@ -103,10 +133,29 @@ impl Args {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err("`wait` must be true or false".to_string()),
         };
+        let agent = match map.get("agent") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(word)) if !word.trim().is_empty() && word.len() <= 200 => {
+                Some(word.trim().to_string())
+            }
+            Some(_) => {
+                return Err(
+                    "`agent` must be a saved agent's id or name (1 to 200 bytes)".to_string(),
+                )
+            }
+        };
+        if agent.is_some() && tools.is_some() {
+            return Err(
+                "`tools` cannot be given with `agent`: a saved agent has the tools it \
+                 grants (within yours)"
+                    .to_string(),
+            );
+        }
         Ok(Args {
             task: task.to_string(),
             tools,
             wait,
+            agent,
         })
     }
 }
@@ -123,6 +172,19 @@ pub fn title_of(task: &str) -> String {
     }
     let cut: String = line.chars().take(TITLE_CHARS - 1).collect();
     format!("{}…", cut.trim_end())
+}
+
+/// A sub-agent's title: the task's, after the saved agent's name when it
+/// runs as one.
+pub fn title_as(agent: Option<&str>, task: &str) -> String {
+    match agent {
+        Some(name) => format!(
+            "{}: {}",
+            name.chars().take(40).collect::<String>(),
+            title_of(task)
+        ),
+        None => title_of(task),
+    }
 }
 
 /// The task's words as the same-task check compares them: lower case,
@@ -187,12 +249,19 @@ mod tests {
         assert_eq!(ok.task, "find the TODOs");
         assert!(!ok.wait && ok.tools.is_none());
         assert!(Args::parse(r#"{"task": "x"}"#).unwrap().wait);
+        let named = Args::parse(r#"{"task": "x", "agent": " Reviewer "}"#).unwrap();
+        assert_eq!(named.agent.as_deref(), Some("Reviewer"));
         for (bad, field) in [
             (r#"{}"#, "`task`"),
             (r#"{"task": ""}"#, "`task`"),
             (r#"{"task": "x", "tools": "read_file"}"#, "`tools`"),
             (r#"{"task": "x", "wait": "yes"}"#, "`wait`"),
-            (r#"{"task": "x", "agent": "Reviewer"}"#, "`agent`"),
+            (r#"{"task": "x", "agent": ""}"#, "`agent`"),
+            (r#"{"task": "x", "agent": 7}"#, "`agent`"),
+            (
+                r#"{"task": "x", "agent": "Reviewer", "tools": ["read_file"]}"#,
+                "`tools` cannot",
+            ),
             (r#"{"task": "x", "model": "big"}"#, "`model`"),
             ("[1]", "JSON object"),
         ] {

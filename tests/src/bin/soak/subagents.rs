@@ -7,7 +7,9 @@
 //! (the 5th meets the cap of 4), now and then the words of a sub-agent
 //! already started again, case and spaces changed (refused as the same
 //! task). Each sub-agent's own answer is cued in its task (20 to 200 tokens
-//! at 50 to 200 a second), and a `#n` keeps the tasks apart.
+//! at 50 to 200 a second), and a `#n` keeps the tasks apart. One plain
+//! call in four runs as the part's saved agent (`agent`; the chats have
+//! saved agents switched on), which grants three read tools.
 //!
 //! Faults: the soak's own kills of chatd (a sub-agent cut while it streams is
 //! taken up again; a call that waited on one is answered "goes on in the
@@ -58,7 +60,13 @@ pub(crate) struct Planned {
     pub(crate) task: String,
     pub(crate) wait: bool,
     pub(crate) shape: Shape,
+    /// Run as the part's saved agent (`agent`: its id).
+    pub(crate) agent: bool,
 }
+
+/// The saved agent a plain call runs as, one in four: it grants less than
+/// the chats have, so a sub-agent of it gets only that.
+pub(crate) const HELPER: &str = "Soak helper";
 
 /// What one chat's load did.
 #[derive(Default)]
@@ -125,6 +133,8 @@ pub(crate) struct Samples {
 /// What the load did, for the checks.
 pub(crate) struct Run {
     pub(crate) db: PathBuf,
+    /// The saved agent's id (`HELPER`).
+    pub(crate) agent: String,
     pub(crate) chats: Vec<ChatLoad>,
     pub(crate) samples: Samples,
     /// Seconds from the end of the load until nothing ran, or what still ran.
@@ -154,7 +164,7 @@ impl Part for SubagentsPart {
     fn drive(self: Arc<Self>, shared: Arc<Shared>, seed: u64) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let mut rng = StdRng::seed_from_u64(seed);
-            let (db, ids) = match start(&shared).await {
+            let (db, agent, ids) = match start(&shared).await {
                 Ok(started) => started,
                 Err(err) => {
                     shared.violate(
@@ -168,7 +178,9 @@ impl Part for SubagentsPart {
             let seeds: Vec<u64> = ids.iter().map(|_| rng.random()).collect();
             let work = async {
                 let loads = futures_util::future::join_all(ids.iter().zip(seeds).enumerate().map(
-                    |(i, (id, seed))| drive_chat(&shared, i, id.clone(), seed, self.duration),
+                    |(i, (id, seed))| {
+                        drive_chat(&shared, i, id.clone(), &agent, seed, self.duration)
+                    },
                 ))
                 .await;
                 let load_end = shared.t();
@@ -179,6 +191,7 @@ impl Part for SubagentsPart {
             let (samples, (chats, settled)) = tokio::join!(sample(&shared, &ids, &ended), work);
             *lock(&self.run) = Some(Run {
                 db,
+                agent,
                 chats,
                 samples,
                 settled,
@@ -199,9 +212,10 @@ impl Part for SubagentsPart {
     }
 }
 
-/// chatd's database (found in its environment, read by the checks) and the
-/// chats of its own, in `auto` (a sub-agent's token answer asks nothing).
-async fn start(shared: &Shared) -> anyhow::Result<(PathBuf, Vec<String>)> {
+/// chatd's database (found in its environment, read by the checks), the
+/// saved agent's id, and the chats of its own, in `auto` (a sub-agent's
+/// token answer asks nothing) with saved agents switched on.
+async fn start(shared: &Shared) -> anyhow::Result<(PathBuf, String, Vec<String>)> {
     let pid = shared.pid.load(Ordering::Relaxed);
     let environ = std::fs::read(format!("/proc/{pid}/environ"))
         .with_context(|| format!("reading chatd's (pid {pid}) environment"))?;
@@ -211,12 +225,37 @@ async fn start(shared: &Shared) -> anyhow::Result<(PathBuf, Vec<String>)> {
         .next_back()
         .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
         .context("QSE_CHAT_DATA in chatd's environment")?;
+    let helper = json!({"name": HELPER, "description": "Reads and searches the chat's files",
+                        "instructions": "Answer briefly.", "tools": ["read_file", "grep", "list_files"]});
+    // A kill may lose the answer to a made agent: another is made, and the
+    // calls name this one by its id.
+    let agent = wait_until("a saved agent of chatd", RIDE, || async {
+        match shared
+            .call(Method::POST, "/agents", Some(helper.clone()))
+            .await
+        {
+            Ok((201, made)) => made["id"].as_str().map(String::from),
+            _ => None,
+        }
+    })
+    .await?;
     let mut ids = Vec::new();
     for i in 0..CHATS {
         let body = json!({"title": format!("soak sub-agents {i}"), "permission_mode": "auto"});
-        ids.push(shared.new_chat(body, RIDE).await?);
+        let id = shared.new_chat(body, RIDE).await?;
+        let path = format!("/conversations/{id}/builtins");
+        wait_until("saved agents switched on", RIDE, || async {
+            let on = json!({"on": ["saved_agents"]});
+            matches!(
+                shared.call(Method::PUT, &path, Some(on)).await,
+                Ok((200, _))
+            )
+            .then_some(())
+        })
+        .await?;
+        ids.push(id);
     }
-    Ok((data.join("chat.sqlite3"), ids))
+    Ok((data.join("chat.sqlite3"), agent, ids))
 }
 
 /// One chat's turns and stops while the load lasts. Each kind of stop
@@ -228,6 +267,7 @@ async fn drive_chat(
     shared: &Shared,
     index: usize,
     id: String,
+    agent: &str,
     seed: u64,
     duration: f64,
 ) -> ChatLoad {
@@ -271,7 +311,7 @@ async fn drive_chat(
             }
             _ => {
                 turn += 1;
-                take_turn(shared, &mut load, &mut rng, turn, &mut n).await;
+                take_turn(shared, &mut load, &mut rng, (turn, agent), &mut n).await;
             }
         }
     }
@@ -294,7 +334,13 @@ async fn sim_queued(shared: &Shared, session: &str) -> Option<usize> {
 
 /// A turn: the chat's next answer scripted to call `spawn_agent`, then a
 /// message. A script not taken yet is not topped up: this message takes it.
-async fn take_turn(shared: &Shared, load: &mut ChatLoad, rng: &mut StdRng, turn: u64, n: &mut u64) {
+async fn take_turn(
+    shared: &Shared,
+    load: &mut ChatLoad,
+    rng: &mut StdRng,
+    (turn, agent): (u64, &str),
+    n: &mut u64,
+) {
     let session = format!("chat-{}", load.id);
     let Some(queued) = sim_queued(shared, &session).await else {
         load.tally.engine_away += 1;
@@ -306,7 +352,13 @@ async fn take_turn(shared: &Shared, load: &mut ChatLoad, rng: &mut StdRng, turn:
         let planned = plan(shared, load, rng, turn, n).await;
         let calls: Vec<Value> = planned
             .iter()
-            .map(|p| json!({"name": "spawn_agent", "arguments": {"task": p.task, "wait": p.wait}}))
+            .map(|p| {
+                let mut arguments = json!({"task": p.task, "wait": p.wait});
+                if p.agent {
+                    arguments["agent"] = json!(agent);
+                }
+                json!({"name": "spawn_agent", "arguments": arguments})
+            })
             .collect();
         let body = json!({"session": session, "next": [{"tool_calls": calls}]});
         let posted = shared
@@ -371,6 +423,7 @@ async fn plan(
             ),
             wait,
             shape,
+            agent: shape == Shape::Plain && rng.random_bool(0.25),
         }
     };
     let first = load.planned.is_empty();
@@ -393,6 +446,7 @@ async fn plan(
                 task: vary(&task, rng.random_bool(0.5)),
                 wait: rng.random_bool(0.5),
                 shape: Shape::Repeat,
+                agent: false,
             }];
             if rng.random_bool(0.5) {
                 let at = rng.random_range(0..=1);
@@ -428,7 +482,7 @@ async fn repeatable(shared: &Shared, load: &mut ChatLoad, rng: &mut StdRng) -> O
         .into_iter()
         .flatten()
         .filter(|r| matches!(r["state"].as_str(), Some("running" | "done")))
-        .filter(|r| r["by_parent"] != true)
+        .filter(|r| r["by_parent"] != true && r["agent_id"].is_null())
         .filter_map(|r| r["task"].as_str().map(str::to_string))
         .collect();
     (!tasks.is_empty()).then(|| tasks[rng.random_range(0..tasks.len())].clone())

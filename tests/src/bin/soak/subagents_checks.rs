@@ -21,7 +21,9 @@
 //!   sub-agent, and every conversation under the chat is a sub-agent's;
 //!   the same task started twice only when the first had failed or been
 //!   stopped (chatd refuses the words of one that works on or ended done);
-//! - a sub-agent is taken up again after at most 3 kills.
+//! - a sub-agent is taken up again after at most 3 kills;
+//! - one runs as the saved agent exactly when its call named it (the
+//!   agent's id on its row and its conversation, its name in its title).
 
 use super::*;
 
@@ -31,7 +33,7 @@ use reqwest::Method;
 use rusqlite::{Connection, OpenFlags};
 use tandem_tests::harness::wait_until;
 
-use crate::subagents::{ChatLoad, Run, Shape, Tally, BACKGROUND_MAX, RIDE, SETTLE};
+use crate::subagents::{ChatLoad, Run, Shape, Tally, BACKGROUND_MAX, HELPER, RIDE, SETTLE};
 
 /// Runs of mode `resume` a sub-agent may have (chatd's `RESUMES_MAX`).
 const RESUMES_MAX: usize = 3;
@@ -50,6 +52,8 @@ struct Found {
     refused_other: u64,
     /// The same words started again after the first failed or was stopped.
     again_after_end: u64,
+    /// Started as the part's saved agent.
+    as_agent: u64,
     done: u64,
     stopped: u64,
     failed: u64,
@@ -190,8 +194,8 @@ pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
             run.chats.len(), tally.turns, tally.pending, tally.leftover, tally.engine_away, tally.down
         ),
         format!(
-            "sub-agents started: {} ({} foreground, {} background; {} foreground ones moved to the background by a kill); refused: {} at the cap of {BACKGROUND_MAX} ({} turns asked for 5 at once), {} as the same task ({} repeats asked for), {} otherwise; {} started again after the same task failed or was stopped",
-            f.started_fg + f.started_bg, f.started_fg, f.started_bg, f.moved,
+            "sub-agents started: {} ({} foreground, {} background; {} as the saved agent {HELPER:?}; {} foreground ones moved to the background by a kill); refused: {} at the cap of {BACKGROUND_MAX} ({} turns asked for 5 at once), {} as the same task ({} repeats asked for), {} otherwise; {} started again after the same task failed or was stopped",
+            f.started_fg + f.started_bg, f.started_fg, f.started_bg, f.as_agent, f.moved,
             f.refused_cap, planned(Shape::Five) / 5, f.refused_same, planned(Shape::Repeat), f.refused_other,
             f.again_after_end
         ),
@@ -378,6 +382,9 @@ async fn check_chat(shared: &Shared, run: &Run, load: &ChatLoad, found: &mut Fou
             continue;
         };
         check_one(shared, chat, sid, &shown, &log, &parent, load, found);
+        check_agent(run, load, &shown, found)
+            .map_err(|what| bad(format!("{sid}: {what}")))
+            .ok();
         rows.insert(sid.clone(), shown["subagent"].clone());
     }
 
@@ -437,8 +444,16 @@ async fn check_chat(shared: &Shared, run: &Run, load: &ChatLoad, found: &mut Fou
         let Some(task) = rows.get(*sid).and_then(|r| r["task"].as_str()) else {
             continue;
         };
+        // Another agent on the same words is another task.
+        let agent = rows
+            .get(*sid)
+            .and_then(|r| r["agent_id"].as_str())
+            .unwrap_or("");
         if let Some((seq, _)) = started.first() {
-            by_key.entry(task_key(task)).or_default().push((*seq, sid));
+            by_key
+                .entry(format!("{agent} {}", task_key(task)))
+                .or_default()
+                .push((*seq, sid));
         }
     }
     for group in by_key.values_mut().filter(|g| g.len() > 1) {
@@ -514,6 +529,34 @@ async fn check_chat(shared: &Shared, run: &Run, load: &ChatLoad, found: &mut Fou
             }
         ));
     }
+}
+
+/// A sub-agent runs as the saved agent exactly when its call named it: the
+/// agent's id on its row and its conversation, its name leading its title.
+fn check_agent(run: &Run, load: &ChatLoad, shown: &Value, found: &mut Found) -> Result<(), String> {
+    let row = &shown["subagent"];
+    let task = row["task"].as_str().unwrap_or("");
+    let asked = load.planned.iter().any(|p| p.agent && p.task == task);
+    let on_row = row["agent_id"].as_str();
+    let on_chat = shown["snapshot"]["conversation"]["agent_id"].as_str();
+    if !asked {
+        return match on_row {
+            None => Ok(()),
+            Some(a) => Err(format!("its call named no agent, and it runs as {a}")),
+        };
+    }
+    found.as_agent += 1;
+    if on_row != Some(run.agent.as_str()) || on_chat != Some(run.agent.as_str()) {
+        return Err(format!(
+            "its call named the agent {}, and its row says {on_row:?}, its conversation {on_chat:?}",
+            run.agent
+        ));
+    }
+    let title = row["title"].as_str().unwrap_or("");
+    if !title.starts_with(&format!("{HELPER}: ")) {
+        return Err(format!("run as {HELPER}, its title is {title:?}"));
+    }
+    Ok(())
 }
 
 /// One sub-agent: ended, started and done once, its result handed back once.

@@ -210,7 +210,7 @@ function makeView(c, message) {
   node.append(view.body);
   if (message.role === 'assistant') node.append(view.note = el('p', { class: 'note', hidden: true }));
   if (message.role === 'user' && !result) {
-    node.append(contextFold(message) || '', attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
+    node.append(contextFold(message) || '', agentChip(message), attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
   }
   addBranch(c, message, node); // around.js
   c.views.set(message.id, view);

@@ -15,7 +15,8 @@
  *            refusal is shown under the field chatd names; nothing is kept.
  *            The token and headers are sent once and never shown again.
  *   chat     the chat's settings panel (settings.js) holds a switch per
- *            connector for that chat alone (GET …/tools, PUT …/mcp on Save);
+ *            connector for that chat alone (GET …/tools, PUT …/mcp on Save)
+ *            and the opt-in "Saved agents" (PUT …/builtins);
  *            a connector off for the whole box or not named by the chat's
  *            agent shows why, unswitchable.
  */
@@ -321,7 +322,7 @@ function initMcp() {
 /** The settings panel's fieldset for the chat's MCP servers, empty until filled. */
 function chatMcpBox() {
   return el('fieldset', { id: 'set-mcp', class: 'field', hidden: true, 'aria-describedby': 'set-mcp-error' },
-    el('legend', { text: 'MCP servers in this chat' }),
+    el('legend', { text: 'Tools in this chat' }),
     el('div', { id: 'set-mcp-rows' }),
     el('p', { id: 'set-mcp-error', class: 'inline-error', role: 'alert', hidden: true }));
 }
@@ -333,9 +334,13 @@ async function fillChatMcp(id) {
   $('#set-mcp-rows').replaceChildren();
   if (!id) return;
   const view = await api('GET', `/conversations/${enc(id)}/tools`);
-  const servers = (view && view.mcp) || [];
-  if (!servers.length) return;
-  $('#set-mcp-rows').replaceChildren(...servers.map((c) => {
+  const servers = (view && view.mcp) || [], opts = (view && view.opt_in) || [];
+  if (!servers.length && !opts.length) return;
+  $('#set-mcp-rows').replaceChildren(...opts.map((g) => {
+    const box = el('input', { type: 'checkbox', 'data-opt': g.name });
+    box.checked = g.on;
+    return el('label', { class: 'mode-row' }, box, el('span', {}, el('strong', { text: 'Saved agents' }), ` ${g.reason || 'the model may start them (/agent name task)'}`));
+  }), ...servers.map((c) => {
     const fixed = c.reason && c.on; // off for the box or by the agent: not this chat's to switch
     const box = el('input', { type: 'checkbox', 'data-connector': c.id });
     box.checked = c.on && !fixed;
@@ -353,4 +358,6 @@ async function saveChatMcp(id) {
     .filter((b) => !b.disabled && !b.checked)
     .map((b) => b.dataset.connector);
   await api('PUT', `/conversations/${enc(id)}/mcp`, { off });
+  const on = $$('#set-mcp-rows input[data-opt]').filter((b) => b.checked).map((b) => b.dataset.opt);
+  await api('PUT', `/conversations/${enc(id)}/builtins`, { on });
 }

@@ -152,3 +152,9 @@ function initSubs() {
   $('#sub-panel').addEventListener('close', () => { if (sub.ctl) sub.ctl.abort(); sub.id = null; });
   $('#sub-stop').addEventListener('click', (e) => stopSub(sub.id, e.currentTarget));
 }
+
+/** The saved agent a person's message asked for (`/agent`), as a chip; '' for none. */
+const agentChip = (m) => {
+  const r = (m.attachments || []).find((a) => a && a.kind === 'agent');
+  return r ? el('p', { class: 'agent-chip muted', text: `For ${r.name}` }) : '';
+};

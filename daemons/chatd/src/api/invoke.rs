@@ -1,0 +1,157 @@
+//! A message that asks for a saved agent: `agent` on a send, or text that
+//! starts `/agent <name> <task>`. The message keeps the person's task; an
+//! `{kind: "agent"}` record beside its files names the agent, and the
+//! model is told to start that agent as a sub-agent (context.rs). Such a
+//! message starts a turn: while one runs it is refused, not left waiting.
+
+use serde_json::{json, Value};
+use tandem_shared::http::ApiError;
+
+use crate::agents::{self, Agent};
+use crate::store::opt_in;
+use crate::words::OptIn;
+use crate::App;
+
+/// What a message's text starts with to ask for an agent.
+const COMMAND: &str = "/agent";
+
+/// The record a message that asks for `agent` carries.
+pub fn record(agent: &Agent) -> Value {
+    json!({"kind": "agent", "agent_id": agent.id, "name": agent.name})
+}
+
+/// The agent a message asks for, and the task left once a `/agent <name>`
+/// lead is taken off; `None` when it asks for none. Refused (400 naming
+/// `agent`) where saved agents are off for the chat or no agent answers
+/// to the name.
+pub async fn asked(
+    app: &App,
+    chat: &str,
+    field: Option<String>,
+    text: &str,
+) -> Result<Option<(Value, String)>, ApiError> {
+    let lead = text.trim_start();
+    let commanded = lead
+        .strip_prefix(COMMAND)
+        .filter(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace));
+    if field.is_none() && commanded.is_none() {
+        return Ok(None);
+    }
+    let (chat, text) = (chat.to_string(), text.to_string());
+    let commanded = commanded.map(str::to_string);
+    app.store
+        .read(move |conn| {
+            crate::store::queries::conversation(
+                conn,
+                &chat,
+                crate::store::queries::Trashed::Exclude,
+            )?;
+            let all = agents::list(conn)?;
+            // The field wins over a lead in the text.
+            let (agent, task) = if let Some(word) = &field {
+                match agents::named(conn, word)? {
+                    Ok(Some(agent)) => (agent, text.clone()),
+                    Ok(None) => return Err(unknown(word, &all)),
+                    Err(why) => return Err(ApiError::bad_input("agent", why)),
+                }
+            } else {
+                let rest = commanded.as_deref().unwrap_or("");
+                match by_lead(&all, rest) {
+                    Some((agent, task)) => (agent.clone(), task.to_string()),
+                    None => return Err(unknown(rest.split_whitespace().next().unwrap_or(""), &all)),
+                }
+            };
+            if !opt_in::is_on(conn, &chat, OptIn::SavedAgents)? {
+                return Err(ApiError::bad_input(
+                    "agent",
+                    "saved agents are switched off for this chat: switch them on first \
+                     (PUT …/builtins {\"on\": [\"saved_agents\"]}, or the chat's tools on the page)",
+                ));
+            }
+            if task.trim().is_empty() {
+                return Err(ApiError::bad_input(
+                    "text",
+                    format!("is empty: say what {:?} should do after its name", agent.name),
+                ));
+            }
+            Ok(Some((record(&agent), task)))
+        })
+        .await
+}
+
+/// The agent whose id or name (in any case, the longest that fits) leads
+/// `rest`, and the words after it.
+fn by_lead<'a>(all: &'a [Agent], rest: &'a str) -> Option<(&'a Agent, &'a str)> {
+    let rest = rest.trim_start();
+    let ends_word =
+        |at: usize| rest[at..].is_empty() || rest[at..].starts_with(char::is_whitespace);
+    all.iter()
+        .filter_map(|a| {
+            [a.id.as_str(), a.name.as_str()]
+                .into_iter()
+                .find_map(|word| {
+                    let head = rest.get(..word.len())?;
+                    (head.to_lowercase() == word.to_lowercase())
+                        .then_some(word.len())
+                        .filter(|at| ends_word(*at))
+                        .map(|at| (a, at))
+                })
+        })
+        .max_by_key(|(_, at)| *at)
+        .map(|(a, at)| (a, rest[at..].trim_start()))
+}
+
+fn unknown(word: &str, all: &[Agent]) -> ApiError {
+    let names: Vec<&str> = all.iter().take(20).map(|a| a.name.as_str()).collect();
+    let known = if names.is_empty() {
+        "there is no saved agent yet".to_string()
+    } else {
+        format!("the saved agents are: {}", names.join(", "))
+    };
+    ApiError::bad_input(
+        "agent",
+        format!(
+            "no saved agent is named {:?}; {known}",
+            word.chars().take(60).collect::<String>()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(id: &str, name: &str) -> Agent {
+        Agent {
+            id: id.into(),
+            name: name.into(),
+            description: String::new(),
+            instructions: String::new(),
+            model: String::new(),
+            tools: None,
+            settings: Default::default(),
+            created: String::new(),
+            updated: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_longest_name_that_leads_the_text_is_the_agent() {
+        let all = [
+            agent("a_1", "Code"),
+            agent("a_2", "Code reviewer"),
+            agent("a_3", "Écrivain"),
+        ];
+        let (a, task) = by_lead(&all, " code REVIEWER check the draft").unwrap();
+        assert_eq!((a.id.as_str(), task), ("a_2", "check the draft"));
+        let (a, task) = by_lead(&all, "Code check it").unwrap();
+        assert_eq!((a.id.as_str(), task), ("a_1", "check it"));
+        let (a, task) = by_lead(&all, "a_3 relis ceci").unwrap();
+        assert_eq!((a.id.as_str(), task), ("a_3", "relis ceci"));
+        let (a, _) = by_lead(&all, "écrivain relis").unwrap();
+        assert_eq!(a.id, "a_3");
+        // A name must end at a space: "Coder" is not "Code".
+        assert!(by_lead(&all, "Coder fix it").is_none());
+        assert!(by_lead(&all, "").is_none());
+    }
+}
