@@ -90,6 +90,9 @@ enum Command {
     /// Telegram and Slack bots bound to saved agents: list, show, add, rm, test, senders, allow, on, off, set.
     #[command(subcommand, long_about = commands::connector::LONG_ABOUT)]
     Connector(commands::connector::ConnectorCommand),
+    /// Saved agents: list, show, add, edit, export, import, rm, templates.
+    #[command(subcommand, long_about = commands::agent::LONG_ABOUT)]
+    Agent(commands::agent::AgentCommand),
     /// MCP servers for the chats' tools: list, add, test, on, off, rm.
     #[command(subcommand, long_about = commands::mcp::LONG_ABOUT)]
     Mcp(commands::mcp::McpCommand),
@@ -149,6 +152,7 @@ fn main() -> ExitCode {
             Command::Trigger(command) => commands::trigger::exec(command).await,
             Command::Connectors(verb) => commands::service::exec(daemon("connectors")?, verb).await,
             Command::Connector(command) => commands::connector::exec(command).await,
+            Command::Agent(command) => commands::agent::exec(command).await,
             Command::Mcp(command) => commands::mcp::exec(command).await,
             Command::Watchdog => commands::watchdog::exec().await,
             Command::Doctor => commands::doctor::exec().await,

@@ -832,6 +832,15 @@ fn help_texts_match_their_snapshots() {
         &["mcp", "off"],
         &["mcp", "rm"],
         &["mcp", "tools"],
+        &["agent"],
+        &["agent", "list"],
+        &["agent", "show"],
+        &["agent", "add"],
+        &["agent", "edit"],
+        &["agent", "export"],
+        &["agent", "import"],
+        &["agent", "rm"],
+        &["agent", "templates"],
         &["watchdog"],
         &["doctor"],
         &["completions"],
@@ -1363,6 +1372,198 @@ async fn tandem_chat_tools_switches_saved_agents_and_send_asks_for_one() {
     assert!(sent.status.success(), "{said}");
     assert!(said.contains("saved agents on for"), "{said}");
     assert!(said.contains("«Reviewer: check it"), "{said}");
+}
+
+/// `tandem agent`: an agent added with two tools is listed; an edit of its
+/// model keeps everything else; its file is written 0600 and never over an
+/// existing one without --force; imported again it is "Reviewer (2)", with
+/// the unknown model said in a warning; `show` prints its instructions and
+/// run history; a template makes "Code reviewer" with no tool; `rm` by name
+/// removes it; an unknown name exits 1 naming the agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_agent_adds_lists_edits_exports_imports_and_removes() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::start(&[]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let agent_of = |id: String| {
+        let client = client.clone();
+        async move {
+            let got = client.get(&format!("/agents/{id}")).await.unwrap();
+            assert_eq!(got.status, 200, "{got:?}");
+            got.body
+        }
+    };
+
+    let added = b.tandem_env(
+        &[
+            "agent",
+            "add",
+            "--name",
+            "Reviewer",
+            "--description",
+            "Reviews code for bugs",
+            "--instructions",
+            "Look for bugs.\nSay where each one is.",
+            "--tool",
+            "read_file",
+            "--tool",
+            "grep",
+        ],
+        &env,
+    );
+    let out = text(&added);
+    assert!(added.status.success(), "{out}");
+    assert!(out.starts_with("added a_"), "{out}");
+    let id = out.split_whitespace().nth(1).unwrap().to_string();
+
+    let listed = b.tandem_env(&["agent", "list"], &env);
+    let list = text(&listed);
+    assert!(listed.status.success(), "{list}");
+    assert!(list.starts_with("ID"), "{list}");
+    let row = list
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("no row for {id}: {list}"));
+    for want in [
+        "Reviewer",
+        "default",
+        "read_file, grep",
+        "Reviews code for bugs",
+    ] {
+        assert!(row.contains(want), "{want:?} missing from {row}");
+    }
+
+    // Only the model changes: the tools and the description stay.
+    let edited = b.tandem_env(&["agent", "edit", "reviewer", "--model", "m-x"], &env);
+    assert!(edited.status.success(), "{}", text(&edited));
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["model"], "m-x", "{agent}");
+    assert_eq!(agent["tools"], serde_json::json!(["read_file", "grep"]));
+    assert_eq!(agent["description"], "Reviews code for bugs");
+    assert_eq!(
+        agent["instructions"],
+        "Look for bugs.\nSay where each one is."
+    );
+
+    // The file: JSON of kind tandem-agent, readable by its owner alone.
+    let file = b.home().join("reviewer.agent.json");
+    let exported = b.tandem_env(
+        &["agent", "export", &id, "--out", file.to_str().unwrap()],
+        &env,
+    );
+    assert!(exported.status.success(), "{}", text(&exported));
+    let written = std::fs::read_to_string(&file).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&written).unwrap();
+    assert_eq!(parsed["kind"], "tandem-agent", "{written}");
+    assert_eq!(parsed["model"], "m-x", "{written}");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+
+    // Imported: a name of its own, the model the sim lacks dropped.
+    let imported = b.tandem_env(&["agent", "import", file.to_str().unwrap()], &env);
+    let said = String::from_utf8_lossy(&imported.stdout).to_string();
+    let warned = String::from_utf8_lossy(&imported.stderr).to_string();
+    assert!(imported.status.success(), "{said}{warned}");
+    assert!(
+        said.starts_with("imported a_") && said.trim_end().ends_with("Reviewer (2)"),
+        "{said}"
+    );
+    assert!(
+        warned
+            .lines()
+            .any(|l| l.starts_with("tandem: warning: ") && l.contains("\"m-x\"")),
+        "{warned}"
+    );
+    let copy = said.split_whitespace().nth(1).unwrap().to_string();
+    let copied = agent_of(copy).await;
+    assert_eq!(copied["name"], "Reviewer (2)");
+    assert_eq!(copied["model"], "");
+    assert_eq!(copied["tools"], serde_json::json!(["read_file", "grep"]));
+
+    // Its instructions whole, and the chat made with it in its history.
+    let chat = client
+        .post(
+            "/conversations",
+            serde_json::json!({"agent_id": id, "origin": "trigger"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(chat.status, 201, "{chat:?}");
+    let chat = chat.body["id"].as_str().unwrap().to_string();
+    let shown = b.tandem_env(&["agent", "show", "Reviewer"], &env);
+    let show = text(&shown);
+    assert!(shown.status.success(), "{show}");
+    assert!(
+        show.contains("    Look for bugs.\n    Say where each one is.\n"),
+        "{show}"
+    );
+    assert!(show.contains("read_file, grep"), "{show}");
+    assert!(
+        show.contains("run history: 1 chat, 0 running, 0 failed"),
+        "{show}"
+    );
+    assert!(
+        show.lines()
+            .any(|l| l.contains(&chat) && l.contains("trigger")),
+        "{show}"
+    );
+
+    // A template: its name, no tool.
+    let from = b.tandem_env(&["agent", "add", "--template", "reviewer"], &env);
+    let out = text(&from);
+    assert!(from.status.success(), "{out}");
+    assert!(out.contains("Code reviewer"), "{out}");
+    let template = out.split_whitespace().nth(1).unwrap().to_string();
+    let made = agent_of(template.clone()).await;
+    assert_eq!(made["name"], "Code reviewer");
+    assert_eq!(made["tools"], serde_json::json!([]));
+
+    // rm by name, in any case.
+    let removed = b.tandem_env(&["agent", "rm", "code REVIEWER"], &env);
+    assert!(removed.status.success(), "{}", text(&removed));
+    let gone = client.get(&format!("/agents/{template}")).await.unwrap();
+    assert_eq!(gone.status, 404, "{gone:?}");
+
+    // An unknown name: exit 1, the agents named.
+    let unknown = b.tandem_env(&["agent", "show", "Nobody"], &env);
+    assert_eq!(unknown.status.code(), Some(1), "{}", text(&unknown));
+    assert!(
+        text(&unknown).contains("\"Nobody\"") && text(&unknown).contains("Reviewer, Reviewer (2)"),
+        "{}",
+        text(&unknown)
+    );
+
+    // An existing file is kept without --force, replaced with it.
+    std::fs::write(&file, "mine\n").unwrap();
+    let refused = b.tandem_env(
+        &["agent", "export", &id, "--out", file.to_str().unwrap()],
+        &env,
+    );
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(text(&refused).contains("--force"), "{}", text(&refused));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine\n");
+    let forced = b.tandem_env(
+        &[
+            "agent",
+            "export",
+            &id,
+            "--out",
+            file.to_str().unwrap(),
+            "--force",
+        ],
+        &env,
+    );
+    assert!(forced.status.success(), "{}", text(&forced));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 }
 
 /// `tandem chat start --front ADDR`: chatd serves the page there, the address

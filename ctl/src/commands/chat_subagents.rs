@@ -160,9 +160,26 @@ pub async fn tools(chat: &str, saved_agents: Option<bool>) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// Switches saved agents on or off for a chat; answers its tools.
+/// Switches saved agents on or off for a chat, its other opt-in groups
+/// left as they are; answers its tools.
 pub async fn switch(client: &Client, chat: &str, on: bool) -> anyhow::Result<Value> {
-    let groups: &[&str] = if on { &["saved_agents"] } else { &[] };
+    let now = client
+        .ask(
+            reqwest::Method::GET,
+            &format!("/conversations/{chat}/tools"),
+            None,
+        )
+        .await?;
+    let mut groups: Vec<String> = now["opt_in"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["on"] == true && g["name"] != "saved_agents")
+        .map(|g| text(&g["name"]).to_string())
+        .collect();
+    if on {
+        groups.push("saved_agents".into());
+    }
     let view = client
         .ask(
             reqwest::Method::PUT,

@@ -1,5 +1,6 @@
 //! One module per `tandem` verb: its arguments, its help and a call.
 
+pub mod agent;
 pub mod chat;
 pub mod chat_files;
 pub mod chat_settings;

@@ -1,7 +1,8 @@
 //! Saved agents: a name, instructions for the system message, a model and
 //! the tools they may use. A conversation made with one keeps its id and
 //! looks the agent up at each request, so an edit reaches its next run and a
-//! deleted agent leaves the chat with chatd's plain system block and every tool.
+//! deleted agent leaves the chat with chatd's plain system block (which says
+//! so) and every tool. An agent's run history is read here too.
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
@@ -113,4 +114,70 @@ pub fn of_conversation(
         Some(id) => find(conn, &id),
         None => Ok(None),
     }
+}
+
+/// The chats most recently run with an agent that `runs_of` lists.
+pub const RUNS_LISTED: usize = 200;
+
+/// One chat that ran with an agent, as its run history shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentRun {
+    pub conversation_id: String,
+    pub title: String,
+    /// Who made the chat: a person, a trigger, a connector.
+    pub origin: crate::words::Origin,
+    pub kind: crate::words::ChatKind,
+    /// A run of it is queued, running or waiting now.
+    pub running: bool,
+    /// When its last run began; its status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_turn: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<crate::words::RunStatus>,
+}
+
+/// An agent's run history: the chats made with it (not in the trash), the
+/// newest turn first, `RUNS_LISTED` at most; `total`, `running` and `failed`
+/// count them all.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunHistory {
+    pub runs: Vec<AgentRun>,
+    pub total: usize,
+    pub running: usize,
+    pub failed: usize,
+}
+
+pub fn runs_of(conn: &Connection, agent_id: &str) -> Result<RunHistory, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.id, c.title, c.origin, c.kind, r.started, r.status \
+         FROM conversations c \
+         LEFT JOIN runs r ON r.rowid = \
+           (SELECT r2.rowid FROM runs r2 WHERE r2.conversation_id = c.id ORDER BY r2.rowid DESC LIMIT 1) \
+         WHERE c.agent_id = ?1 AND c.deleted_at IS NULL \
+         ORDER BY COALESCE(r.started, c.created) DESC, c.rowid DESC",
+    )?;
+    let rows = stmt.query_map([agent_id], |r| {
+        let status: Option<crate::words::RunStatus> = r.get(5)?;
+        Ok(AgentRun {
+            conversation_id: r.get(0)?,
+            title: r.get(1)?,
+            origin: r.get(2)?,
+            kind: r.get(3)?,
+            running: status.is_some_and(|s| s.is_active()),
+            last_turn: r.get(4)?,
+            last_status: status,
+        })
+    })?;
+    let all: Vec<AgentRun> = rows.collect::<Result<_, _>>()?;
+    let running = all.iter().filter(|r| r.running).count();
+    let failed = all
+        .iter()
+        .filter(|r| r.last_status == Some(crate::words::RunStatus::Failed))
+        .count();
+    Ok(RunHistory {
+        total: all.len(),
+        running,
+        failed,
+        runs: all.into_iter().take(RUNS_LISTED).collect(),
+    })
 }

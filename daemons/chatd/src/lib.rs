@@ -5,6 +5,7 @@
 //! `main.rs` parses arguments and loads the config; `run` does the rest, so
 //! tests can run chatd in-process or as the real binary alike.
 
+pub mod agent_templates;
 pub mod agents;
 pub mod api;
 pub mod attachments;

@@ -278,7 +278,8 @@ async fn a_chat_made_with_an_agent_runs_with_its_model_instructions_and_tools() 
 
 /// A call to a tool the agent does not grant (the model names it anyway) is
 /// answered with a refusal and never runs; a deleted agent leaves the chat
-/// with every tool and no instructions at its next run.
+/// with every tool and no instructions at its next run, and its model is
+/// told the agent was deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ungranted_call_is_refused_and_a_deleted_agent_is_dropped() -> anyhow::Result<()> {
     let (sim, chatd, client) = start().await?;
@@ -343,6 +344,10 @@ async fn an_ungranted_call_is_refused_and_a_deleted_agent_is_dropped() -> anyhow
         .context("a new request")?["body"];
     let system = last["messages"][0]["content"].as_str().unwrap_or("");
     assert!(!system.contains("READER-INSTRUCTIONS"), "{system}");
+    assert!(
+        system.contains("The saved agent this chat was made with was deleted"),
+        "the model is told: {system}"
+    );
     assert!(last["tools"].as_array().is_some_and(|t| t.len() > 1));
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! folder (chatd, egressd, hostexecd), and the engine simulator itself. Each module is one area's tests.
 
 mod agent;
+mod agent_files;
 mod agents;
 mod chatd;
 mod failures;

@@ -297,7 +297,7 @@ async fn a_saved_agent_never_gets_more_than_the_chat_that_starts_it() -> anyhow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_asks_for_a_saved_agent_by_its_field_or_a_slash_command() -> anyhow::Result<()> {
-    let (sim, _chatd, client) = start().await?;
+    let (sim, chatd, client) = start().await?;
     let chat = client.create_chat_in("auto").await?;
     let agent = make_agent(&client, json!({"name": "Code reviewer"})).await?;
     let messages = |snapshot: &Value| snapshot["messages"].as_array().map_or(0, Vec::len);
@@ -348,12 +348,26 @@ async fn a_message_asks_for_a_saved_agent_by_its_field_or_a_slash_command() -> a
         .await?;
     assert_eq!(sent.status, 202, "{sent:?}");
     let run = run_id(&sent.body)?;
-    // It starts a turn; another while it works is refused, not left waiting.
+    // It starts a turn; another while it works is refused, not left
+    // waiting, and the file it brought is not saved.
     let again = client
-        .post(&path, json!({"text": "and the README", "agent": agent}))
+        .post(
+            &path,
+            json!({"text": "and the README", "agent": agent,
+                   "attachments": [{"name": "extra.txt", "text": "more"}]}),
+        )
         .await?;
     assert_eq!(again.status, 409, "{again:?}");
     assert_eq!(again.body["error"]["type"], "run_active");
+    let uploads = chatd
+        .data_dir()
+        .join("workspaces")
+        .join(&chat)
+        .join("uploads");
+    assert!(
+        !uploads.join("extra.txt").exists(),
+        "a refused send saved its file"
+    );
     let record = client
         .wait_run(
             &chat,
@@ -389,5 +403,16 @@ async fn a_message_asks_for_a_saved_agent_by_its_field_or_a_slash_command() -> a
     let rows = subagent_rows(&client, &chat).await?;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["title"], "Code reviewer: check the draft");
+
+    // A send with a key answered before answers the same, whatever changed
+    // since (saved agents switched off here).
+    script(&sim, &chat, vec![json!({"tokens": 2})]).await?;
+    let keyed = json!({"text": "/agent Code reviewer once more", "key": "k-agent-1"});
+    let first = client.post(&path, keyed.clone()).await?;
+    assert_eq!(first.status, 202, "{first:?}");
+    switch(&client, &chat, &[]).await?;
+    let replay = client.post(&path, keyed).await?;
+    assert_eq!(replay.status, 202, "{replay:?}");
+    assert_eq!(replay.body, first.body);
     Ok(())
 }

@@ -10,5 +10,6 @@ mod ctl_mcp;
 mod host;
 mod in_chats;
 mod legacy;
+mod saved_agents;
 mod setup;
 mod stdio;

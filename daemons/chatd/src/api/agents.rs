@@ -25,16 +25,16 @@ pub const MAX_AGENTS: i64 = 100;
 #[derive(Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentBody {
-    name: Option<String>,
-    description: Option<String>,
-    instructions: Option<String>,
-    model: Option<String>,
-    tools: Option<Vec<String>>,
-    settings: Option<Value>,
+    pub(super) name: Option<String>,
+    pub(super) description: Option<String>,
+    pub(super) instructions: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) tools: Option<Vec<String>>,
+    pub(super) settings: Option<Value>,
 }
 
 /// The ids of the saved MCP connectors (an agent may name `connector:<id>`).
-async fn connector_ids(app: &App) -> Result<Vec<String>, ApiError> {
+pub(super) async fn connector_ids(app: &App) -> Result<Vec<String>, ApiError> {
     app.store
         .read(|conn| {
             Ok(crate::store::mcp::list(conn)?
@@ -45,7 +45,11 @@ async fn connector_ids(app: &App) -> Result<Vec<String>, ApiError> {
         .await
 }
 
-fn check(app: &App, body: AgentBody, connectors: &[String]) -> Result<AgentFields, ApiError> {
+pub(super) fn check(
+    app: &App,
+    body: AgentBody,
+    connectors: &[String],
+) -> Result<AgentFields, ApiError> {
     let name = body.name.unwrap_or_default();
     let chars = name.chars().count();
     if chars == 0 || chars > MAX_NAME {
@@ -142,22 +146,25 @@ pub async fn create(
     let agent = app
         .store
         .write(move |ctx| {
-            let count = store::agents::count(ctx)?;
-            if count >= MAX_AGENTS {
-                return Err(ApiError::conflict(
-                    "too_many_agents",
-                    format!(
-                        "there are {MAX_AGENTS} agents already, the most kept: delete one first"
-                    ),
-                )
-                .with("limit", MAX_AGENTS));
-            }
+            room_for_one(ctx)?;
             let id = store::agents::insert(ctx, &new)?;
             agents::get(ctx.conn(), &id)
         })
         .await?;
     tracing::info!(agent = %agent.id, "agent created");
     Ok((StatusCode::CREATED, axum::Json(agent)).into_response())
+}
+
+/// 409 `too_many_agents` when `MAX_AGENTS` are kept (read in the job that adds one).
+pub(super) fn room_for_one(ctx: &store::Ctx) -> Result<(), ApiError> {
+    if store::agents::count(ctx)? >= MAX_AGENTS {
+        return Err(ApiError::conflict(
+            "too_many_agents",
+            format!("there are {MAX_AGENTS} agents already, the most kept: delete one first"),
+        )
+        .with("limit", MAX_AGENTS));
+    }
+    Ok(())
 }
 
 pub async fn replace(

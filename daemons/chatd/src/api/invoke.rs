@@ -74,9 +74,37 @@ pub async fn asked(
                     format!("is empty: say what {:?} should do after its name", agent.name),
                 ));
             }
+            let most = crate::tools::spawn::TASK_CHARS;
+            if task.chars().count() > most {
+                return Err(ApiError::bad_input(
+                    "text",
+                    format!("is over {most} characters, the most a sub-agent's task may hold"),
+                ));
+            }
+            if agents::of_conversation(conn, &chat)?
+                .is_some_and(|a| !a.grants(crate::tools::spawn::NAME))
+            {
+                return Err(ApiError::bad_input(
+                    "agent",
+                    "this chat's own agent does not grant spawn_agent, so it cannot start another",
+                ));
+            }
+            // Checked again in the job that stores it; a refusal here saves no file.
+            if crate::store::queries::active_run(conn, &chat)?.is_some() {
+                return Err(busy());
+            }
             Ok(Some((record(&agent), task)))
         })
         .await
+}
+
+/// 409 `run_active`: a message for an agent starts a turn, it does not wait.
+pub fn busy() -> ApiError {
+    ApiError::conflict(
+        "run_active",
+        "a message for a saved agent starts a turn and does not wait: send it again when the \
+         model has answered",
+    )
 }
 
 /// The agent whose id or name (in any case, the longest that fits) leads

@@ -65,13 +65,12 @@ pub async fn send(
     }
     let Json(body) = Json::<SendBody>::from_request(request, &app).await?;
     let outgoing = Outgoing::checked(body.text, body.origin, body.key)?
-        .with_context(body.context.as_deref())?
-        .asking(&app, &id, body.agent)
-        .await?;
+        .with_context(body.context.as_deref())?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
     if let Some(again) = outgoing.answered(&app, &id).await? {
         return Ok(accepted(again));
     }
+    let outgoing = outgoing.asking(&app, &id, body.agent).await?;
     // Asked of the servers before any file is saved: a refusal stores nothing.
     let context = super::mcp_context::expand(&app, &id, &outgoing.context).await?;
     let mut records = context.records;

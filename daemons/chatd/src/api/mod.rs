@@ -1,5 +1,6 @@
 //! chatd's HTTP API: `/health`, `/metrics` and the CONTRACT's `/v1/chat-app/*`.
 
+mod agent_files;
 mod agents;
 mod body;
 mod chat_mcp;
@@ -47,6 +48,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/capabilities", get(system::capabilities))
         .route("/defaults", get(defaults::show).patch(defaults::update))
         .route("/agents", get(agents::list).post(agents::create))
+        .route("/agents/templates", get(agent_files::templates))
+        .route(
+            "/agents/templates/{id}/create",
+            post(agent_files::create_from_template),
+        )
+        .route("/agents/import", post(agent_files::import))
+        .route("/agents/{id}/export", get(agent_files::export))
+        .route("/agents/{id}/runs", get(agent_files::runs))
         .route(
             "/agents/{id}",
             get(agents::show)

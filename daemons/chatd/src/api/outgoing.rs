@@ -198,11 +198,7 @@ impl Outgoing {
                         }
                     }
                     if invoked.is_some() && queries::active_run(ctx.conn(), &cid)?.is_some() {
-                        return Err(ApiError::conflict(
-                            "run_active",
-                            "a message for a saved agent starts a turn and does not wait: send \
-                             it again when the model has answered",
-                        ));
+                        return Err(super::invoke::busy());
                     }
                     let sent = send_in(ctx, &conversation, &cid, &text, records, origin)?;
                     if let Some(key) = &key {

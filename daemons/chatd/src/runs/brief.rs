@@ -31,6 +31,11 @@ const LAST_STEP: &str =
      reached and no tools are offered now. Answer from what you have: say what is done, what \
      is not, and what you would do next. The person can press Continue to let you go on.";
 
+/// What a chat whose saved agent was deleted is told at each request.
+const AGENT_GONE: &str = "\n\n# Your saved agent\n\nThe saved agent this chat was made with \
+    was deleted: its instructions and its limits on tools no longer apply. If the person \
+    expects it, say so.";
+
 /// How long a request waits for egressd to say a chat's network.
 const NETWORK_WAIT: Duration = Duration::from_secs(2);
 
@@ -73,10 +78,19 @@ impl Chat {
             }
             _ => (id.to_string(), None),
         };
+        let mut connectors = super::mcp::usable(conn, &home, agent.as_ref())?;
+        if subset.is_some() {
+            // A sub-agent run as a saved agent reaches only the connectors
+            // its parent's agent names too: a tool of another connector
+            // could share a name the parent was offered.
+            let parent_agent = crate::agents::of_conversation(conn, &home)?;
+            let parents = super::mcp::usable(conn, &home, parent_agent.as_ref())?;
+            connectors.retain(|c| parents.iter().any(|p| p.id == c.id));
+        }
         Ok(Chat {
             saved_agents: subset.is_none()
                 && crate::store::opt_in::is_on(conn, id, crate::words::OptIn::SavedAgents)?,
-            connectors: super::mcp::usable(conn, &home, agent.as_ref())?,
+            connectors,
             conversation,
             agent,
             watched: queries::active_run(conn, &home)?.is_none_or(|r| r.origin == Origin::User),
@@ -223,6 +237,9 @@ impl Runs {
         if let Some(part) = mcp.system_part() {
             system.push_str("\n\n");
             system.push_str(&part);
+        }
+        if agent.is_none() && conversation.agent_id.is_some() {
+            system.push_str(AGENT_GONE);
         }
         let settings = match agent {
             Some(agent) => conversation.settings.over(&agent.settings),

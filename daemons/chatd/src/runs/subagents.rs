@@ -200,7 +200,7 @@ impl Runs {
                 let title = spawn::title_as(agent.as_ref().map(|a| a.name.as_str()), &args.task);
                 // Another agent on the same words is another task.
                 let key = match &agent {
-                    Some(agent) => format!("{} {}", agent.id, spawn::task_key(&args.task)),
+                    Some(agent) => format!("{}\u{1} {}", agent.id, spawn::task_key(&args.task)),
                     None => spawn::task_key(&args.task),
                 };
                 let new = NewSub {

@@ -9,7 +9,9 @@
 //! task). Each sub-agent's own answer is cued in its task (20 to 200 tokens
 //! at 50 to 200 a second), and a `#n` keeps the tasks apart. One plain
 //! call in four runs as the part's saved agent (`agent`; the chats have
-//! saved agents switched on), which grants three read tools.
+//! saved agents switched on), which grants three read tools; at the start
+//! the agent's file is exported and imported again (a new agent, the same
+//! definition).
 //!
 //! Faults: the soak's own kills of chatd (a sub-agent cut while it streams is
 //! taken up again; a call that waited on one is answered "goes on in the
@@ -135,6 +137,8 @@ pub(crate) struct Run {
     pub(crate) db: PathBuf,
     /// The saved agent's id (`HELPER`).
     pub(crate) agent: String,
+    /// Its file exported and imported as a new agent with the same definition.
+    pub(crate) round_trip: Result<(), String>,
     pub(crate) chats: Vec<ChatLoad>,
     pub(crate) samples: Samples,
     /// Seconds from the end of the load until nothing ran, or what still ran.
@@ -164,7 +168,7 @@ impl Part for SubagentsPart {
     fn drive(self: Arc<Self>, shared: Arc<Shared>, seed: u64) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let mut rng = StdRng::seed_from_u64(seed);
-            let (db, agent, ids) = match start(&shared).await {
+            let (db, (agent, round_trip), ids) = match start(&shared).await {
                 Ok(started) => started,
                 Err(err) => {
                     shared.violate(
@@ -192,6 +196,7 @@ impl Part for SubagentsPart {
             *lock(&self.run) = Some(Run {
                 db,
                 agent,
+                round_trip,
                 chats,
                 samples,
                 settled,
@@ -215,7 +220,10 @@ impl Part for SubagentsPart {
 /// chatd's database (found in its environment, read by the checks), the
 /// saved agent's id, and the chats of its own, in `auto` (a sub-agent's
 /// token answer asks nothing) with saved agents switched on.
-async fn start(shared: &Shared) -> anyhow::Result<(PathBuf, String, Vec<String>)> {
+#[allow(clippy::type_complexity)]
+async fn start(
+    shared: &Shared,
+) -> anyhow::Result<(PathBuf, (String, Result<(), String>), Vec<String>)> {
     let pid = shared.pid.load(Ordering::Relaxed);
     let environ = std::fs::read(format!("/proc/{pid}/environ"))
         .with_context(|| format!("reading chatd's (pid {pid}) environment"))?;
@@ -239,6 +247,7 @@ async fn start(shared: &Shared) -> anyhow::Result<(PathBuf, String, Vec<String>)
         }
     })
     .await?;
+    let round_trip = round_trip(shared, &agent, &helper).await;
     let mut ids = Vec::new();
     for i in 0..CHATS {
         let body = json!({"title": format!("soak sub-agents {i}"), "permission_mode": "auto"});
@@ -255,7 +264,46 @@ async fn start(shared: &Shared) -> anyhow::Result<(PathBuf, String, Vec<String>)
         .await?;
         ids.push(id);
     }
-    Ok((data.join("chat.sqlite3"), agent, ids))
+    Ok((data.join("chat.sqlite3"), (agent, round_trip), ids))
+}
+
+/// The agent's file exported and imported again (kills may land between):
+/// a new agent under a free name with the same definition, else why not.
+async fn round_trip(shared: &Shared, agent: &str, made: &Value) -> Result<(), String> {
+    let path = format!("/agents/{agent}/export");
+    let file = wait_until("the agent's file", RIDE, || async {
+        match shared.call(Method::GET, &path, None).await {
+            Ok((200, file)) => Some(file),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| format!("no export: {e:#}"))?;
+    let imported = wait_until("the agent imported", RIDE, || async {
+        match shared
+            .call(Method::POST, "/agents/import", Some(file.clone()))
+            .await
+        {
+            Ok((201, answer)) => Some(answer),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| format!("no import: {e:#}"))?;
+    let new = &imported["agent"];
+    let name = new["name"].as_str().unwrap_or("");
+    if new["id"] == agent || !name.starts_with(&format!("{HELPER} (")) {
+        return Err(format!("the import is {} named {name:?}", new["id"]));
+    }
+    for field in ["description", "instructions", "tools"] {
+        if new[field] != made[field] {
+            return Err(format!(
+                "the import's {field} is {}, not {}",
+                new[field], made[field]
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One chat's turns and stops while the load lasts. Each kind of stop

@@ -23,7 +23,9 @@
 //!   stopped (chatd refuses the words of one that works on or ended done);
 //! - a sub-agent is taken up again after at most 3 kills;
 //! - one runs as the saved agent exactly when its call named it (the
-//!   agent's id on its row and its conversation, its name in its title).
+//!   agent's id on its row and its conversation, its name in its title);
+//! - the saved agent's file, exported and imported, made a new agent under
+//!   a free name with the same definition.
 
 use super::*;
 
@@ -159,6 +161,12 @@ fn excerpt_of(text: &str) -> String {
 pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
     let mut found = Found::default();
     let mut tally = Tally::default();
+    if let Err(what) = &run.round_trip {
+        shared.violate(
+            Inv::Subagents,
+            format!("sub-agents: the agent file: {what}"),
+        );
+    }
     for load in &run.chats {
         tally.add(&load.tally);
         check_chat(shared, run, load, &mut found).await;
@@ -226,6 +234,13 @@ pub(crate) async fn check(shared: &Shared, run: &Run) -> Vec<String> {
         format!(
             "the list sampled {} times ({} more found chatd down): at most {} running in the background at once (the cap: {BACKGROUND_MAX})",
             run.samples.taken, run.samples.down, run.samples.most
+        ),
+        format!(
+            "the agent's file exported and imported: {}",
+            match &run.round_trip {
+                Ok(()) => "a new agent with the same definition".to_string(),
+                Err(what) => format!("NOT: {what}"),
+            }
         ),
     ]
 }

@@ -1,0 +1,825 @@
+//! `tandem agent …`: chatd's saved agents (`/v1/chat-app/agents`), through
+//! chatd's front door with the forward key: the list, one in full with its
+//! run history, add (or from a template), edit, the agent file (export and
+//! import), rm, and the templates.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use crate::answer::{first_line, text};
+use crate::client::{refusal, Client};
+
+pub const LONG_ABOUT: &str = "\
+Saved agents: a name, instructions put before chatd's own system text, a
+model (or chatd's default) and the tools it grants. A chat made with one, a
+trigger or a bot bound to one (`tandem trigger add --agent`, `tandem
+connector add --agent`), and a sub-agent started as one all run with those;
+an edit reaches their next turn.
+
+An agent is named by its id (a_…) or its name, in any case. An agent file
+(`export`, `import`) holds its definition alone: no id, no times, no secret.
+
+A refusal of chatd's is printed as one line, with the field it is about.
+Exit 0 when the request was done, 1 otherwise.
+
+Examples:
+  tandem agent add --name Reviewer --instructions-file reviewer.md --tool read_file --tool grep
+  tandem agent add --template reviewer
+  tandem agent list
+  tandem agent edit Reviewer --model qwen3-8b
+  tandem agent export Reviewer --out reviewer.agent.json
+  tandem agent import reviewer.agent.json";
+
+#[derive(clap::Subcommand)]
+pub enum AgentCommand {
+    /// Every saved agent, one row each: id, name, model, tools, description.
+    ///
+    /// Example: tandem agent list
+    List,
+    /// One agent in full, and the chats that ran with it.
+    ///
+    /// Its instructions whole and its tools named; then its run history:
+    /// how many chats were made with it (running now, failed), and the
+    /// newest 10 with who made them, how their last turn went and when.
+    ///
+    /// Example: tandem agent show Reviewer
+    Show {
+        /// The agent's id (a_…) or name (any case).
+        agent: String,
+    },
+    /// Save a new agent, or one made from a template (`tandem agent
+    /// templates`); prints its id.
+    ///
+    /// Tools: --tool (repeat it) grants only those, --no-tools grants none;
+    /// with neither, the agent may use every tool of this chatd. A template
+    /// grants no tool: grant some afterwards with `tandem agent edit`.
+    ///
+    /// Example: tandem agent add --name Reviewer --instructions-file reviewer.md --tool read_file --tool grep
+    Add(AddArgs),
+    /// Change a saved agent: only what is given changes, the rest stays as
+    /// it is.
+    ///
+    /// --tool (repeat it) replaces the list of tools it grants, --no-tools
+    /// grants none, --all-tools grants every tool of this chatd again.
+    /// --model '' goes back to chatd's default model.
+    ///
+    /// Example: tandem agent edit Reviewer --model qwen3-8b --tool read_file --tool grep
+    Edit(EditArgs),
+    /// Print an agent's file, or write it to --out.
+    ///
+    /// The file is JSON: its name, description, instructions, model, tools
+    /// and settings (no id, no secret), for `tandem agent import` here or on
+    /// another box. --out writes a file readable by you alone, and refuses
+    /// an existing one unless --force.
+    ///
+    /// Example: tandem agent export Reviewer --out reviewer.agent.json
+    Export {
+        /// The agent's id (a_…) or name (any case).
+        agent: String,
+        /// Write the file here rather than to stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Replace FILE when it exists.
+        #[arg(long, requires = "out")]
+        force: bool,
+    },
+    /// Save a new agent from an agent file (`-`: stdin).
+    ///
+    /// Prints the new agent's id and name. A name in use gets " (2)", and a
+    /// model or a tool this box does not have is dropped: each is said in a
+    /// warning on stderr.
+    ///
+    /// Example: tandem agent import reviewer.agent.json
+    Import {
+        /// The agent file (`-`: stdin).
+        file: PathBuf,
+    },
+    /// Delete a saved agent.
+    ///
+    /// The chats made with it stay, and go on as plain chats: chatd's own
+    /// system text and every tool.
+    ///
+    /// Example: tandem agent rm Reviewer
+    Rm {
+        /// The agent's id (a_…) or name (any case).
+        agent: String,
+    },
+    /// The templates an agent can be made from: id, name, what it is for.
+    ///
+    /// Example: tandem agent templates
+    Templates,
+}
+
+/// What `add` and `edit` both set.
+#[derive(clap::Args)]
+pub struct Fields {
+    /// What it is for, in a sentence (a chat's model reads it in list_agents).
+    #[arg(long, value_name = "TEXT")]
+    description: Option<String>,
+    /// Its instructions, put before chatd's own system text.
+    #[arg(long, value_name = "TEXT", conflicts_with = "instructions_file")]
+    instructions: Option<String>,
+    /// The file holding its instructions (`-`: stdin).
+    #[arg(long, value_name = "PATH")]
+    instructions_file: Option<PathBuf>,
+    /// The model it runs on ('': chatd's default).
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// A tool it may use (repeat it); only these are granted.
+    #[arg(long = "tool", value_name = "TOOL", conflicts_with = "no_tools")]
+    tools: Vec<String>,
+    /// Grant no tool at all.
+    #[arg(long)]
+    no_tools: bool,
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// Its name, unique among the agents (1 to 100 characters).
+    #[arg(long, required_unless_present = "template")]
+    name: Option<String>,
+    /// Make it from this template (research, reviewer, digest, editor:
+    /// `tandem agent templates`), named as the template or --name.
+    #[arg(
+        long,
+        value_name = "ID",
+        conflicts_with_all = ["description", "instructions", "instructions_file", "model", "tools", "no_tools"]
+    )]
+    template: Option<String>,
+    #[command(flatten)]
+    fields: Fields,
+}
+
+#[derive(clap::Args)]
+#[command(override_usage = "tandem agent edit <AGENT> [OPTIONS] (one at least)")]
+#[command(group(
+    clap::ArgGroup::new("change")
+        .required(true)
+        .multiple(true)
+        .args(["name", "description", "instructions", "instructions_file", "model", "tools", "no_tools", "all_tools"])
+))]
+pub struct EditArgs {
+    /// The agent's id (a_…) or name (any case).
+    agent: String,
+    /// A new name (1 to 100 characters).
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    fields: Fields,
+    /// Grant every tool of this chatd again.
+    #[arg(long, conflicts_with_all = ["tools", "no_tools"])]
+    all_tools: bool,
+}
+
+/// Characters of a column the list cuts at.
+const NAME_WIDTH: usize = 30;
+const MODEL_WIDTH: usize = 24;
+const TOOLS_WIDTH: usize = 32;
+const DESCRIPTION_WIDTH: usize = 50;
+/// Chats of the run history `show` prints.
+const RUNS_SHOWN: usize = 10;
+
+pub async fn exec(command: AgentCommand) -> anyhow::Result<ExitCode> {
+    // An instructions file or an agent file is read before chatd is asked
+    // anything: an unreadable file sends nothing.
+    let client = Client::new()?;
+    match command {
+        AgentCommand::List => {
+            let agents = all(&client).await?;
+            print!("{}", table(&agents));
+        }
+        AgentCommand::Show { agent } => {
+            let agent = find(&client, &agent).await?;
+            let id = text(&agent["id"]);
+            let history = call(&client, Method::GET, &format!("/{id}/runs"), None).await?;
+            print!("{}", details(&agent));
+            print!("{}", runs(&history));
+        }
+        AgentCommand::Add(args) => return add(&client, args).await,
+        AgentCommand::Edit(args) => {
+            let mut changes = args.fields.changes()?;
+            if let Some(name) = args.name {
+                changes.insert("name".into(), json!(name));
+            }
+            if args.all_tools {
+                changes.insert("tools".into(), Value::Null);
+            }
+            let agent = find(&client, &args.agent).await?;
+            let id = text(&agent["id"]).to_string();
+            let body = replaced(&agent, &changes);
+            let saved = call(&client, Method::PUT, &format!("/{id}"), Some(body)).await?;
+            let mut changed: Vec<&str> = changes.keys().map(String::as_str).collect();
+            changed.sort_unstable();
+            println!(
+                "changed {id} {}: {}",
+                text(&saved["name"]),
+                changed.join(", ")
+            );
+        }
+        AgentCommand::Export { agent, out, force } => {
+            if let Some(path) = &out {
+                if !force && std::fs::symlink_metadata(path).is_ok() {
+                    bail!(
+                        "{} exists: not overwritten (--force replaces it)",
+                        path.display()
+                    );
+                }
+            }
+            let agent = find(&client, &agent).await?;
+            let id = text(&agent["id"]).to_string();
+            let mut file = export(&client, &id).await?;
+            if !file.ends_with('\n') {
+                file.push('\n');
+            }
+            match out {
+                None => print!("{file}"),
+                Some(path) => {
+                    write_private(&path, &file, force)?;
+                    println!("wrote {} ({id} {})", path.display(), text(&agent["name"]));
+                }
+            }
+        }
+        AgentCommand::Import { file } => {
+            let body = read_json(&file)?;
+            let made = call(&client, Method::POST, "/import", Some(body)).await?;
+            warn(&made["warnings"]);
+            let agent = &made["agent"];
+            println!("imported {} {}", text(&agent["id"]), text(&agent["name"]));
+        }
+        AgentCommand::Rm { agent } => {
+            let agent = find(&client, &agent).await?;
+            let id = text(&agent["id"]);
+            call(&client, Method::DELETE, &format!("/{id}"), None).await?;
+            println!("removed {id} ({})", text(&agent["name"]));
+        }
+        AgentCommand::Templates => {
+            let listed = call(&client, Method::GET, "/templates", None).await?;
+            print!("{}", templates(&listed));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `add`: the body from the flags, or the template made into an agent.
+async fn add(client: &Client, args: AddArgs) -> anyhow::Result<ExitCode> {
+    if let Some(template) = &args.template {
+        let mut body = Map::new();
+        if let Some(name) = &args.name {
+            body.insert("name".into(), json!(name));
+        }
+        let made = call(
+            client,
+            Method::POST,
+            &format!("/templates/{template}/create"),
+            Some(Value::Object(body)),
+        )
+        .await
+        .map_err(|err| match err.to_string().contains("not_found") {
+            true => anyhow::anyhow!("{err}; the templates: tandem agent templates"),
+            false => err,
+        })?;
+        warn(&made["warnings"]);
+        let agent = &made["agent"];
+        println!(
+            "added {} {} from the template {template}; tools: {} (grant some: tandem agent edit {} --tool NAME)",
+            text(&agent["id"]),
+            text(&agent["name"]),
+            tools_word(&agent["tools"]),
+            text(&agent["id"]),
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut body = args.fields.changes()?;
+    body.insert("name".into(), json!(args.name.unwrap_or_default()));
+    let made = call(client, Method::POST, "", Some(Value::Object(body))).await?;
+    println!(
+        "added {} {}; tools: {}",
+        text(&made["id"]),
+        text(&made["name"]),
+        tools_word(&made["tools"])
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Fields {
+    /// The fields given, as an agent's body holds them (`tools`: a list,
+    /// `[]` for --no-tools, absent when neither was given).
+    fn changes(self) -> anyhow::Result<Map<String, Value>> {
+        let mut out = Map::new();
+        if let Some(description) = self.description {
+            out.insert("description".into(), json!(description));
+        }
+        let instructions = match (self.instructions, &self.instructions_file) {
+            (Some(given), _) => Some(given),
+            (None, Some(path)) => Some(read_text(path)?.trim_end().to_string()),
+            (None, None) => None,
+        };
+        if let Some(instructions) = instructions {
+            out.insert("instructions".into(), json!(instructions));
+        }
+        if let Some(model) = self.model {
+            out.insert("model".into(), json!(model));
+        }
+        if self.no_tools {
+            out.insert("tools".into(), json!([]));
+        } else if !self.tools.is_empty() {
+            out.insert("tools".into(), json!(self.tools));
+        }
+        Ok(out)
+    }
+}
+
+/// The whole agent for a `PUT`: `agent` as it is, with `changes` over it
+/// (a PUT replaces every field, so none is left out).
+fn replaced(agent: &Value, changes: &Map<String, Value>) -> Value {
+    let mut body = Map::new();
+    for key in ["name", "description", "instructions", "model"] {
+        body.insert(key.into(), json!(text(&agent[key])));
+    }
+    body.insert("tools".into(), agent["tools"].clone());
+    if agent["settings"].is_object() {
+        body.insert("settings".into(), agent["settings"].clone());
+    }
+    for (key, value) in changes {
+        body.insert(key.clone(), value.clone());
+    }
+    Value::Object(body)
+}
+
+/// Every agent, oldest first.
+async fn all(client: &Client) -> anyhow::Result<Vec<Value>> {
+    let listed = call(client, Method::GET, "", None).await?;
+    Ok(listed["agents"].as_array().cloned().unwrap_or_default())
+}
+
+/// The agent a word names: its id, else its name in any case. None or two
+/// of that name: an error that says which names or ids there are.
+async fn find(client: &Client, word: &str) -> anyhow::Result<Value> {
+    let agents = all(client).await?;
+    pick(&agents, word).cloned()
+}
+
+fn pick<'a>(agents: &'a [Value], word: &str) -> anyhow::Result<&'a Value> {
+    let word = word.trim();
+    if let Some(agent) = agents.iter().find(|a| a["id"] == word) {
+        return Ok(agent);
+    }
+    let named: Vec<&Value> = agents
+        .iter()
+        .filter(|a| text(&a["name"]).to_lowercase() == word.to_lowercase())
+        .collect();
+    match named.as_slice() {
+        [one] => Ok(one),
+        [] if agents.is_empty() => bail!("no saved agent is named {word:?}: there are none"),
+        [] => {
+            let names: Vec<&str> = agents.iter().map(|a| text(&a["name"])).collect();
+            bail!(
+                "no saved agent is named {word:?}; the agents: {}",
+                names.join(", ")
+            )
+        }
+        many => {
+            let ids: Vec<&str> = many.iter().map(|a| text(&a["id"])).collect();
+            bail!(
+                "{} agents are named {word:?}: name one by its id ({})",
+                many.len(),
+                ids.join(", ")
+            )
+        }
+    }
+}
+
+/// The list as printed: a header and one row each, or that there is none.
+fn table(agents: &[Value]) -> String {
+    if agents.is_empty() {
+        return "no saved agents (add one: tandem agent add --help)\n".into();
+    }
+    let width = |of: &dyn Fn(&Value) -> String, header: &str, cap: usize| {
+        agents
+            .iter()
+            .map(|a| of(a).chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(header.len(), cap)
+    };
+    let id_width = width(&|a| text(&a["id"]).to_string(), "ID", usize::MAX);
+    let name_width = width(&|a| text(&a["name"]).to_string(), "NAME", NAME_WIDTH);
+    let model_width = width(&model_word, "MODEL", MODEL_WIDTH);
+    let tools_width = width(&|a| tools_word(&a["tools"]), "TOOLS", TOOLS_WIDTH);
+    let mut out = format!(
+        "{:<id_width$}  {:<name_width$}  {:<model_width$}  {:<tools_width$}  DESCRIPTION\n",
+        "ID", "NAME", "MODEL", "TOOLS"
+    );
+    for a in agents {
+        let row = format!(
+            "{:<id_width$}  {}  {}  {}  {}",
+            text(&a["id"]),
+            padded(text(&a["name"]), name_width),
+            padded(&model_word(a), model_width),
+            padded(&tools_word(&a["tools"]), tools_width),
+            cut(first_line(text(&a["description"])), DESCRIPTION_WIDTH),
+        );
+        out.push_str(row.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Its model, or "default" (chatd's).
+fn model_word(agent: &Value) -> String {
+    match text(&agent["model"]) {
+        "" => "default".into(),
+        model => model.into(),
+    }
+}
+
+/// The tools it grants, short: all, none, or their names (their count
+/// first when they do not fit).
+fn tools_word(tools: &Value) -> String {
+    let Some(list) = tools.as_array() else {
+        return "all".into();
+    };
+    if list.is_empty() {
+        return "none".into();
+    }
+    let names: Vec<&str> = list.iter().map(text).collect();
+    let joined = names.join(", ");
+    if joined.chars().count() <= TOOLS_WIDTH {
+        joined
+    } else {
+        cut(&format!("{}: {joined}", names.len()), TOOLS_WIDTH)
+    }
+}
+
+/// One agent in full.
+fn details(agent: &Value) -> String {
+    let mut out = format!("{}  {}\n", text(&agent["id"]), text(&agent["name"]));
+    let mut row = |k: &str, v: &str| out.push_str(&format!("  {k:<12} {v}\n"));
+    let description = text(&agent["description"]);
+    row(
+        "description",
+        if description.is_empty() {
+            "-"
+        } else {
+            description
+        },
+    );
+    row(
+        "model",
+        match text(&agent["model"]) {
+            "" => "(chatd's default)",
+            model => model,
+        },
+    );
+    let tools = match agent["tools"].as_array() {
+        None => "every tool of this chatd".to_string(),
+        Some(list) if list.is_empty() => "none".to_string(),
+        Some(list) => list.iter().map(text).collect::<Vec<_>>().join(", "),
+    };
+    row("tools", &tools);
+    let settings: Vec<String> = agent["settings"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| match v.as_str() {
+            Some(s) => format!("{k}={}", first_line(s)),
+            None => format!("{k}={v}"),
+        })
+        .collect();
+    if !settings.is_empty() {
+        row("settings", &settings.join(", "));
+    }
+    row("created", &super::trigger::local(text(&agent["created"])));
+    row("updated", &super::trigger::local(text(&agent["updated"])));
+    let instructions = text(&agent["instructions"]);
+    if instructions.trim().is_empty() {
+        out.push_str("  instructions: none (chatd's own system text alone)\n");
+    } else {
+        out.push_str("  instructions:\n");
+        for line in instructions.lines() {
+            out.push_str(format!("    {line}").trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The run history as `show` prints it: the totals, then the newest chats.
+fn runs(history: &Value) -> String {
+    let count = |k: &str| history[k].as_u64().unwrap_or(0);
+    let total = count("total");
+    let mut out = format!(
+        "run history: {}, {} running, {} failed\n",
+        chats(total),
+        count("running"),
+        count("failed")
+    );
+    let listed = history["runs"].as_array().cloned().unwrap_or_default();
+    for run in listed.iter().take(RUNS_SHOWN) {
+        let state = if run["running"] == true {
+            "running"
+        } else {
+            match text(&run["last_status"]) {
+                "" => "no turn",
+                status => status,
+            }
+        };
+        let last = match run["last_turn"].as_str() {
+            Some(at) => super::trigger::local(at),
+            None => "-".into(),
+        };
+        let kind = match text(&run["kind"]) {
+            "subagent" => "sub-agent",
+            _ => "chat",
+        };
+        let title = match text(&run["title"]) {
+            "" => "(no title)",
+            title => title,
+        };
+        out.push_str(&format!(
+            "  {}  {:<9}  {:<9}  {:<11}  {:<24}  {}\n",
+            text(&run["conversation_id"]),
+            kind,
+            text(&run["origin"]),
+            state,
+            last,
+            cut(first_line(title), 40)
+        ));
+    }
+    let shown = listed.len().min(RUNS_SHOWN) as u64;
+    if total > shown {
+        out.push_str(&format!("  … and {} more\n", total - shown));
+    }
+    out
+}
+
+fn chats(n: u64) -> String {
+    if n == 1 {
+        "1 chat".into()
+    } else {
+        format!("{n} chats")
+    }
+}
+
+/// The templates as printed: id, name, description.
+fn templates(listed: &Value) -> String {
+    let all = listed["templates"].as_array().cloned().unwrap_or_default();
+    let id_width = all
+        .iter()
+        .map(|t| text(&t["id"]).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(2);
+    let name_width = all
+        .iter()
+        .map(|t| text(&t["name"]).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let mut out = format!(
+        "{:<id_width$}  {:<name_width$}  DESCRIPTION\n",
+        "ID", "NAME"
+    );
+    for t in &all {
+        let row = format!(
+            "{:<id_width$}  {:<name_width$}  {}",
+            text(&t["id"]),
+            text(&t["name"]),
+            first_line(text(&t["description"]))
+        );
+        out.push_str(row.trim_end());
+        out.push('\n');
+    }
+    out.push_str("make one: tandem agent add --template ID [--name NAME] (it grants no tool until you edit it)\n");
+    out
+}
+
+/// Each warning of an answer, on stderr.
+fn warn(warnings: &Value) {
+    for warning in warnings.as_array().into_iter().flatten() {
+        eprintln!("tandem: warning: {}", text(warning));
+    }
+}
+
+/// The agent file as chatd writes it (its text, not re-serialized).
+async fn export(client: &Client, id: &str) -> anyhow::Result<String> {
+    let response = client
+        .http
+        .get(format!("{}/agents/{id}/export", client.base))
+        .header("x-forward-key", &client.key)
+        .send()
+        .await
+        .with_context(|| {
+            format!(
+                "chatd does not answer at {} (is it running? `tandem up`)",
+                client.base
+            )
+        })?;
+    let status = response.status();
+    let body = response.text().await.context("reading the agent file")?;
+    if !status.is_success() {
+        let answer = serde_json::from_str(&body).unwrap_or(Value::Null);
+        bail!("{}", refusal(status.as_u16(), &answer));
+    }
+    Ok(body)
+}
+
+/// Writes `text` to `path`, readable by its owner alone (0600). Without
+/// `force` an existing file is refused (and never opened); with it, the
+/// file is replaced whole by a rename.
+fn write_private(path: &Path, text: &str, force: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let create = |at: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(at)
+    };
+    if !force {
+        let mut file = create(path).map_err(|err| match err.kind() {
+            std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+                "{} exists: not overwritten (--force replaces it)",
+                path.display()
+            ),
+            _ => anyhow::Error::new(err).context(format!("creating {}", path.display())),
+        })?;
+        return file
+            .write_all(text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()));
+    }
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".tandem-{}", std::process::id()));
+    let temp = path.with_file_name(temp_name);
+    let written = create(&temp)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&temp, path));
+    if let Err(err) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(anyhow::Error::new(err).context(format!("writing {}", path.display())));
+    }
+    Ok(())
+}
+
+/// A file's text, or stdin's for `-`.
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+/// An agent file's JSON (`-`: stdin).
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let text = read_text(path)?;
+    let shown = if path == Path::new("-") {
+        "stdin".to_string()
+    } else {
+        path.display().to_string()
+    };
+    serde_json::from_str(&text).with_context(|| format!("{shown} is not an agent file (not JSON)"))
+}
+
+/// `s` cut to `width` characters, the last one `…` when it was cut.
+fn cut(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut cut: String = s.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// `s` cut or padded to `width` characters.
+fn padded(s: &str, width: usize) -> String {
+    let cut = cut(s, width);
+    let pad = width.saturating_sub(cut.chars().count());
+    format!("{cut}{}", " ".repeat(pad))
+}
+
+/// A request under `/v1/chat-app/agents`; a refusal is one line: the API's
+/// message (which names the field of a bad input) and its type.
+async fn call(
+    client: &Client,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    client.ask(method, &format!("/agents{path}"), body).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(id: &str, name: &str, tools: Value) -> Value {
+        json!({"id": id, "name": name, "description": "", "instructions": "", "model": "",
+               "tools": tools, "settings": {}, "created": "", "updated": ""})
+    }
+
+    #[test]
+    fn the_list_says_all_none_or_the_tools_and_the_default_model() {
+        let mut reviewer = agent("a_1", "Reviewer", json!(["read_file", "grep"]));
+        reviewer["model"] = json!("qwen3-8b");
+        reviewer["description"] = json!("Reviews code\nand more");
+        let many: Vec<String> = (0..8).map(|n| format!("tool_number_{n}")).collect();
+        let agents = [
+            reviewer,
+            agent("a_2", "Everything", Value::Null),
+            agent("a_3", "Nothing", json!([])),
+            agent("a_4", &"n".repeat(40), json!(many)),
+        ];
+        let out = table(&agents);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("ID   NAME"), "{out}");
+        assert!(lines[0].ends_with("DESCRIPTION"), "{out}");
+        assert!(lines[1].contains("qwen3-8b"), "{out}");
+        assert!(lines[1].contains("read_file, grep"), "{out}");
+        assert!(lines[1].ends_with("Reviews code"), "{out}");
+        assert!(
+            lines[2].contains(" default ") && lines[2].ends_with("all"),
+            "{out}"
+        );
+        assert!(lines[3].ends_with("none"), "{out}");
+        assert!(
+            lines[4].contains("8: tool_number_0") && lines[4].contains('…'),
+            "{out}"
+        );
+        assert!(
+            lines[4].contains(&format!("{}…", "n".repeat(NAME_WIDTH - 1))),
+            "{out}"
+        );
+        assert_eq!(
+            table(&[]),
+            "no saved agents (add one: tandem agent add --help)\n"
+        );
+    }
+
+    #[test]
+    fn a_word_names_an_agent_by_id_or_name_in_any_case() {
+        let agents = [
+            agent("a_1", "Reviewer", Value::Null),
+            agent("a_2", "Digest", Value::Null),
+            agent("a_3", "digest", Value::Null),
+        ];
+        assert_eq!(pick(&agents, "a_2").unwrap()["id"], "a_2");
+        assert_eq!(pick(&agents, "REVIEWER").unwrap()["id"], "a_1");
+        let unknown = pick(&agents, "Writer").unwrap_err().to_string();
+        assert_eq!(
+            unknown,
+            "no saved agent is named \"Writer\"; the agents: Reviewer, Digest, digest"
+        );
+        let two = pick(&agents, "DIGEST").unwrap_err().to_string();
+        assert_eq!(
+            two,
+            "2 agents are named \"DIGEST\": name one by its id (a_2, a_3)"
+        );
+        assert!(pick(&[], "x")
+            .unwrap_err()
+            .to_string()
+            .contains("there are none"));
+    }
+
+    #[test]
+    fn an_edit_puts_the_whole_agent_with_only_the_changes_new() {
+        let mut was = agent("a_1", "Reviewer", json!(["grep"]));
+        was["description"] = json!("Reviews");
+        was["settings"] = json!({"temperature": 0.2});
+        let mut changes = Map::new();
+        changes.insert("model".into(), json!("m-x"));
+        assert_eq!(
+            replaced(&was, &changes),
+            json!({"name": "Reviewer", "description": "Reviews", "instructions": "",
+                   "model": "m-x", "tools": ["grep"], "settings": {"temperature": 0.2}})
+        );
+        changes.insert("tools".into(), Value::Null);
+        assert_eq!(replaced(&was, &changes)["tools"], Value::Null);
+    }
+
+    #[test]
+    fn the_run_history_shows_totals_and_the_newest_ten() {
+        let run = json!({"conversation_id": "c_1", "title": "", "origin": "trigger",
+                         "kind": "chat", "running": false});
+        let history = json!({"runs": vec![run; 12], "total": 12, "running": 0, "failed": 1});
+        let out = runs(&history);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "run history: 12 chats, 0 running, 1 failed");
+        assert_eq!(lines.len(), 1 + RUNS_SHOWN + 1, "{out}");
+        assert!(
+            lines[1].contains("trigger") && lines[1].contains("no turn"),
+            "{out}"
+        );
+        assert!(lines[1].ends_with("(no title)"), "{out}");
+        assert_eq!(lines[11], "  … and 2 more");
+    }
+}
