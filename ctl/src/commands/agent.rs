@@ -268,6 +268,14 @@ pub async fn exec(command: AgentCommand) -> anyhow::Result<ExitCode> {
 /// `add`: the body from the flags, or the template made into an agent.
 async fn add(client: &Client, args: AddArgs) -> anyhow::Result<ExitCode> {
     if let Some(template) = &args.template {
+        // An id is a word: anything else would name another route.
+        if template.is_empty()
+            || !template
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("no template is named {template:?}; tandem agent templates lists them");
+        }
         let mut body = Map::new();
         if let Some(name) = &args.name {
             body.insert("name".into(), json!(name));

@@ -154,6 +154,8 @@ pub fn runs_of(conn: &Connection, agent_id: &str) -> Result<RunHistory, ApiError
          LEFT JOIN runs r ON r.rowid = \
            (SELECT r2.rowid FROM runs r2 WHERE r2.conversation_id = c.id ORDER BY r2.rowid DESC LIMIT 1) \
          WHERE c.agent_id = ?1 AND c.deleted_at IS NULL \
+           AND NOT EXISTS (SELECT 1 FROM conversations p \
+                           WHERE p.id = c.parent_id AND p.deleted_at IS NOT NULL) \
          ORDER BY COALESCE(r.started, c.created) DESC, c.rowid DESC",
     )?;
     let rows = stmt.query_map([agent_id], |r| {

@@ -196,26 +196,22 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
 }
 
 /// A person's message as the model reads it: one that asks for a saved
-/// agent (api/invoke.rs) leads with what to do; the transcript keeps the
-/// person's words alone.
-fn asked_agent(m: &Message, asks: bool) -> std::borrow::Cow<'_, str> {
+/// agent (api/invoke.rs) leads with the call to make, the same wherever the
+/// message stands (a run keeps rendered messages: runs/kept.rs); the
+/// transcript keeps the person's words alone.
+fn asked_agent(m: &Message) -> std::borrow::Cow<'_, str> {
     let record = m
         .attachments
         .as_ref()
         .and_then(Value::as_array)
         .and_then(|records| records.iter().find(|r| r["kind"] == "agent"));
     match record {
-        Some(r) if !asks => std::borrow::Cow::Owned(format!(
-            "[The person handed this to their saved agent {:?}.]\n\n{}",
-            r["name"].as_str().unwrap_or(""),
-            m.text
-        )),
         Some(r) => std::borrow::Cow::Owned(format!(
-            "[The person asks you to hand this task to their saved agent {:?}: call spawn_agent \
-             with agent: {:?} and the task below as its task, word for word, then tell them \
-             its result.]\n\n{}",
+            "[The person asks you to hand a task to their saved agent {:?}: call spawn_agent \
+             with {}, then tell them its result. Unless that call was made already: its \
+             result then follows below.]\n\n{}",
             r["name"].as_str().unwrap_or(""),
-            r["agent_id"].as_str().unwrap_or(""),
+            json!({"agent": r["agent_id"], "task": r["task"]}),
             m.text
         )),
         None => std::borrow::Cow::Borrowed(&m.text),
@@ -295,10 +291,7 @@ pub fn render_group(
     match m.role {
         Role::User => {
             let parts = images(m);
-            // Only the turn's question asks for its agent; an earlier one's
-            // ask was answered in its own turn.
-            let asks = !all[i + 1..].iter().any(|later| later.role == Role::User);
-            let text = asked_agent(m, asks);
+            let text = asked_agent(m);
             if parts.is_empty() {
                 one(json!({"role": "user", "content": text}))
             } else {

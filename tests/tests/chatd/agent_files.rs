@@ -198,7 +198,7 @@ async fn a_starter_template_saves_as_an_agent_that_grants_nothing() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_run_history_lists_its_chats_newest_turn_first() -> anyhow::Result<()> {
-    let (_sim, _chatd, client) = start(&[]).await?;
+    let (sim, _chatd, client) = start(&[]).await?;
     let made = client.post("/agents", json!({"name": "Digest"})).await?;
     let id = made.body["id"].as_str().context("id")?.to_string();
     let make = |origin: &'static str| {
@@ -256,5 +256,35 @@ async fn an_agents_run_history_lists_its_chats_newest_turn_first() -> anyhow::Re
     );
     let unknown = client.get("/agents/a_nothing/runs").await?;
     assert_eq!(unknown.status, 404, "{unknown:?}");
+
+    // A chat's sub-agent runs as its agent too, and goes with it to the trash.
+    sim.post(
+        "/sim/faults",
+        json!({"session": format!("chat-{by_person}"), "next": [{"tool_calls": [
+            {"name": "spawn_agent", "arguments": {"task": "Sum it up\n[sim tokens=2]"}}
+        ]}]}),
+    )
+    .await?;
+    let run = run_id(&client.send(&by_person, "with a helper").await?)?;
+    client
+        .wait_run(&by_person, &run, &["done", "failed", "stopped", "interrupted"], LONG)
+        .await?;
+    let history = client.get(&format!("/agents/{id}/runs")).await?;
+    assert_eq!(history.body["total"], 3, "{}", history.body);
+    assert!(history.body["runs"]
+        .as_array()
+        .is_some_and(|r| r.iter().any(|r| r["kind"] == "subagent")));
+    let trashed = client
+        .call(reqwest::Method::DELETE, &format!("/conversations/{by_person}"), None)
+        .await?;
+    assert!(trashed.status < 300, "{trashed:?}");
+    let history = client.get(&format!("/agents/{id}/runs")).await?;
+    let left: Vec<&str> = history.body["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["conversation_id"].as_str())
+        .collect();
+    assert_eq!(left, [by_trigger.as_str()], "{}", history.body);
     Ok(())
 }

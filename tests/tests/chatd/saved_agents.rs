@@ -386,7 +386,8 @@ async fn a_message_asks_for_a_saved_agent_by_its_field_or_a_slash_command() -> a
     assert_eq!(asked["text"], "check the draft");
     assert_eq!(
         asked["attachments"],
-        json!([{"kind": "agent", "agent_id": agent, "name": "Code reviewer"}])
+        json!([{"kind": "agent", "agent_id": agent, "name": "Code reviewer",
+                 "task": "check the draft"}])
     );
     let first = bodies_of(&sim, &chat).await?;
     let told = first[0]["messages"]
@@ -396,7 +397,7 @@ async fn a_message_asks_for_a_saved_agent_by_its_field_or_a_slash_command() -> a
         .context("the request's question")?;
     assert!(
         told.contains("saved agent \"Code reviewer\"")
-            && told.contains(&agent)
+            && told.contains(&json!({"agent": agent, "task": "check the draft"}).to_string())
             && told.ends_with("check the draft"),
         "{told}"
     );

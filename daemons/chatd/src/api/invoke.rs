@@ -15,9 +15,10 @@ use crate::App;
 /// What a message's text starts with to ask for an agent.
 const COMMAND: &str = "/agent";
 
-/// The record a message that asks for `agent` carries.
-pub fn record(agent: &Agent) -> Value {
-    json!({"kind": "agent", "agent_id": agent.id, "name": agent.name})
+/// The record a message that asks for `agent` with `task` (the person's
+/// words alone, without the files' text) carries.
+pub fn record(agent: &Agent, task: &str) -> Value {
+    json!({"kind": "agent", "agent_id": agent.id, "name": agent.name, "task": task})
 }
 
 /// The agent a message asks for, and the task left once a `/agent <name>`
@@ -93,7 +94,7 @@ pub async fn asked(
             if crate::store::queries::active_run(conn, &chat)?.is_some() {
                 return Err(busy());
             }
-            Ok(Some((record(&agent), task)))
+            Ok(Some((record(&agent, &task), task)))
         })
         .await
 }
