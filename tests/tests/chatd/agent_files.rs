@@ -267,7 +267,12 @@ async fn an_agents_run_history_lists_its_chats_newest_turn_first() -> anyhow::Re
     .await?;
     let run = run_id(&client.send(&by_person, "with a helper").await?)?;
     client
-        .wait_run(&by_person, &run, &["done", "failed", "stopped", "interrupted"], LONG)
+        .wait_run(
+            &by_person,
+            &run,
+            &["done", "failed", "stopped", "interrupted"],
+            LONG,
+        )
         .await?;
     let history = client.get(&format!("/agents/{id}/runs")).await?;
     assert_eq!(history.body["total"], 3, "{}", history.body);
@@ -275,7 +280,11 @@ async fn an_agents_run_history_lists_its_chats_newest_turn_first() -> anyhow::Re
         .as_array()
         .is_some_and(|r| r.iter().any(|r| r["kind"] == "subagent")));
     let trashed = client
-        .call(reqwest::Method::DELETE, &format!("/conversations/{by_person}"), None)
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/conversations/{by_person}"),
+            None,
+        )
         .await?;
     assert!(trashed.status < 300, "{trashed:?}");
     let history = client.get(&format!("/agents/{id}/runs")).await?;

@@ -11,6 +11,10 @@ pub const NAME: &str = "spawn_agent";
 pub const LIST_NAME: &str = "list_agents";
 /// Agents list_agents lists, at most.
 pub const LIST_MAX: usize = 100;
+/// A description's characters as list_agents gives it, at most.
+const DESCRIPTION_CHARS: usize = 160;
+/// list_agents' entries' characters, at most (about 4,000 tokens).
+const LIST_CHARS: usize = 16_000;
 /// A task's characters, at most.
 pub const TASK_CHARS: usize = 20_000;
 /// Tools a call may name, at most.
@@ -56,19 +60,24 @@ pub fn list_spec() -> ToolSpec {
 
 /// list_agents' answer: `{agents, count}`, `LIST_MAX` at most.
 pub fn list_text(agents: &[crate::agents::Agent]) -> String {
-    let listed: Vec<Value> = agents
-        .iter()
-        .take(LIST_MAX)
-        .map(
-            |a| json!({"id": a.id, "name": a.name, "description": a.description, "model": a.model}),
-        )
-        .collect();
+    // Each description cut, and the list held to LIST_CHARS: 100 whole
+    // descriptions filled a small model's window (figure 18d).
+    let mut listed: Vec<Value> = Vec::new();
+    let mut chars = 0;
+    for a in agents.iter().take(LIST_MAX) {
+        let description: String = a.description.chars().take(DESCRIPTION_CHARS).collect();
+        let entry =
+            json!({"id": a.id, "name": a.name, "description": description, "model": a.model});
+        chars += entry.to_string().chars().count();
+        if chars > LIST_CHARS {
+            break;
+        }
+        listed.push(entry);
+    }
+    let shown = listed.len();
     let mut answer = json!({"agents": listed, "count": agents.len()});
-    if agents.len() > LIST_MAX {
-        answer["note"] = json!(format!(
-            "the first {LIST_MAX} of {} are listed",
-            agents.len()
-        ));
+    if shown < agents.len() {
+        answer["note"] = json!(format!("the first {shown} of {} are listed", agents.len()));
     }
     answer.to_string()
 }
@@ -270,6 +279,35 @@ mod tests {
         }
         let long = format!(r#"{{"task": "{}"}}"#, "a".repeat(TASK_CHARS + 1));
         assert!(Args::parse(&long).unwrap_err().contains("20000"));
+    }
+
+    #[test]
+    fn the_agents_list_is_held_to_its_room() {
+        let agent = |i: usize| crate::agents::Agent {
+            id: format!("a_{i:04}"),
+            name: format!("Agent {i}"),
+            description: "d".repeat(1_000),
+            instructions: String::new(),
+            model: String::new(),
+            tools: None,
+            settings: Default::default(),
+            created: String::new(),
+            updated: String::new(),
+        };
+        let all: Vec<_> = (0..100).map(agent).collect();
+        let text = list_text(&all);
+        assert!(text.chars().count() <= LIST_CHARS + 200, "{}", text.len());
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        let shown = answer["agents"].as_array().unwrap();
+        assert!(shown.len() > 50 && shown.len() < 100, "{}", shown.len());
+        assert_eq!(
+            shown[0]["description"].as_str().unwrap().len(),
+            DESCRIPTION_CHARS
+        );
+        assert_eq!(answer["count"], 100);
+        assert!(answer["note"].as_str().unwrap().contains("of 100"));
+        let few = list_text(&all[..3]);
+        assert!(!few.contains("note"));
     }
 
     #[test]

@@ -75,7 +75,9 @@
 //!     against the same turn with `read_file`; a background sub-agent's
 //!     hand-back to its parent; 4 background sub-agents at once against 4
 //!     foreground ones one after another; chatd's RSS after 100 sub-agents
-//!     (`subagents.rs`).
+//!     (`subagents.rs`). 18d, saved_agents: a foreground `spawn_agent` as
+//!     a saved agent against a plain one; `list_agents` of 100 agents (its
+//!     result's size) against a `read_file` turn (`saved_agents.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -105,6 +107,7 @@ mod mcp;
 mod measure;
 mod rawstream;
 mod relay;
+mod saved_agents;
 mod snapshot;
 mod status;
 mod subagents;
@@ -173,6 +176,8 @@ enum Figure {
     Search,
     Mcp,
     Subagents,
+    #[value(name = "saved_agents", alias = "saved-agents")]
+    SavedAgents,
 }
 
 /// How big each figure's workload is.
@@ -404,6 +409,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         subagents::figure(args.quick, &mut rows)
             .await
             .context("figure 18 (sub-agents)")?;
+    }
+    if wants(Figure::SavedAgents) {
+        saved_agents::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18d (saved agents)")?;
     }
     let table = table(&rows);
     say(format!(

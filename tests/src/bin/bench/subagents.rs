@@ -33,7 +33,7 @@ const BOUND: Duration = Duration::from_secs(60);
 
 /// A chat's event stream read by a task of its own, each event stamped
 /// when it arrived.
-struct Watch {
+pub(super) struct Watch {
     rx: mpsc::UnboundedReceiver<(Instant, SseEvent)>,
     seen: Vec<(Instant, SseEvent)>,
     task: tokio::task::JoinHandle<()>,
@@ -41,7 +41,7 @@ struct Watch {
 
 impl Watch {
     /// Attached once chatd has answered the stream's head.
-    async fn open(client: &Client, chat: &str) -> anyhow::Result<Watch> {
+    pub(super) async fn open(client: &Client, chat: &str) -> anyhow::Result<Watch> {
         let mut stream = client.events(chat, 0).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
@@ -66,7 +66,11 @@ impl Watch {
     }
 
     /// The first event (seen already or to come) that `hit` picks.
-    async fn until<F>(&mut self, what: &str, hit: F) -> anyhow::Result<(Instant, SseEvent)>
+    pub(super) async fn until<F>(
+        &mut self,
+        what: &str,
+        hit: F,
+    ) -> anyhow::Result<(Instant, SseEvent)>
     where
         F: Fn(&SseEvent) -> bool,
     {
@@ -122,12 +126,12 @@ impl Drop for Watch {
     }
 }
 
-fn us(d: Duration) -> i64 {
+pub(super) fn us(d: Duration) -> i64 {
     d.as_micros() as i64
 }
 
 /// p50 and p95 of samples (µs).
-fn p50_p95(mut v: Vec<i64>) -> (i64, i64) {
+pub(super) fn p50_p95(mut v: Vec<i64>) -> (i64, i64) {
     v.sort_unstable();
     (quantile(&v, 0.50), quantile(&v, 0.95))
 }
@@ -138,7 +142,12 @@ fn spawn_call(task: &str, wait: bool) -> Value {
 
 /// The parent's answers: one step of `calls`, then `finals` answers of one
 /// token (its last answer, and one for each run a result starts).
-async fn script(sim: &Sim, chat: &str, calls: Vec<Value>, finals: usize) -> anyhow::Result<()> {
+pub(super) async fn script(
+    sim: &Sim,
+    chat: &str,
+    calls: Vec<Value>,
+    finals: usize,
+) -> anyhow::Result<()> {
     let mut next = vec![json!({"tool_calls": calls})];
     next.extend((0..finals).map(|_| json!({"tokens": 1})));
     sim.post(
@@ -151,7 +160,7 @@ async fn script(sim: &Sim, chat: &str, calls: Vec<Value>, finals: usize) -> anyh
 
 /// A chat in `auto` (the calls run without a card), its workspace made
 /// with a small file in it.
-async fn new_chat(client: &Client, chatd: &Chatd) -> anyhow::Result<String> {
+pub(super) async fn new_chat(client: &Client, chatd: &Chatd) -> anyhow::Result<String> {
     let chat = client.create_chat_in("auto").await?;
     let dir = chatd.data_dir().join("workspaces").join(&chat);
     std::fs::create_dir_all(&dir)?;
@@ -161,15 +170,15 @@ async fn new_chat(client: &Client, chatd: &Chatd) -> anyhow::Result<String> {
 
 /// One turn's times: from the send to the run's `run.finished` (µs), and
 /// the send and that arrival on the simulator's clock (unix µs).
-struct Turn {
-    took: i64,
-    sent_us: i64,
-    finished_us: i64,
+pub(super) struct Turn {
+    pub(super) took: i64,
+    pub(super) sent_us: i64,
+    pub(super) finished_us: i64,
     run: String,
 }
 
 /// Sends "go" and waits for that run's `run.finished` (it must be done).
-async fn turn(client: &Client, watch: &mut Watch, chat: &str) -> anyhow::Result<Turn> {
+pub(super) async fn turn(client: &Client, watch: &mut Watch, chat: &str) -> anyhow::Result<Turn> {
     let sent_us = now_micros();
     let sent_at = Instant::now();
     let run = tandem_tests::harness::run_id(&client.send(chat, "go").await?)?;
