@@ -405,6 +405,37 @@ async fn a_message_asks_for_a_saved_agent_by_its_field_or_a_slash_command() -> a
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["title"], "Code reviewer: check the draft");
 
+    // An edit: the agent gets the new words as its task, in the record and
+    // in what the model is told.
+    let mid = asked["id"].as_str().context("message id")?.to_string();
+    let edited = client
+        .post(
+            &format!("/conversations/{chat}/messages/{mid}/edit"),
+            json!({"text": "check the README instead"}),
+        )
+        .await?;
+    assert_eq!(edited.status, 202, "{edited:?}");
+    let run = run_id(&edited.body)?;
+    client
+        .wait_run(
+            &chat,
+            &run,
+            &["done", "failed", "stopped", "interrupted"],
+            LONG,
+        )
+        .await?;
+    let bodies = bodies_of(&sim, &chat).await?;
+    let told = bodies
+        .last()
+        .and_then(|b| b["messages"].as_array())
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .context("the edit's question")?;
+    assert!(
+        told.contains(&json!({"agent": agent, "task": "check the README instead"}).to_string()),
+        "{told}"
+    );
+
     // A send with a key answered before answers the same, whatever changed
     // since (saved agents switched off here).
     script(&sim, &chat, vec![json!({"tokens": 2})]).await?;

@@ -99,6 +99,25 @@ pub async fn asked(
         .await
 }
 
+/// An edited message's records: an agent's record takes the new words as
+/// its task (held to a task's length), the rest as they were.
+pub fn retask(records: Option<Value>, text: &str) -> Result<Option<Value>, ApiError> {
+    let Some(Value::Array(mut records)) = records else {
+        return Ok(records);
+    };
+    for record in records.iter_mut().filter(|r| r["kind"] == "agent") {
+        let most = crate::tools::spawn::TASK_CHARS;
+        if text.chars().count() > most {
+            return Err(ApiError::bad_input(
+                "text",
+                format!("is over {most} characters, the most a sub-agent's task may hold"),
+            ));
+        }
+        record["task"] = json!(text);
+    }
+    Ok(Some(Value::Array(records)))
+}
+
 /// 409 `run_active`: a message for an agent starts a turn, it does not wait.
 pub fn busy() -> ApiError {
     ApiError::conflict(

@@ -337,10 +337,11 @@ pub async fn edit(
         }
         check_edited(&text, original.attachments.as_ref())?;
         // The edit keeps the records of what came with the message (its
-        // files, its MCP context), whose text the page sends back with it.
+        // files, its MCP context), whose text the page sends back with it;
+        // the agent it asked for gets the new words as its task.
         let mut edited = crate::model::Message::draft(Role::User, &text);
         edited.parent_id = original.parent_id.clone();
-        edited.attachments = original.attachments.clone();
+        edited.attachments = super::invoke::retask(original.attachments.clone(), &text)?;
         crate::store::messages::insert_row(ctx, &conversation.id, edited)?;
         Ok(None)
     })
