@@ -733,3 +733,60 @@ async fn a_sandboxed_chat_is_told_word_for_word_that_it_is_isolated() -> anyhow:
     assert_eq!(body["messages"][0]["content"], SANDBOX_BLOCK);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_agents_sandbox_binds_its_folder_read_only_or_writable_and_nothing_else(
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(podman) = Podman::shared() else {
+        return Ok(());
+    };
+    let s = start(podman, &[], &[]).await?;
+    let files = tempfile::tempdir()?;
+    let (notes, drafts) = (files.path().join("notes"), files.path().join("drafts"));
+    for (dir, file) in [(&notes, "a.md"), (&drafts, "d.md")] {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join(file), "from the box")?;
+        // The commands' user is another uid when chatd runs as root (CI).
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o666))?;
+    }
+    let mut chats = Vec::new();
+    for (name, dir, mode) in [("Reader", &notes, "read"), ("Drafter", &drafts, "write")] {
+        let made = s
+            .client
+            .post(
+                "/agents",
+                json!({"name": name, "folder": {"path": dir.to_string_lossy(), "mode": mode}}),
+            )
+            .await?;
+        assert_eq!(made.status, 201, "{made:?}");
+        let chat = s
+            .client
+            .post(
+                "/conversations",
+                json!({"agent_id": made.body["id"], "permission_mode": "auto"}),
+            )
+            .await?;
+        assert_eq!(chat.status, 201, "{chat:?}");
+        chats.push(chat.body["id"].as_str().context("chat id")?.to_string());
+    }
+    let command =
+        "cat /workspace/folder/*.md; echo; echo new > /workspace/folder/new.md && echo WROTE; \
+                   echo mine > /workspace/mine.md && echo OWN; ls /workspace";
+    let read = run_steps(&s, &chats[0], json!([bash_call(command), {"tokens": 2}])).await?;
+    assert!(read[0].contains("from the box"), "{read:?}");
+    assert!(read[0].contains("Read-only file system"), "{read:?}");
+    assert!(
+        !read[0].contains("WROTE") && read[0].contains("OWN"),
+        "{read:?}"
+    );
+    assert!(!notes.join("new.md").exists());
+    let write = run_steps(&s, &chats[1], json!([bash_call(command), {"tokens": 2}])).await?;
+    assert!(
+        write[0].contains("WROTE") && write[0].contains("OWN"),
+        "{write:?}"
+    );
+    assert_eq!(std::fs::read_to_string(drafts.join("new.md"))?, "new\n");
+    Ok(())
+}

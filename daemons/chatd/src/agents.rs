@@ -21,12 +21,14 @@ pub struct Agent {
     pub tools: Option<Vec<String>>,
     /// Its model settings; a chat made with it sets its own over them.
     pub settings: crate::settings::Settings,
+    /// The one folder its chats reach beside their own, if it keeps to one.
+    pub folder: Option<crate::agent_folder::AgentFolder>,
     pub created: String,
     pub updated: String,
 }
 
 const COLUMNS: &str =
-    "id, name, instructions, model, tools, created, updated, settings, description";
+    "id, name, instructions, model, tools, created, updated, settings, description, folder, folder_mode";
 
 impl Agent {
     fn from_row(row: &Row) -> rusqlite::Result<Agent> {
@@ -42,6 +44,7 @@ impl Agent {
             updated: row.get(6)?,
             settings: crate::settings::Settings::from_stored_text(&row.get::<_, String>(7)?),
             description: row.get(8)?,
+            folder: crate::agent_folder::AgentFolder::from_columns(row.get(9)?, row.get(10)?),
         })
     }
 
@@ -114,6 +117,28 @@ pub fn of_conversation(
         Some(id) => find(conn, &id),
         None => Ok(None),
     }
+}
+
+/// What `Folders` keeps of the agents: each folder, each chat's agent and
+/// the folder agents deleted (read at start).
+pub fn places(conn: &Connection) -> Result<crate::agent_folder::AgentPlaces, ApiError> {
+    let mut places = crate::agent_folder::AgentPlaces::default();
+    for agent in list(conn)? {
+        if let Some(folder) = agent.folder {
+            places.folders.insert(agent.id, (agent.name, folder));
+        }
+    }
+    let mut stmt =
+        conn.prepare("SELECT id, agent_id FROM conversations WHERE agent_id IS NOT NULL")?;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+        let (chat, agent) = row?;
+        places.chat_agent.insert(chat, agent);
+    }
+    let mut stmt = conn.prepare("SELECT id FROM agents_gone_confined")?;
+    for id in stmt.query_map([], |r| r.get::<_, String>(0))? {
+        places.gone.insert(id?);
+    }
+    Ok(places)
 }
 
 /// The chats most recently run with an agent that `runs_of` lists.

@@ -10,12 +10,21 @@
 //!
 //! A sub-agent has no place of its own: its `home` is its parent chat, whose
 //! workspace, container, MCP sessions and network it works in (never more).
+//!
+//! A chat made with a saved agent that keeps to one folder reaches that
+//! folder too, and nothing else (`reach`). The agents' folders and each
+//! chat's agent are kept here as the database holds them (loaded at start,
+//! changed after each write that changes them), so the file tools and the
+//! sandbox's binds ask without a read; whether the folder is there is
+//! looked at on every ask.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use tandem_shared::sync::{read, write};
+
+use crate::agent_folder::{AgentFolder, AgentPlaces, Reach};
 
 #[derive(Clone)]
 pub struct Folders {
@@ -28,6 +37,7 @@ struct Inner {
     shared: RwLock<HashSet<String>>,
     /// Each sub-agent's parent chat.
     borrowed: RwLock<HashMap<String, String>>,
+    agents: RwLock<AgentPlaces>,
 }
 
 /// The workspace kinds a chat may be made with.
@@ -41,6 +51,7 @@ impl Folders {
                 shared_root: shared_root.to_path_buf(),
                 shared: RwLock::new(HashSet::new()),
                 borrowed: RwLock::new(HashMap::new()),
+                agents: RwLock::new(AgentPlaces::default()),
             }),
         }
     }
@@ -85,6 +96,102 @@ impl Folders {
         map.extend(pairs);
     }
 
+    /// What `chat` reaches beside its own folder: its agent's folder, if
+    /// the agent keeps to one; a sub-agent its parent's, or, as a saved
+    /// agent with a folder of its own (inside the parent's, checked when it
+    /// was started), that folder at the stricter of the two modes.
+    pub fn reach(&self, chat: &str) -> Reach {
+        let home = self.home(chat);
+        let agents = read(&self.inner.agents);
+        let outer = agents.reach_of(agents.chat_agent.get(&home));
+        let own = agents.chat_agent.get(chat);
+        if home == chat || own == agents.chat_agent.get(&home) {
+            return outer;
+        }
+        let inner = agents.reach_of(own);
+        match (outer, inner) {
+            (refused @ Reach::Refused(_), _) | (_, refused @ Reach::Refused(_)) => refused,
+            (outer, Reach::Own) => outer,
+            (Reach::Folder(parent), Reach::Folder(mut mount)) => {
+                mount.read_only |= parent.read_only;
+                Reach::Folder(mount)
+            }
+            // Never started so (spawn refuses it): refused, never widened.
+            (Reach::Own, Reach::Folder(_)) => {
+                Reach::Refused("this agent works in another folder than this chat".into())
+            }
+        }
+    }
+
+    /// 409 `agent_folder_missing` for a chat whose agent keeps to a folder
+    /// that is not there: a message to it is refused, nothing stored.
+    pub fn check_reach(&self, chat: &str) -> Result<(), tandem_shared::http::ApiError> {
+        match self.reach(chat).conflict() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `agent` may start from `chat`: one kept to a folder only
+    /// when that folder is the chat's agent folder or inside it.
+    pub fn fits(&self, chat: &str, name: &str, folder: Option<&AgentFolder>) -> Result<(), String> {
+        let Some(folder) = folder else {
+            return Ok(());
+        };
+        // An empty (unset) path starts with no folder, so it never fits.
+        if let Reach::Folder(mount) = self.reach(chat) {
+            if Path::new(&folder.path).starts_with(&mount.path) {
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "agent {name:?} works in another folder than this chat, so it cannot start here"
+        ))
+    }
+
+    /// The agent `id`'s folder and name, if it keeps to one.
+    pub fn agent_folder(&self, id: &str) -> Option<(String, AgentFolder)> {
+        read(&self.inner.agents).folders.get(id).cloned()
+    }
+
+    /// Notes the agent a chat was made with.
+    pub fn ran_with(&self, chat: &str, agent: Option<&str>) {
+        if let Some(agent) = agent {
+            write(&self.inner.agents)
+                .chat_agent
+                .insert(chat.to_string(), agent.to_string());
+        }
+    }
+
+    /// Notes an agent made or changed: its name and folder, if any.
+    pub fn agent_saved(&self, id: &str, name: &str, folder: Option<&AgentFolder>) {
+        let mut agents = write(&self.inner.agents);
+        match folder {
+            Some(folder) => {
+                agents
+                    .folders
+                    .insert(id.to_string(), (name.to_string(), folder.clone()));
+            }
+            None => {
+                agents.folders.remove(id);
+            }
+        }
+    }
+
+    /// Notes an agent deleted: one that kept to a folder leaves its chats
+    /// refused, never widened.
+    pub fn agent_deleted(&self, id: &str) {
+        let mut agents = write(&self.inner.agents);
+        if agents.folders.remove(id).is_some() {
+            agents.gone.insert(id.to_string());
+        }
+    }
+
+    /// The agents' folders and chats as the database holds them (at start).
+    pub fn load_agents(&self, loaded: AgentPlaces) {
+        *write(&self.inner.agents) = loaded;
+    }
+
     /// The box's shared folder.
     pub fn shared_root(&self) -> &Path {
         &self.inner.shared_root
@@ -106,6 +213,7 @@ impl Folders {
     pub fn forget(&self, chat: &str) {
         self.write().remove(chat);
         write(&self.inner.borrowed).remove(chat);
+        write(&self.inner.agents).chat_agent.remove(chat);
     }
 
     /// The shared chats as the database lists them (at start).
@@ -165,5 +273,48 @@ mod tests {
         folders.forget("c_kid");
         assert!(!folders.is_subagent("c_kid"));
         assert_eq!(folders.home("c_kid"), "c_kid");
+    }
+
+    #[test]
+    fn a_chat_reaches_its_agents_folder_and_a_sub_agent_never_more() {
+        use crate::agent_folder::AgentFolder;
+        use crate::words::FolderMode;
+        let dir = tempfile::tempdir().unwrap();
+        let (project, docs) = (dir.path().join("p"), dir.path().join("p/docs"));
+        std::fs::create_dir_all(&docs).unwrap();
+        let folders = Folders::new(Path::new("/data"), Path::new("/box/workspace"));
+        let folder = |p: &Path, mode| AgentFolder {
+            path: p.to_string_lossy().into_owned(),
+            mode,
+        };
+        folders.agent_saved("a_lead", "Lead", Some(&folder(&project, FolderMode::Read)));
+        folders.agent_saved("a_docs", "Docs", Some(&folder(&docs, FolderMode::Write)));
+        folders.agent_saved("a_plain", "Plain", None);
+        folders.ran_with("c_lead", Some("a_lead"));
+        folders.ran_with("c_plain", Some("a_plain"));
+        assert_eq!(folders.reach("c_plain"), Reach::Own);
+        assert_eq!(folders.reach("c_none"), Reach::Own);
+        let lead = folders.reach("c_lead");
+        assert_eq!(lead.mount().unwrap().path, project);
+        assert!(lead.mount().unwrap().read_only && lead.confined());
+        // A plain sub-agent: the parent's; one as Docs: docs/, read only still.
+        folders.borrow("c_kid", "c_lead");
+        assert_eq!(folders.reach("c_kid"), lead);
+        folders.borrow("c_docs", "c_lead");
+        folders.ran_with("c_docs", Some("a_docs"));
+        let kid = folders.reach("c_docs");
+        assert_eq!(kid.mount().unwrap().path, docs);
+        assert!(kid.mount().unwrap().read_only);
+        // Docs under a plain chat would reach outside it: refused, never widened.
+        folders.borrow("c_stray", "c_plain");
+        folders.ran_with("c_stray", Some("a_docs"));
+        assert!(matches!(folders.reach("c_stray"), Reach::Refused(_)));
+        // Gone, or deleted: refused.
+        std::fs::remove_dir(&docs).unwrap();
+        assert!(matches!(folders.reach("c_docs"), Reach::Refused(_)));
+        folders.agent_deleted("a_lead");
+        assert!(matches!(folders.reach("c_lead"), Reach::Refused(w) if w.contains("deleted")));
+        folders.agent_deleted("a_plain");
+        assert_eq!(folders.reach("c_plain"), Reach::Own);
     }
 }

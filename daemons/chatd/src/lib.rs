@@ -5,6 +5,7 @@
 //! `main.rs` parses arguments and loads the config; `run` does the rest, so
 //! tests can run chatd in-process or as the real binary alike.
 
+pub mod agent_folder;
 pub mod agent_templates;
 pub mod agents;
 pub mod api;
@@ -262,6 +263,12 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("reading the shared chats: {e:?}"))?;
     folders.load(shared);
     folders.load_borrowed(borrowed);
+    folders.load_agents(
+        store
+            .read(crate::agents::places)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the agents' folders: {e:?}"))?,
+    );
     // A runtime that answers with the image there: bash runs in sandboxes.
     // Otherwise chats go on without, and bash runs as host_exec says.
     let probe = crate::sandbox::Sandboxes::new(&config, shutdown.clone(), folders.clone())?;

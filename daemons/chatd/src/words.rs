@@ -69,6 +69,25 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
+    /// What a saved agent's chats may do in its folder.
+    pub enum FolderMode("folder mode") {
+        Read => "read",
+        Write => "write",
+    }
+}
+
+tandem_shared::words! {
+    /// Whether a saved agent's folder can be worked in now: `missing` when
+    /// the path is gone or no folder, `unset` when none is chosen (an import
+    /// that did not find it here).
+    pub enum FolderState("folder state") {
+        Ok => "ok",
+        Missing => "missing",
+        Unset => "unset",
+    }
+}
+
+tandem_shared::words! {
     /// Where a sub-agent stands.
     pub enum SubagentState("sub-agent state") {
         Running => "running",

@@ -116,19 +116,18 @@ async fn an_agent_exported_from_one_chatd_is_imported_on_another() -> anyhow::Re
         assert!(said.contains(named), "{named}: {said}");
     }
 
-    // Refused, nothing stored: not an agent file, a version with a folder,
+    // Refused, nothing stored: not an agent file, version 1 with a folder,
     // a field past its limit.
     let before = agent_names(&there).await?;
     let mut wrong_kind = file.clone();
     wrong_kind["kind"] = json!("localai-agent");
     let mut with_folder = file.clone();
-    with_folder["version"] = json!(2);
     with_folder["folder"] = json!({"path": "/notes", "mode": "read"});
     let mut long_name = file.clone();
     long_name["name"] = json!("n".repeat(101));
     for (body, field) in [
         (wrong_kind, "kind"),
-        (with_folder, "version"),
+        (with_folder, "folder"),
         (long_name, "name"),
         (
             json!({"kind": "tandem-agent", "version": 1, "name": "x", "id": "a_1"}),

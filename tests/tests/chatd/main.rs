@@ -5,6 +5,7 @@
 
 mod agent;
 mod agent_files;
+mod agent_folders;
 mod agents;
 mod chatd;
 mod failures;

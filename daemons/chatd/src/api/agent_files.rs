@@ -3,11 +3,13 @@
 //!
 //! The file (`kind: "tandem-agent"`) holds the definition only: no id, no
 //! times, no secret (an agent holds none). Version 1 is an agent without a
-//! folder; a version 2 file (an agent limited to one folder) is refused
-//! here, so such an agent is never imported as one that reaches everything.
-//! An import always makes a new agent: a name in use gets " (2)", a model
-//! the engine does not list and a tool this chatd lacks are dropped, each
-//! said in `warnings`.
+//! folder, version 2 one kept to a folder (its path at export, empty when
+//! it had none, and the mode). An import always makes a new agent: a name
+//! in use gets " (2)", a model the engine does not list and a tool this
+//! chatd lacks are dropped, and a folder not found here leaves the agent
+//! kept to a folder with none chosen (it does not start until one is), each
+//! said in `warnings`. A version 2 file never becomes an agent that reaches
+//! every file.
 
 use std::sync::Arc;
 
@@ -70,8 +72,9 @@ pub async fn create_from_template(
         model: None,
         tools: Some(template.tools()),
         settings: None,
+        folder: None,
     };
-    let (agent, warnings) = save_new(&app, body, Vec::new()).await?;
+    let (agent, warnings) = save_new(&app, body, None, Vec::new()).await?;
     tracing::info!(agent = %agent.id, template = %template.id, "agent made from a template");
     Ok((
         StatusCode::CREATED,
@@ -86,15 +89,24 @@ pub async fn export(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let agent = app.store.read(move |conn| agents::get(conn, &id)).await?;
+    let folder = agent.folder.as_ref().map(|f| FolderOut {
+        path: if f.state() == crate::words::FolderState::Ok {
+            f.path.as_str()
+        } else {
+            ""
+        },
+        mode: f.mode,
+    });
     let file = FileOut {
         kind: KIND,
-        version: 1,
+        version: if folder.is_some() { 2 } else { 1 },
         name: &agent.name,
         description: &agent.description,
         instructions: &agent.instructions,
         model: &agent.model,
         tools: agent.tools.as_deref(),
         settings: &agent.settings,
+        folder,
     };
     let body = serde_json::to_string_pretty(&file)
         .map_err(|_| ApiError::internal("the agent could not be written out"))?;
@@ -123,6 +135,15 @@ struct FileOut<'a> {
     model: &'a str,
     tools: Option<&'a [String]>,
     settings: &'a crate::settings::Settings,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    folder: Option<FolderOut<'a>>,
+}
+
+/// An agent file's folder: its path when it was there, and the mode.
+#[derive(serde::Serialize)]
+struct FolderOut<'a> {
+    path: &'a str,
+    mode: crate::words::FolderMode,
 }
 
 /// A file name from an agent's name: letters, digits, `-` and `_`.
@@ -164,7 +185,7 @@ pub struct AgentFile {
     #[serde(default)]
     settings: Option<Value>,
     #[serde(default)]
-    folder: Option<Value>,
+    folder: Option<super::agents::FolderBody>,
 }
 
 /// `POST /agents/import`: 201 `{agent, warnings}`; refused with nothing
@@ -180,25 +201,24 @@ pub async fn import(
             format!("must be {KIND:?}: this is not a tandem agent file"),
         ));
     }
-    match file.version.as_ref().and_then(Value::as_u64) {
-        Some(1) if file.folder.is_none() => {}
-        Some(1) => {
+    let mut warnings = Vec::new();
+    let folder = match (file.version.as_ref().and_then(Value::as_u64), file.folder) {
+        (Some(1), None) => None,
+        (Some(1), Some(_)) => {
             return Err(ApiError::bad_input(
                 "folder",
                 "is not part of a version 1 file",
             ))
         }
-        Some(2) => {
+        (Some(2), Some(folder)) => Some(imported_folder(&app, folder, &mut warnings)?),
+        (Some(2), None) => {
             return Err(ApiError::bad_input(
-                "version",
-                "2 is an agent limited to one folder, and this chatd does not confine agents \
-                 to a folder yet: it is refused rather than imported as an agent that reaches \
-                 every file",
+                "folder",
+                "a version 2 file holds the agent's folder: {\"path\", \"mode\"}",
             ))
         }
-        _ => return Err(ApiError::bad_input("version", "must be 1")),
-    }
-    let mut warnings = Vec::new();
+        _ => return Err(ApiError::bad_input("version", "must be 1 or 2")),
+    };
     let model = match file.model.filter(|m| !m.is_empty()) {
         None => None,
         Some(model) => match app.engine.models(MODELS_WAIT).await {
@@ -246,8 +266,9 @@ pub async fn import(
         model,
         tools,
         settings: file.settings,
+        folder: None,
     };
-    let (agent, warnings) = save_new(&app, body, warnings).await?;
+    let (agent, warnings) = save_new(&app, body, folder, warnings).await?;
     tracing::info!(agent = %agent.id, warnings = warnings.len(), "agent imported");
     Ok((
         StatusCode::CREATED,
@@ -256,15 +277,60 @@ pub async fn import(
         .into_response())
 }
 
-/// Checks `body` and stores it as a new agent, its name made free of the
-/// names in use (in the job that stores it); answers the agent and the
-/// warnings with the rename added.
+/// An imported file's folder: the same path here, else kept to a folder
+/// with none chosen (and a warning), never no folder at all.
+fn imported_folder(
+    app: &App,
+    folder: super::agents::FolderBody,
+    warnings: &mut Vec<String>,
+) -> Result<crate::agent_folder::AgentFolder, ApiError> {
+    let Some(Some(mode)) = folder.mode.as_deref().map(crate::words::FolderMode::parse) else {
+        return Err(ApiError::bad_input(
+            "folder.mode",
+            "must be \"read\" or \"write\"",
+        ));
+    };
+    let path = folder.path.clone();
+    let asked = super::agents::FolderBody {
+        path: folder.path,
+        mode: None,
+    };
+    let found = match asked.checked(app) {
+        Ok(Some(found)) => found.path,
+        Ok(None) => String::new(),
+        Err(err) => {
+            warnings.push(format!(
+                "the agent's folder cannot be used here ({}): it keeps to one folder and does \
+                 not start until you choose one",
+                err.message
+            ));
+            String::new()
+        }
+    };
+    if found.is_empty() && path.is_empty() {
+        warnings.push(
+            "the file names no folder: the agent keeps to one folder and does not start until \
+             you choose one"
+                .into(),
+        );
+    }
+    Ok(crate::agent_folder::AgentFolder { path: found, mode })
+}
+
+/// Checks `body` and stores it as a new agent (with `folder`, when one is
+/// given, over the body's), its name made free of the names in use (in the
+/// job that stores it); answers the agent and the warnings with the rename
+/// added.
 async fn save_new(
     app: &App,
     body: AgentBody,
+    folder: Option<crate::agent_folder::AgentFolder>,
     mut warnings: Vec<String>,
 ) -> Result<(agents::Agent, Vec<String>), ApiError> {
-    let new = check(app, body, &connector_ids(app).await?)?;
+    let mut new = check(app, body, &connector_ids(app).await?)?;
+    if folder.is_some() {
+        new.folder = folder;
+    }
     let (agent, renamed) = app
         .store
         .write(move |ctx| {
@@ -281,6 +347,8 @@ async fn save_new(
             Ok((agents::get(ctx.conn(), &id)?, renamed))
         })
         .await?;
+    app.folders
+        .agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
     if let Some((was, now)) = renamed {
         warnings.push(format!("the name {was:?} is in use: saved as {now:?}"));
     }

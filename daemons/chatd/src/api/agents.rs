@@ -14,6 +14,7 @@ use super::Json;
 use crate::agents::{self, Agent};
 use crate::settings::Settings;
 use crate::store::{self, agents::AgentFields};
+use crate::words::FolderMode;
 use crate::App;
 
 pub const MAX_NAME: usize = 100;
@@ -31,6 +32,39 @@ pub struct AgentBody {
     pub(super) model: Option<String>,
     pub(super) tools: Option<Vec<String>>,
     pub(super) settings: Option<Value>,
+    /// `{path, mode}`; `{"path": ""}` clears it; left out of a PUT, kept.
+    pub(super) folder: Option<FolderBody>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct FolderBody {
+    pub(super) path: String,
+    pub(super) mode: Option<String>,
+}
+
+impl FolderBody {
+    /// The folder a body asks for: `None` clears it.
+    pub(super) fn checked(
+        self,
+        app: &App,
+    ) -> Result<Option<crate::agent_folder::AgentFolder>, ApiError> {
+        if self.path.is_empty() {
+            return Ok(None);
+        }
+        let mode = match self.mode.as_deref() {
+            None => FolderMode::Read,
+            Some(word) => FolderMode::parse(word).ok_or_else(|| {
+                ApiError::bad_input("folder.mode", "must be \"read\" or \"write\"")
+            })?,
+        };
+        let path =
+            crate::agent_folder::Forbidden::of(&app.config).check("folder.path", &self.path)?;
+        Ok(Some(crate::agent_folder::AgentFolder {
+            path: path.to_string_lossy().into_owned(),
+            mode,
+        }))
+    }
 }
 
 /// The ids of the saved MCP connectors (an agent may name `connector:<id>`).
@@ -115,6 +149,10 @@ pub(super) fn check(
         Some(value) => Settings::check("settings", value)?,
         None => Settings::default(),
     };
+    let folder = match body.folder {
+        Some(folder) => folder.checked(app)?,
+        None => None,
+    };
     Ok(AgentFields {
         name,
         description,
@@ -122,6 +160,7 @@ pub(super) fn check(
         model,
         tools,
         settings,
+        folder,
     })
 }
 
@@ -151,6 +190,8 @@ pub async fn create(
             agents::get(ctx.conn(), &id)
         })
         .await?;
+    app.folders
+        .agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
     tracing::info!(agent = %agent.id, "agent created");
     Ok((StatusCode::CREATED, axum::Json(agent)).into_response())
 }
@@ -172,15 +213,22 @@ pub async fn replace(
     Path(id): Path<String>,
     Json(body): Json<AgentBody>,
 ) -> Result<axum::Json<Agent>, ApiError> {
-    let new = check(&app, body, &connector_ids(&app).await?)?;
+    // A client that does not know `folder` never widens the agent by an edit.
+    let keep = body.folder.is_none();
+    let mut new = check(&app, body, &connector_ids(&app).await?)?;
     let agent = app
         .store
         .write(move |ctx| {
-            agents::get(ctx.conn(), &id)?;
+            let was = agents::get(ctx.conn(), &id)?;
+            if keep {
+                new.folder = was.folder;
+            }
             store::agents::replace(ctx, &id, &new)?;
             agents::get(ctx.conn(), &id)
         })
         .await?;
+    app.folders
+        .agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
     tracing::info!(agent = %agent.id, "agent replaced");
     Ok(axum::Json(agent))
 }
@@ -197,6 +245,7 @@ pub async fn remove(
             Ok(())
         })
         .await?;
+    app.folders.agent_deleted(&gone);
     tracing::info!(agent = %gone, "agent deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -133,7 +133,17 @@ pub async fn create(
         None => default_mode_value(&app).await?,
     };
     let origin = Origin::requested(body.origin.as_deref())?;
-    let workspace = check_workspace(body.workspace)?;
+    let mut workspace = check_workspace(body.workspace)?;
+    if let Some(agent) = &agent {
+        if let Some(folder) = &agent.folder {
+            if let Some(why) = folder.refusal(&agent.name) {
+                return Err(ApiError::conflict(crate::agent_folder::MISSING, why)
+                    .with("agent_id", agent.id.as_str()));
+            }
+            // Kept to its folder and its own: never the box's shared one.
+            workspace = "own".into();
+        }
+    }
     let new = NewConversation {
         title,
         model,
@@ -159,6 +169,8 @@ pub async fn create(
             _ => e,
         })?;
     app.folders.made(&conversation.id, &conversation.workspace);
+    app.folders
+        .ran_with(&conversation.id, conversation.agent_id.as_deref());
     tracing::info!(conversation = %conversation.id, origin = %conversation.origin,
         workspace = %conversation.workspace, "conversation created");
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())

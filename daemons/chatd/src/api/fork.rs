@@ -110,6 +110,8 @@ pub async fn fork(
         })
         .await?;
     app.folders.made(&conversation.id, &conversation.workspace);
+    app.folders
+        .ran_with(&conversation.id, conversation.agent_id.as_deref());
     copy_files(&app, &source_id, &conversation.id, files).await;
     copy_egress(&app, &source_id, &conversation.id).await;
     tracing::info!(conversation = %conversation.id, source = %source_id, "conversation forked");

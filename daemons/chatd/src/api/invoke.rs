@@ -178,6 +178,7 @@ mod tests {
             model: String::new(),
             tools: None,
             settings: Default::default(),
+            folder: None,
             created: String::new(),
             updated: String::new(),
         }

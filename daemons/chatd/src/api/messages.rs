@@ -70,6 +70,7 @@ pub async fn send(
     if let Some(again) = outgoing.answered(&app, &id).await? {
         return Ok(accepted(again));
     }
+    app.folders.check_reach(&id)?;
     let outgoing = outgoing.asking(&app, &id, body.agent).await?;
     // Asked of the servers before any file is saved: a refusal stores nothing.
     let context = super::mcp_context::expand(&app, &id, &outgoing.context).await?;
@@ -193,6 +194,7 @@ where
         + Send
         + 'static,
 {
+    app.folders.check_reach(&id)?;
     let cid = id.clone();
     // Stored and started in a task of its own, as a send is (`Outgoing::store`):
     // a client gone mid-request must not leave the run queued for good.

@@ -125,6 +125,7 @@ async fn live(app: &App, id: &str) -> Result<(), ApiError> {
 /// saved under `uploads/` as it arrives.
 pub async fn send_form(app: Arc<App>, id: String, request: Request) -> Result<Response, ApiError> {
     live(&app, &id).await?;
+    app.folders.check_reach(&id)?;
     let limits = form::Limits {
         body: app.config.upload_message_max_bytes,
         file: app.config.upload_file_max_bytes,

@@ -36,6 +36,11 @@ const AGENT_GONE: &str = "\n\n# Your saved agent\n\nThe saved agent this chat wa
     was deleted: its instructions and its limits on tools no longer apply. If the person \
     expects it, say so.";
 
+/// Why a chat kept to its agent's folder has no `bash` without a sandbox.
+pub(super) const HOST_OFF: &str = "`bash` would run on this machine, where nothing keeps a \
+    command inside the agent's folder, so a chat kept to a folder is never offered it; the \
+    file tools reach the folder";
+
 /// How long a request waits for egressd to say a chat's network.
 const NETWORK_WAIT: Duration = Duration::from_secs(2);
 
@@ -65,6 +70,9 @@ pub(super) struct Chat {
     subset: Option<Option<Vec<String>>>,
     /// The chat switched saved agents on (list_agents, spawn_agent's `agent`).
     pub(super) saved_agents: bool,
+    /// Kept to its agent's folder with no sandbox: `bash` would run on this
+    /// machine, where nothing keeps it in the folder, so it is never offered.
+    host_off: bool,
 }
 
 impl Chat {
@@ -96,6 +104,7 @@ impl Chat {
             watched: queries::active_run(conn, &home)?.is_none_or(|r| r.origin == Origin::User),
             home,
             subset,
+            host_off: false,
         })
     }
 
@@ -104,6 +113,9 @@ impl Chat {
     /// and has only the tools its call named.
     pub(super) fn allows(&self, name: &str) -> bool {
         if name == crate::tools::spawn::LIST_NAME && !self.saved_agents {
+            return false;
+        }
+        if name == "bash" && self.host_off {
             return false;
         }
         match &self.subset {
@@ -125,6 +137,9 @@ impl Chat {
             return None;
         }
         let shown = name.chars().take(60).collect::<String>();
+        if name == "bash" && self.host_off {
+            return Some(HOST_OFF.to_string());
+        }
         Some(if self.subset.is_some() {
             format!("`{shown}` is not one of the tools this sub-agent was given")
         } else {
@@ -177,7 +192,15 @@ impl Runs {
             .store
             .read(move |conn| Chat::read(conn, &cid))
             .await?;
-        Ok(self.brief_of(&chat, model, lists).await)
+        Ok(self.brief_of(&self.placed(chat), model, lists).await)
+    }
+
+    /// The chat as its folders place it: no host `bash` when its agent
+    /// keeps it to a folder and there is no sandbox.
+    pub(super) fn placed(&self, mut chat: Chat) -> Chat {
+        chat.host_off = self.inner.sandboxes.is_none()
+            && self.inner.folders.reach(&chat.conversation.id).confined();
+        chat
     }
 
     pub(super) async fn brief_of(&self, chat: &Chat, model: &str, lists: Lists) -> Brief {
@@ -214,6 +237,8 @@ impl Runs {
         };
         let commands = if self.inner.sandboxes.is_some() {
             Commands::Sandbox
+        } else if chat.host_off {
+            Commands::Nowhere
         } else {
             match self.inner.config.host_exec() {
                 HostExec::Off => Commands::Nowhere,
@@ -240,6 +265,11 @@ impl Runs {
         }
         if agent.is_none() && conversation.agent_id.is_some() {
             system.push_str(AGENT_GONE);
+        }
+        if let crate::agent_folder::Reach::Folder(mount) =
+            self.inner.folders.reach(&conversation.id)
+        {
+            system.push_str(&prompt::folder_part(&mount, chat.host_off));
         }
         let settings = match agent {
             Some(agent) => conversation.settings.over(&agent.settings),
@@ -333,7 +363,7 @@ impl Runs {
         let chat = kept
             .current_and(&self.inner.store, move |conn| Chat::read(conn, &cid))
             .await?;
-        let brief = self.brief_of(&chat, model, Lists::Open).await;
+        let brief = self.brief_of(&self.placed(chat), model, Lists::Open).await;
         let at = kept.path().iter().position(|m| m.id == message.id);
         let (system, tools) = match step {
             Step::More => (brief.system.clone(), brief.tools.clone()),

@@ -45,7 +45,9 @@ impl Runs {
             Ok(asked) => asked,
             Err(e) => return failed(e.message()),
         };
-        let (rel, image) = match self.image_for_model(root, &asked.path).await {
+        let mount = self.inner.folders.reach(&run.conversation_id);
+        let mount = mount.mount().cloned();
+        let (rel, image) = match self.image_for_model(root, mount, &asked.path).await {
             Ok(found) => found,
             Err(line) => return failed(&line),
         };
@@ -72,11 +74,17 @@ impl Runs {
 
     /// The image at `path` as a data URL a model is sent, scaled by the
     /// reader when it is too large; else the one line saying why not.
-    async fn image_for_model(&self, root: &Path, path: &str) -> Result<(String, Sent), String> {
+    async fn image_for_model(
+        &self,
+        root: &Path,
+        mount: Option<crate::agent_folder::Mount>,
+        path: &str,
+    ) -> Result<(String, Sent), String> {
         let (root, asked) = (root.to_path_buf(), path.to_string());
         let opened = tokio::task::spawn_blocking(move || {
             let workspace = Workspace::open(&root)
-                .map_err(|e| format!("the chat's workspace could not be opened: {}", e.kind()))?;
+                .map_err(|e| format!("the chat's workspace could not be opened: {}", e.kind()))?
+                .with_mount(mount.as_ref());
             let opened = workspace
                 .open_file(&asked)
                 .map_err(|e| e.message().to_string())?;

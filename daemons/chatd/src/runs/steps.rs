@@ -76,6 +76,7 @@ impl Runs {
                 Ok((queries::run(conn, &rid)?, Chat::read(conn, &cid)?))
             })
             .await?;
+        let chat = self.placed(chat);
         let calls = unanswered(kept.path());
         // A run resumed while `waiting` stays so (its card shown) until a
         // call runs without asking: the mode or the rules may have changed.
@@ -254,7 +255,7 @@ impl Runs {
             };
             if call.name == tools::spawn::LIST_NAME {
                 self.tool_started(run, &call, &summary, approved).await?;
-                let output = self.list_agents_call().await?;
+                let output = self.list_agents_call(&run.conversation_id).await?;
                 self.record_result(run, &call, output, None).await?;
                 continue;
             }
@@ -515,9 +516,11 @@ impl Runs {
             let output = self.describe_image(run, &arguments, &root, budget).await;
             return self.finish_call(run, call, output, began, files).await;
         }
+        let reach = self.inner.folders.reach(&run.conversation_id);
+        let mount = reach.mount().cloned();
         let output = tokio::task::spawn_blocking(move || {
             let workspace = match Workspace::open(&root) {
-                Ok(w) => w,
+                Ok(w) => w.with_mount(mount.as_ref()),
                 Err(e) => {
                     return tools::ToolOutput::failed(
                         &name,

@@ -74,7 +74,14 @@ impl Runs {
         let agent = match &args.agent {
             None => None,
             Some(word) => match self.saved_agent(&run.conversation_id, word).await? {
-                Ok(agent) => Some(agent),
+                Ok(agent) => match self.inner.folders.fits(
+                    &run.conversation_id,
+                    &agent.name,
+                    agent.folder.as_ref(),
+                ) {
+                    Ok(()) => Some(agent),
+                    Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
+                },
                 Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
             },
         };
@@ -126,6 +133,9 @@ impl Runs {
             Err(why) => return Ok(Spawned::Refused(format!("refused: {why}"))),
         };
         self.inner.folders.borrow(&sub_id, &run.conversation_id);
+        self.inner
+            .folders
+            .ran_with(&sub_id, agent.as_ref().map(|a| a.id.as_str()));
         tracing::info!(run = %run.id, subagent = %sub_id, wait = args.wait, "sub-agent started");
         self.spawn(child_run, sub_id.clone());
         if !args.wait {
@@ -248,8 +258,18 @@ impl Runs {
 
     /// A list_agents call: the saved agents, `spawn::LIST_MAX` at most
     /// (offered only where saved agents are switched on).
-    pub(super) async fn list_agents_call(&self) -> Result<crate::tools::ToolOutput, ApiError> {
-        let agents = self.inner.store.read(crate::agents::list).await?;
+    pub(super) async fn list_agents_call(
+        &self,
+        chat: &str,
+    ) -> Result<crate::tools::ToolOutput, ApiError> {
+        let mut agents = self.inner.store.read(crate::agents::list).await?;
+        // One this chat could not start is not listed.
+        agents.retain(|a| {
+            self.inner
+                .folders
+                .fits(chat, &a.name, a.folder.as_ref())
+                .is_ok()
+        });
         let text = spawn::list_text(&agents);
         let bytes = text.len() as u64;
         let summary = format!("{} saved agents", agents.len().min(spawn::LIST_MAX));

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::lockdown::Bind;
+use super::lockdown::{Bind, AGENT_FOLDER};
 use super::{SandboxError, Sandboxes};
 
 impl Sandboxes {
@@ -13,7 +13,7 @@ impl Sandboxes {
         let shared = self.inner.folders.is_shared(chat);
         self.binds_of(chat)
             .into_iter()
-            .filter(|b| !(shared && b.inside == "/workspace"))
+            .filter(|b| !(shared && b.inside == "/workspace") && b.inside != AGENT_FOLDER)
             .map(|b| b.source)
             .collect()
     }
@@ -42,6 +42,16 @@ impl Sandboxes {
         let own = self.own_folders_of(chat);
         for bind in &binds {
             let path = &bind.source;
+            // The agent's folder is the owner's: never made, chmod-ed or handed over.
+            if bind.inside == AGENT_FOLDER {
+                if !path.is_dir() {
+                    return Err(SandboxError::Unavailable(format!(
+                        "the agent's folder {} is missing",
+                        path.display()
+                    )));
+                }
+                continue;
+            }
             tandem_shared::fsmode::private_dir(path).map_err(|e| {
                 SandboxError::Unavailable(format!("could not make {}: {e}", path.display()))
             })?;
@@ -59,7 +69,7 @@ impl Sandboxes {
                 })?;
             }
         }
-        Ok(binds.to_vec())
+        Ok(binds)
     }
 
     /// Before a command, when chatd runs as root: what chatd's tools wrote

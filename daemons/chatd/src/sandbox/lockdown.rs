@@ -14,6 +14,9 @@ pub(super) struct Fit {
     pub(super) image_id: String,
 }
 
+/// Where a saved agent's folder is inside its chats' sandboxes.
+pub(super) const AGENT_FOLDER: &str = "/workspace/folder";
+
 /// One folder bound into a sandbox: this side's path, where it is inside,
 /// and whether the sandbox may write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,9 +140,11 @@ impl Sandboxes {
     }
 
     /// The chat's folders bound into its sandbox: the workspace (its own,
-    /// or the box's shared folder), the home and the egress folder.
-    pub(super) fn binds_of(&self, chat: &str) -> [Bind; 3] {
-        [
+    /// or the box's shared folder), the home and the egress folder, and the
+    /// folder its saved agent keeps it to, at `/workspace/folder` (read
+    /// only when the agent may only read it).
+    pub(super) fn binds_of(&self, chat: &str) -> Vec<Bind> {
+        let mut binds = vec![
             Bind {
                 source: self.inner.folders.workspace(chat),
                 inside: "/workspace",
@@ -155,6 +160,14 @@ impl Sandboxes {
                 inside: "/run/tandem-egress",
                 writable: false,
             },
-        ]
+        ];
+        if let Some(mount) = self.inner.folders.reach(chat).mount() {
+            binds.push(Bind {
+                source: mount.path.clone(),
+                inside: AGENT_FOLDER,
+                writable: !mount.read_only,
+            });
+        }
+        binds
     }
 }

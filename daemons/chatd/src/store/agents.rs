@@ -18,12 +18,21 @@ pub struct AgentFields {
     /// The tools it is granted; `None` grants every tool.
     pub tools: Option<Vec<String>>,
     pub settings: Settings,
+    /// The one folder its chats reach beside their own, if any.
+    pub folder: Option<crate::agent_folder::AgentFolder>,
 }
 
 impl AgentFields {
     /// The tools as stored: JSON text, or NULL.
     fn tools_text(&self) -> Option<String> {
         self.tools.as_ref().map(|t| json!(t).to_string())
+    }
+
+    fn folder_columns(&self) -> (Option<&str>, Option<crate::words::FolderMode>) {
+        match &self.folder {
+            Some(f) => (Some(f.path.as_str()), Some(f.mode)),
+            None => (None, None),
+        }
     }
 }
 
@@ -68,9 +77,10 @@ pub fn count(ctx: &Ctx) -> Result<i64, ApiError> {
 pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
     let id = new_id("a_");
     let now = now_rfc3339();
+    let (folder, mode) = new.folder_columns();
     ctx.conn().execute(
-        "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings, description) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8)",
+        "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings, description, \
+         folder, folder_mode) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10)",
         params![
             id,
             new.name,
@@ -79,7 +89,9 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
             new.tools_text(),
             now,
             new.settings.to_text(),
-            new.description
+            new.description,
+            folder,
+            mode
         ],
     )?;
     Ok(id)
@@ -87,16 +99,24 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
 
 /// Replaces everything the agent `id` holds with `new`.
 pub fn replace(ctx: &mut Ctx, id: &str, new: &AgentFields) -> Result<(), ApiError> {
+    let (folder, mode) = new.folder_columns();
     ctx.conn().execute(
         "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7, \
-         description = ?8 WHERE id = ?1",
+         description = ?8, folder = ?9, folder_mode = ?10 WHERE id = ?1",
         params![id, new.name, new.instructions, new.model, new.tools_text(), now_rfc3339(),
-                new.settings.to_text(), new.description],
+                new.settings.to_text(), new.description, folder, mode],
     )?;
     Ok(())
 }
 
+/// Deletes the agent; one that kept to a folder is remembered, so its
+/// chats are refused rather than given every file.
 pub fn delete(ctx: &mut Ctx, id: &str) -> Result<(), ApiError> {
+    ctx.conn().execute(
+        "INSERT OR IGNORE INTO agents_gone_confined (id) \
+         SELECT id FROM agents WHERE id = ?1 AND folder_mode IS NOT NULL",
+        [id],
+    )?;
     ctx.conn()
         .execute("DELETE FROM agents WHERE id = ?1", [id])?;
     Ok(())

@@ -385,4 +385,12 @@ CREATE TABLE chat_opt_in (
 );
 ALTER TABLE subagents ADD COLUMN agent_id TEXT;
 "#,
+    r#"
+-- One folder for an agent: its chats reach it (read or write) and their own
+-- folder only. folder '' with a mode: none chosen yet (an import). An agent
+-- deleted with a folder is remembered, so its chats never fall back to every file.
+ALTER TABLE agents ADD COLUMN folder TEXT;
+ALTER TABLE agents ADD COLUMN folder_mode TEXT;
+CREATE TABLE agents_gone_confined (id TEXT PRIMARY KEY);
+"#,
 ];

@@ -66,8 +66,12 @@ pub fn list_text(agents: &[crate::agents::Agent]) -> String {
     let mut chars = 0;
     for a in agents.iter().take(LIST_MAX) {
         let description: String = a.description.chars().take(DESCRIPTION_CHARS).collect();
-        let entry =
+        let mut entry =
             json!({"id": a.id, "name": a.name, "description": description, "model": a.model});
+        if let Some(folder) = &a.folder {
+            entry["folder"] = json!(folder.path);
+            entry["folder_mode"] = json!(folder.mode);
+        }
         chars += entry.to_string().chars().count();
         if chars > LIST_CHARS {
             break;
@@ -291,6 +295,7 @@ mod tests {
             model: String::new(),
             tools: None,
             settings: Default::default(),
+            folder: None,
             created: String::new(),
             updated: String::new(),
         };

@@ -20,6 +20,7 @@ use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 mod error;
+mod mount;
 mod moves;
 #[cfg(test)]
 mod tests;
@@ -136,6 +137,8 @@ pub struct Workspace {
     root: PathBuf,
     /// The root with links resolved, so an absolute path given in either form is accepted.
     canonical: PathBuf,
+    /// A saved agent's folder, reached at `folder/`.
+    mount: Option<mount::MountPoint>,
 }
 
 impl Workspace {
@@ -148,7 +151,11 @@ impl Workspace {
         };
         tandem_shared::fsmode::private_dir(&root)?;
         let canonical = std::fs::canonicalize(&root)?;
-        Ok(Workspace { root, canonical })
+        Ok(Workspace {
+            root,
+            canonical,
+            mount: None,
+        })
     }
 
     /// The workspace at `root` as it is, neither made nor changed: a read
@@ -166,7 +173,11 @@ impl Workspace {
                 "the workspace is not a folder",
             ));
         }
-        Ok(Workspace { root, canonical })
+        Ok(Workspace {
+            root,
+            canonical,
+            mount: None,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -187,6 +198,8 @@ impl Workspace {
             )));
         }
         let given = Path::new(path);
+        let mounted = self.mounted_path(given);
+        let given = mounted.as_deref().unwrap_or(given);
         let relative = if given.is_absolute() {
             match given
                 .strip_prefix(&self.root)
@@ -250,8 +263,8 @@ impl Workspace {
         upto: usize,
         missing: Missing,
     ) -> Result<OwnedFd, ToolError> {
-        let mut dir = self.open_root()?;
-        for (i, name) in rel.parts[..upto].iter().enumerate() {
+        let (mut dir, skip) = self.base(rel, upto)?;
+        for (i, name) in rel.parts[..upto].iter().enumerate().skip(skip) {
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             let opened = match openat(&dir, name.as_str(), flags, Mode::empty()) {
                 Err(Errno::ENOENT) if missing == Missing::Create => {
@@ -283,6 +296,9 @@ impl Workspace {
         if rel.is_root() {
             return self.open_root();
         }
+        if self.is_mount_point(rel) {
+            return self.base(rel, 1).map(|(fd, _)| fd);
+        }
         let parent = self.open_dirs(rel, rel.parts.len() - 1, Missing::Fail)?;
         let i = rel.parts.len() - 1;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -312,6 +328,10 @@ impl Workspace {
         let Some(last) = rel.parts.last() else {
             return Ok((rel, EntryKind::Dir, 0));
         };
+        if self.is_mount_point(&rel) {
+            self.base(&rel, 1)?;
+            return Ok((rel, EntryKind::Dir, 0));
+        }
         let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
         match fstatat(&parent, last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => {
@@ -335,6 +355,11 @@ impl Workspace {
                 "`.` is the workspace folder, not a file; list_files shows what it holds",
             ));
         };
+        if self.is_mount_point(&rel) {
+            return Err(ToolError::new(format!(
+                "`{rel}` is the agent's folder, not a file; list_files shows what it holds"
+            )));
+        }
         let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
         // Look first so a device or FIFO is not even opened.
         match fstatat(&parent, last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -423,6 +448,7 @@ impl Workspace {
                 "`.` is the workspace folder, not a file; give a file path like notes/a.md",
             ));
         };
+        self.writable(&rel)?;
         let dir = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Create)?;
         let mode = match fstatat(&dir, last.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => match EntryKind::of(&st) {

@@ -18,6 +18,9 @@ impl Workspace {
         let Some(last) = rel.parts.last() else {
             return Ok(None);
         };
+        if self.is_mount_point(&rel) {
+            return Ok(None);
+        }
         // A folder on the way that is gone (or is not a folder): no file.
         let Ok(parent) = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail) else {
             return Ok(None);
@@ -47,6 +50,7 @@ impl Workspace {
         let Some(last) = rel.parts.last() else {
             return Err(ToolError::new("`.` is the workspace folder, not a file"));
         };
+        self.writable(&rel)?;
         let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
         check_file_at(&parent, &rel, last)?;
         unlinkat(&parent, last.as_str(), UnlinkatFlags::NoRemoveDir)
@@ -62,6 +66,9 @@ impl Workspace {
         let Some(last) = rel.parts.last() else {
             return Ok(());
         };
+        if self.writable(&rel).is_err() {
+            return Ok(());
+        }
         let parent = self.open_dirs(&rel, rel.parts.len() - 1, Missing::Fail)?;
         match unlinkat(&parent, last.as_str(), UnlinkatFlags::RemoveDir) {
             Ok(()) | Err(Errno::ENOTEMPTY) | Err(Errno::ENOENT) => Ok(()),
@@ -91,6 +98,8 @@ impl Workspace {
         let (Some(from_last), Some(to_last)) = (from_rel.parts.last(), to_rel.parts.last()) else {
             return Err(ToolError::new("`.` is the workspace folder, not a file"));
         };
+        self.writable(&from_rel)?;
+        self.writable(&to_rel)?;
         let from_dir = self.open_dirs(&from_rel, from_rel.parts.len() - 1, Missing::Fail)?;
         check_file_at(&from_dir, &from_rel, from_last)?;
         let to_dir = self.open_dirs(&to_rel, to_rel.parts.len() - 1, Missing::Create)?;

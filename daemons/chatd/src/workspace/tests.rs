@@ -346,3 +346,59 @@ fn temp_names_are_told_from_files() {
     assert!(!super::is_temp_name("report.md"));
     assert!(!super::is_temp_name(".report.tandem-notes.tmp"));
 }
+
+#[test]
+fn an_agents_folder_is_reached_at_folder_and_read_only_when_so_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (own, notes) = (dir.path().join("own"), dir.path().join("notes"));
+    std::fs::create_dir_all(notes.join("sub")).unwrap();
+    std::fs::write(notes.join("sub/a.md"), "note").unwrap();
+    let mount = crate::agent_folder::Mount {
+        path: notes.clone(),
+        read_only: true,
+    };
+    let ws = Workspace::open(&own).unwrap().with_mount(Some(&mount));
+    ws.write_file("mine.md", b"x").unwrap();
+    // The chat's own `folder` is hidden behind the mount.
+    std::fs::create_dir_all(own.join("folder")).unwrap();
+    std::fs::write(own.join("folder/hidden.md"), "h").unwrap();
+    let (_, bytes) = ws.read_all("folder/sub/a.md", 100).unwrap();
+    assert_eq!(bytes, b"note");
+    let absolute = notes.join("sub/a.md");
+    let (rel, _) = ws.read_all(absolute.to_str().unwrap(), 100).unwrap();
+    assert_eq!(rel.to_string(), "folder/sub/a.md");
+    assert_eq!(ws.stat("folder").unwrap().1, EntryKind::Dir);
+    for refused in [
+        ws.write_file("folder/sub/b.md", b"x").err(),
+        ws.write_file("folder", b"x").err(),
+        ws.remove_file("folder/sub/a.md").err(),
+        ws.rename_file("mine.md", "folder/mine.md").err(),
+        ws.rename_file("folder/sub/a.md", "taken.md").err(),
+    ] {
+        assert!(refused.is_some());
+    }
+    assert!(!notes.join("sub/b.md").exists() && notes.join("sub/a.md").exists());
+    let paths: Vec<String> = ws
+        .walk(".", 100)
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(
+        paths,
+        ["folder", "folder/sub", "folder/sub/a.md", "mine.md"],
+        "{paths:?}"
+    );
+    let writable = Workspace::open(&own)
+        .unwrap()
+        .with_mount(Some(&crate::agent_folder::Mount {
+            path: notes.clone(),
+            read_only: false,
+        }));
+    writable.write_file("folder/sub/b.md", b"new").unwrap();
+    assert_eq!(std::fs::read(notes.join("sub/b.md")).unwrap(), b"new");
+    // Without the mount, the same workspace is the chat's folder alone.
+    let plain = Workspace::open(&own).unwrap();
+    assert!(plain.read_all("folder/sub/a.md", 100).is_err());
+}

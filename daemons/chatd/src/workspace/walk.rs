@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::os::fd::OwnedFd;
 
 use super::error::ToolError;
-use super::{size_of, EntryKind, Workspace, MAX_DEPTH, TANDEM_DIR};
+use super::{size_of, EntryKind, RelPath, Workspace, MAX_DEPTH, TANDEM_DIR};
 use nix::dir::Dir;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode};
@@ -42,6 +42,25 @@ impl Workspace {
             rel.to_string()
         };
         walk_dir(dir, &prefix, 0, limit, &mut walk);
+        // The whole workspace holds the agent's folder at `folder/` too, in
+        // place of anything of that name in the chat's own folder.
+        if rel.is_root() && self.mount.is_some() {
+            let mount = crate::agent_folder::MOUNT;
+            let inside = format!("{mount}/");
+            walk.entries
+                .retain(|e| e.path != mount && !e.path.starts_with(&inside));
+            let folder = RelPath {
+                parts: vec![mount.to_string()],
+            };
+            if let Ok(fd) = self.open_folder(&folder) {
+                walk.entries.push(Entry {
+                    path: mount.to_string(),
+                    kind: EntryKind::Dir,
+                    size: 0,
+                });
+                walk_dir(fd, mount, 1, limit, &mut walk);
+            }
+        }
         walk.entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(walk)
     }
