@@ -1566,6 +1566,262 @@ async fn tandem_agent_adds_lists_edits_exports_imports_and_removes() {
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 }
 
+/// `tandem agent … --folder`: an agent added with a folder keeps to it (read
+/// by default) and the list and `show` say so; `--folder-mode` alone keeps
+/// the path and changes the mode; an edit without a folder flag keeps the
+/// folder (even a missing one); `--folder` moves it in the mode it had;
+/// a missing folder is said in the list and `show`, and `tandem chat send`
+/// to a chat of it prints chatd's 409 sentence; `--no-folder` clears it; a
+/// folder chatd refuses is named by its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_agent_keeps_to_a_folder_and_edits_or_clears_it() {
+    let sim = Sim::start(&[]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let agent_of = |id: String| {
+        let client = client.clone();
+        async move {
+            let got = client.get(&format!("/agents/{id}")).await.unwrap();
+            assert_eq!(got.status, 200, "{got:?}");
+            got.body
+        }
+    };
+    let row_of = |id: &str| {
+        let listed = b.tandem_env(&["agent", "list"], &env);
+        let list = text(&listed);
+        assert!(listed.status.success(), "{list}");
+        assert!(list.lines().next().unwrap().contains(" FOLDER "), "{list}");
+        list.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no row for {id}: {list}"))
+            .to_string()
+    };
+    let notes = b.home().join("notes");
+    let papers = b.home().join("papers");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::create_dir_all(&papers).unwrap();
+    let notes = std::fs::canonicalize(&notes).unwrap();
+    let papers = std::fs::canonicalize(&papers).unwrap();
+    let (notes_s, papers_s) = (notes.to_str().unwrap(), papers.to_str().unwrap());
+
+    // Added with a folder: read only unless said.
+    let added = b.tandem_env(
+        &["agent", "add", "--name", "Clerk", "--folder", notes_s],
+        &env,
+    );
+    let out = text(&added);
+    assert!(added.status.success(), "{out}");
+    assert!(
+        out.contains(&format!("folder: {notes_s}, read only (ok)")),
+        "{out}"
+    );
+    let id = out.split_whitespace().nth(1).unwrap().to_string();
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["folder"]["path"], notes_s, "{agent}");
+    assert_eq!(agent["folder"]["mode"], "read", "{agent}");
+    assert_eq!(agent["folder"]["state"], "ok", "{agent}");
+    let row = row_of(&id);
+    assert!(row.contains(&format!("{notes_s} (read)")), "{row}");
+
+    // --folder-mode alone: the same folder, written to now.
+    let edited = b.tandem_env(&["agent", "edit", "clerk", "--folder-mode", "write"], &env);
+    let out = text(&edited);
+    assert!(edited.status.success(), "{out}");
+    assert!(out.contains(": folder"), "{out}");
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["folder"]["path"], notes_s, "{agent}");
+    assert_eq!(agent["folder"]["mode"], "write", "{agent}");
+
+    // No folder flag: the folder stays as it is.
+    let edited = b.tandem_env(
+        &[
+            "agent",
+            "edit",
+            &id,
+            "--model",
+            "m-x",
+            "--description",
+            "Files papers",
+        ],
+        &env,
+    );
+    assert!(edited.status.success(), "{}", text(&edited));
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["model"], "m-x", "{agent}");
+    assert_eq!(
+        agent["folder"],
+        serde_json::json!({"path": notes_s, "name": "notes", "mode": "write", "state": "ok"}),
+        "{agent}"
+    );
+
+    // --folder: another folder, in the mode it had.
+    let moved = b.tandem_env(&["agent", "edit", "Clerk", "--folder", papers_s], &env);
+    let out = text(&moved);
+    assert!(moved.status.success(), "{out}");
+    assert!(
+        out.contains(&format!("folder: {papers_s}, read and write (ok)")),
+        "{out}"
+    );
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["folder"]["path"], papers_s, "{agent}");
+    assert_eq!(agent["folder"]["mode"], "write", "{agent}");
+    let shown = b.tandem_env(&["agent", "show", "Clerk"], &env);
+    let show = text(&shown);
+    assert!(shown.status.success(), "{show}");
+    assert!(
+        show.contains(&format!("  folder       {papers_s}, read and write (ok)\n")),
+        "{show}"
+    );
+
+    // Its folder gone: said in the list and `show`; a message to a chat of
+    // it is refused with chatd's sentence; an edit of something else keeps
+    // it, and --folder-mode alone is refused.
+    let chat = client
+        .post("/conversations", serde_json::json!({"agent_id": id}))
+        .await
+        .unwrap();
+    assert_eq!(chat.status, 201, "{chat:?}");
+    let chat = chat.body["id"].as_str().unwrap().to_string();
+    let away = b.home().join("papers-away");
+    std::fs::rename(&papers, &away).unwrap();
+    let row = row_of(&id);
+    assert!(
+        row.contains(&format!("missing: {papers_s} (write)")),
+        "{row}"
+    );
+    let shown = b.tandem_env(&["agent", "show", &id], &env);
+    let show = text(&shown);
+    assert!(
+        show.contains(&format!(
+            "  folder       {papers_s}, read and write (missing: "
+        )),
+        "{show}"
+    );
+    let sent = b.tandem_env(&["chat", "send", "hello", "--chat", &chat], &env);
+    let said = text(&sent);
+    assert_eq!(sent.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "tandem: the folder agent \"Clerk\" keeps to ({papers_s}) is missing"
+        )) && said.contains("(agent_folder_missing, HTTP 409)"),
+        "{said}"
+    );
+    let edited = b.tandem_env(
+        &["agent", "edit", "Clerk", "--instructions", "File them."],
+        &env,
+    );
+    assert!(edited.status.success(), "{}", text(&edited));
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["instructions"], "File them.", "{agent}");
+    assert_eq!(agent["folder"]["path"], papers_s, "{agent}");
+    assert_eq!(agent["folder"]["state"], "missing", "{agent}");
+    let refused = b.tandem_env(&["agent", "edit", "Clerk", "--folder-mode", "read"], &env);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(text(&refused).contains("is missing"), "{}", text(&refused));
+    std::fs::rename(&away, &papers).unwrap();
+
+    // --no-folder: none any more.
+    let cleared = b.tandem_env(&["agent", "edit", "Clerk", "--no-folder"], &env);
+    assert!(cleared.status.success(), "{}", text(&cleared));
+    let agent = agent_of(id.clone()).await;
+    assert_eq!(agent["folder"], serde_json::Value::Null, "{agent}");
+    assert_eq!(agent["instructions"], "File them.", "{agent}");
+    let row = row_of(&id);
+    assert!(!row.contains(papers_s), "{row}");
+    assert!(row.contains(" -  ") || row.ends_with(" -"), "{row}");
+    let shown = b.tandem_env(&["agent", "show", &id], &env);
+    assert!(
+        text(&shown).contains("  folder       none"),
+        "{}",
+        text(&shown)
+    );
+    // --folder-mode alone on an agent without a folder: refused, nothing sent.
+    let refused = b.tandem_env(&["agent", "edit", "Clerk", "--folder-mode", "write"], &env);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("keeps to no folder"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(
+        agent_of(id.clone()).await["folder"],
+        serde_json::Value::Null
+    );
+
+    // A folder chatd refuses: its field named, nothing saved; --folder-mode
+    // without --folder on add is a usage error.
+    let gone = b.home().join("nowhere");
+    let bad = b.tandem_env(
+        &[
+            "agent",
+            "add",
+            "--name",
+            "Lost",
+            "--folder",
+            gone.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("folder.path") && text(&bad).contains("bad_input"),
+        "{}",
+        text(&bad)
+    );
+    let usage = b.tandem_env(
+        &["agent", "add", "--name", "Lost", "--folder-mode", "write"],
+        &env,
+    );
+    assert_eq!(usage.status.code(), Some(2), "{}", text(&usage));
+    let listed = client.get("/agents").await.unwrap();
+    assert_eq!(
+        listed.body["agents"].as_array().map(Vec::len),
+        Some(1),
+        "{listed:?}"
+    );
+
+    // Its network: set by add, kept by an edit that does not name it.
+    let netted = b.tandem_env(
+        &[
+            "agent",
+            "add",
+            "--name",
+            "Fetcher",
+            "--network",
+            "registries",
+        ],
+        &env,
+    );
+    assert!(netted.status.success(), "{}", text(&netted));
+    let edited = b.tandem_env(
+        &["agent", "edit", "Fetcher", "--description", "fetches"],
+        &env,
+    );
+    assert!(edited.status.success(), "{}", text(&edited));
+    let listed = client.get("/agents").await.unwrap();
+    let fetcher = listed.body["agents"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["name"] == "Fetcher"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&fetcher["network"], &fetcher["description"]),
+        (
+            &serde_json::json!("registries"),
+            &serde_json::json!("fetches")
+        ),
+        "{fetcher}"
+    );
+    let shown = b.tandem_env(&["agent", "show", "Fetcher"], &env);
+    assert!(text(&shown).contains("registries"), "{}", text(&shown));
+}
+
 /// `tandem chat start --front ADDR`: chatd serves the page there, the address
 /// is kept in run/local.env for later starts, `--front off` takes it away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

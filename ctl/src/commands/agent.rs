@@ -21,6 +21,12 @@ trigger or a bot bound to one (`tandem trigger add --agent`, `tandem
 connector add --agent`), and a sub-agent started as one all run with those;
 an edit reaches their next turn.
 
+An agent may keep to one folder (--folder): its chats reach that folder at
+`folder/`, read only or read and write (--folder-mode), and their own chat
+folder, nothing else of the box's files, and host bash is never offered to
+them. While that folder is missing, chatd refuses its chats (409
+agent_folder_missing) until it is back or another is chosen.
+
 An agent is named by its id (a_…) or its name, in any case. An agent file
 (`export`, `import`) holds its definition alone: no id, no times, no secret.
 
@@ -32,18 +38,26 @@ Examples:
   tandem agent add --template reviewer
   tandem agent list
   tandem agent edit Reviewer --model qwen3-8b
+  tandem agent add --name Clerk --folder ~/papers --folder-mode write
+  tandem agent edit Clerk --no-folder
   tandem agent export Reviewer --out reviewer.agent.json
   tandem agent import reviewer.agent.json";
 
 #[derive(clap::Subcommand)]
 pub enum AgentCommand {
-    /// Every saved agent, one row each: id, name, model, tools, description.
+    /// Every saved agent, one row each: id, name, model, tools, folder,
+    /// description.
+    ///
+    /// The folder is its path and mode, "missing" before it when the
+    /// folder is not there, "unset" when none is chosen here, "-" for an
+    /// agent that keeps to none.
     ///
     /// Example: tandem agent list
     List,
     /// One agent in full, and the chats that ran with it.
     ///
-    /// Its instructions whole and its tools named; then its run history:
+    /// Its instructions whole, its tools named and its folder with whether
+    /// it is there (ok, missing or unset); then its run history:
     /// how many chats were made with it (running now, failed), and the
     /// newest 10 with who made them, how their last turn went and when.
     ///
@@ -59,7 +73,13 @@ pub enum AgentCommand {
     /// with neither, the agent may use every tool of this chatd. A template
     /// grants no tool: grant some afterwards with `tandem agent edit`.
     ///
+    /// Folder: with --folder its chats reach that folder at `folder/` (read
+    /// only unless --folder-mode write) and their own chat folder, nothing
+    /// else, and are never offered host bash.
+    ///
     /// Example: tandem agent add --name Reviewer --instructions-file reviewer.md --tool read_file --tool grep
+    ///
+    /// Example: tandem agent add --name Clerk --folder ~/papers --folder-mode write
     Add(AddArgs),
     /// Change a saved agent: only what is given changes, the rest stays as
     /// it is.
@@ -68,7 +88,14 @@ pub enum AgentCommand {
     /// grants none, --all-tools grants every tool of this chatd again.
     /// --model '' goes back to chatd's default model.
     ///
+    /// --folder moves it to another folder (in the mode it had, read for an
+    /// agent that had none), --folder-mode alone changes the mode of the
+    /// folder it has, --no-folder takes the limit away (its chats reach
+    /// what any chat does); without them its folder stays.
+    ///
     /// Example: tandem agent edit Reviewer --model qwen3-8b --tool read_file --tool grep
+    ///
+    /// Example: tandem agent edit Clerk --folder-mode read
     Edit(EditArgs),
     /// Print an agent's file, or write it to --out.
     ///
@@ -136,6 +163,10 @@ pub struct Fields {
     /// Grant no tool at all.
     #[arg(long)]
     no_tools: bool,
+    /// off, registries or all: the network its chats start with (its
+    /// trigger and bot runs never ask for more), under the box's ceiling.
+    #[arg(long, value_name = "PRESET", value_parser = ["off", "registries", "all"])]
+    network: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -148,11 +179,20 @@ pub struct AddArgs {
     #[arg(
         long,
         value_name = "ID",
-        conflicts_with_all = ["description", "instructions", "instructions_file", "model", "tools", "no_tools"]
+        conflicts_with_all = ["description", "instructions", "instructions_file", "model", "tools", "no_tools", "folder", "folder_mode", "network"]
     )]
     template: Option<String>,
     #[command(flatten)]
     fields: Fields,
+    /// Keep its chats to this folder (absolute, ~/…, or relative to here):
+    /// they reach it at `folder/` and their own chat folder, nothing else,
+    /// and are never offered host bash.
+    #[arg(long, value_name = "PATH")]
+    folder: Option<PathBuf>,
+    /// What its chats may do in --folder: read (the default) or write
+    /// (change, add and remove its files too).
+    #[arg(long, value_name = "MODE", value_parser = ["read", "write"], requires = "folder")]
+    folder_mode: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -161,7 +201,7 @@ pub struct AddArgs {
     clap::ArgGroup::new("change")
         .required(true)
         .multiple(true)
-        .args(["name", "description", "instructions", "instructions_file", "model", "tools", "no_tools", "all_tools"])
+        .args(["name", "description", "instructions", "instructions_file", "model", "tools", "no_tools", "all_tools", "folder", "folder_mode", "no_folder", "network"])
 ))]
 pub struct EditArgs {
     /// The agent's id (a_…) or name (any case).
@@ -174,12 +214,25 @@ pub struct EditArgs {
     /// Grant every tool of this chatd again.
     #[arg(long, conflicts_with_all = ["tools", "no_tools"])]
     all_tools: bool,
+    /// Keep its chats to this folder instead (absolute, ~/…, or relative
+    /// to here): they reach it at `folder/` and their own chat folder,
+    /// nothing else, and are never offered host bash.
+    #[arg(long, value_name = "PATH")]
+    folder: Option<PathBuf>,
+    /// read or write: what its chats may do in its folder (alone: the
+    /// folder it has, in this mode).
+    #[arg(long, value_name = "MODE", value_parser = ["read", "write"])]
+    folder_mode: Option<String>,
+    /// Keep it to no folder any more: its chats reach what any chat does.
+    #[arg(long, conflicts_with_all = ["folder", "folder_mode"])]
+    no_folder: bool,
 }
 
 /// Characters of a column the list cuts at.
 const NAME_WIDTH: usize = 30;
 const MODEL_WIDTH: usize = 24;
 const TOOLS_WIDTH: usize = 32;
+const FOLDER_WIDTH: usize = 40;
 const DESCRIPTION_WIDTH: usize = 50;
 /// Chats of the run history `show` prints.
 const RUNS_SHOWN: usize = 10;
@@ -209,8 +262,13 @@ pub async fn exec(command: AgentCommand) -> anyhow::Result<ExitCode> {
             if args.all_tools {
                 changes.insert("tools".into(), Value::Null);
             }
+            let path = args.folder.as_deref().map(folder_path).transpose()?;
             let agent = find(&client, &args.agent).await?;
             let id = text(&agent["id"]).to_string();
+            let folder = folder_change(&agent, path, args.folder_mode, args.no_folder)?;
+            if let Some(folder) = folder {
+                changes.insert("folder".into(), folder);
+            }
             let body = replaced(&agent, &changes);
             let saved = call(&client, Method::PUT, &format!("/{id}"), Some(body)).await?;
             let mut changed: Vec<&str> = changes.keys().map(String::as_str).collect();
@@ -220,6 +278,9 @@ pub async fn exec(command: AgentCommand) -> anyhow::Result<ExitCode> {
                 text(&saved["name"]),
                 changed.join(", ")
             );
+            if changes.contains_key("folder") {
+                println!("folder: {}", folder_line(&saved));
+            }
         }
         AgentCommand::Export { agent, out, force } => {
             if let Some(path) = &out {
@@ -304,13 +365,24 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<ExitCode> {
     }
     let mut body = args.fields.changes()?;
     body.insert("name".into(), json!(args.name.unwrap_or_default()));
+    if let Some(path) = &args.folder {
+        let mode = args.folder_mode.as_deref().unwrap_or("read");
+        body.insert(
+            "folder".into(),
+            json!({"path": folder_path(path)?, "mode": mode}),
+        );
+    }
     let made = call(client, Method::POST, "", Some(Value::Object(body))).await?;
-    println!(
+    let mut said = format!(
         "added {} {}; tools: {}",
         text(&made["id"]),
         text(&made["name"]),
         tools_word(&made["tools"])
     );
+    if made["folder"].is_object() {
+        said.push_str(&format!("; folder: {}", folder_line(&made)));
+    }
+    println!("{said}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -338,18 +410,87 @@ impl Fields {
         } else if !self.tools.is_empty() {
             out.insert("tools".into(), json!(self.tools));
         }
+        if let Some(network) = self.network {
+            out.insert("network".into(), json!(network));
+        }
         Ok(out)
     }
 }
 
+/// A folder flag's path as chatd takes it: `~` and `~/…` as given (chatd
+/// reads them from its home), a relative one made absolute from here.
+fn folder_path(path: &Path) -> anyhow::Result<String> {
+    let Some(given) = path.to_str() else {
+        bail!("--folder {}: the path is not UTF-8", path.display());
+    };
+    if given.is_empty() {
+        bail!("--folder '' names no folder (--no-folder keeps it to none)");
+    }
+    if given == "~" || given.starts_with("~/") || path.is_absolute() {
+        return Ok(given.to_string());
+    }
+    let absolute = std::path::absolute(path)
+        .with_context(|| format!("--folder {given}: finding where it is from here"))?;
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .with_context(|| format!("--folder {given}: the path is not UTF-8"))
+}
+
+/// The `folder` an edit sends, or `None` to leave it out (chatd keeps the
+/// agent's): `{"path": ""}` for --no-folder; a new path in `mode`, else in
+/// the mode the agent has (read when it has none); `mode` alone, the path
+/// the agent has in that mode. Never `null`.
+fn folder_change(
+    agent: &Value,
+    path: Option<String>,
+    mode: Option<String>,
+    clear: bool,
+) -> anyhow::Result<Option<Value>> {
+    if clear {
+        return Ok(Some(json!({"path": ""})));
+    }
+    let had = &agent["folder"];
+    let name = text(&agent["name"]);
+    match (path, mode) {
+        (None, None) => Ok(None),
+        (Some(path), mode) => {
+            let mode = match (mode, had["mode"].as_str()) {
+                (Some(mode), _) => mode,
+                (None, Some(mode)) => mode.to_string(),
+                (None, None) => "read".to_string(),
+            };
+            Ok(Some(json!({"path": path, "mode": mode})))
+        }
+        (None, Some(mode)) => {
+            if !had.is_object() {
+                bail!("{name:?} keeps to no folder: choose one with --folder PATH (and --folder-mode {mode})");
+            }
+            let path = text(&had["path"]);
+            if path.is_empty() || had["state"] == "unset" {
+                bail!("no folder is chosen for {name:?} here: choose one with --folder PATH (and --folder-mode {mode})");
+            }
+            if had["state"] == "missing" {
+                bail!("the folder of {name:?} ({path}) is missing: restore it, or choose another with --folder PATH");
+            }
+            Ok(Some(json!({"path": path, "mode": mode})))
+        }
+    }
+}
+
 /// The whole agent for a `PUT`: `agent` as it is, with `changes` over it
-/// (a PUT replaces every field, so none is left out).
+/// (a PUT replaces every field, so none is left out). Its folder is not
+/// sent back unless `changes` holds one: chatd keeps it.
 fn replaced(agent: &Value, changes: &Map<String, Value>) -> Value {
     let mut body = Map::new();
     for key in ["name", "description", "instructions", "model"] {
         body.insert(key.into(), json!(text(&agent[key])));
     }
     body.insert("tools".into(), agent["tools"].clone());
+    // Left out, a PUT gives it the box's default network.
+    if agent["network"].is_string() {
+        body.insert("network".into(), agent["network"].clone());
+    }
     if agent["settings"].is_object() {
         body.insert("settings".into(), agent["settings"].clone());
     }
@@ -419,17 +560,19 @@ fn table(agents: &[Value]) -> String {
     let name_width = width(&|a| text(&a["name"]).to_string(), "NAME", NAME_WIDTH);
     let model_width = width(&model_word, "MODEL", MODEL_WIDTH);
     let tools_width = width(&|a| tools_word(&a["tools"]), "TOOLS", TOOLS_WIDTH);
+    let folder_width = width(&|a| folder_word(a, FOLDER_WIDTH), "FOLDER", FOLDER_WIDTH);
     let mut out = format!(
-        "{:<id_width$}  {:<name_width$}  {:<model_width$}  {:<tools_width$}  DESCRIPTION\n",
-        "ID", "NAME", "MODEL", "TOOLS"
+        "{:<id_width$}  {:<name_width$}  {:<model_width$}  {:<tools_width$}  {:<folder_width$}  DESCRIPTION\n",
+        "ID", "NAME", "MODEL", "TOOLS", "FOLDER"
     );
     for a in agents {
         let row = format!(
-            "{:<id_width$}  {}  {}  {}  {}",
+            "{:<id_width$}  {}  {}  {}  {}  {}",
             text(&a["id"]),
             padded(text(&a["name"]), name_width),
             padded(&model_word(a), model_width),
             padded(&tools_word(&a["tools"]), tools_width),
+            padded(&folder_word(a, folder_width), folder_width),
             cut(first_line(text(&a["description"])), DESCRIPTION_WIDTH),
         );
         out.push_str(row.trim_end());
@@ -464,6 +607,62 @@ fn tools_word(tools: &Value) -> String {
     }
 }
 
+/// Its folder in `width` characters at most: "PATH (MODE)", "missing:"
+/// before it when it is not there, "unset (MODE)" when none is chosen, "-"
+/// for none. A long path loses its start, so its last names stay.
+fn folder_word(agent: &Value, width: usize) -> String {
+    let folder = &agent["folder"];
+    if !folder.is_object() {
+        return "-".into();
+    }
+    let suffix = format!(" ({})", text(&folder["mode"]));
+    let path = text(&folder["path"]);
+    let state = text(&folder["state"]);
+    if path.is_empty() || state == "unset" {
+        return cut(&format!("unset{suffix}"), width);
+    }
+    let prefix = if state == "missing" { "missing: " } else { "" };
+    let room = width.saturating_sub(prefix.chars().count() + suffix.chars().count());
+    format!("{prefix}{}{suffix}", cut_front(path, room))
+}
+
+/// `s` cut to its last `width` characters, the first one `…` when it was cut.
+fn cut_front(s: &str, width: usize) -> String {
+    let count = s.chars().count();
+    if count <= width {
+        return s.to_string();
+    }
+    let kept: String = s.chars().skip(count + 1 - width.max(1)).collect();
+    format!("…{kept}")
+}
+
+/// Its folder as `show` and an edit say it: where, the mode, and whether
+/// it is there.
+fn folder_line(agent: &Value) -> String {
+    let folder = &agent["folder"];
+    if !folder.is_object() {
+        return "none (its chats reach what any chat does)".into();
+    }
+    let mode = match text(&folder["mode"]) {
+        "write" => "read and write",
+        _ => "read only",
+    };
+    let path = text(&folder["path"]);
+    let state = text(&folder["state"]);
+    if path.is_empty() || state == "unset" {
+        format!(
+            "none chosen here, {mode} (unset: its chats are refused until one is: tandem agent edit {} --folder PATH)",
+            text(&agent["id"])
+        )
+    } else if state == "missing" {
+        format!(
+            "{path}, {mode} (missing: its chats are refused until it is back or another is chosen)"
+        )
+    } else {
+        format!("{path}, {mode} ({state})")
+    }
+}
+
 /// One agent in full.
 fn details(agent: &Value) -> String {
     let mut out = format!("{}  {}\n", text(&agent["id"]), text(&agent["name"]));
@@ -490,6 +689,7 @@ fn details(agent: &Value) -> String {
         Some(list) => list.iter().map(text).collect::<Vec<_>>().join(", "),
     };
     row("tools", &tools);
+    row("folder", &folder_line(agent));
     let settings: Vec<String> = agent["settings"]
         .as_object()
         .into_iter()
@@ -499,6 +699,9 @@ fn details(agent: &Value) -> String {
             None => format!("{k}={v}"),
         })
         .collect();
+    if let Some(network) = agent["network"].as_str() {
+        row("network", network);
+    }
     if !settings.is_empty() {
         row("settings", &settings.join(", "));
     }
@@ -755,10 +958,11 @@ mod tests {
         assert!(lines[1].contains("read_file, grep"), "{out}");
         assert!(lines[1].ends_with("Reviews code"), "{out}");
         assert!(
-            lines[2].contains(" default ") && lines[2].ends_with("all"),
+            lines[2].contains(" default ") && lines[2].contains(" all "),
             "{out}"
         );
-        assert!(lines[3].ends_with("none"), "{out}");
+        assert!(lines[2].ends_with(" -"), "{out}");
+        assert!(lines[3].contains(" none "), "{out}");
         assert!(
             lines[4].contains("8: tool_number_0") && lines[4].contains('…'),
             "{out}"
@@ -771,6 +975,116 @@ mod tests {
             table(&[]),
             "no saved agents (add one: tandem agent add --help)\n"
         );
+    }
+
+    #[test]
+    fn the_list_shows_the_folder_its_mode_and_whether_it_is_there() {
+        let mut notes = agent("a_1", "Notes", Value::Null);
+        notes["folder"] =
+            json!({"path": "/home/me/notes", "name": "notes", "mode": "write", "state": "ok"});
+        let mut gone = agent("a_2", "Gone", Value::Null);
+        gone["folder"] =
+            json!({"path": "/home/me/gone", "name": "gone", "mode": "read", "state": "missing"});
+        let mut unset = agent("a_3", "Imported", Value::Null);
+        unset["folder"] = json!({"path": "", "name": "", "mode": "read", "state": "unset"});
+        let mut deep = agent("a_4", "Deep", Value::Null);
+        let long = format!("/home/me/{}/reports", "d".repeat(60));
+        deep["folder"] = json!({"path": long, "name": "reports", "mode": "read", "state": "ok"});
+        let plain = agent("a_5", "Plain", Value::Null);
+        let word = folder_word(&deep, FOLDER_WIDTH);
+        let out = table(&[notes, gone, unset, deep, plain]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].contains("  FOLDER  "), "{out}");
+        assert!(lines[1].contains("/home/me/notes (write)"), "{out}");
+        assert!(lines[2].contains("missing: /home/me/gone (read)"), "{out}");
+        assert!(lines[3].contains("unset (read)"), "{out}");
+        assert!(lines[4].contains(&word), "{out}");
+        assert_eq!(word.chars().count(), FOLDER_WIDTH, "{word}");
+        assert!(
+            word.starts_with('…') && word.ends_with("d/reports (read)"),
+            "{word}"
+        );
+        assert!(lines[5].ends_with(" -"), "{out}");
+    }
+
+    #[test]
+    fn show_says_the_folder_its_mode_and_its_state() {
+        let mut a = agent("a_1", "Notes", Value::Null);
+        assert!(folder_line(&a).starts_with("none"));
+        a["folder"] = json!({"path": "/n", "name": "n", "mode": "write", "state": "ok"});
+        assert_eq!(folder_line(&a), "/n, read and write (ok)");
+        a["folder"]["state"] = json!("missing");
+        assert!(
+            folder_line(&a).starts_with("/n, read and write (missing: "),
+            "{}",
+            folder_line(&a)
+        );
+        a["folder"] = json!({"path": "", "name": "", "mode": "read", "state": "unset"});
+        let line = folder_line(&a);
+        assert!(
+            line.starts_with("none chosen here, read only (unset: ")
+                && line.contains("tandem agent edit a_1 --folder PATH"),
+            "{line}"
+        );
+        assert!(
+            details(&a).contains("  folder       none chosen here"),
+            "{}",
+            details(&a)
+        );
+    }
+
+    #[test]
+    fn an_edit_sends_a_folder_only_for_a_folder_flag_and_never_null() {
+        let plain = agent("a_1", "Plain", Value::Null);
+        let mut kept = agent("a_2", "Kept", Value::Null);
+        kept["folder"] = json!({"path": "/n", "name": "n", "mode": "write", "state": "ok"});
+        // No flag: nothing sent, and the PUT body has no `folder` at all.
+        assert_eq!(folder_change(&kept, None, None, false).unwrap(), None);
+        assert!(replaced(&kept, &Map::new()).get("folder").is_none());
+        // --no-folder: cleared.
+        assert_eq!(
+            folder_change(&kept, None, None, true).unwrap(),
+            Some(json!({"path": ""}))
+        );
+        // --folder: the mode it had, read for one that had none, or the one given.
+        assert_eq!(
+            folder_change(&kept, Some("/m".into()), None, false).unwrap(),
+            Some(json!({"path": "/m", "mode": "write"}))
+        );
+        assert_eq!(
+            folder_change(&plain, Some("/m".into()), None, false).unwrap(),
+            Some(json!({"path": "/m", "mode": "read"}))
+        );
+        assert_eq!(
+            folder_change(&kept, Some("/m".into()), Some("read".into()), false).unwrap(),
+            Some(json!({"path": "/m", "mode": "read"}))
+        );
+        // --folder-mode alone: the path it has, the new mode.
+        assert_eq!(
+            folder_change(&kept, None, Some("read".into()), false).unwrap(),
+            Some(json!({"path": "/n", "mode": "read"}))
+        );
+        let none = folder_change(&plain, None, Some("write".into()), false).unwrap_err();
+        assert!(none.to_string().contains("keeps to no folder"), "{none}");
+        let mut unset = kept.clone();
+        unset["folder"] = json!({"path": "", "name": "", "mode": "read", "state": "unset"});
+        let err = folder_change(&unset, None, Some("write".into()), false).unwrap_err();
+        assert!(err.to_string().contains("no folder is chosen"), "{err}");
+        kept["folder"]["state"] = json!("missing");
+        let err = folder_change(&kept, None, Some("read".into()), false).unwrap_err();
+        assert!(err.to_string().contains("is missing"), "{err}");
+    }
+
+    #[test]
+    fn a_folder_path_is_sent_absolute_or_from_home() {
+        assert_eq!(folder_path(Path::new("/srv/notes")).unwrap(), "/srv/notes");
+        assert_eq!(folder_path(Path::new("~/notes")).unwrap(), "~/notes");
+        let here = std::env::current_dir().unwrap().join("notes");
+        assert_eq!(
+            folder_path(Path::new("notes")).unwrap(),
+            here.to_str().unwrap()
+        );
+        assert!(folder_path(Path::new("")).is_err());
     }
 
     #[test]

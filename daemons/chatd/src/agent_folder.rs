@@ -41,11 +41,16 @@ impl AgentFolder {
         })
     }
 
-    /// Whether the folder can be worked in now (a stat, never cached).
+    /// Whether the folder can be worked in now (looked at, never cached):
+    /// there, a folder, and still at its path with no link on the way (the
+    /// path was stored with links resolved, so a link since is a folder
+    /// swapped for another place).
     pub fn state(&self) -> FolderState {
         if self.path.is_empty() {
             FolderState::Unset
-        } else if std::fs::metadata(&self.path).is_ok_and(|m| m.is_dir()) {
+        } else if std::fs::canonicalize(&self.path)
+            .is_ok_and(|real| real == Path::new(&self.path) && real.is_dir())
+        {
             FolderState::Ok
         } else {
             FolderState::Missing
@@ -218,16 +223,35 @@ pub struct AgentPlaces {
 }
 
 impl AgentPlaces {
-    pub(crate) fn reach_of(&self, agent: Option<&String>) -> Reach {
-        let Some(agent) = agent else {
-            return Reach::Own;
-        };
-        if self.gone.contains(agent) {
-            return Reach::Refused(GONE.to_string());
+    /// What is held of `agent`, copied out so the folder is looked at
+    /// after the lock is let go.
+    pub(crate) fn held(&self, agent: Option<&String>) -> Held {
+        match agent {
+            None => Held::Free,
+            Some(agent) if self.gone.contains(agent) => Held::Gone,
+            Some(agent) => match self.folders.get(agent) {
+                None => Held::Free,
+                Some((name, folder)) => Held::Kept(name.clone(), folder.clone()),
+            },
         }
-        match self.folders.get(agent) {
-            None => Reach::Own,
-            Some((name, folder)) => match folder.refusal(name) {
+    }
+}
+
+/// One agent as `AgentPlaces` holds it: no agent or one without a folder,
+/// one deleted while it kept to a folder, or one kept to a folder.
+pub enum Held {
+    Free,
+    Gone,
+    Kept(String, AgentFolder),
+}
+
+impl Held {
+    /// What a chat of it reaches now (the folder looked at).
+    pub fn reach(&self) -> Reach {
+        match self {
+            Held::Free => Reach::Own,
+            Held::Gone => Reach::Refused(GONE.to_string()),
+            Held::Kept(name, folder) => match folder.refusal(name) {
                 Some(why) => Reach::Refused(why),
                 None => Reach::Folder(Mount {
                     path: PathBuf::from(&folder.path),
@@ -237,6 +261,11 @@ impl AgentPlaces {
         }
     }
 }
+
+/// The sentence a chat made in the box's shared folder is refused with
+/// once its agent keeps to a folder.
+pub const SHARED: &str = "this chat works in the box's shared folder, and its agent now keeps \
+                          to one folder: start a new chat with the agent";
 
 #[cfg(test)]
 mod tests {

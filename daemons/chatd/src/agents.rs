@@ -23,12 +23,15 @@ pub struct Agent {
     pub settings: crate::settings::Settings,
     /// The one folder its chats reach beside their own, if it keeps to one.
     pub folder: Option<crate::agent_folder::AgentFolder>,
+    /// The network its chats start with (`None`: the box's default), under
+    /// the box's ceiling; its trigger and bot runs never show a card.
+    pub network: Option<crate::words::NetPreset>,
     pub created: String,
     pub updated: String,
 }
 
 const COLUMNS: &str =
-    "id, name, instructions, model, tools, created, updated, settings, description, folder, folder_mode";
+    "id, name, instructions, model, tools, created, updated, settings, description, folder, folder_mode, network";
 
 impl Agent {
     fn from_row(row: &Row) -> rusqlite::Result<Agent> {
@@ -45,6 +48,7 @@ impl Agent {
             settings: crate::settings::Settings::from_stored_text(&row.get::<_, String>(7)?),
             description: row.get(8)?,
             folder: crate::agent_folder::AgentFolder::from_columns(row.get(9)?, row.get(10)?),
+            network: row.get(11)?,
         })
     }
 

@@ -102,14 +102,21 @@ impl Folders {
     /// was started), that folder at the stricter of the two modes.
     pub fn reach(&self, chat: &str) -> Reach {
         let home = self.home(chat);
-        let agents = read(&self.inner.agents);
-        let outer = agents.reach_of(agents.chat_agent.get(&home));
-        let own = agents.chat_agent.get(chat);
-        if home == chat || own == agents.chat_agent.get(&home) {
-            return outer;
+        let (outer, inner) = {
+            let agents = read(&self.inner.agents);
+            let (own, parent) = (agents.chat_agent.get(chat), agents.chat_agent.get(&home));
+            let inner = (home != chat && own != parent).then(|| agents.held(own));
+            (agents.held(parent), inner)
+        };
+        let outer = outer.reach();
+        // Made in the shared folder before its agent kept to one: never both.
+        if outer.confined() && self.is_shared(&home) {
+            return Reach::Refused(crate::agent_folder::SHARED.into());
         }
-        let inner = agents.reach_of(own);
-        match (outer, inner) {
+        let Some(inner) = inner else {
+            return outer;
+        };
+        match (outer, inner.reach()) {
             (refused @ Reach::Refused(_), _) | (_, refused @ Reach::Refused(_)) => refused,
             (outer, Reach::Own) => outer,
             (Reach::Folder(parent), Reach::Folder(mut mount)) => {
@@ -138,6 +145,9 @@ impl Folders {
         let Some(folder) = folder else {
             return Ok(());
         };
+        if let Some(why) = folder.refusal(name) {
+            return Err(why);
+        }
         // An empty (unset) path starts with no folder, so it never fits.
         if let Reach::Folder(mount) = self.reach(chat) {
             if Path::new(&folder.path).starts_with(&mount.path) {
@@ -152,6 +162,21 @@ impl Folders {
     /// The agent `id`'s folder and name, if it keeps to one.
     pub fn agent_folder(&self, id: &str) -> Option<(String, AgentFolder)> {
         read(&self.inner.agents).folders.get(id).cloned()
+    }
+
+    /// The chats whose places an agent's folder decides: each chat made
+    /// with it, and the parent of each sub-agent run as it.
+    pub fn homes_of(&self, agent: &str) -> Vec<String> {
+        let chats: Vec<String> = read(&self.inner.agents)
+            .chat_agent
+            .iter()
+            .filter(|(_, a)| a.as_str() == agent)
+            .map(|(chat, _)| chat.clone())
+            .collect();
+        let mut homes: Vec<String> = chats.iter().map(|c| self.home(c)).collect();
+        homes.sort();
+        homes.dedup();
+        homes
     }
 
     /// Notes the agent a chat was made with.

@@ -313,6 +313,7 @@ pub async fn run(
                         .ok()
                 })
                 .flatten(),
+            folders.clone(),
             crate::mcp::stdio::probe_chat(&config.data_dir),
             std::time::Duration::from_secs(config.mcp_call_limit_s),
         )),

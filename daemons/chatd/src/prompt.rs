@@ -253,9 +253,8 @@ fn web_paragraph(offer: &Offer) -> String {
     )
 }
 
-/// A sandbox's network in words, from its preset under the ceiling.
 /// What a chat kept to its agent's folder is told of its files.
-pub fn folder_part(mount: &crate::agent_folder::Mount, host_off: bool) -> String {
+pub fn folder_part(mount: &crate::agent_folder::Mount, no_bash: bool) -> String {
     let at = crate::agent_folder::MOUNT;
     let mut part = format!(
         "\n\n# Your folders\n\nThis chat works in two folders and nothing else: its own \
@@ -263,17 +262,20 @@ pub fn folder_part(mount: &crate::agent_folder::Mount, host_off: bool) -> String
          Paths outside these two are not reachable.",
         mount.path.display(),
         if mount.read_only {
-            "read only: read and search it, and write what you make in the chat's own folder"
+            "read only: read it with the file tools, and write what you make in the chat's own folder"
         } else {
             "read and write"
         }
     );
-    if host_off {
-        part.push_str(" There is no `bash` here: a command on this machine could reach any file.");
+    if no_bash {
+        part.push_str(
+            " There is no `bash` here: nothing would keep a command inside these folders.",
+        );
     }
     part
 }
 
+/// A sandbox's network in words, from its preset under the ceiling.
 pub fn network_words(network: Network) -> String {
     let (preset, ceiling, cards) = match network {
         Network::Unavailable => {

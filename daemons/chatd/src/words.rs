@@ -69,6 +69,16 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
+    /// The network a saved agent's chats start with (egressd's presets),
+    /// capped by the box's ceiling.
+    pub enum NetPreset("network preset") {
+        Off => "off",
+        Registries => "registries",
+        All => "all",
+    }
+}
+
+tandem_shared::words! {
     /// What a saved agent's chats may do in its folder.
     pub enum FolderMode("folder mode") {
         Read => "read",

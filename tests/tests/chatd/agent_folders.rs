@@ -224,6 +224,9 @@ async fn a_missing_folder_refuses_new_chats_and_messages_and_a_put_without_folde
     std::fs::rename(&work, files.path().join("moved"))?;
     let shown = client.get(&format!("/agents/{id}")).await?;
     assert_eq!(shown.body["folder"]["state"], "missing", "{shown:?}");
+    let before = client.snapshot(&chat).await?["messages"]
+        .as_array()
+        .map(Vec::len);
     let refused = client
         .post(
             &format!("/conversations/{chat}/messages"),
@@ -232,9 +235,6 @@ async fn a_missing_folder_refuses_new_chats_and_messages_and_a_put_without_folde
         .await?;
     assert_eq!(refused.status, 409, "{refused:?}");
     assert_eq!(refused.body["error"]["type"], "agent_folder_missing");
-    let before = client.snapshot(&chat).await?["messages"]
-        .as_array()
-        .map(Vec::len);
     let made = client
         .post("/conversations", json!({"agent_id": id}))
         .await?;
@@ -249,6 +249,27 @@ async fn a_missing_folder_refuses_new_chats_and_messages_and_a_put_without_folde
     assert_eq!(before, after);
     script(&sim, &chat, vec![json!({"text": "back"})]).await?;
     turn(&client, &chat, "again").await?;
+
+    // A folder swapped for a link to elsewhere is no longer the folder.
+    std::fs::rename(&work, files.path().join("real"))?;
+    std::os::unix::fs::symlink(files.path().join("real"), &work)?;
+    let linked = client.get(&format!("/agents/{id}")).await?;
+    assert_eq!(linked.body["folder"]["state"], "missing", "{linked:?}");
+    std::fs::remove_file(&work)?;
+    std::fs::rename(files.path().join("real"), &work)?;
+
+    // A mode with no path is no way to clear it; `{"path": ""}` alone is.
+    let half = client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/agents/{id}"),
+            Some(json!({"name": "Writer 2", "folder": {"mode": "read"}})),
+        )
+        .await?;
+    assert_eq!(half.status, 400, "{half:?}");
+    assert_eq!(half.body["error"]["field"], "folder.path");
+    let kept = client.get(&format!("/agents/{id}")).await?;
+    assert_eq!(kept.body["folder"]["mode"], "write", "{kept:?}");
 
     // Deleted while kept to a folder: its chat never falls back to every file.
     let deleted = client
@@ -435,5 +456,135 @@ async fn a_folder_agent_is_exported_as_version_2_and_imported_with_its_folder_or
         assert_eq!(refused.status, 400, "{refused:?}");
         assert_eq!(refused.body["error"]["field"], "folder", "{refused:?}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_chatd_keeps_chats_to_their_agents_folders_and_a_cleared_folder_frees_them(
+) -> anyhow::Result<()> {
+    let (sim, mut chatd, client) = start(&[]).await?;
+    let files = tempfile::tempdir()?;
+    let notes = files.path().join("notes");
+    std::fs::create_dir_all(&notes)?;
+    std::fs::write(notes.join("a.md"), "kept")?;
+    let agent = make_agent(
+        &client,
+        json!({"name": "Keeper", "folder": {"path": path_of(&notes), "mode": "read"}}),
+    )
+    .await?;
+    let id = agent["id"].as_str().context("id")?.to_string();
+    let chat = chat_with(&client, &id).await?;
+    // A chat made in the shared folder before its agent kept to one.
+    let plain = make_agent(&client, json!({"name": "Later"})).await?;
+    let later = plain["id"].as_str().context("id")?.to_string();
+    let shared = client
+        .post(
+            "/conversations",
+            json!({"agent_id": later, "workspace": "shared"}),
+        )
+        .await?;
+    assert_eq!(shared.body["workspace"], "shared", "{shared:?}");
+    let shared = shared.body["id"].as_str().context("id")?.to_string();
+    let put = client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/agents/{later}"),
+            Some(json!({"name": "Later", "folder": {"path": path_of(&notes)}})),
+        )
+        .await?;
+    assert_eq!(put.status, 200, "{put:?}");
+
+    chatd.restart().await?;
+    let client = chatd.client();
+    script(
+        &sim,
+        &chat,
+        vec![
+            json!({"tool_calls": [call("write_file", json!({"path": "folder/b.md", "content": "x"})),
+                                  call("read_file", json!({"path": "folder/a.md"}))]}),
+            json!({"text": "done"}),
+        ],
+    )
+    .await?;
+    let results = tool_results(&turn(&client, &chat, "after the restart").await?);
+    assert!(results[0].contains("may only read"), "{results:?}");
+    assert!(results[1].contains("kept"), "{results:?}");
+    let refused = client
+        .post(
+            &format!("/conversations/{shared}/messages"),
+            json!({"text": "hello"}),
+        )
+        .await?;
+    assert_eq!(refused.status, 409, "{refused:?}");
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shared folder")),
+        "{refused:?}"
+    );
+
+    // Cleared: the chat has its own folder only, and `folder/` is its own.
+    let cleared = client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/agents/{id}"),
+            Some(json!({"name": "Keeper", "folder": {"path": ""}})),
+        )
+        .await?;
+    assert_eq!(cleared.status, 200, "{cleared:?}");
+    assert_eq!(cleared.body["folder"], Value::Null);
+    script(
+        &sim,
+        &chat,
+        vec![
+            json!({"tool_calls": [call("read_file", json!({"path": "folder/a.md"}))]}),
+            json!({"text": "done"}),
+        ],
+    )
+    .await?;
+    let results = tool_results(&turn(&client, &chat, "and now").await?);
+    assert!(
+        results.last().is_some_and(|r| !r.contains("kept")),
+        "{results:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_network_is_the_preset_its_chats_start_with_under_the_ceiling(
+) -> anyhow::Result<()> {
+    let sockets = tempfile::tempdir()?;
+    let socket = sockets.path().join("egress.sock");
+    let (_sim, chatd, client) =
+        start(&[("QSE_EGRESS_SOCKET", socket.to_str().unwrap_or(""))]).await?;
+    let _egressd = tandem_tests::harness::Egressd::start_at(
+        &chatd.data_dir(),
+        &chatd.dir.path().join("secrets.env"),
+        &socket,
+        "ceiling = \"registries\"\n",
+    )
+    .await?;
+    let mut presets = Vec::new();
+    for network in ["registries", "all"] {
+        let agent = make_agent(
+            &client,
+            json!({"name": format!("Net {network}"), "network": network}),
+        )
+        .await?;
+        assert_eq!(agent["network"], network, "{agent}");
+        let made = client
+            .post("/conversations", json!({"agent_id": agent["id"]}))
+            .await?;
+        let chat = made.body["id"].as_str().context("id")?.to_string();
+        let egress = client.get(&format!("/conversations/{chat}/egress")).await?;
+        presets.push(egress.body["preset"].clone());
+    }
+    // `all` is above the ceiling: the chat starts at the ceiling.
+    assert_eq!(presets, vec![json!("registries"), json!("registries")]);
+    let bad = client
+        .post("/agents", json!({"name": "Bad", "network": "everywhere"}))
+        .await?;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.body["error"]["field"], "network");
     Ok(())
 }

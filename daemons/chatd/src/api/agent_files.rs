@@ -73,6 +73,7 @@ pub async fn create_from_template(
         tools: Some(template.tools()),
         settings: None,
         folder: None,
+        network: None,
     };
     let (agent, warnings) = save_new(&app, body, None, Vec::new()).await?;
     tracing::info!(agent = %agent.id, template = %template.id, "agent made from a template");
@@ -106,6 +107,7 @@ pub async fn export(
         model: &agent.model,
         tools: agent.tools.as_deref(),
         settings: &agent.settings,
+        network: agent.network,
         folder,
     };
     let body = serde_json::to_string_pretty(&file)
@@ -135,6 +137,8 @@ struct FileOut<'a> {
     model: &'a str,
     tools: Option<&'a [String]>,
     settings: &'a crate::settings::Settings,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<crate::words::NetPreset>,
     #[serde(skip_serializing_if = "Option::is_none")]
     folder: Option<FolderOut<'a>>,
 }
@@ -186,6 +190,8 @@ pub struct AgentFile {
     settings: Option<Value>,
     #[serde(default)]
     folder: Option<super::agents::FolderBody>,
+    #[serde(default)]
+    network: Option<String>,
 }
 
 /// `POST /agents/import`: 201 `{agent, warnings}`; refused with nothing
@@ -267,6 +273,7 @@ pub async fn import(
         tools,
         settings: file.settings,
         folder: None,
+        network: file.network,
     };
     let (agent, warnings) = save_new(&app, body, folder, warnings).await?;
     tracing::info!(agent = %agent.id, warnings = warnings.len(), "agent imported");
@@ -331,6 +338,7 @@ async fn save_new(
     if folder.is_some() {
         new.folder = folder;
     }
+    let folders = app.folders.clone();
     let (agent, renamed) = app
         .store
         .write(move |ctx| {
@@ -344,11 +352,11 @@ async fn save_new(
             let renamed = (free != new.name).then(|| (new.name.clone(), free.clone()));
             new.name = free;
             let id = store::agents::insert(ctx, &new)?;
-            Ok((agents::get(ctx.conn(), &id)?, renamed))
+            let agent = agents::get(ctx.conn(), &id)?;
+            folders.agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
+            Ok((agent, renamed))
         })
         .await?;
-    app.folders
-        .agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
     if let Some((was, now)) = renamed {
         warnings.push(format!("the name {was:?} is in use: saved as {now:?}"));
     }

@@ -34,6 +34,8 @@ pub struct AgentBody {
     pub(super) settings: Option<Value>,
     /// `{path, mode}`; `{"path": ""}` clears it; left out of a PUT, kept.
     pub(super) folder: Option<FolderBody>,
+    /// `off`, `registries` or `all`; left out: the box's default.
+    pub(super) network: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -50,6 +52,12 @@ impl FolderBody {
         app: &App,
     ) -> Result<Option<crate::agent_folder::AgentFolder>, ApiError> {
         if self.path.is_empty() {
+            if self.mode.is_some() {
+                return Err(ApiError::bad_input(
+                    "folder.path",
+                    "is empty: name the folder, or send {\"path\": \"\"} alone to clear it",
+                ));
+            }
             return Ok(None);
         }
         let mode = match self.mode.as_deref() {
@@ -153,6 +161,15 @@ pub(super) fn check(
         Some(folder) => folder.checked(app)?,
         None => None,
     };
+    let network = match body.network.as_deref() {
+        None => None,
+        Some(word) => Some(crate::words::NetPreset::parse(word).ok_or_else(|| {
+            ApiError::bad_input(
+                "network",
+                "must be \"off\", \"registries\" or \"all\" (left out: the box's default)",
+            )
+        })?),
+    };
     Ok(AgentFields {
         name,
         description,
@@ -161,6 +178,7 @@ pub(super) fn check(
         tools,
         settings,
         folder,
+        network,
     })
 }
 
@@ -182,16 +200,18 @@ pub async fn create(
     Json(body): Json<AgentBody>,
 ) -> Result<Response, ApiError> {
     let new = check(&app, body, &connector_ids(&app).await?)?;
+    let folders = app.folders.clone();
     let agent = app
         .store
         .write(move |ctx| {
             room_for_one(ctx)?;
             let id = store::agents::insert(ctx, &new)?;
-            agents::get(ctx.conn(), &id)
+            let agent = agents::get(ctx.conn(), &id)?;
+            // In the job: two writes of one agent reach the map in their order.
+            folders.agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
+            Ok(agent)
         })
         .await?;
-    app.folders
-        .agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
     tracing::info!(agent = %agent.id, "agent created");
     Ok((StatusCode::CREATED, axum::Json(agent)).into_response())
 }
@@ -216,19 +236,23 @@ pub async fn replace(
     // A client that does not know `folder` never widens the agent by an edit.
     let keep = body.folder.is_none();
     let mut new = check(&app, body, &connector_ids(&app).await?)?;
-    let agent = app
+    let folders = app.folders.clone();
+    let (agent, moved) = app
         .store
         .write(move |ctx| {
             let was = agents::get(ctx.conn(), &id)?;
             if keep {
-                new.folder = was.folder;
+                new.folder = was.folder.clone();
             }
             store::agents::replace(ctx, &id, &new)?;
-            agents::get(ctx.conn(), &id)
+            let agent = agents::get(ctx.conn(), &id)?;
+            folders.agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
+            Ok((agent, was.folder != new.folder))
         })
         .await?;
-    app.folders
-        .agent_saved(&agent.id, &agent.name, agent.folder.as_ref());
+    if moved {
+        rebind(&app, &agent.id).await;
+    }
     tracing::info!(agent = %agent.id, "agent replaced");
     Ok(axum::Json(agent))
 }
@@ -238,14 +262,31 @@ pub async fn remove(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let gone = id.clone();
-    app.store
+    let folders = app.folders.clone();
+    let had_folder = app
+        .store
         .write(move |ctx| {
-            agents::get(ctx.conn(), &id)?;
+            let was = agents::get(ctx.conn(), &id)?;
             store::agents::delete(ctx, &id)?;
-            Ok(())
+            folders.agent_deleted(&id);
+            Ok(was.folder.is_some())
         })
         .await?;
-    app.folders.agent_deleted(&gone);
+    if had_folder {
+        rebind(&app, &gone).await;
+    }
     tracing::info!(agent = %gone, "agent deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Stops the sandboxes of the agent's chats after its folder changed, so
+/// none goes on with the old folder bound: the next command starts one
+/// with the binds the folder says now.
+async fn rebind(app: &App, agent: &str) {
+    let Some(sandboxes) = &app.sandboxes else {
+        return;
+    };
+    for chat in app.folders.homes_of(agent) {
+        sandboxes.stop(&chat, "its agent's folder changed").await;
+    }
 }

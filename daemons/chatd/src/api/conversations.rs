@@ -144,6 +144,7 @@ pub async fn create(
             workspace = "own".into();
         }
     }
+    let network = agent.as_ref().and_then(|a| a.network);
     let new = NewConversation {
         title,
         model,
@@ -171,6 +172,9 @@ pub async fn create(
     app.folders.made(&conversation.id, &conversation.workspace);
     app.folders
         .ran_with(&conversation.id, conversation.agent_id.as_deref());
+    if let Some(preset) = network {
+        super::egress::start_with(&app, &conversation.id, preset).await;
+    }
     tracing::info!(conversation = %conversation.id, origin = %conversation.origin,
         workspace = %conversation.workspace, "conversation created");
     Ok((StatusCode::CREATED, axum::Json(conversation)).into_response())

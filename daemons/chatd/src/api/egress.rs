@@ -33,6 +33,27 @@ fn answer(status: axum::http::StatusCode, value: Value) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
+/// Gives a chat made with an agent the agent's network: its preset, or
+/// the highest one under the box's ceiling when egressd refuses it as
+/// above. Without egressd the chat has egressd's default when it comes.
+pub(super) async fn start_with(app: &App, chat: &str, preset: crate::words::NetPreset) {
+    use crate::words::NetPreset;
+    let path = format!("/chats/{chat}/egress");
+    let lower = [NetPreset::All, NetPreset::Registries, NetPreset::Off];
+    for tried in lower.into_iter().filter(|p| *p as u8 <= preset as u8) {
+        let body = serde_json::json!({ "preset": tried });
+        match app.egress.forward(Method::PUT, &path, Some(&body)).await {
+            Ok(_) => return,
+            Err(e) if e.kind == "egress_above_ceiling" => continue,
+            Err(e) => {
+                tracing::warn!(conversation = %chat, error = %e.kind,
+                    "egressd did not take the agent's network: the chat has the default");
+                return;
+            }
+        }
+    }
+}
+
 /// Forwards a chat's route to egressd once the chat is known to exist.
 async fn for_chat(
     app: &App,

@@ -82,6 +82,8 @@ pub struct Sessions {
     sandboxes: Option<Sandboxes>,
     /// Where they run without one: hostexecd, unless host commands are off.
     host: Option<HostExec>,
+    /// Which chats are kept to an agent's folder: never a server on the host for them.
+    folders: crate::folders::Folders,
     /// The chat whose sandbox a stdio connector's test runs in.
     probe_chat: String,
     /// Tests of stdio connectors, one at a time: they share that sandbox,
@@ -102,6 +104,7 @@ impl Sessions {
         mcp: Arc<Mcp>,
         sandboxes: Option<Sandboxes>,
         host: Option<HostExec>,
+        folders: crate::folders::Folders,
         probe_chat: String,
         call_limit: Duration,
     ) -> Sessions {
@@ -110,6 +113,7 @@ impl Sessions {
             call_limit,
             sandboxes,
             host,
+            folders,
             probe_chat,
             probes: Mutex::new(()),
             open: Mutex::new(HashMap::new()),
@@ -315,6 +319,12 @@ impl Sessions {
                 (Some(sandboxes), _) => stdio::open(sandboxes, chat, c, launch.clone())
                     .await
                     .map(|(session, process)| (session, Some(process))),
+                // On this machine nothing keeps a server inside a folder.
+                (None, Some(_)) if self.folders.reach(chat).confined() => Err(Failure::Connect(
+                    "a stdio server without a sandbox runs on this machine, where nothing keeps \
+                     it inside the agent's folder: it is not started for a chat kept to a folder"
+                        .into(),
+                )),
                 (None, Some(host)) => stdio::open_on_host(host, chat, launch.clone())
                     .await
                     .map(|(session, process)| (session, Some(process))),

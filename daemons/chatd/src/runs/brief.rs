@@ -41,6 +41,11 @@ pub(super) const HOST_OFF: &str = "`bash` would run on this machine, where nothi
     command inside the agent's folder, so a chat kept to a folder is never offered it; the \
     file tools reach the folder";
 
+/// Why a sub-agent kept to other folders than its parent has no `bash`.
+const SHARED_SANDBOX_OFF: &str = "`bash` runs in the parent chat's sandbox, which binds the \
+    parent's folders, not this sub-agent's: it is not offered here; the file tools reach this \
+    sub-agent's folder";
+
 /// How long a request waits for egressd to say a chat's network.
 const NETWORK_WAIT: Duration = Duration::from_secs(2);
 
@@ -70,9 +75,10 @@ pub(super) struct Chat {
     subset: Option<Option<Vec<String>>>,
     /// The chat switched saved agents on (list_agents, spawn_agent's `agent`).
     pub(super) saved_agents: bool,
-    /// Kept to its agent's folder with no sandbox: `bash` would run on this
-    /// machine, where nothing keeps it in the folder, so it is never offered.
-    host_off: bool,
+    /// Why `bash` is never offered to it, when it is not: kept to a folder
+    /// with no sandbox (a command on this machine reaches any file), or a
+    /// sub-agent kept to other folders than the parent whose sandbox it shares.
+    bash_off: Option<&'static str>,
 }
 
 impl Chat {
@@ -104,7 +110,7 @@ impl Chat {
             watched: queries::active_run(conn, &home)?.is_none_or(|r| r.origin == Origin::User),
             home,
             subset,
-            host_off: false,
+            bash_off: None,
         })
     }
 
@@ -115,7 +121,7 @@ impl Chat {
         if name == crate::tools::spawn::LIST_NAME && !self.saved_agents {
             return false;
         }
-        if name == "bash" && self.host_off {
+        if name == "bash" && self.bash_off.is_some() {
             return false;
         }
         match &self.subset {
@@ -137,8 +143,8 @@ impl Chat {
             return None;
         }
         let shown = name.chars().take(60).collect::<String>();
-        if name == "bash" && self.host_off {
-            return Some(HOST_OFF.to_string());
+        if let (true, Some(why)) = (name == "bash", self.bash_off) {
+            return Some(why.to_string());
         }
         Some(if self.subset.is_some() {
             format!("`{shown}` is not one of the tools this sub-agent was given")
@@ -198,8 +204,14 @@ impl Runs {
     /// The chat as its folders place it: no host `bash` when its agent
     /// keeps it to a folder and there is no sandbox.
     pub(super) fn placed(&self, mut chat: Chat) -> Chat {
-        chat.host_off = self.inner.sandboxes.is_none()
-            && self.inner.folders.reach(&chat.conversation.id).confined();
+        let folders = &self.inner.folders;
+        let reach = folders.reach(&chat.conversation.id);
+        chat.bash_off = if self.inner.sandboxes.is_none() {
+            reach.confined().then_some(HOST_OFF)
+        } else {
+            (chat.home != chat.conversation.id && reach != folders.reach(&chat.home))
+                .then_some(SHARED_SANDBOX_OFF)
+        };
         chat
     }
 
@@ -235,10 +247,10 @@ impl Runs {
         } else {
             Network::Unavailable
         };
-        let commands = if self.inner.sandboxes.is_some() {
-            Commands::Sandbox
-        } else if chat.host_off {
+        let commands = if chat.bash_off.is_some() {
             Commands::Nowhere
+        } else if self.inner.sandboxes.is_some() {
+            Commands::Sandbox
         } else {
             match self.inner.config.host_exec() {
                 HostExec::Off => Commands::Nowhere,
@@ -269,7 +281,7 @@ impl Runs {
         if let crate::agent_folder::Reach::Folder(mount) =
             self.inner.folders.reach(&conversation.id)
         {
-            system.push_str(&prompt::folder_part(&mount, chat.host_off));
+            system.push_str(&prompt::folder_part(&mount, chat.bash_off.is_some()));
         }
         let settings = match agent {
             Some(agent) => conversation.settings.over(&agent.settings),

@@ -20,6 +20,7 @@ pub struct AgentFields {
     pub settings: Settings,
     /// The one folder its chats reach beside their own, if any.
     pub folder: Option<crate::agent_folder::AgentFolder>,
+    pub network: Option<crate::words::NetPreset>,
 }
 
 impl AgentFields {
@@ -80,7 +81,7 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
     let (folder, mode) = new.folder_columns();
     ctx.conn().execute(
         "INSERT INTO agents (id, name, instructions, model, tools, created, updated, settings, description, \
-         folder, folder_mode) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10)",
+         folder, folder_mode, network) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             id,
             new.name,
@@ -91,7 +92,8 @@ pub fn insert(ctx: &mut Ctx, new: &AgentFields) -> Result<String, ApiError> {
             new.settings.to_text(),
             new.description,
             folder,
-            mode
+            mode,
+            new.network
         ],
     )?;
     Ok(id)
@@ -102,9 +104,9 @@ pub fn replace(ctx: &mut Ctx, id: &str, new: &AgentFields) -> Result<(), ApiErro
     let (folder, mode) = new.folder_columns();
     ctx.conn().execute(
         "UPDATE agents SET name = ?2, instructions = ?3, model = ?4, tools = ?5, updated = ?6, settings = ?7, \
-         description = ?8, folder = ?9, folder_mode = ?10 WHERE id = ?1",
+         description = ?8, folder = ?9, folder_mode = ?10, network = ?11 WHERE id = ?1",
         params![id, new.name, new.instructions, new.model, new.tools_text(), now_rfc3339(),
-                new.settings.to_text(), new.description, folder, mode],
+                new.settings.to_text(), new.description, folder, mode, new.network],
     )?;
     Ok(())
 }

@@ -392,5 +392,7 @@ ALTER TABLE subagents ADD COLUMN agent_id TEXT;
 ALTER TABLE agents ADD COLUMN folder TEXT;
 ALTER TABLE agents ADD COLUMN folder_mode TEXT;
 CREATE TABLE agents_gone_confined (id TEXT PRIMARY KEY);
+-- The egress preset its chats start with (NULL: the box's default).
+ALTER TABLE agents ADD COLUMN network TEXT;
 "#,
 ];

@@ -296,6 +296,7 @@ mod tests {
             tools: None,
             settings: Default::default(),
             folder: None,
+            network: None,
             created: String::new(),
             updated: String::new(),
         };

@@ -14,6 +14,20 @@ use super::error::describe;
 use super::{RelPath, ToolError, Workspace};
 use crate::agent_folder::MOUNT;
 
+/// Opens the agent's folder one name at a time from `/`, following no
+/// link: its path was stored with links resolved, so a link found on the
+/// way now (one a command planted) is refused, never followed elsewhere.
+fn open_unlinked(path: &std::path::Path) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut dir = openat(AT_FDCWD, "/", flags, Mode::empty())?;
+    for part in path.components() {
+        if let std::path::Component::Normal(name) = part {
+            dir = openat(&dir, name, flags | OFlag::O_NOFOLLOW, Mode::empty())?;
+        }
+    }
+    Ok(dir)
+}
+
 /// The agent's folder as a workspace reaches it.
 #[derive(Debug, Clone)]
 pub(super) struct MountPoint {
@@ -63,14 +77,7 @@ impl Workspace {
     pub(super) fn base(&self, rel: &RelPath, upto: usize) -> Result<(OwnedFd, usize), ToolError> {
         match &self.mount {
             Some(mount) if upto >= 1 && self.in_mount(rel) => {
-                // Chosen by the owner when the agent was saved: links above it are trusted.
-                let fd = openat(
-                    AT_FDCWD,
-                    mount.root.as_path(),
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| {
+                let fd = open_unlinked(&mount.root).map_err(|e| {
                     ToolError::new(format!(
                         "the agent's folder cannot be opened: {}",
                         describe(e)

@@ -23,7 +23,8 @@
 //!   server that refuses a token, goes down and redirects: `mcp.rs`), and
 //!   subagents (turns whose answers start sub-agents in the foreground and
 //!   the background, past the cap and twice over, under kills and stops:
-//!   `subagents.rs`).
+//!   `subagents.rs`; and a chat of a saved agent kept to a folder read only,
+//!   the folder renamed away and back: `agent_folder.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -74,7 +75,10 @@
 //!     exactly one result (its call's result, or one message or waiting
 //!     message with its card) and one `sub_agent_done`; never more than 4
 //!     ran in the background; a refused 5th or repeat started no
-//!     conversation (`subagents.rs`, `subagents_checks.rs`).
+//!     conversation (`subagents.rs`, `subagents_checks.rs`);
+//! 20. a chat of a saved agent kept to a folder read only left its files as
+//!     they were, and every send while the folder was away stored nothing
+//!     (`agent_folder.rs`, `agent_folder_checks.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -99,6 +103,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+mod agent_folder;
+mod agent_folder_checks;
 mod bots;
 mod bots_ledger;
 mod chats;

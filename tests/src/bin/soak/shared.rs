@@ -37,9 +37,10 @@ pub(crate) enum Inv {
     Documents,
     Mcp,
     Subagents,
+    AgentFolder,
 }
 
-pub(crate) const INVARIANTS: [Inv; 19] = [
+pub(crate) const INVARIANTS: [Inv; 20] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -59,6 +60,7 @@ pub(crate) const INVARIANTS: [Inv; 19] = [
     Inv::Documents,
     Inv::Mcp,
     Inv::Subagents,
+    Inv::AgentFolder,
 ];
 
 impl Inv {
@@ -82,6 +84,7 @@ impl Inv {
             Inv::Documents => "every accepted message holds each attached document's text or one line why it could not be read (damaged, a bomb); a good one never reads as unreadable and no failure is kept for its bytes; the search finds a PDF's page 3, and a deleted PDF no more; a workbook previews as its 3 sheets and a zip bomb's preview is 422",
             Inv::Mcp => "every MCP connector's test says what its server deserves at that moment (connected, needs sign-in, down, a redirect to metadata refused); an edit without the secrets keeps them; the server only ever saw the tokens it was given; no chat turn failed for an MCP server and every call was answered by it or with a line saying why not; a resource sent as context is in front of the stored message, a send refused for it stored nothing; the context lists answered the server's entries or named it unavailable, a preview its text or 502 mcp_error / 403 mcp_refused naming the connector, none a secret",
             Inv::Subagents => "every sub-agent ended; each not stopped with its parent handed back exactly one result (its call's result, or one message or waiting message with its card) and exactly one sub_agent_done; never more than 4 running in the background in any sample; every refused repeat or 5th started no conversation",
+            Inv::AgentFolder => "a chat with a saved agent kept to a folder (read only): the folder's files never changed, a write there was refused, every send while it was away was refused 409 agent_folder_missing and stored nothing, and every turn of the chat ended",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -96,7 +99,7 @@ impl Inv {
             Inv::Push => Some(PartName::Push),
             Inv::Documents => Some(PartName::Documents),
             Inv::Mcp => Some(PartName::Mcp),
-            Inv::Subagents => Some(PartName::Subagents),
+            Inv::Subagents | Inv::AgentFolder => Some(PartName::Subagents),
             _ => None,
         }
     }

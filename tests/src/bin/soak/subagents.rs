@@ -21,7 +21,8 @@
 //! comes back). The list (`GET …/subagents`) is sampled twice a second for
 //! the cap. After the load the part waits (bounded) until no sub-agent runs
 //! and no run of its chats is left; the end's checks are
-//! `subagents_checks.rs` (`Inv::Subagents`).
+//! `subagents_checks.rs` (`Inv::Subagents`). Beside them, a chat with a
+//! saved agent kept to a folder (`agent_folder.rs`, `Inv::AgentFolder`).
 
 use super::*;
 
@@ -148,14 +149,19 @@ pub(crate) struct Run {
 pub(crate) struct SubagentsPart {
     /// The load's length (s): each stop comes at least once past a share of it.
     duration: f64,
+    /// The part's folder: the agent's folder is made in it.
+    dir: PathBuf,
     run: Mutex<Option<Run>>,
+    folder: Mutex<Option<crate::agent_folder::FolderRun>>,
 }
 
 impl SubagentsPart {
     pub(crate) fn new(ctx: &Prepare) -> SubagentsPart {
         SubagentsPart {
             duration: ctx.duration,
+            dir: ctx.dir.clone(),
             run: Mutex::new(None),
+            folder: Mutex::new(None),
         }
     }
 }
@@ -180,6 +186,7 @@ impl Part for SubagentsPart {
             };
             let ended = AtomicBool::new(false);
             let seeds: Vec<u64> = ids.iter().map(|_| rng.random()).collect();
+            let folder = crate::agent_folder::run(&shared, &self.dir, rng.random());
             let work = async {
                 let loads = futures_util::future::join_all(ids.iter().zip(seeds).enumerate().map(
                     |(i, (id, seed))| {
@@ -192,7 +199,9 @@ impl Part for SubagentsPart {
                 ended.store(true, Ordering::Relaxed);
                 (loads, settled)
             };
-            let (samples, (chats, settled)) = tokio::join!(sample(&shared, &ids, &ended), work);
+            let (samples, (chats, settled), folder) =
+                tokio::join!(sample(&shared, &ids, &ended), work, folder);
+            *lock(&self.folder) = folder;
             *lock(&self.run) = Some(Run {
                 db,
                 agent,
@@ -206,11 +215,17 @@ impl Part for SubagentsPart {
 
     fn finish(self: Arc<Self>, shared: Arc<Shared>) -> BoxFuture<'static, PartEnd> {
         Box::pin(async move {
-            let Some(run) = lock(&self.run).take() else {
-                return PartEnd::default();
+            let folder = lock(&self.folder).take();
+            let run = lock(&self.run).take();
+            let mut totals = match run {
+                Some(run) => check(&shared, &run).await,
+                None => Vec::new(),
             };
+            if let Some(folder) = folder {
+                totals.extend(crate::agent_folder_checks::check(&shared, &folder).await);
+            }
             PartEnd {
-                totals: check(&shared, &run).await,
+                totals,
                 ..PartEnd::default()
             }
         })
@@ -368,7 +383,7 @@ async fn drive_chat(
 
 /// How many scripted answers of `session` engine-sim still holds; `None`
 /// when it does not answer (an outage closes its socket, control routes too).
-async fn sim_queued(shared: &Shared, session: &str) -> Option<usize> {
+pub(crate) async fn sim_queued(shared: &Shared, session: &str) -> Option<usize> {
     let answer = shared
         .http
         .get(format!("{}/sim/faults?session={session}", shared.sim_url))
