@@ -46,7 +46,8 @@ tandem_shared::words! {
         /// A question edited: a new branch from it.
         Edit => "edit",
         /// A sub-agent's run cut off by a restart, taken up again: like
-        /// `send`, but the calls it left are answered as cut off, never run.
+        /// `send`, but the calls it left are answered as cut off, never run,
+        /// and an answer cut mid-text goes on in place, as with `continue`.
         Resume => "resume",
     }
 }

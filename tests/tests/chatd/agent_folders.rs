@@ -7,46 +7,17 @@
 //! file carries it as version 2. Every wait is on a condition with a bound.
 
 use std::path::Path;
-use std::time::Duration;
 
+use super::scripted::{bodies_of, call, script, turn};
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{offered_tools, run_id, system_text, tool_results, Chatd, Client, Sim};
-
-const LONG: Duration = Duration::from_secs(120);
+use tandem_tests::harness::{offered_tools, system_text, tool_results, Chatd, Client, Sim};
 
 async fn start(env: &[(&str, &str)]) -> anyhow::Result<(Sim, Chatd, Client)> {
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
     let chatd = Chatd::start(&sim.url(), env).await?;
     let client = chatd.client();
     Ok((sim, chatd, client))
-}
-
-async fn script(sim: &Sim, chat: &str, steps: Vec<Value>) -> anyhow::Result<()> {
-    sim.post(
-        "/sim/faults",
-        json!({"session": format!("chat-{chat}"), "next": steps}),
-    )
-    .await?;
-    Ok(())
-}
-
-fn call(name: &str, arguments: Value) -> Value {
-    json!({"name": name, "arguments": arguments})
-}
-
-async fn turn(client: &Client, chat: &str, text: &str) -> anyhow::Result<Value> {
-    let run = run_id(&client.send(chat, text).await?)?;
-    let record = client
-        .wait_run(
-            chat,
-            &run,
-            &["done", "failed", "stopped", "interrupted"],
-            LONG,
-        )
-        .await?;
-    anyhow::ensure!(record["status"] == "done", "{record}");
-    client.snapshot(chat).await
 }
 
 async fn make_agent(client: &Client, body: Value) -> anyhow::Result<Value> {
@@ -66,18 +37,6 @@ async fn chat_with(client: &Client, agent: &str) -> anyhow::Result<String> {
     // Kept to its folder and its own: never the box's shared one.
     anyhow::ensure!(made.body["workspace"] == "own", "{made:?}");
     Ok(made.body["id"].as_str().context("chat id")?.to_string())
-}
-
-/// The bodies of the requests the sim got for chat `chat`, in order.
-async fn bodies_of(sim: &Sim, chat: &str) -> anyhow::Result<Vec<Value>> {
-    let session = format!("chat-{chat}");
-    Ok(sim
-        .requests()
-        .await?
-        .into_iter()
-        .filter(|r| r["session_id"] == session)
-        .map(|r| r["body"].clone())
-        .collect())
 }
 
 fn path_of(p: &Path) -> String {

@@ -17,6 +17,7 @@ mod notify;
 mod push;
 mod requests;
 mod saved_agents;
+mod scripted;
 mod sim;
 mod subagents;
 mod uploads;

@@ -5,15 +5,12 @@
 //! `/agent <name> <task>`). The parent's answers are scripted per chat
 //! (`/sim/faults` with a session). Every wait is on a condition with a bound.
 
-use std::time::Duration;
-
+use super::scripted::{bodies_of, call, script, turn, LONG};
 use anyhow::Context;
 use serde_json::{json, Value};
 use tandem_tests::harness::{
     offered_tools, run_id, sim_answer, system_text, tool_results, Chatd, Client, Sim,
 };
-
-const LONG: Duration = Duration::from_secs(120);
 
 async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
     let sim = Sim::start(&["--tokens-per-second", "0"])?;
@@ -22,21 +19,8 @@ async fn start() -> anyhow::Result<(Sim, Chatd, Client)> {
     Ok((sim, chatd, client))
 }
 
-async fn script(sim: &Sim, chat: &str, steps: Vec<Value>) -> anyhow::Result<()> {
-    sim.post(
-        "/sim/faults",
-        json!({"session": format!("chat-{chat}"), "next": steps}),
-    )
-    .await?;
-    Ok(())
-}
-
 fn step(calls: Vec<Value>) -> Value {
     json!({"tool_calls": calls})
-}
-
-fn call(name: &str, arguments: Value) -> Value {
-    json!({"name": name, "arguments": arguments})
 }
 
 async fn make_agent(client: &Client, body: Value) -> anyhow::Result<String> {
@@ -57,20 +41,6 @@ async fn switch(client: &Client, chat: &str, on: &[&str]) -> anyhow::Result<Valu
     Ok(answer.body)
 }
 
-async fn turn(client: &Client, chat: &str, text: &str) -> anyhow::Result<Value> {
-    let run = run_id(&client.send(chat, text).await?)?;
-    let record = client
-        .wait_run(
-            chat,
-            &run,
-            &["done", "failed", "stopped", "interrupted"],
-            LONG,
-        )
-        .await?;
-    anyhow::ensure!(record["status"] == "done", "{record}");
-    client.snapshot(chat).await
-}
-
 async fn subagent_rows(client: &Client, chat: &str) -> anyhow::Result<Vec<Value>> {
     let list = client
         .get(&format!("/conversations/{chat}/subagents"))
@@ -80,18 +50,6 @@ async fn subagent_rows(client: &Client, chat: &str) -> anyhow::Result<Vec<Value>
         .as_array()
         .context("subagents")?
         .clone())
-}
-
-/// The bodies of the requests the sim got for chat `chat`, in order.
-async fn bodies_of(sim: &Sim, chat: &str) -> anyhow::Result<Vec<Value>> {
-    let session = format!("chat-{chat}");
-    Ok(sim
-        .requests()
-        .await?
-        .into_iter()
-        .filter(|r| r["session_id"] == session)
-        .map(|r| r["body"].clone())
-        .collect())
 }
 
 fn opt_in_line(view: &Value) -> Value {

@@ -334,6 +334,90 @@ async fn a_background_result_after_kill9_arrives_once() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The text of an assistant message in a sub-agent's own snapshot that has
+/// some, if any.
+fn streamed(own: &Value) -> Option<String> {
+    own["messages"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant" && m["text"].as_str().is_some_and(|t| t.len() > 20))
+        .and_then(|m| m["text"].as_str())
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_sub_agent_cut_by_kill9_hands_back_its_whole_answer() -> anyhow::Result<()> {
+    let (sim, mut chatd, client) = start().await?;
+    let chat = chat_in(&client, "auto").await?;
+    let n = 120;
+    let task = format!("Write it all\n[sim tokens={n} tps=40 id=whole-after-kill]");
+    script(&sim, &chat, vec![step(vec![spawn(&task, false)])]).await?;
+    client.send(&chat, "go").await?;
+    let rows = wait_subagents(&client, &chat, "the sub-agent to start", LONG, |rows| {
+        rows.len() == 1
+    })
+    .await?;
+    let sub = rows[0]["id"].as_str().context("id")?.to_string();
+    // Part of its answer is stored when chatd dies.
+    let before = wait_until("part of its answer to stream", LONG, || async {
+        streamed(&client.snapshot(&sub).await.ok()?)
+    })
+    .await?;
+    chatd.kill9();
+    assert!(
+        sim_answer(n).starts_with(&before) && before.len() < sim_answer(n).len(),
+        "cut mid-answer: {before:?}"
+    );
+    chatd.restart().await?;
+
+    let rows = wait_subagents(
+        &client,
+        &chat,
+        "the sub-agent to end after the restart",
+        LONG,
+        |rows| rows.len() == 1 && rows[0]["state"] != "running",
+    )
+    .await?;
+    assert_eq!(rows[0]["state"], "done", "{rows:?}");
+    let whole = sim_answer(n);
+    let whole = whole.trim();
+
+    // Its transcript holds the answer once, whole, in one message.
+    let shown = client
+        .get(&format!("/conversations/{chat}/subagents/{sub}"))
+        .await?;
+    anyhow::ensure!(shown.status == 200, "{shown:?}");
+    let own = &shown.body["snapshot"];
+    let modes: Vec<&str> = own["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["mode"].as_str())
+        .collect();
+    assert_eq!(modes, ["send", "resume"], "cut, then taken up again");
+    let answers: Vec<&str> = own["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m["text"].as_str())
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    assert_eq!(answers.len(), 1, "one answer: {answers:?}");
+    assert_eq!(answers[0].trim(), whole);
+    assert_eq!(shown.body["subagent"]["result"].as_str(), Some(whole));
+
+    // The parent gets the whole answer, once.
+    let snapshot = last_run_done(&client, &chat, LONG).await?;
+    let results = result_messages(&snapshot, &sub);
+    assert_eq!(results.len(), 1, "one message with its result");
+    let text = results[0]["text"].as_str().context("text")?;
+    let (_, result) = text.split_once("\n\n").context("headline")?;
+    assert_eq!(result, whole, "the result is the whole answer");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_runs_at_most_four_sub_agents_in_the_background() -> anyhow::Result<()> {
     let (sim, _chatd, client) = start().await?;

@@ -543,7 +543,9 @@ impl Runs {
 
         let max_steps = inner.config.max_steps;
         let mut steps = 0u32;
-        let mut continue_message = (run.mode == RunMode::Continue)
+        // Continue, and a sub-agent's run taken up after a restart, write on
+        // in the answer that was cut: one message, not its rest in another.
+        let mut continue_message = matches!(run.mode, RunMode::Continue | RunMode::Resume)
             .then(|| run.message_id.clone())
             .flatten();
         // A continued, regenerated or edited answer belongs right under its

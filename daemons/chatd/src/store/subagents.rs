@@ -455,8 +455,10 @@ pub fn recover(ctx: &mut Ctx) -> Result<Vec<(String, String)>, ApiError> {
             [&sub.id],
         )?;
         let child = queries::conversation(ctx.conn(), &sub.id, Trashed::Include)?;
-        let origin = last.map(|r| r.origin).unwrap_or(Origin::User);
-        let run = insert_run(ctx, &child, RunMode::Resume, origin, None)?;
+        let origin = last.as_ref().map_or(Origin::User, |r| r.origin);
+        // The cut answer goes on in place (a prefill), as Continue does.
+        let cut_answer = last.as_ref().and_then(|r| r.message_id.as_deref());
+        let run = insert_run(ctx, &child, RunMode::Resume, origin, cut_answer)?;
         start.push((run.id, run.conversation_id));
     }
     Ok(start)
