@@ -107,6 +107,24 @@ pub fn named(conn: &Connection, word: &str) -> Result<Result<Option<Agent>, Stri
     })
 }
 
+/// The sentence for a word that names no agent, naming up to 20 there are.
+pub fn none_named(word: &str, all: &[Agent]) -> String {
+    let names: Vec<String> = all
+        .iter()
+        .take(20)
+        .map(|a| format!("{} ({})", a.name, a.id))
+        .collect();
+    let known = if names.is_empty() {
+        "there is no saved agent yet".to_string()
+    } else {
+        format!("the saved agents are: {}", names.join(", "))
+    };
+    format!(
+        "no saved agent is named {:?}; {known}",
+        word.chars().take(60).collect::<String>()
+    )
+}
+
 /// The agent of a conversation, when it was made with one that still exists.
 pub fn of_conversation(
     conn: &Connection,

@@ -439,6 +439,16 @@ pub fn set_answered(conn: &Connection, ids: &[i64]) -> rusqlite::Result<()> {
     tx.commit()
 }
 
+/// A message chatd did not take: its sender gets `note`, its text goes.
+pub fn set_refused(conn: &Connection, id: i64, note: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE inbound SET state = ?3, note = ?2,
+           message = json_set(message, '$.text', '') WHERE id = ?1",
+        params![id, note, InboundState::Refused],
+    )?;
+    Ok(())
+}
+
 /// A refused message's notice went out (or was not due).
 pub fn set_noticed(conn: &Connection, id: i64) -> rusqlite::Result<()> {
     conn.execute(

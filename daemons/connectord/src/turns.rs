@@ -28,6 +28,11 @@ use crate::{Connectord, Outbox};
 
 /// What a sender sees while the agent works, in progress mode.
 const WORKING: &str = "Working…";
+/// What a sender is told when chatd refuses the agent's chat because the
+/// folder the agent keeps to is missing (409 `agent_folder_missing`). The
+/// binding stays on: the next message tries again.
+pub const FOLDER_MISSING: &str =
+    "This agent can't work right now: the folder it keeps to is missing.";
 /// The most of a growing answer shown in place (the platforms cut at 4,000
 /// and 4,096; the whole answer follows, split, at the end).
 const STREAM_TAIL: usize = 3500;
@@ -50,19 +55,16 @@ pub async fn deliver_queued(cd: &Arc<Connectord>) -> anyhow::Result<()> {
                 return Ok(());
             }
             Err(Some(err)) => {
-                tracing::warn!(binding = %message.binding_id, message = message.id, error = %err, "chatd refused a message");
-                let note = format!("I could not pass that on: {}", refusal(&err));
+                let note = if err.agent_folder_missing() {
+                    // Logged where it was refused, with the chat's id.
+                    FOLDER_MISSING.to_string()
+                } else {
+                    tracing::warn!(binding = %message.binding_id, message = message.id, error = %err, "chatd refused a message");
+                    format!("I could not pass that on: {}", refusal(&err))
+                };
                 let id = message.id;
                 cd.store
-                    .call(move |conn| {
-                        // Its text goes: only the notice is sent.
-                        conn.execute(
-                            "UPDATE inbound SET state = ?3, note = ?2,
-                               message = json_set(message, '$.text', '') WHERE id = ?1",
-                            rusqlite::params![id, note, InboundState::Refused],
-                        )
-                        .map(|_| ())
-                    })
+                    .call(move |conn| store::set_refused(conn, id, &note))
                     .await?;
             }
             Err(None) => return Ok(()),
@@ -142,11 +144,19 @@ async fn deliver(cd: &Arc<Connectord>, m: &Message) -> Result<(), Option<ChatErr
                     .chars()
                     .take(100)
                     .collect();
-                let chat = cd
+                let made = cd
                     .chat
                     .create_chat(&json!({"title": title, "agent_id": binding.agent_id, "origin": "connector"}))
-                    .await
-                    .map_err(Some)?;
+                    .await;
+                let chat = match made {
+                    Ok(chat) => chat,
+                    Err(err) => {
+                        if err.agent_folder_missing() {
+                            tracing::warn!(binding = %binding.id, message = m.id, "the agent's folder is missing: no chat made");
+                        }
+                        return Err(Some(err));
+                    }
+                };
                 let (bid, sc, c) = (binding.id.clone(), scope.clone(), chat.clone());
                 cd.store
                     .call(move |conn| store::set_chat(conn, &bid, &sc, &c, now))
@@ -171,7 +181,12 @@ async fn deliver(cd: &Arc<Connectord>, m: &Message) -> Result<(), Option<ChatErr
             }) if tries < 2 => {
                 conversation = None;
             }
-            Err(err) => return Err(Some(err)),
+            Err(err) => {
+                if err.agent_folder_missing() {
+                    tracing::warn!(binding = %binding.id, message = m.id, chat = %chat, "the agent's folder is missing: the message was not taken");
+                }
+                return Err(Some(err));
+            }
         }
     };
     let (chat, sent) = sent;
@@ -411,6 +426,21 @@ async fn next_run(
     if !ours.is_empty() {
         let run = match cd.chat.send_now(chat, "connector").await {
             Ok(run) => run,
+            // The agent's folder went while they waited: they get its
+            // sentence, as a message sent now would (no run to follow).
+            Err(err) if err.agent_folder_missing() => {
+                let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+                let n = ids.len();
+                cd.store
+                    .call(move |conn| {
+                        for id in ids {
+                            store::set_refused(conn, id, FOLDER_MISSING)?;
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                anyhow::bail!("the agent's folder is missing: {n} waiting messages were refused");
+            }
             // Another device started one meanwhile: follow it next round.
             Err(ChatError::Refused { status: 409, .. }) => return Ok(None),
             Err(err) => anyhow::bail!("starting a run for the waiting messages: {err}"),

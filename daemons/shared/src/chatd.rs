@@ -35,7 +35,16 @@ pub enum ChatError {
     },
 }
 
+/// chatd's refusal of a chat with a saved agent whose folder is missing or
+/// not chosen (409): asking again changes nothing until a person restores it.
+pub const AGENT_FOLDER_MISSING: &str = "agent_folder_missing";
+
 impl ChatError {
+    /// Whether chatd refused because the chat's agent's folder is missing.
+    pub fn agent_folder_missing(&self) -> bool {
+        matches!(self, ChatError::Refused { status: 409, kind, .. } if kind == AGENT_FOLDER_MISSING)
+    }
+
     /// Whether asking again may go through: chatd down, busy or failing
     /// for a while, a key being rotated, an older chatd being replaced.
     /// Only a refusal of the request itself (400, 413, 422, …) is final.
@@ -161,9 +170,20 @@ impl ChatClient {
         }
     }
 
-    /// Whether chatd has the saved agent `id`.
-    pub async fn agent_exists(&self, id: &str) -> Result<bool, ChatError> {
-        Ok(self.agent(id).await?.is_some())
+    /// Deletes a chat for good (`DELETE /conversations/{chat}?forever=1`);
+    /// one already gone is not an error.
+    pub async fn delete_chat(&self, chat: &str) -> Result<(), ChatError> {
+        match self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/conversations/{chat}?forever=1"),
+                None,
+            )
+            .await
+        {
+            Ok(_) | Err(ChatError::Refused { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn snapshot(&self, chat: &str) -> Result<Value, ChatError> {
@@ -431,6 +451,28 @@ fn end_tokens(snapshot: &Value, run_id: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The folder a saved agent keeps to, as chatd shows the agent (`folder`:
+/// null, or `{path, name, mode, state}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentFolder {
+    /// It keeps to no folder: its chats may work anywhere.
+    None,
+    /// It keeps to a folder that is there.
+    Ok,
+    /// Its folder is gone, no folder, or none is chosen (`missing`,
+    /// `unset`, or a state this build does not know).
+    Missing,
+}
+
+/// The folder state of `agent` (the JSON of `GET /agents/{id}`).
+pub fn agent_folder(agent: &Value) -> AgentFolder {
+    match &agent["folder"] {
+        Value::Null => AgentFolder::None,
+        folder if folder["state"] == "ok" => AgentFolder::Ok,
+        _ => AgentFolder::Missing,
+    }
+}
+
 /// The last assistant message's text in the snapshot.
 pub fn last_answer(snapshot: &Value) -> Option<String> {
     snapshot["messages"]
@@ -456,5 +498,26 @@ mod tests {
         assert_eq!(end.error.as_deref(), Some("boom"));
         assert_eq!(end_tokens(&snap, "r_2"), 40);
         assert_eq!(last_answer(&snap).as_deref(), Some("Done. I filed it."));
+    }
+
+    #[test]
+    fn an_agents_folder_is_ok_only_when_chatd_says_so() {
+        assert_eq!(agent_folder(&json!({"id": "a_1"})), AgentFolder::None);
+        assert_eq!(agent_folder(&json!({"folder": null})), AgentFolder::None);
+        let folder =
+            |state: &str| json!({"folder": {"path": "/n", "mode": "read", "state": state}});
+        assert_eq!(agent_folder(&folder("ok")), AgentFolder::Ok);
+        assert_eq!(agent_folder(&folder("missing")), AgentFolder::Missing);
+        assert_eq!(agent_folder(&folder("unset")), AgentFolder::Missing);
+        assert_eq!(agent_folder(&folder("newer")), AgentFolder::Missing);
+        let refused = |status: u16, kind: &str| ChatError::Refused {
+            status,
+            kind: kind.into(),
+            message: "m".into(),
+            field: None,
+        };
+        assert!(refused(409, AGENT_FOLDER_MISSING).agent_folder_missing());
+        assert!(!refused(409, "run_active").agent_folder_missing());
+        assert!(!refused(409, AGENT_FOLDER_MISSING).retryable());
     }
 }

@@ -189,14 +189,19 @@ fn fill(t: &mut Trigger, c: Checked) {
     t.enabled = c.enabled;
 }
 
-/// A trigger naming a saved agent names one chatd has.
-async fn check_agent(td: &Arc<Triggerd>, agent: &str) -> Result<(), ApiError> {
+/// A trigger naming a saved agent names one chatd has, and one that can
+/// run it (`triggers::agent_unfit`: its folder).
+async fn check_agent(td: &Arc<Triggerd>, trigger: &Trigger) -> Result<(), ApiError> {
+    let agent = &trigger.agent_id;
     if agent.is_empty() {
         return Ok(());
     }
-    match td.chat.agent_exists(agent).await {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(ApiError::bad_input(
+    match td.chat.agent(agent).await {
+        Ok(Some(found)) => match triggers::agent_unfit(trigger, &found) {
+            None => Ok(()),
+            Some(why) => Err(ApiError::bad_input("agent_id", why)),
+        },
+        Ok(None) => Err(ApiError::bad_input(
             "agent_id",
             format!("chatd has no saved agent {agent:?}"),
         )),
@@ -271,7 +276,7 @@ async fn create(State(td): State<Arc<Triggerd>>, body: Bytes) -> Result<Response
         updated_ms: now,
     };
     fill(&mut trigger, checked);
-    check_agent(&td, &trigger.agent_id).await?;
+    check_agent(&td, &trigger).await?;
     let view = save_from_now(&td, trigger).await?;
     tracing::info!(trigger = %view["id"].as_str().unwrap_or(""), kind = %view["kind"].as_str().unwrap_or(""), "trigger created");
     Ok((StatusCode::CREATED, Json(view)).into_response())
@@ -296,7 +301,7 @@ async fn replace(
     let checked = triggers::check(body, &td.workspace, now)?;
     let was = trigger.clone();
     fill(&mut trigger, checked);
-    check_agent(&td, &trigger.agent_id).await?;
+    check_agent(&td, &trigger).await?;
     trigger.updated_ms = now;
     let switched_on = trigger.enabled && !was.enabled;
     let moved = trigger.when != was.when || trigger.tz != was.tz || trigger.folder != was.folder;
@@ -356,13 +361,13 @@ async fn enable(
         crate::folders::resolve(&td.workspace, &trigger.folder)
             .map_err(|e| ApiError::bad_input("folder", e))?;
     }
-    check_agent(&td, &trigger.agent_id).await?;
     let now = td.clock.now_ms();
     trigger.enabled = true;
     trigger.enabled_ms = now;
     trigger.checked_ms = now;
     trigger.disabled_reason = None;
     trigger.updated_ms = now;
+    check_agent(&td, &trigger).await?;
     let view = save_from_now(&td, trigger).await?;
     tracing::info!(trigger = %id, "trigger switched on");
     Ok(Json(view))

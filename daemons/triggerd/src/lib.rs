@@ -414,6 +414,17 @@ async fn deliver(td: &Arc<Triggerd>) -> bool {
 /// Switches a trigger off by itself (its folder is gone, …), saying why in
 /// the trigger and in the inbox.
 pub async fn switch_off(td: &Arc<Triggerd>, id: &str, reason: &str) -> anyhow::Result<()> {
+    switch_off_saying(td, id, reason, "Fix it").await
+}
+
+/// `switch_off`, the inbox entry saying what to do (`fix`) before the
+/// trigger is switched on again.
+pub async fn switch_off_saying(
+    td: &Arc<Triggerd>,
+    id: &str,
+    reason: &str,
+    fix: &str,
+) -> anyhow::Result<()> {
     let now = td.clock.now_ms();
     let name = {
         let mut live = lock(&td.live);
@@ -433,7 +444,7 @@ pub async fn switch_off(td: &Arc<Triggerd>, id: &str, reason: &str) -> anyhow::R
         trigger_id: id.to_string(),
         trigger_name: name.clone(),
         title: format!("{name} was switched off"),
-        body: format!("Switched off because {reason}. Fix it, then switch the trigger on again."),
+        body: format!("Switched off because {reason}. {fix}, then switch the trigger on again."),
         conversation_id: None,
     };
     let (tid, why) = (id.to_string(), reason.to_string());

@@ -211,18 +211,6 @@ where
     }
 }
 
-/// `retry_chat` with the refusal as the reason.
-async fn retry<T, F, Fut>(what: &str, call: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, ChatError>>,
-{
-    retry_chat(what, call).await.map_err(|err| match err {
-        Some(err) => format!("{what}: {err}"),
-        None => format!("{what}: chatd did not answer"),
-    })
-}
-
 async fn attempt(
     td: &Arc<Triggerd>,
     run: &Run,
@@ -249,9 +237,15 @@ async fn attempt(
     if !trigger.agent_id.is_empty() {
         body["agent_id"] = serde_json::json!(trigger.agent_id);
     }
+    if let Some(skipped) = unfit_agent(td, trigger).await {
+        return Ok(skipped);
+    }
     let made = retry_chat("making the run's chat", || client.create_chat(&body)).await;
     let chat_id = match made {
         Ok(id) => id,
+        Err(Some(err)) if err.agent_folder_missing() => {
+            return Ok(folder_missing(td, trigger, &run.id).await)
+        }
         // Its agent is gone: the trigger cannot run again until it is fixed.
         Err(Some(ChatError::Refused {
             field: Some(field), ..
@@ -271,14 +265,21 @@ async fn attempt(
         .await
         .map_err(|e| format!("recording the chat: {e:#}"))?;
     let first = serde_json::json!({"text": text, "origin": "trigger"});
-    let chat_run = match retry("sending the first message", || {
+    let sent = retry_chat("sending the first message", || {
         client.send(&chat_id, &first)
     })
-    .await?
-    {
-        Sent::Run(run) => run,
+    .await;
+    let chat_run = match sent {
+        Ok(Sent::Run(run)) => run,
         // The chat was made for this run: nothing else can be working in it.
-        Sent::Pending(_) => return Err("the run's new chat already had a run working".into()),
+        Ok(Sent::Pending(_)) => return Err("the run's new chat already had a run working".into()),
+        // The folder went after the chat was made: the empty chat goes too.
+        Err(Some(err)) if err.agent_folder_missing() => {
+            forget_chat(td, &run.id, &chat_id).await;
+            return Ok(folder_missing(td, trigger, &run.id).await);
+        }
+        Err(Some(err)) => return Err(format!("sending the first message: {err}")),
+        Err(None) => return Err("sending the first message: chatd did not answer".into()),
     };
     let (rid, cid, crid) = (run.id.clone(), chat_id.clone(), chat_run.clone());
     td.store
@@ -330,6 +331,81 @@ async fn attempt(
         },
         snapshot,
     ))
+}
+
+/// What the inbox entry asks for when a trigger's agent's folder is missing.
+const FOLDER_FIX: &str = "Restore the folder, or choose another one for the agent";
+
+/// chatd refused the run's chat because its agent's folder is missing (409
+/// `agent_folder_missing`): every next run would be refused too, so the
+/// trigger is switched off and the run skipped, with no chat of its own.
+async fn folder_missing(
+    td: &Arc<Triggerd>,
+    trigger: &Trigger,
+    run_id: &str,
+) -> (Ending, Option<serde_json::Value>) {
+    let reason = format!(
+        "the folder its agent {} keeps to is missing",
+        trigger.agent_id
+    );
+    tracing::warn!(run = %run_id, trigger = %trigger.id, agent = %trigger.agent_id, "the run's agent's folder is missing");
+    if let Err(err) = crate::switch_off_saying(td, &trigger.id, &reason, FOLDER_FIX).await {
+        tracing::warn!(trigger = %trigger.id, error = %format!("{err:#}"), "could not switch a trigger off");
+    }
+    let ending = Ending {
+        reason: Some(reason),
+        ..Ending::new(RunStatus::Skipped)
+    };
+    (ending, None)
+}
+
+/// A file trigger's agent that gained a folder since the trigger was saved
+/// cannot reach the shared workspace's files: the run is skipped and the
+/// trigger switched off. An agent that cannot be read now is left to the
+/// chat's making, which says what is wrong.
+async fn unfit_agent(
+    td: &Arc<Triggerd>,
+    trigger: &Trigger,
+) -> Option<(Ending, Option<serde_json::Value>)> {
+    if trigger.kind != store::Kind::File || trigger.agent_id.is_empty() {
+        return None;
+    }
+    let agent = td.chat.agent(&trigger.agent_id).await.ok()??;
+    if chat::agent_folder(&agent) == chat::AgentFolder::None {
+        return None;
+    }
+    let why = format!(
+        "its agent {} keeps to a folder of its own now, out of reach of the shared workspace's files",
+        trigger.agent_id
+    );
+    let fix = "Choose an agent without a folder";
+    if let Err(err) = crate::switch_off_saying(td, &trigger.id, &why, fix).await {
+        tracing::warn!(trigger = %trigger.id, error = %format!("{err:#}"), "could not switch a trigger off");
+    }
+    Some((
+        Ending {
+            reason: Some(why),
+            ..Ending::new(RunStatus::Skipped)
+        },
+        None,
+    ))
+}
+
+/// Deletes the run's chat in chatd (made, then refused its first message)
+/// and forgets it; one that cannot be deleted stays recorded.
+async fn forget_chat(td: &Arc<Triggerd>, run_id: &str, chat: &str) {
+    if let Err(err) = td.chat.delete_chat(chat).await {
+        tracing::warn!(run = %run_id, chat, error = %err, "could not delete a refused run's chat");
+        return;
+    }
+    let id = run_id.to_string();
+    if let Err(err) = td
+        .store
+        .call(move |conn| store::clear_chat(conn, &id))
+        .await
+    {
+        tracing::warn!(run = %run_id, error = %format!("{err:#}"), "could not forget a deleted chat");
+    }
 }
 
 /// The chat and chat run recorded for a run, if it got that far.

@@ -431,6 +431,16 @@ pub fn set_chat(
     Ok(())
 }
 
+/// The run's chat was deleted again (chatd refused its first message):
+/// the run made none.
+pub fn clear_chat(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE runs SET chat_id = NULL, chat_run_id = NULL WHERE id = ?1",
+        [id],
+    )?;
+    Ok(())
+}
+
 /// Records how a run ended; a run already ended keeps its first ending.
 pub fn finish(conn: &Connection, id: &str, ending: &Ending, now_ms: i64) -> rusqlite::Result<bool> {
     let n = conn.execute(

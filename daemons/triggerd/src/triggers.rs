@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tandem_shared::chatd::{agent_folder, AgentFolder};
 use tandem_shared::http::{check_chars, ApiError};
 
 use crate::clock::{rfc3339, ts};
@@ -191,6 +192,26 @@ pub fn check(body: Body, workspace: &Path, now_ms: i64) -> Result<Checked, ApiEr
     })
 }
 
+/// Why the saved agent `agent` (chatd's JSON of it) cannot run `trigger`,
+/// if it cannot. A file trigger watches the shared workspace, which a chat
+/// of an agent kept to a folder never reaches; a folder that is missing
+/// refuses every run, so a trigger switched on may not name it.
+pub fn agent_unfit(trigger: &Trigger, agent: &Value) -> Option<String> {
+    let id = &trigger.agent_id;
+    match (agent_folder(agent), trigger.kind) {
+        (AgentFolder::None, _) => None,
+        (_, Kind::File) => Some(format!(
+            "the agent {id} keeps to a folder of its own, so it cannot work on the shared \
+             workspace's files a file trigger watches: choose an agent without a folder"
+        )),
+        (AgentFolder::Missing, Kind::Schedule) if trigger.enabled => Some(format!(
+            "the folder the agent {id} keeps to is missing: choose a folder for the agent \
+             or restore it, then save again"
+        )),
+        (AgentFolder::Ok | AgentFolder::Missing, Kind::Schedule) => None,
+    }
+}
+
 /// A trigger as the API shows it; `next_ms` is its next due time when
 /// known, `schedule` its parsed schedule (parsed again when not given).
 pub fn view(
@@ -259,4 +280,66 @@ pub fn run_view(r: &Run) -> Value {
         "notified": r.notified,
         "link": r.chat_id.as_ref().map(|c| format!("/v1/chat-app/conversations/{c}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trigger(kind: Kind, enabled: bool) -> Trigger {
+        Trigger {
+            id: "t_1".into(),
+            name: "Digest".into(),
+            kind,
+            when: if kind == Kind::Schedule {
+                "daily 08:00".into()
+            } else {
+                String::new()
+            },
+            tz: String::new(),
+            folder: if kind == Kind::File {
+                "Drop".into()
+            } else {
+                String::new()
+            },
+            quiet_seconds: 30,
+            min_gap_seconds: 60,
+            prompt: "p".into(),
+            model: String::new(),
+            agent_id: "a_1".into(),
+            daily_cap: 24,
+            enabled,
+            enabled_ms: 0,
+            checked_ms: 0,
+            disabled_reason: None,
+            created_ms: 0,
+            updated_ms: 0,
+        }
+    }
+
+    #[test]
+    fn an_agent_kept_to_a_folder_runs_schedules_only_and_only_while_its_folder_is_there() {
+        let plain = json!({"id": "a_1", "folder": null});
+        let folder = |state: &str| json!({"id": "a_1", "folder": {"path": "/n", "name": "n", "mode": "read", "state": state}});
+        let schedule = trigger(Kind::Schedule, true);
+        let file = trigger(Kind::File, true);
+        assert_eq!(agent_unfit(&schedule, &plain), None);
+        assert_eq!(agent_unfit(&file, &plain), None);
+        assert_eq!(agent_unfit(&schedule, &folder("ok")), None);
+        for state in ["missing", "unset"] {
+            let why = agent_unfit(&schedule, &folder(state)).unwrap_or_default();
+            assert!(why.contains("is missing"), "{state}: {why}");
+            // Switched off it runs nothing: it may be edited meanwhile.
+            assert_eq!(
+                agent_unfit(&trigger(Kind::Schedule, false), &folder(state)),
+                None
+            );
+        }
+        for state in ["ok", "missing"] {
+            let why = agent_unfit(&file, &folder(state)).unwrap_or_default();
+            assert!(why.contains("shared workspace"), "{state}: {why}");
+            let why = agent_unfit(&trigger(Kind::File, false), &folder(state));
+            assert!(why.is_some(), "a file trigger never takes it");
+        }
+    }
 }

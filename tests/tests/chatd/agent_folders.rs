@@ -321,6 +321,21 @@ async fn a_folder_agent_starts_as_a_sub_agent_only_inside_the_chats_folder() -> 
     let results = tool_results(&turn(&client, &plain, "tidy").await?);
     assert!(!results[0].contains("\"Docs\""), "{}", results[0]);
     assert!(results[1].contains("another folder"), "{}", results[1]);
+    // Asked for by the person in that chat: refused at once, nothing stored.
+    let asked = client
+        .post(
+            &format!("/conversations/{plain}/messages"),
+            json!({"text": "/agent Docs tidy the guide"}),
+        )
+        .await?;
+    assert_eq!(asked.status, 400, "{asked:?}");
+    assert_eq!(asked.body["error"]["field"], "agent", "{asked:?}");
+    assert!(
+        asked.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("another folder")),
+        "{asked:?}"
+    );
 
     // From the lead's chat (its folder holds docs/): listed, it starts,
     // reads the guide at folder/, and, the lead being read only, writes

@@ -804,3 +804,194 @@ async fn killed_while_chatd_stores_its_message_it_is_answered_after_the_restart(
     assert_eq!(users, KILLS, "each message reached chatd once: {snap}");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_agent_whose_folder_is_missing_says_so_once_and_answers_once_it_is_back(
+) -> anyhow::Result<()> {
+    let b = boxed(&["--tokens-per-second", "0"], "").await?;
+    let notes = tempfile::tempdir()?;
+    let folder = notes.path().join("notes");
+    std::fs::create_dir(&folder)?;
+    let agent = b
+        .client
+        .post(
+            "/agents",
+            json!({"name": "Librarian", "model": "sim-small",
+                   "folder": {"path": folder, "mode": "read"}}),
+        )
+        .await?;
+    assert_eq!(agent.status, 201, "{agent:?}");
+    let made = bind(&b, json!({"agent_id": agent.body["id"]})).await?;
+    let binding = made["id"].as_str().unwrap_or_default().to_string();
+    let answered = |chat: &'static str| {
+        move |s: &[tandem_tests::fakebot::Sent]| {
+            s.iter()
+                .any(|m| m.chat_id == chat && m.visible.starts_with("w0"))
+        }
+    };
+    // Sender 43 has a chat already when the folder goes; 42 has none.
+    b.bot.push_private(43, "ann", "hello");
+    b.bot
+        .wait_sent("43's first answer", QUICK, answered("43"))
+        .await?;
+    let before = connector_chats(&b.client).await?;
+    assert_eq!(before.len(), 1, "{before:?}");
+    std::fs::remove_dir(&folder)?;
+    const SECRET: &str = "what do my private notes say";
+    b.bot.push_private(42, "ann", SECRET);
+    b.bot.push_private(43, "ann", SECRET);
+    let sentence = "This agent can't work right now: the folder it keeps to is missing.";
+    let told = |s: &[tandem_tests::fakebot::Sent], chat: &str| {
+        s.iter()
+            .filter(|m| m.chat_id == chat && m.visible == sentence)
+            .count()
+    };
+    b.bot
+        .wait_sent("the folder's sentence to both", QUICK, |s| {
+            told(s, "42") == 1 && told(s, "43") == 1
+        })
+        .await?;
+    let (_, shown) = b.cd.api("GET", &format!("/{binding}"), None).await?;
+    assert_eq!(shown["enabled"], true, "the binding stays on: {shown}");
+    let after = connector_chats(&b.client).await?;
+    assert_eq!(after.len(), 1, "no chat made for 42: {after:?}");
+    let snap = b
+        .client
+        .snapshot(after[0]["id"].as_str().unwrap_or_default())
+        .await?;
+    let users: Vec<&Value> = snap["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "user").collect())
+        .unwrap_or_default();
+    assert_eq!(
+        users.len(),
+        1,
+        "43's second message reached no chat: {snap}"
+    );
+
+    // The same folder again: the next messages are answered as any other.
+    std::fs::create_dir(&folder)?;
+    b.bot.push_private(42, "ann", "and now?");
+    b.bot.push_private(43, "ann", "and now?");
+    b.bot
+        .wait_sent("both answered", QUICK, |s| {
+            answered("42")(s)
+                && s.iter()
+                    .filter(|m| m.chat_id == "43" && m.visible.starts_with("w0"))
+                    .count()
+                    == 2
+        })
+        .await?;
+    let said: Vec<String> = b.bot.messages().into_iter().map(|m| m.visible).collect();
+    assert_eq!(
+        said.iter().filter(|t| t.as_str() == sentence).count(),
+        2,
+        "one sentence each, no more: {said:?}"
+    );
+    assert!(
+        said.iter().all(|t| !t.contains("agent_folder_missing")),
+        "tandem's own words, not chatd's: {said:?}"
+    );
+    let log = b.cd.log();
+    assert!(
+        !log.contains(SECRET),
+        "a log line carried the message's text"
+    );
+    let chat = before[0]["id"].as_str().unwrap_or_default();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("the agent's folder is missing"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    assert!(
+        refusals.iter().all(|l| l.contains(&binding)) && refusals.iter().any(|l| l.contains(chat)),
+        "logged with the binding's and the chat's ids: {refusals:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_message_waiting_when_the_agents_folder_goes_gets_the_folders_sentence(
+) -> anyhow::Result<()> {
+    // 200 tokens at 20 a second: a run that works until it is stopped.
+    let b = boxed(&["--tokens-per-second", "20", "--tokens", "200"], "").await?;
+    let notes = tempfile::tempdir()?;
+    let folder = notes.path().join("notes");
+    std::fs::create_dir(&folder)?;
+    let agent = b
+        .client
+        .post(
+            "/agents",
+            json!({"name": "Librarian", "model": "sim-small",
+                   "folder": {"path": folder, "mode": "write"}}),
+        )
+        .await?;
+    assert_eq!(agent.status, 201, "{agent:?}");
+    let made = bind(
+        &b,
+        json!({"agent_id": agent.body["id"], "reply_mode": "off"}),
+    )
+    .await?;
+    let binding = made["id"].as_str().unwrap_or_default().to_string();
+    b.bot.push_private(42, "ann", "first question");
+    let chat = wait_until("the run working", QUICK, || async {
+        let chats = connector_chats(&b.client).await.ok()?;
+        let chat = chats.first()?;
+        (chat["state"] == "running").then(|| chat["id"].as_str().map(str::to_string))?
+    })
+    .await?;
+    b.bot.push_private(42, "ann", "and a second one");
+    wait_until("the second message waiting", QUICK, || async {
+        let snap = b.client.snapshot(&chat).await.ok()?;
+        let waiting = snap["pending"]
+            .as_array()?
+            .iter()
+            .filter(|p| p["state"] == "waiting")
+            .count();
+        let working = snap["runs"][0]["status"] == "running";
+        (waiting == 1 && working).then_some(())
+    })
+    .await?;
+    // The folder goes and the run ends (stopped here, or failed by chatd
+    // first) before it reached the waiting message: connectord asks for a
+    // run for it (send-now), which chatd refuses.
+    std::fs::remove_dir(&folder)?;
+    let stopped = b
+        .client
+        .post(&format!("/conversations/{chat}/stop"), json!({}))
+        .await?;
+    assert!(matches!(stopped.status, 200 | 409), "{stopped:?}");
+    let sentence = "This agent can't work right now: the folder it keeps to is missing.";
+    b.bot
+        .wait_sent(
+            "the folder's sentence for the waiting message",
+            QUICK,
+            |s| s.iter().any(|m| m.chat_id == "42" && m.visible == sentence),
+        )
+        .await?;
+    let (_, shown) = b.cd.api("GET", &format!("/{binding}"), None).await?;
+    assert_eq!(shown["enabled"], true, "the binding stays on: {shown}");
+    // Back again: the next message is answered in the same chat.
+    std::fs::create_dir(&folder)?;
+    let before = b.bot.sent().len();
+    b.bot.push_private(42, "ann", "third [sim tokens=5]");
+    b.bot
+        .wait_sent("the next answer", QUICK, |s| {
+            s.iter()
+                .skip(before)
+                .any(|m| m.chat_id == "42" && m.visible.starts_with("w0"))
+        })
+        .await?;
+    let said: Vec<String> = b.bot.messages().into_iter().map(|m| m.visible).collect();
+    assert_eq!(
+        said.iter().filter(|t| t.as_str() == sentence).count(),
+        1,
+        "{said:?}"
+    );
+    assert_eq!(connector_chats(&b.client).await?.len(), 1);
+    assert!(
+        b.cd.log().contains("1 waiting messages were refused"),
+        "refused at send-now, not at the send"
+    );
+    Ok(())
+}

@@ -1022,3 +1022,179 @@ async fn deleting_a_trigger_stops_its_running_run_and_keeps_its_chat() -> anyhow
     assert_eq!(made[0]["id"], chat.as_str());
     Ok(())
 }
+
+/// A saved agent kept to `folder` (read only), made through chatd; its id.
+async fn folder_agent(
+    client: &Client,
+    name: &str,
+    folder: &std::path::Path,
+) -> anyhow::Result<String> {
+    let agent = client
+        .post(
+            "/agents",
+            json!({"name": name, "folder": {"path": folder, "mode": "read"}}),
+        )
+        .await?;
+    anyhow::ensure!(agent.status == 201, "agent: {agent:?}");
+    anyhow::ensure!(agent.body["folder"]["state"] == "ok", "{}", agent.body);
+    Ok(id(&agent.body))
+}
+
+#[tokio::test]
+async fn a_file_trigger_never_takes_an_agent_kept_to_a_folder() -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let notes = tempfile::tempdir()?;
+    let agent = folder_agent(&b.client, "Notes clerk", notes.path()).await?;
+    std::fs::create_dir_all(b.td.workspace.join("Drop"))?;
+    let body =
+        json!({"name": "Drop box", "folder": "Drop", "prompt": "File it.", "agent_id": agent});
+    let (status, refused) = b.td.api("POST", "", Some(body.clone())).await?;
+    assert_eq!(
+        (status, refused["error"]["field"].clone()),
+        (400, json!("agent_id")),
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("shared workspace"), "{message}");
+    // Switched off or on, through chatd's forward alike.
+    let mut off = body.clone();
+    off["enabled"] = json!(false);
+    let forwarded = b.client.post("/triggers", off).await?;
+    assert_eq!(forwarded.status, 400, "{forwarded:?}");
+    assert_eq!(forwarded.body["error"]["field"], "agent_id");
+    // An agent without a folder may watch it; switching to the folder agent may not.
+    let plain = b.client.post("/agents", json!({"name": "Clerk"})).await?;
+    assert_eq!(plain.status, 201, "{plain:?}");
+    let mut ok = body.clone();
+    ok["agent_id"] = plain.body["id"].clone();
+    let tid = id(&create(&b.td, ok).await?);
+    let (status, refused) = b.td.api("PUT", &format!("/{tid}"), Some(body)).await?;
+    assert_eq!(
+        (status, refused["error"]["field"].clone()),
+        (400, json!("agent_id")),
+        "{refused}"
+    );
+    let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await?;
+    assert_eq!(t["agent_id"], plain.body["id"], "nothing was stored");
+    assert!(b.td.runs(&tid).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_schedule_whose_agents_folder_is_missing_is_skipped_and_switched_off(
+) -> anyhow::Result<()> {
+    let mut b = boxed("", "2026-06-01T10:00:00Z").await?;
+    b.td.start().await?;
+    let notes = tempfile::tempdir()?;
+    let folder = notes.path().join("notes");
+    std::fs::create_dir(&folder)?;
+    let agent = folder_agent(&b.client, "Notes clerk", &folder).await?;
+    let tid = id(&create(
+        &b.td,
+        json!({"name": "Digest", "when": "daily 10:05", "prompt": "Sum up my notes.", "agent_id": agent}),
+    )
+    .await?);
+    std::fs::remove_dir(&folder)?;
+    let shown = b.client.get(&format!("/agents/{agent}")).await?;
+    assert_eq!(shown.body["folder"]["state"], "missing", "{shown:?}");
+
+    b.td.set_clock("2026-06-01T10:05:01Z")?;
+    let runs = settled_runs(&b.td, &tid, 1).await?;
+    let reason = format!("the folder its agent {agent} keeps to is missing");
+    assert_eq!(runs[0]["status"], "skipped", "{}", runs[0]);
+    assert_eq!(runs[0]["reason"], reason.as_str());
+    assert!(runs[0]["chat_id"].is_null(), "no chat: {}", runs[0]);
+    let (_, t) = b.td.api("GET", &format!("/{tid}"), None).await?;
+    assert_eq!(
+        (
+            t["enabled"].clone(),
+            t["disabled_reason"].clone(),
+            t["next_run"].clone()
+        ),
+        (json!(false), json!(reason), Value::Null),
+        "{t}"
+    );
+    let note = notification_for(&b.client, &tid, "needs_attention").await?;
+    assert_eq!(note["title"], "Digest was switched off");
+    let body = note["body"].as_str().unwrap_or_default();
+    assert!(
+        body.contains("is missing") && body.contains("switch the trigger on again"),
+        "{body}"
+    );
+    assert!(note["conversation_id"].is_null(), "{note}");
+    let chats = b.client.get("/conversations?limit=100").await?;
+    assert_eq!(
+        chats.body["conversations"],
+        json!([]),
+        "no chat left behind"
+    );
+    // Nothing more runs while it is off, and no run_* entry came (a skip has none).
+    b.td.set_clock("2026-06-02T10:05:01Z")?;
+    checks_pass(&b.td, 2).await?;
+    assert_eq!(b.td.runs(&tid).await?.len(), 1);
+    let kinds: Vec<Value> = notifications(&b.client)
+        .await?
+        .iter()
+        .filter(|n| n["source"]["id"] == tid.as_str())
+        .map(|n| n["kind"].clone())
+        .collect();
+    assert_eq!(kinds, vec![json!("needs_attention")]);
+
+    // Saving it switched on while the folder is missing is refused, naming agent_id.
+    let refusals = [
+        b.td.api("POST", &format!("/{tid}/enable"), None).await?,
+        b.td.api(
+            "PUT",
+            &format!("/{tid}"),
+            Some(
+                json!({"name": "Digest", "when": "daily 11:00", "prompt": "p", "agent_id": agent}),
+            ),
+        )
+        .await?,
+        b.td.api(
+            "POST",
+            "",
+            Some(
+                json!({"name": "Another", "when": "daily 11:00", "prompt": "p", "agent_id": agent}),
+            ),
+        )
+        .await?,
+    ];
+    for (status, refused) in &refusals {
+        assert_eq!(
+            (*status, refused["error"]["field"].clone()),
+            (400, json!("agent_id")),
+            "{refused}"
+        );
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("folder") && message.contains("missing"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        b.td.api("GET", "", None).await?.1["triggers"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    // Switched off, it may still be edited.
+    let (status, t) = b
+        .td
+        .api(
+            "PUT",
+            &format!("/{tid}"),
+            Some(json!({"name": "Digest", "when": "daily 11:00", "prompt": "p", "agent_id": agent, "enabled": false})),
+        )
+        .await?;
+    assert_eq!(status, 200, "{t}");
+    // The folder is back: it goes on.
+    std::fs::create_dir(&folder)?;
+    let (status, t) = b.td.api("POST", &format!("/{tid}/enable"), None).await?;
+    assert_eq!((status, t["enabled"].clone()), (200, json!(true)), "{t}");
+    b.td.set_clock("2026-06-02T11:00:01Z")?;
+    let runs = settled_runs(&b.td, &tid, 2).await?;
+    assert_eq!(runs[1]["status"], "done", "{}", runs[1]);
+    Ok(())
+}

@@ -38,6 +38,7 @@ pub async fn asked(
     if field.is_none() && commanded.is_none() {
         return Ok(None);
     }
+    let chat_id = chat.to_string();
     let (chat, text) = (chat.to_string(), text.to_string());
     let commanded = commanded.map(str::to_string);
     app.store
@@ -75,13 +76,7 @@ pub async fn asked(
                     format!("is empty: say what {:?} should do after its name", agent.name),
                 ));
             }
-            let most = crate::tools::spawn::TASK_CHARS;
-            if task.chars().count() > most {
-                return Err(ApiError::bad_input(
-                    "text",
-                    format!("is over {most} characters, the most a sub-agent's task may hold"),
-                ));
-            }
+            fits_a_task(&task)?;
             if agents::of_conversation(conn, &chat)?
                 .is_some_and(|a| !a.grants(crate::tools::spawn::NAME))
             {
@@ -94,9 +89,18 @@ pub async fn asked(
             if crate::store::queries::active_run(conn, &chat)?.is_some() {
                 return Err(busy());
             }
+            Ok(Some((agent, task)))
+        })
+        .await?
+        .map(|(agent, task)| {
+            // A folder agent only where its folder is inside this chat's.
+            let chat = chat_id.as_str();
+            app.folders
+                .fits(chat, &agent.name, agent.folder.as_ref())
+                .map_err(|why| ApiError::bad_input("agent", why))?;
             Ok(Some((record(&agent, &task), task)))
         })
-        .await
+        .unwrap_or(Ok(None))
 }
 
 /// An edited message's records: an agent's record takes the new words as
@@ -106,16 +110,22 @@ pub fn retask(records: Option<Value>, text: &str) -> Result<Option<Value>, ApiEr
         return Ok(records);
     };
     for record in records.iter_mut().filter(|r| r["kind"] == "agent") {
-        let most = crate::tools::spawn::TASK_CHARS;
-        if text.chars().count() > most {
-            return Err(ApiError::bad_input(
-                "text",
-                format!("is over {most} characters, the most a sub-agent's task may hold"),
-            ));
-        }
+        fits_a_task(text)?;
         record["task"] = json!(text);
     }
     Ok(Some(Value::Array(records)))
+}
+
+/// 400 naming `text` when it is longer than a sub-agent's task may be.
+fn fits_a_task(text: &str) -> Result<(), ApiError> {
+    let most = crate::tools::spawn::TASK_CHARS;
+    if text.chars().count() > most {
+        return Err(ApiError::bad_input(
+            "text",
+            format!("is over {most} characters, the most a sub-agent's task may hold"),
+        ));
+    }
+    Ok(())
 }
 
 /// 409 `run_active`: a message for an agent starts a turn, it does not wait.
@@ -150,19 +160,7 @@ fn by_lead<'a>(all: &'a [Agent], rest: &'a str) -> Option<(&'a Agent, &'a str)> 
 }
 
 fn unknown(word: &str, all: &[Agent]) -> ApiError {
-    let names: Vec<&str> = all.iter().take(20).map(|a| a.name.as_str()).collect();
-    let known = if names.is_empty() {
-        "there is no saved agent yet".to_string()
-    } else {
-        format!("the saved agents are: {}", names.join(", "))
-    };
-    ApiError::bad_input(
-        "agent",
-        format!(
-            "no saved agent is named {:?}; {known}",
-            word.chars().take(60).collect::<String>()
-        ),
-    )
+    ApiError::bad_input("agent", agents::none_named(word, all))
 }
 
 #[cfg(test)]

@@ -168,22 +168,10 @@ impl Runs {
                 }
                 Ok(match crate::agents::named(conn, &word)? {
                     Ok(Some(agent)) => Ok(agent),
-                    Ok(None) => {
-                        let names: Vec<String> = crate::agents::list(conn)?
-                            .into_iter()
-                            .take(20)
-                            .map(|a| format!("{} ({})", a.name, a.id))
-                            .collect();
-                        Err(format!(
-                            "no saved agent is named {:?}; list_agents lists them{}",
-                            word.chars().take(60).collect::<String>(),
-                            if names.is_empty() {
-                                " (there are none)".to_string()
-                            } else {
-                                format!(": {}", names.join(", "))
-                            }
-                        ))
-                    }
+                    Ok(None) => Err(format!(
+                        "{} (list_agents lists them)",
+                        crate::agents::none_named(&word, &crate::agents::list(conn)?)
+                    )),
                     Err(why) => Err(why),
                 })
             })
