@@ -3,6 +3,7 @@
 //! egressd. Each module is one area's tests.
 
 mod accessibility;
+mod agents_page;
 mod around;
 mod composer;
 mod files_page;

@@ -19,6 +19,7 @@
  *   context.js   prompts, resources and templates of the chat's MCP servers in front of a message; a preview
  *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
  *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded
+ *   agents.js    the Agents panel: saved agents, their chats, the form, import, export, templates
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -743,6 +744,7 @@ function init() {
   initPush(); // push.js: "Notify me on this device"
   initFileSearch(); // filesearch.js: the files pane's search box
   initSubs(); // subagents.js: the sub-agent's panel
+  initAgents(); // agents.js: the Agents panel
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', toggleFilesPane);
