@@ -13,6 +13,10 @@ use tandem_shared::http::ApiError;
 
 use crate::words::{FolderMode, FolderState};
 
+/// The 409's type for a chat that can never go on with its agent (deleted
+/// while it kept to a folder, or made in the shared folder before it got one).
+pub const CLOSED: &str = "agent_gone";
+
 /// The name the agent's folder has inside its chats' workspace: the file
 /// tools see it at `folder/`, a sandbox at `/workspace/folder`.
 pub const MOUNT: &str = "folder";
@@ -172,9 +176,11 @@ pub enum Reach {
     Own,
     /// Its own folder and its agent's at `folder/`.
     Folder(Mount),
-    /// Nothing: its agent keeps to a folder that is not there (or was
-    /// deleted); the sentence says why.
-    Refused(String),
+    /// Nothing: its agent keeps to a folder that is not there (`kind`
+    /// `agent_folder_missing`), or this chat can never go on with it
+    /// (`agent_gone`: deleted while it kept to a folder; a shared chat
+    /// whose agent now keeps to one); `why` says so.
+    Refused { kind: &'static str, why: String },
 }
 
 impl Reach {
@@ -194,7 +200,7 @@ impl Reach {
     /// The 409 a message or a new chat is refused with, if any.
     pub fn conflict(&self) -> Option<ApiError> {
         match self {
-            Reach::Refused(why) => Some(ApiError::conflict(MISSING, why.clone())),
+            Reach::Refused { kind, why } => Some(ApiError::conflict(kind, why.clone())),
             _ => None,
         }
     }
@@ -250,9 +256,12 @@ impl Held {
     pub fn reach(&self) -> Reach {
         match self {
             Held::Free => Reach::Own,
-            Held::Gone => Reach::Refused(GONE.to_string()),
+            Held::Gone => Reach::Refused {
+                kind: CLOSED,
+                why: GONE.to_string(),
+            },
             Held::Kept(name, folder) => match folder.refusal(name) {
-                Some(why) => Reach::Refused(why),
+                Some(why) => Reach::Refused { kind: MISSING, why },
                 None => Reach::Folder(Mount {
                     path: PathBuf::from(&folder.path),
                     read_only: folder.mode == crate::words::FolderMode::Read,

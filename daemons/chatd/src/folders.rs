@@ -111,22 +111,26 @@ impl Folders {
         let outer = outer.reach();
         // Made in the shared folder before its agent kept to one: never both.
         if outer.confined() && self.is_shared(&home) {
-            return Reach::Refused(crate::agent_folder::SHARED.into());
+            return Reach::Refused {
+                kind: crate::agent_folder::CLOSED,
+                why: crate::agent_folder::SHARED.into(),
+            };
         }
         let Some(inner) = inner else {
             return outer;
         };
         match (outer, inner.reach()) {
-            (refused @ Reach::Refused(_), _) | (_, refused @ Reach::Refused(_)) => refused,
+            (refused @ Reach::Refused { .. }, _) | (_, refused @ Reach::Refused { .. }) => refused,
             (outer, Reach::Own) => outer,
             (Reach::Folder(parent), Reach::Folder(mut mount)) => {
                 mount.read_only |= parent.read_only;
                 Reach::Folder(mount)
             }
             // Never started so (spawn refuses it): refused, never widened.
-            (Reach::Own, Reach::Folder(_)) => {
-                Reach::Refused("this agent works in another folder than this chat".into())
-            }
+            (Reach::Own, Reach::Folder(_)) => Reach::Refused {
+                kind: crate::agent_folder::MISSING,
+                why: "this agent works in another folder than this chat".into(),
+            },
         }
     }
 
@@ -333,12 +337,14 @@ mod tests {
         // Docs under a plain chat would reach outside it: refused, never widened.
         folders.borrow("c_stray", "c_plain");
         folders.ran_with("c_stray", Some("a_docs"));
-        assert!(matches!(folders.reach("c_stray"), Reach::Refused(_)));
+        assert!(matches!(folders.reach("c_stray"), Reach::Refused { .. }));
         // Gone, or deleted: refused.
         std::fs::remove_dir(&docs).unwrap();
-        assert!(matches!(folders.reach("c_docs"), Reach::Refused(_)));
+        assert!(matches!(folders.reach("c_docs"), Reach::Refused { .. }));
         folders.agent_deleted("a_lead");
-        assert!(matches!(folders.reach("c_lead"), Reach::Refused(w) if w.contains("deleted")));
+        assert!(
+            matches!(folders.reach("c_lead"), Reach::Refused { kind: "agent_gone", why } if why.contains("deleted"))
+        );
         folders.agent_deleted("a_plain");
         assert_eq!(folders.reach("c_plain"), Reach::Own);
     }

@@ -59,7 +59,12 @@ pub async fn deliver_queued(cd: &Arc<Connectord>) -> anyhow::Result<()> {
                     // Logged where it was refused, with the chat's id.
                     FOLDER_MISSING.to_string()
                 } else {
-                    tracing::warn!(binding = %message.binding_id, message = message.id, error = %err, "chatd refused a message");
+                    // The refusal's kind only: its sentence may quote the sender.
+                    let kind = match &err {
+                        ChatError::Refused { status, kind, .. } => format!("{status} {kind}"),
+                        ChatError::Unreachable(_) => "unreachable".into(),
+                    };
+                    tracing::warn!(binding = %message.binding_id, message = message.id, error = %kind, "chatd refused a message");
                     format!("I could not pass that on: {}", refusal(&err))
                 };
                 let id = message.id;
@@ -429,7 +434,16 @@ async fn next_run(
             // The agent's folder went while they waited: they get its
             // sentence, as a message sent now would (no run to follow).
             Err(err) if err.agent_folder_missing() => {
-                let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+                // Taken back from chatd too, so no later run acts on what
+                // the sender was told was not passed on.
+                for pending in &ours {
+                    cd.chat.remove_pending(chat, pending).await?;
+                }
+                let ids: Vec<i64> = rows
+                    .iter()
+                    .filter(|r| r.pending_id.as_ref().is_some_and(|p| ours.contains(p)))
+                    .map(|r| r.id)
+                    .collect();
                 let n = ids.len();
                 cd.store
                     .call(move |conn| {

@@ -186,6 +186,25 @@ impl ChatClient {
         }
     }
 
+    /// Takes back a message still waiting in the chat (`DELETE
+    /// …/pending/{id}`); one delivered or gone meanwhile is not an error.
+    pub async fn remove_pending(&self, chat: &str, pending: &str) -> Result<(), ChatError> {
+        match self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/conversations/{chat}/pending/{pending}"),
+                None,
+            )
+            .await
+        {
+            Ok(_)
+            | Err(ChatError::Refused {
+                status: 404 | 409, ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub async fn snapshot(&self, chat: &str) -> Result<Value, ChatError> {
         self.call(
             reqwest::Method::GET,

@@ -216,15 +216,25 @@ async fn attempt(
     run: &Run,
     trigger: &Trigger,
 ) -> Result<(Ending, Option<serde_json::Value>), String> {
+    // An agent kept to a folder reaches nothing of the shared workspace, so
+    // its run gets none of its rules either (an agent not read: none too).
+    let kept = !trigger.agent_id.is_empty()
+        && match td.chat.agent(&trigger.agent_id).await {
+            Ok(Some(agent)) => chat::agent_folder(&agent) != chat::AgentFolder::None,
+            _ => true,
+        };
     // The folder is checked again: rules never come from outside the workspace.
     let (workspace, relative) = (td.workspace.clone(), trigger.folder.clone());
-    let rules = tokio::task::spawn_blocking(move || {
-        let (_, folder) = crate::folders::resolve(&workspace, &relative).ok()?;
-        crate::folders::rules(&folder)
-    })
-    .await
-    .ok()
-    .flatten();
+    let rules = match kept {
+        true => None,
+        false => tokio::task::spawn_blocking(move || {
+            let (_, folder) = crate::folders::resolve(&workspace, &relative).ok()?;
+            crate::folders::rules(&folder)
+        })
+        .await
+        .ok()
+        .flatten(),
+    };
     let text = compose(trigger, rules.as_deref(), run.file.as_deref());
     let title = title(trigger, run);
     let client: &ChatClient = &td.chat;

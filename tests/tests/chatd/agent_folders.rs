@@ -242,6 +242,7 @@ async fn a_missing_folder_refuses_new_chats_and_messages_and_a_put_without_folde
         )
         .await?;
     assert_eq!(refused.status, 409, "{refused:?}");
+    assert_eq!(refused.body["error"]["type"], "agent_gone");
     assert!(
         refused.body["error"]["message"]
             .as_str()
@@ -490,6 +491,7 @@ async fn a_restarted_chatd_keeps_chats_to_their_agents_folders_and_a_cleared_fol
         )
         .await?;
     assert_eq!(refused.status, 409, "{refused:?}");
+    assert_eq!(refused.body["error"]["type"], "agent_gone");
     assert!(
         refused.body["error"]["message"]
             .as_str()

@@ -913,8 +913,8 @@ async fn an_agent_whose_folder_is_missing_says_so_once_and_answers_once_it_is_ba
 #[tokio::test]
 async fn a_message_waiting_when_the_agents_folder_goes_gets_the_folders_sentence(
 ) -> anyhow::Result<()> {
-    // 200 tokens at 20 a second: a run that works until it is stopped.
-    let b = boxed(&["--tokens-per-second", "20", "--tokens", "200"], "").await?;
+    // 100,000 tokens at 20 a second: a run that works until it is stopped.
+    let b = boxed(&["--tokens-per-second", "20", "--tokens", "100000"], "").await?;
     let notes = tempfile::tempdir()?;
     let folder = notes.path().join("notes");
     std::fs::create_dir(&folder)?;
@@ -989,6 +989,12 @@ async fn a_message_waiting_when_the_agents_folder_goes_gets_the_folders_sentence
         "{said:?}"
     );
     assert_eq!(connector_chats(&b.client).await?.len(), 1);
+    // What the sender was told was not passed on never reached the model.
+    let snap = b.client.snapshot(&chat).await?;
+    assert!(
+        !snap.to_string().contains("and a second one"),
+        "the refused message is gone from the chat: {snap}"
+    );
     assert!(
         b.cd.log().contains("1 waiting messages were refused"),
         "refused at send-now, not at the send"

@@ -531,7 +531,7 @@ async fn history(shared: &Shared, run: &FolderRun) -> Result<String, String> {
     ))
 }
 
-/// The agent deleted: its chat is refused 409 `agent_folder_missing` and
+/// The agent deleted: its chat is refused 409 `agent_gone` and
 /// stores nothing (never widened to every file).
 async fn delete_agent(shared: &Shared, run: &FolderRun) -> Result<String, String> {
     let before = stored_idle(shared, &run.chat).await?.0;
@@ -545,7 +545,7 @@ async fn delete_agent(shared: &Shared, run: &FolderRun) -> Result<String, String
     let refused = refusal(&answer(shared, Method::POST, &path, Some(body)).await);
     let after = stored_idle(shared, &run.chat).await?.0;
     match refused? {
-        (409, kind) if kind == MISSING => {}
+        (409, kind) if kind == "agent_gone" => {}
         other => return Err(format!("a message after the deletion answered {other:?}")),
     }
     if before != after {
@@ -553,5 +553,5 @@ async fn delete_agent(shared: &Shared, run: &FolderRun) -> Result<String, String
             "the refused message after the deletion changed the chat: {before:?} → {after:?}"
         ));
     }
-    Ok("its chat refused 409 agent_folder_missing, nothing stored".into())
+    Ok("its chat refused 409 agent_gone, nothing stored".into())
 }

@@ -83,7 +83,7 @@ function agentRow(a) {
       button('primary ag-chat', 'Chat with it', (e) => chatWith(a, e.currentTarget), { 'aria-label': `Chat with it: ${a.name}` }),
       button('quiet ag-edit', 'Edit', () => editAgent(a), { 'aria-label': `Edit ${a.name}` }),
       el('a', { class: 'ag-export', href: `${API}/agents/${enc(a.id)}/export`, download: '', text: 'Export', 'aria-label': `Export ${a.name}` }),
-      button('quiet danger ag-delete', 'Delete', () => { ag.confirming = a.id; loadAgents().then(() => $('#ag-delete-no').focus()); },
+      button('quiet danger ag-delete', 'Delete', () => { ag.confirming = a.id; loadAgents().then(() => $('#ag-delete-no')?.focus()); },
         { 'aria-label': `Delete ${a.name}` })),
     el('p', { class: 'inline-error ag-error', role: 'alert', hidden: true }));
   if (ag.confirming === a.id) {
@@ -158,7 +158,7 @@ async function saveAgent() {
   if (v('tools-mode') === 'list') body.tools = v('tools').split(',').map((t) => t.trim()).filter(Boolean);
   if (v('network')) body.network = v('network');
   if (a && a.settings) body.settings = a.settings;
-  const path = v('folder-mode') === 'none' ? '' : v('folder');
+  const path = v('folder-mode') === 'none' ? '' : $('#ag-folder').value;
   const was = a && a.folder ? [a.folder.path || '', a.folder.mode] : ['', 'read'];
   if (!a ? path : path !== was[0] || (path && v('folder-mode') !== was[1])) {
     body.folder = path ? { path, mode: v('folder-mode') } : { path: '' };
