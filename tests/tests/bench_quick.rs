@@ -99,6 +99,8 @@ fn quick_bench_finishes_and_writes_its_table() {
         "16. search 500 files, a rare word",
         "16. search 500 files, a regular expression",
         "16. where a search's time goes",
+        "18e. a turn whose one call is read_file folder/",
+        "18e. a turn whose one call is list_files .",
     ] {
         assert!(table.contains(figure), "no {figure:?} row in:\n{table}");
     }

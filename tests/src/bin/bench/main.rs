@@ -78,6 +78,10 @@
 //!     (`subagents.rs`). 18d, saved_agents: a foreground `spawn_agent` as
 //!     a saved agent against a plain one; `list_agents` of 100 agents (its
 //!     result's size) against a `read_file` turn (`saved_agents.rs`).
+//!     18e, agent_folder: `read_file` of a 4 KiB file under `folder/` in a
+//!     chat of a read-only folder agent against the same file in a plain
+//!     chat's own folder; `list_files .` of 2,000 files in the agent's
+//!     folder against the same files in a plain chat's (`agent_folder.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -99,6 +103,7 @@ use tandem_tests::harness::{Chatd, Client, Sim, FORWARD_KEY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
+mod agent_folder;
 mod delegated;
 mod files;
 mod floor;
@@ -178,6 +183,8 @@ enum Figure {
     Subagents,
     #[value(name = "saved_agents", alias = "saved-agents")]
     SavedAgents,
+    #[value(name = "agent_folder", alias = "agent-folder")]
+    AgentFolder,
 }
 
 /// How big each figure's workload is.
@@ -414,6 +421,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         saved_agents::figure(args.quick, &mut rows)
             .await
             .context("figure 18d (saved agents)")?;
+    }
+    if wants(Figure::AgentFolder) {
+        agent_folder::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18e (agent folder)")?;
     }
     let table = table(&rows);
     say(format!(
