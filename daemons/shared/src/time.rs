@@ -1,11 +1,11 @@
 //! Times on the wire are RFC 3339 UTC strings; ids are opaque random strings.
 
-/// Now as an RFC 3339 UTC string with millisecond precision.
+/// Now as an RFC 3339 UTC string with exactly three fraction digits, so
+/// stored times sort as text (`08.7Z` would sort after `08.746Z`).
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Millisecond)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+    let now = jiff::Timestamp::now();
+    let now = now.round(jiff::Unit::Millisecond).unwrap_or(now);
+    now.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 /// Seconds since the Unix epoch.
@@ -22,4 +22,15 @@ pub fn new_id(prefix: &str) -> String {
         id.push_str(&format!("{b:02x}"));
     }
     id
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn now_has_three_fraction_digits_so_times_sort_as_text() {
+        let now = super::now_rfc3339();
+        assert_eq!(now.len(), "2026-12-06T23:40:08.700Z".len(), "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[19] == b'.', "{now}");
+        assert!(now.parse::<jiff::Timestamp>().is_ok(), "{now}");
+    }
 }
