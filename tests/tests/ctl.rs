@@ -796,6 +796,9 @@ fn help_texts_match_their_snapshots() {
         &["chat", "sandbox"],
         &["chat", "files"],
         &["chat", "subagents"],
+        &["chat", "tasks"],
+        &["chat", "cancel"],
+        &["chat", "continue"],
         &["chat", "tools"],
         &["sandbox"],
         &["sandbox", "build"],
@@ -1305,6 +1308,106 @@ async fn tandem_chat_subagents_lists_shows_and_stops() {
     // --stop needs an id.
     let bare = b.tandem_env(&["chat", "subagents", &chat, "--stop"], &env);
     assert!(!bare.status.success(), "{}", text(&bare));
+}
+
+/// Agents mode from the terminal: `chat settings CHAT agents=on` switches
+/// it on; a slow worker is stopped with its chat by `chat cancel`;
+/// `chat continue` resumes the worker, then the chat, and prints the task's
+/// lines; `chat tasks` lists it done and shows its report with chatd's
+/// check; a second `continue` exits 1 naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_chat_agents_mode_cancel_continue_and_tasks() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let chat = client.create_chat_in("auto").await.unwrap();
+    let on = b.tandem_env(&["chat", "settings", &chat, "agents=on"], &env);
+    assert!(on.status.success(), "{}", text(&on));
+    assert!(text(&on).contains("agents"), "{}", text(&on));
+    let brief = "Goal: a clock\nFiles: clock.html\nConstraints: none\nCheck: npm test";
+    let post = |session: String, next: serde_json::Value| {
+        sim.post(
+            "/sim/faults",
+            serde_json::json!({"session": session, "next": next}),
+        )
+    };
+    post(
+        format!("chat-{chat}"),
+        serde_json::json!([
+            {"tool_calls": [{"name": "task", "arguments": {"title": "Clock", "brief": brief, "expect": "the files"}}]},
+            {"text": "The clock is built."},
+        ]),
+    )
+    .await
+    .unwrap();
+    post(
+        format!("chat-{chat}-task-1"),
+        serde_json::json!([{"tokens": 4000, "tps": 20}]),
+    )
+    .await
+    .unwrap();
+    client.send(&chat, "Build a clock").await.unwrap();
+    wait_until("the worker to start", Duration::from_secs(60), || async {
+        let listed = b.tandem_env(&["chat", "tasks", &chat], &env);
+        text(&listed).contains(" running ").then_some(())
+    })
+    .await
+    .unwrap();
+    let cancelled = b.tandem_env(&["chat", "cancel", &chat], &env);
+    assert!(cancelled.status.success(), "{}", text(&cancelled));
+    wait_until("the chat to stop", Duration::from_secs(60), || async {
+        let snapshot = client.snapshot(&chat).await.ok()?;
+        let last = snapshot["runs"].as_array()?.last()?.clone();
+        (last["status"] == "stopped").then_some(())
+    })
+    .await
+    .unwrap();
+
+    let held = b.tandem_env(&["chat", "tasks", &chat], &env);
+    assert!(
+        text(&held).contains("  1  held     Clock"),
+        "{}",
+        text(&held)
+    );
+    post(
+        format!("chat-{chat}-task-1"),
+        serde_json::json!([{"text": "## Report\nStatus: done\nSummary: a clock\nFiles: none\nChecks:\n- `npm test`: passed\nOpen: none"}]),
+    )
+    .await
+    .unwrap();
+    let resumed = b.tandem_env(&["chat", "continue", &chat], &env);
+    let said = text(&resumed);
+    assert!(resumed.status.success(), "{said}");
+    assert!(said.contains("The clock is built."), "{said}");
+    assert!(
+        said.contains("tandem: task 1 done (its report: tandem chat tasks"),
+        "{said}"
+    );
+
+    let listed = b.tandem_env(&["chat", "tasks", &chat], &env);
+    let list = text(&listed);
+    assert!(list.contains("  1  done     Clock"), "{list}");
+    let id = list.split_whitespace().last().unwrap().to_string();
+    let shown = b.tandem_env(&["chat", "tasks", &chat, &id], &env);
+    let show = text(&shown);
+    assert!(show.contains("task 1 «Clock»: done"), "{show}");
+    assert!(show.contains("## chatd's check"), "{show}");
+    assert!(show.contains("- unverified: `npm test`: passed"), "{show}");
+    assert!(show.contains("the worker's transcript:"), "{show}");
+
+    let again = b.tandem_env(&["chat", "continue", &chat], &env);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(
+        text(&again).contains("not interrupted, paused or stopped"),
+        "{}",
+        text(&again)
+    );
 }
 
 /// `tandem chat tools CHAT --saved-agents on|off` switches the opt-in and

@@ -59,6 +59,31 @@ pub enum ChatCommand {
         #[arg(long, value_name = "NAME")]
         agent: Option<String>,
     },
+    /// Stop a chat's answer (the page's Stop), with the worker or
+    /// sub-agents it waits on.
+    ///
+    /// What was written stays; waiting messages stay waiting. `tandem chat
+    /// continue` goes on from where it stopped. Exit 1 when nothing runs.
+    /// (`tandem chat stop` stops chatd itself.)
+    ///
+    /// Example: tandem chat cancel c_0123abcd
+    Cancel {
+        /// The chat id.
+        chat: String,
+    },
+    /// Go on with a stopped, paused or interrupted answer where it ended,
+    /// printing it as it streams.
+    ///
+    /// A call that had begun when the answer was cut off is not run again
+    /// (whether it took effect is not known; the model is told so). In
+    /// Agents mode the worker the chat waited on goes on first, then the
+    /// chat. Exit 1 when there is nothing to continue.
+    ///
+    /// Example: tandem chat continue c_0123abcd
+    Continue {
+        /// The chat id.
+        chat: String,
+    },
     /// Follow a chat's events from now on, printing answers as they stream.
     ///
     /// Example: tandem chat attach c_0123abcd
@@ -123,7 +148,9 @@ pub enum ChatCommand {
     /// Each NAME=VALUE sets one: system_prompt (32 KiB), temperature 0-2,
     /// top_p (0, 1], top_k >= 1, reasoning_effort none|minimal|low|medium|high,
     /// max_tokens >= 1, context_size (the window the chat plans with, never
-    /// above the model's). NAME= with nothing after it clears one (the engine's
+    /// above the model's), agents on|off (Agents mode: the chat's model plans
+    /// and reads, and hands every write and build to a worker; see `tandem
+    /// chat tasks`). NAME= with nothing after it clears one (the engine's
     /// own default holds). What is not named stays. Every request of the chat
     /// carries them; chatd refuses a bad value naming it and its range, and
     /// changes nothing. Prints the settings in force.
@@ -133,6 +160,8 @@ pub enum ChatCommand {
     ///   tandem chat settings c_0123abcd temperature=0.3 reasoning_effort=low
     ///
     ///   tandem chat settings defaults max_tokens=2048
+    ///
+    ///   tandem chat settings c_0123abcd agents=on
     ///
     ///   tandem chat settings c_0123abcd --system-prompt-file prompt.md
     Settings {
@@ -253,6 +282,33 @@ pub enum ChatCommand {
         /// Stop that sub-agent.
         #[arg(long, requires = "id")]
         stop: bool,
+    },
+    /// The jobs a chat in Agents mode handed to workers, and their reports.
+    ///
+    /// In Agents mode (`tandem chat settings CHAT agents=on`) the chat's
+    /// model reads and plans, and hands every file write and build to a
+    /// worker with the `task` tool: a fresh agent with the write tools that
+    /// answers with a report. chatd checks the report: the files the change
+    /// sets say changed, the calls that ran, and each check it claims with
+    /// no call behind it, marked unverified.
+    ///
+    /// Without an id, prints one line each: number, state (running, done,
+    /// failed, stopped, or held: stopped with the chat until `continue`),
+    /// title, the report's size, the task's id. With an id,
+    /// prints the brief, the whole report with chatd's check, and the
+    /// worker's transcript. `tandem chat cancel` stops the chat and its
+    /// worker; `tandem chat continue` resumes the worker, then the chat.
+    ///
+    /// Examples:
+    ///
+    ///   tandem chat tasks c_0123abcd
+    ///
+    ///   tandem chat tasks c_0123abcd c_4567efab
+    Tasks {
+        /// The chat id.
+        chat: String,
+        /// A task's id (from the list).
+        id: Option<String>,
     },
     /// What a chat is offered, and its opt-in tools switched on or off.
     ///
@@ -565,6 +621,19 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
         ChatCommand::Tools { chat, saved_agents } => {
             subagents::tools(&chat, saved_agents.map(|s| s == Switch::On)).await
         }
+        ChatCommand::Cancel { chat } => crate::commands::chat_tasks::stop(&chat).await,
+        ChatCommand::Continue { chat } => {
+            let client = Client::new()?;
+            let Some((after, run)) = crate::commands::chat_tasks::resume(&client, &chat).await?
+            else {
+                return Ok(ExitCode::FAILURE);
+            };
+            follow(&client, &chat, after, Some(&run)).await
+        }
+        ChatCommand::Tasks { chat, id } => match id {
+            Some(id) => crate::commands::chat_tasks::show(&chat, &id).await,
+            None => crate::commands::chat_tasks::list(&chat).await,
+        },
         ChatCommand::Subagents { chat, id, stop } => match (id, stop) {
             (Some(id), true) => subagents::stop(&chat, &id).await,
             (Some(id), false) => subagents::show(&chat, &id).await,
@@ -655,6 +724,11 @@ async fn follow(
                             working.remove(&id);
                         }
                         if let Some(line) = subagents::event_line(kind, &data) {
+                            eprintln!("\n{line}");
+                        }
+                    }
+                    "task_started" | "task_done" => {
+                        if let Some(line) = crate::commands::chat_tasks::event_line(kind, &data) {
                             eprintln!("\n{line}");
                         }
                     }

@@ -47,6 +47,11 @@ fn value_of(name: &str, value: &str) -> Value {
         return Value::Null;
     }
     if name != "system_prompt" {
+        match value {
+            "true" | "on" => return Value::Bool(true),
+            "false" | "off" => return Value::Bool(false),
+            _ => {}
+        }
         if let Ok(number) = serde_json::from_str::<serde_json::Number>(value) {
             return Value::Number(number);
         }

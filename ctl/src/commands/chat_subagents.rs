@@ -331,7 +331,7 @@ fn first_line(s: &str, max: usize) -> String {
 
 /// An RFC 3339 time in this machine's time zone to the second; `-` when
 /// there is none.
-fn when(at: &Value) -> String {
+pub fn when(at: &Value) -> String {
     let Some(at) = at.as_str() else {
         return "-".to_string();
     };

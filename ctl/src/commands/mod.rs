@@ -5,6 +5,7 @@ pub mod chat;
 pub mod chat_files;
 pub mod chat_settings;
 pub mod chat_subagents;
+pub mod chat_tasks;
 pub mod connector;
 pub mod doctor;
 pub mod egress;

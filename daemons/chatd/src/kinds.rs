@@ -30,6 +30,10 @@ tandem_shared::words! {
         SubAgentStarted => "sub_agent_started",
         /// A sub-agent ended; its result is in the parent already.
         SubAgentDone => "sub_agent_done",
+        /// Agents mode: a worker started on a task (on its parent's stream).
+        TaskStarted => "task_started",
+        /// A worker's task ended; its report is in the parent already.
+        TaskDone => "task_done",
         Compacted => "compacted",
         Cleared => "cleared",
         EgressUpdated => "egress.updated",

@@ -373,6 +373,9 @@ pub struct Subagent {
     /// The saved agent it runs as, when the call named one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// Agents mode: the task's number in its chat (a worker), else none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_n: Option<i64>,
 }
 
 /// Read with the table aliased `s`.
@@ -380,7 +383,7 @@ pub const SUBAGENT_COLUMNS: &str =
     "s.id, s.parent_id, s.parent_run_id, s.call_id, s.title, s.task, s.tools, s.wait, s.state, \
      s.by_parent, s.resumes, s.result, s.delivered, s.created, s.ended, \
      (SELECT r.id FROM runs r WHERE r.conversation_id = s.id ORDER BY r.rowid DESC LIMIT 1), \
-     s.agent_id";
+     s.agent_id, s.task_n";
 
 impl Subagent {
     pub fn from_row(row: &Row) -> rusqlite::Result<Subagent> {
@@ -404,6 +407,7 @@ impl Subagent {
             ended: row.get(14)?,
             run_id: row.get(15)?,
             agent_id: row.get(16)?,
+            task_n: row.get(17)?,
         })
     }
 }

@@ -314,6 +314,31 @@ pub fn network_words(network: Network) -> String {
     format!("{text} Never this machine itself or its local network.")
 }
 
+/// What the main agent of a chat in Agents mode is told.
+pub fn agents_main_part() -> String {
+    "\n\n# Agents mode\n\nYou plan and talk with the person; workers do the work. You can \
+     read, search and look things up, and keep the plan with todo_write, but you have no \
+     write tools and no bash: hand every file write and every build or fix of more than one \
+     step to a worker with `task`. A brief has four lines, `Goal:`, `Files:`, `Constraints:` \
+     and `Check:`, and says what to do in words; never put code in it (a brief with code is \
+     refused), the worker writes the code. One worker runs at a time, at most 8 in a run. Each \
+     answers with a report and chatd's own check under it: read the check (files changed, \
+     calls that ran, claims marked unverified) before you tell the person the work is done."
+        .to_string()
+}
+
+/// What a worker of Agents mode is told: its job and its report's shape.
+pub fn worker_part(shape: &str) -> String {
+    format!(
+        "\n\n# You are a worker\n\nThe main agent of this chat handed you one task: its \
+         brief is in the first message, with the plan and the person's words it comes from. \
+         Do the brief's part, no more. If the brief holds code, take it as a suggestion and \
+         fix what is wrong in it. Run the checks the brief asks for; a check you claim must \
+         be one you ran. End your last answer with this report, its five fields filled:\n\n\
+         {shape}"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -74,11 +74,15 @@ pub struct Settings {
     /// model's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_size: Option<u64>,
+    /// Agents mode: the chat's model plans and hands every write and build
+    /// to a worker (`task`); off unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<bool>,
 }
 
 /// The names a settings object may hold, as a person reads them.
 const NAMES: &str =
-    "system_prompt, temperature, top_p, top_k, reasoning_effort, max_tokens, context_size";
+    "system_prompt, temperature, top_p, top_k, reasoning_effort, max_tokens, context_size, agents";
 
 /// One field of a settings body: absent, set to null (cleared), or a value.
 enum Given<'a> {
@@ -166,6 +170,10 @@ impl Settings {
         set(&mut out.context_size, given("context_size"), |v| {
             whole_at_least(v, &name("context_size"), MIN_CONTEXT_SIZE)
         })?;
+        set(&mut out.agents, given("agents"), |v| {
+            v.as_bool()
+                .ok_or_else(|| ApiError::bad_input(&name("agents"), "must be true or false"))
+        })?;
         Ok(out)
     }
 
@@ -213,7 +221,13 @@ impl Settings {
             reasoning_effort: self.reasoning_effort.or(under.reasoning_effort),
             max_tokens: self.max_tokens.or(under.max_tokens),
             context_size: self.context_size.or(under.context_size),
+            agents: self.agents.or(under.agents),
         }
+    }
+
+    /// Whether Agents mode is on.
+    pub fn agents_on(&self) -> bool {
+        self.agents == Some(true)
     }
 
     /// Puts the sampling and length settings into a chat-completions body,
@@ -321,7 +335,7 @@ mod tests {
             ),
             (
                 json!({"temprature": 1}),
-                "settings.temprature: is not a setting: the settings are system_prompt, temperature, top_p, top_k, reasoning_effort, max_tokens, context_size",
+                "settings.temprature: is not a setting: the settings are system_prompt, temperature, top_p, top_k, reasoning_effort, max_tokens, context_size, agents",
             ),
             (json!([1]), "settings: must be an object"),
         ];

@@ -20,4 +20,5 @@ mod saved_agents;
 mod scripted;
 mod sim;
 mod subagents;
+mod tasks;
 mod uploads;

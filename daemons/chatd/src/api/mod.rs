@@ -27,6 +27,7 @@ mod sandbox;
 mod search;
 mod subagents;
 mod system;
+mod tasks;
 mod uploads;
 
 use std::sync::Arc;
@@ -114,6 +115,8 @@ pub fn router(app: Arc<App>) -> Router {
             patch(messages::update_pending).delete(messages::remove_pending),
         )
         .route("/conversations/{id}/stop", post(messages::stop))
+        .route("/conversations/{id}/tasks", get(tasks::list))
+        .route("/conversations/{id}/tasks/{tid}", get(tasks::show))
         .route("/conversations/{id}/subagents", get(subagents::list))
         .route("/conversations/{id}/subagents/{sid}", get(subagents::show))
         .route(

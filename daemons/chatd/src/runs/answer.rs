@@ -64,7 +64,7 @@ impl Runs {
         stop: &mut watch::Receiver<EndRequest>,
     ) -> Result<bool, (Outcome, Option<String>)> {
         let inner = &self.inner;
-        let session = format!("chat-{}", conversation.id);
+        let session = self.session_of(conversation).await;
         let answering = Answering {
             run,
             conversation,

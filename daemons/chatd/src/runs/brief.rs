@@ -31,6 +31,12 @@ const LAST_STEP: &str =
      reached and no tools are offered now. Answer from what you have: say what is done, what \
      is not, and what you would do next. The person can press Continue to let you go on.";
 
+/// What a worker's last model call is told: its report, with no tools.
+const WORKER_LAST_STEP: &str =
+    "# Last step\n\nThis is your last model call on this task: the step limit is reached and \
+     no tools are offered now. Write your report now, in the shape above, from what you have \
+     done: say plainly what is not done in Open.";
+
 /// What a chat whose saved agent was deleted is told at each request.
 const AGENT_GONE: &str = "\n\n# Your saved agent\n\nThe saved agent this chat was made with \
     was deleted: its instructions and its limits on tools no longer apply. If the person \
@@ -79,19 +85,56 @@ pub(super) struct Chat {
     /// with no sandbox (a command on this machine reaches any file), or a
     /// sub-agent kept to other folders than the parent whose sandbox it shares.
     bash_off: Option<&'static str>,
+    /// Its part in Agents mode.
+    pub(super) part: Part,
 }
+
+/// A chat's part in Agents mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// Not in Agents mode: the one loop with every tool.
+    Alone,
+    /// The main agent: reads and plans, hands writes and commands to workers.
+    Main,
+    /// A worker on one task.
+    Worker,
+}
+
+/// The tools the main agent of Agents mode is never offered.
+const MAIN_OFF: [&str; 7] = [
+    "bash",
+    "write_file",
+    "edit_file",
+    "move_file",
+    "delete_file",
+    crate::tools::spawn::NAME,
+    crate::tools::spawn::LIST_NAME,
+];
 
 impl Chat {
     pub(super) fn read(conn: &rusqlite::Connection, id: &str) -> Result<Chat, ApiError> {
         let agent = crate::agents::of_conversation(conn, id)?;
         let conversation = queries::conversation(conn, id, Trashed::Include)?;
+        let mut part = Part::Alone;
         let (home, subset) = match (&conversation.kind, &conversation.parent_id) {
             (ChatKind::Subagent, Some(parent)) => {
                 let sub = crate::store::subagents::one(conn, parent, id)?;
+                if sub.task_n.is_some() {
+                    part = Part::Worker;
+                }
                 (parent.clone(), Some(sub.tools))
             }
             _ => (id.to_string(), None),
         };
+        let agents_on = match &agent {
+            Some(agent) => conversation.settings.over(&agent.settings).agents_on(),
+            None => conversation.settings.agents_on(),
+        };
+        // Only a person's chat plans: a sub-agent (even as a saved agent
+        // whose settings say Agents mode) never gets `task`.
+        if conversation.kind == ChatKind::Chat && agents_on {
+            part = Part::Main;
+        }
         let mut connectors = super::mcp::usable(conn, &home, agent.as_ref())?;
         if subset.is_some() {
             // A sub-agent run as a saved agent reaches only the connectors
@@ -111,6 +154,7 @@ impl Chat {
             home,
             subset,
             bash_off: None,
+            part,
         })
     }
 
@@ -122,6 +166,12 @@ impl Chat {
             return false;
         }
         if name == "bash" && self.bash_off.is_some() {
+            return false;
+        }
+        if name == crate::tools::task::NAME {
+            return self.part == Part::Main;
+        }
+        if self.part == Part::Main && MAIN_OFF.contains(&name) {
             return false;
         }
         match &self.subset {
@@ -145,6 +195,17 @@ impl Chat {
         let shown = name.chars().take(60).collect::<String>();
         if let (true, Some(why)) = (name == "bash", self.bash_off) {
             return Some(why.to_string());
+        }
+        if name == crate::tools::task::NAME {
+            return Some(
+                "`task` is the main agent's in Agents mode, and this chat is not one".to_string(),
+            );
+        }
+        if self.part == Part::Main {
+            return Some(format!(
+                "`{shown}` is not the main agent's in Agents mode: hand writes and commands to \
+                 a worker with `task`"
+            ));
         }
         Some(if self.subset.is_some() {
             format!("`{shown}` is not one of the tools this sub-agent was given")
@@ -199,6 +260,22 @@ impl Runs {
             .read(move |conn| Chat::read(conn, &cid))
             .await?;
         Ok(self.brief_of(&self.placed(chat), model, lists).await)
+    }
+
+    /// Why the chat is not offered each tool it is refused, as its
+    /// requests decide it (its mode, folder and opt-ins): `tandem chat tools`.
+    pub(super) async fn builtin_refusals(
+        &self,
+        conversation_id: &str,
+    ) -> Result<impl Fn(&str) -> Option<String>, ApiError> {
+        let cid = conversation_id.to_string();
+        let chat = self
+            .inner
+            .store
+            .read(move |conn| Chat::read(conn, &cid))
+            .await?;
+        let chat = self.placed(chat);
+        Ok(move |name: &str| chat.refusal(name))
     }
 
     /// The chat as its folders place it: no host `bash` when its agent
@@ -277,6 +354,11 @@ impl Runs {
         }
         if agent.is_none() && conversation.agent_id.is_some() {
             system.push_str(AGENT_GONE);
+        }
+        match chat.part {
+            Part::Alone => {}
+            Part::Main => system.push_str(&prompt::agents_main_part()),
+            Part::Worker => system.push_str(&prompt::worker_part(super::report::SHAPE)),
         }
         if let crate::agent_folder::Reach::Folder(mount) =
             self.inner.folders.reach(&conversation.id)
@@ -375,12 +457,17 @@ impl Runs {
         let chat = kept
             .current_and(&self.inner.store, move |conn| Chat::read(conn, &cid))
             .await?;
-        let brief = self.brief_of(&self.placed(chat), model, Lists::Open).await;
+        let chat = self.placed(chat);
+        let brief = self.brief_of(&chat, model, Lists::Open).await;
         let at = kept.path().iter().position(|m| m.id == message.id);
+        let last = match chat.part {
+            Part::Worker => WORKER_LAST_STEP,
+            _ => LAST_STEP,
+        };
         let (system, tools) = match step {
             Step::More => (brief.system.clone(), brief.tools.clone()),
             Step::Last => (
-                format!("{}\n\n{LAST_STEP}", brief.system),
+                format!("{}\n\n{last}", brief.system),
                 Value::Array(Vec::new()),
             ),
         };

@@ -301,7 +301,8 @@ impl Runs {
                 Ok((agent, rows::list(conn)?, rows::off_in(conn, &cid)?, opt_in))
             })
             .await?;
-        let saved_agents = opt_in.iter().any(|l| l.on);
+        // What the chat's requests offer: its mode, folder and opt-ins.
+        let refusals = self.builtin_refusals(conversation_id).await?;
         let mut tools: Vec<ToolLine> = self
             .inner
             .registry
@@ -309,19 +310,23 @@ impl Runs {
             .iter()
             .map(|s| {
                 let granted = agent.as_ref().is_none_or(|a| a.grants(s.name));
-                let opted = s.name != crate::tools::spawn::LIST_NAME || saved_agents;
+                let refused = refusals(s.name).map(|why| {
+                    if s.name == crate::tools::spawn::LIST_NAME {
+                        "saved agents are not switched on for this chat".to_string()
+                    } else {
+                        why
+                    }
+                });
                 ToolLine {
                     name: s.name.to_string(),
                     source: "builtin",
                     connector: None,
                     description: s.description.lines().next().unwrap_or("").to_string(),
-                    usable: granted && opted,
-                    reason: match (granted, opted) {
-                        (false, _) => Some("the chat's agent does not grant it".into()),
-                        (true, false) => {
-                            Some("saved agents are not switched on for this chat".into())
-                        }
-                        (true, true) => None,
+                    usable: granted && refused.is_none(),
+                    reason: if granted {
+                        refused
+                    } else {
+                        Some("the chat's agent does not grant it".into())
                     },
                 }
             })

@@ -21,9 +21,11 @@ mod describe;
 mod files;
 mod kept;
 pub(crate) mod mcp;
+pub(crate) mod report;
 mod slots;
 mod steps;
 mod subagents;
+mod tasks;
 
 pub use crate::store::runs::Outcome;
 pub use body::{request_body, RequestBody};
@@ -184,6 +186,7 @@ impl Runs {
         registry.register(crate::index::tool::spec());
         registry.register(tools::spawn::spec());
         registry.register(tools::spawn::list_spec());
+        registry.register(tools::task::spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {
@@ -376,7 +379,9 @@ impl Runs {
             .inner
             .store
             .write(|ctx| {
-                let mut queued = store::runs::recover(ctx)?;
+                // A worker waits for Continue of its chat, as that chat's run does.
+                let queued = store::runs::recover(ctx)?;
+                let mut queued = store::tasks::hold_queued(ctx, queued)?;
                 // After the runs: a sub-agent's cut-off run is interrupted by now.
                 queued.extend(store::subagents::recover(ctx)?);
                 Ok(queued)
@@ -541,7 +546,12 @@ impl Runs {
             .await?;
         tracing::info!(run = %run.id, conversation = %conversation.id, mode = %run.mode, "run started");
 
-        let max_steps = inner.config.max_steps;
+        // A worker has its own cap: its last call writes its report.
+        let worker = self.task_n_of(conversation_id).await.is_some();
+        let max_steps = match worker {
+            true => self.worker_steps(conversation_id).await,
+            false => inner.config.max_steps,
+        };
         let mut steps = 0u32;
         // Continue, and a sub-agent's run taken up after a restart, write on
         // in the answer that was cut: one message, not its rest in another.
@@ -556,6 +566,11 @@ impl Runs {
         // closed as not run (only Continue, or a resumed run, goes on with them).
         if !resumed && run.mode != RunMode::Continue {
             self.close_left_calls(&run, &mut kept).await?;
+        }
+        // Continue goes on with them, but never runs again one that had
+        // begun when its run was cut off: whether it took effect is unknown.
+        if run.mode == RunMode::Continue {
+            self.close_begun_calls(&run, &mut kept).await?;
         }
         loop {
             // The calls of the last answer that have no result yet.
@@ -649,6 +664,12 @@ impl Runs {
                 .write(move |ctx| {
                     let run = queries::run(ctx.conn(), &rid)?;
                     messages::set_status(ctx, &run.conversation_id, &mid, MessageStatus::Done)?;
+                    // A worker's last call is its report: its run ends
+                    // there, done, and a call in it never runs.
+                    if step == Step::Last && worker {
+                        store::runs::finish_run(ctx, &run, Outcome::Done, None, None)?;
+                        return Ok(Some(Outcome::Done));
+                    }
                     if step == Step::Last {
                         let why = format!("paused after {max_steps} model calls; Continue goes on");
                         ctx.emit(

@@ -13,6 +13,7 @@ use super::files::CallFiles;
 use super::kept::KeptPath;
 use super::mcp::McpEnd;
 use super::subagents::Spawned;
+use super::tasks::Tasked;
 use super::{EndRequest, Outcome, Runs, StepEnd};
 use crate::config::HostExec;
 use crate::kinds::EventKind;
@@ -95,11 +96,18 @@ impl Runs {
         // Sized from the stored messages (a written file counted whole:
         // on the safe side) without building the request.
         let used = brief.fixed_tokens() + kept.transcript_tokens();
-        let budget = sizes.result_chars(used, calls.len());
+        let mut budget = sizes.result_chars(used, calls.len());
+        let main = chat.part == super::brief::Part::Main;
+        if main {
+            budget = budget.min(super::tasks::MAIN_RESULT_CHARS);
+        }
         let workspace_root = self.workspace_root(&run.conversation_id);
 
         let agent = self.agent_of(&run.conversation_id).await?;
-        for call in calls {
+        for mut call in calls {
+            if main && call.name == "read_file" {
+                call.arguments = super::tasks::main_read(&call.arguments);
+            }
             if *stop.borrow() == EndRequest::Stop {
                 return Ok(StepEnd::End(Outcome::Stopped, None));
             }
@@ -259,6 +267,29 @@ impl Runs {
                 self.record_result(run, &call, output, None).await?;
                 continue;
             }
+            if call.name == tools::task::NAME {
+                self.tool_started(run, &call, &summary, approved).await?;
+                match self
+                    .task_call(run, &call.id, &call.arguments, slot, stop)
+                    .await?
+                {
+                    Tasked::Refused(text) => {
+                        self.record_failure(run, &call, &text, "refused", 0).await?
+                    }
+                    Tasked::Answered => {}
+                    Tasked::Stopped => return Ok(StepEnd::End(Outcome::Stopped, None)),
+                    Tasked::Left => return Ok(StepEnd::Left),
+                    Tasked::Interrupted(why) => {
+                        return Ok(StepEnd::End(Outcome::Interrupted, Some(why)))
+                    }
+                    Tasked::Report(text) => {
+                        let bytes = text.len() as u64;
+                        let output = tools::ToolOutput::ok(text, "task report".into(), bytes);
+                        self.record_result(run, &call, output, None).await?
+                    }
+                }
+                continue;
+            }
             if call.name == tools::spawn::NAME {
                 self.tool_started(run, &call, &summary, approved).await?;
                 let spawned = self
@@ -362,6 +393,8 @@ impl Runs {
         run: &Run,
         kept: &mut KeptPath,
     ) -> Result<(), ApiError> {
+        // Its open tasks end first, each with a report built from the record.
+        let closed = self.close_tasks(&run.conversation_id).await?;
         let history = kept.current(&self.inner.store).await?;
         let text = if run.mode == crate::words::RunMode::Resume {
             "cut off: chatd restarted while this call ran; whether it took effect is not known, \
@@ -370,7 +403,48 @@ impl Runs {
             "not run: the run that asked for it was stopped first"
         };
         for call in unanswered(history) {
-            self.record_failure(run, &call, text, "not run", 0).await?;
+            match closed.iter().find(|(id, _)| *id == call.id) {
+                Some((_, path)) => {
+                    let text = format!(
+                        "stopped: the chat went on without this task; what its worker did is \
+                         in {path} (a report chatd built from the record)"
+                    );
+                    self.record_failure(run, &call, &text, "task stopped", 0)
+                        .await?
+                }
+                None => self.record_failure(run, &call, text, "not run", 0).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the calls a cut-off run had begun (`tool.started` is in the
+    /// log) and left with no result, so Continue never runs a write or a
+    /// command twice. A `task` call is not closed: Continue resumes its worker.
+    pub(super) async fn close_begun_calls(
+        &self,
+        run: &Run,
+        kept: &mut KeptPath,
+    ) -> Result<(), ApiError> {
+        let history = kept.current(&self.inner.store).await?;
+        let open: Vec<ToolCall> = unanswered(history)
+            .into_iter()
+            .filter(|c| c.name != tools::task::NAME)
+            .collect();
+        if open.is_empty() {
+            return Ok(());
+        }
+        let cid = run.conversation_id.clone();
+        let ids: Vec<String> = open.iter().map(|c| c.id.clone()).collect();
+        let begun = self
+            .inner
+            .store
+            .read(move |conn| crate::store::queries::calls_begun(conn, &cid, &ids))
+            .await?;
+        let text = "cut off: this call had begun when its run was cut off, and whether it took \
+                    effect is not known; it is not run again. Check before calling it again.";
+        for call in open.iter().filter(|c| begun.contains(&c.id)) {
+            self.record_failure(run, call, text, "cut off", 0).await?;
         }
         Ok(())
     }

@@ -210,6 +210,7 @@ impl Runs {
                     wait: args.wait,
                     place: &place,
                     agent: agent.as_ref(),
+                    worker: None,
                 };
                 Ok(subagents::insert(ctx, &parent, &run, &new)?
                     .map(|(sub, child_run)| (sub.id, child_run.id)))
@@ -275,6 +276,15 @@ impl Runs {
     /// A sub-agent's run ended (not cut off by a stop of chatd): its row
     /// ends and the result goes to the parent.
     pub(super) async fn after_subagent(&self, sub_id: &str, outcome: Outcome) {
+        let id = sub_id.to_string();
+        let worker = self
+            .inner
+            .store
+            .read(move |conn| crate::store::tasks::worker(conn, &id))
+            .await;
+        if let Ok(Some(worker)) = worker {
+            return self.after_task(&worker, outcome).await;
+        }
         let state = match outcome {
             Outcome::Done | Outcome::Paused => SubagentState::Done,
             Outcome::Stopped => SubagentState::Stopped,

@@ -24,6 +24,7 @@ pub mod rules;
 pub mod runs;
 pub mod schema;
 pub mod subagents;
+pub mod tasks;
 mod writer;
 
 use std::path::{Path, PathBuf};

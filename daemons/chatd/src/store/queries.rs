@@ -118,6 +118,30 @@ pub fn active_run(conn: &Connection, conversation_id: &str) -> Result<Option<Run
         .optional()?)
 }
 
+/// Which of `call_ids` began in the chat (`tool.started` is in its log).
+pub fn calls_begun(
+    conn: &Connection,
+    conversation_id: &str,
+    call_ids: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT 1 FROM events WHERE conversation_id = ?1 AND kind = ?2 \
+         AND json_extract(data, '$.call_id') = ?3 LIMIT 1",
+    )?;
+    let mut begun = Vec::new();
+    for id in call_ids {
+        let found = stmt
+            .query_row(params![conversation_id, EventKind::ToolStarted, id], |_| {
+                Ok(())
+            })
+            .optional()?;
+        if found.is_some() {
+            begun.push(id.clone());
+        }
+    }
+    Ok(begun)
+}
+
 /// The last run of the conversation, whatever its status.
 pub fn last_run(conn: &Connection, conversation_id: &str) -> Result<Option<Run>, ApiError> {
     Ok(conn

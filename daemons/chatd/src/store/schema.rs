@@ -395,4 +395,18 @@ CREATE TABLE agents_gone_confined (id TEXT PRIMARY KEY);
 -- The egress preset its chats start with (NULL: the box's default).
 ALTER TABLE agents ADD COLUMN network TEXT;
 "#,
+    r#"
+-- Agents mode: a worker is a sub-agent row with its task's number in the
+-- chat (1, 2, ...). expect: what the main agent expects back. report_asks:
+-- times chatd asked it again for a report with a field missing. start_rev:
+-- the workspace's last change set when it started (its changes are the
+-- later ones). report: the whole report with chatd's check (result holds
+-- what the main agent read of it).
+ALTER TABLE subagents ADD COLUMN task_n INTEGER;
+ALTER TABLE subagents ADD COLUMN expect TEXT;
+ALTER TABLE subagents ADD COLUMN report_asks INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE subagents ADD COLUMN start_rev INTEGER;
+ALTER TABLE subagents ADD COLUMN report TEXT;
+CREATE UNIQUE INDEX subagents_task ON subagents(parent_id, task_n);
+"#,
 ];

@@ -38,6 +38,8 @@ pub struct NewSub<'a> {
     pub place: &'a str,
     /// The saved agent it runs as: its instructions, model and grants.
     pub agent: Option<&'a crate::agents::Agent>,
+    /// Agents mode: it is the worker of a task (`task` holds the brief).
+    pub worker: Option<super::tasks::Worker<'a>>,
 }
 
 /// Makes the sub-agent: its conversation (the parent's model, settings,
@@ -95,9 +97,18 @@ pub fn insert(
         params![id, parent.id, parent_run.id, new.call_id, new.title, new.task, new.key, tools,
                 new.wait, SubagentState::Running, now_rfc3339(), new.agent.map(|a| &a.id)],
     )?;
-    messages::insert_message(ctx, &id, Role::User, new.task, None, None)?;
+    let first = new.worker.as_ref().map_or(new.task, |w| w.message);
+    messages::insert_message(ctx, &id, Role::User, first, None, None)?;
     let child = queries::conversation(ctx.conn(), &id, Trashed::Include)?;
     let run = insert_run(ctx, &child, RunMode::Send, parent_run.origin, None)?;
+    if let Some(worker) = &new.worker {
+        super::tasks::mark_worker(ctx, &id, worker)?;
+        let started = json!({"task_id": id, "n": worker.n, "run_id": run.id,
+            "call_id": new.call_id, "title": new.title});
+        ctx.emit(&parent.id, EventKind::TaskStarted, started)?;
+        let sub = one(ctx.conn(), &parent.id, &id)?;
+        return Ok(Ok((sub, run)));
+    }
     let sub = one(ctx.conn(), &parent.id, &id)?;
     let mut started = json!({"subagent_id": id, "run_id": run.id, "call_id": new.call_id,
         "title": new.title, "wait": new.wait});
@@ -193,8 +204,18 @@ pub fn end(ctx: &mut Ctx, id: &str, end: &End) -> Result<Option<Run>, ApiError> 
 
 /// Puts the result where the parent reads it, once, with `sub_agent_done`.
 fn deliver(ctx: &mut Ctx, sub: &Subagent, result: &str) -> Result<Option<Run>, ApiError> {
-    let mut done = json!({"subagent_id": sub.id, "run_id": sub.run_id, "status": sub.state,
-        "title": sub.title});
+    let (kind, mut done) = match sub.task_n {
+        Some(n) => (
+            EventKind::TaskDone,
+            json!({"task_id": sub.id, "n": n, "run_id": sub.run_id, "status": sub.state,
+                "title": sub.title}),
+        ),
+        None => (
+            EventKind::SubAgentDone,
+            json!({"subagent_id": sub.id, "run_id": sub.run_id, "status": sub.state,
+                "title": sub.title}),
+        ),
+    };
     let parent = queries::conversation(ctx.conn(), &sub.parent_id, Trashed::Include)?;
     // The call's result only while the call still waits in its run: a late
     // end (its parent stopped and went on) is handed back as in the background.
@@ -203,14 +224,17 @@ fn deliver(ctx: &mut Ctx, sub: &Subagent, result: &str) -> Result<Option<Run>, A
             .is_ok_and(|r| r.status == RunStatus::Running);
     // Stopped with its parent, or a parent in the trash: nothing to hand back.
     if (sub.by_parent && !waits) || parent.deleted.is_some() {
-        ctx.emit(&sub.parent_id, EventKind::SubAgentDone, done)?;
+        ctx.emit(&sub.parent_id, kind, done)?;
         return Ok(None);
     }
     let mut started = None;
     if waits {
         if !answered(ctx.conn(), &sub.parent_id, &sub.call_id)? {
             let text = format!("{}\n\n{result}", headline(sub));
-            let summary = format!("sub-agent {}", sub.state);
+            let summary = match sub.task_n {
+                Some(n) => format!("task {n} {}", sub.state),
+                None => format!("sub-agent {}", sub.state),
+            };
             let status = match sub.state {
                 SubagentState::Done => MessageStatus::Done,
                 _ => MessageStatus::Failed,
@@ -263,13 +287,20 @@ fn deliver(ctx: &mut Ctx, sub: &Subagent, result: &str) -> Result<Option<Run>, A
         "UPDATE subagents SET delivered = ?1 WHERE id = ?2 AND delivered IS NULL",
         params![now_rfc3339(), sub.id],
     )?;
-    ctx.emit(&sub.parent_id, EventKind::SubAgentDone, done)?;
+    ctx.emit(&sub.parent_id, kind, done)?;
     Ok(started)
 }
 
 /// The line a result starts with: whose it is, so the model never reads it
 /// as the person's words.
-fn headline(sub: &Subagent) -> String {
+pub fn headline(sub: &Subagent) -> String {
+    if let Some(n) = sub.task_n {
+        return format!(
+            "[The report of task {n} («{}»), {}: the worker's words and chatd's check, not the \
+             person's:]",
+            sub.title, sub.state
+        );
+    }
     format!(
         "[The result of sub-agent {} («{}»), {}. Its words, not the person's:]",
         sub.id, sub.title, sub.state
@@ -277,7 +308,7 @@ fn headline(sub: &Subagent) -> String {
 }
 
 /// Whether the parent's call has a result already.
-fn answered(conn: &Connection, parent: &str, call_id: &str) -> Result<bool, ApiError> {
+pub fn answered(conn: &Connection, parent: &str, call_id: &str) -> Result<bool, ApiError> {
     Ok(conn
         .query_row(
             "SELECT 1 FROM messages WHERE conversation_id = ?1 AND tool_call_id = ?2 AND role = ?3",
@@ -313,7 +344,8 @@ pub fn running(conn: &Connection, parent: &str) -> Result<Vec<String>, ApiError>
 /// The chat's sub-agents, newest first, 200 at most.
 pub fn list(conn: &Connection, parent: &str) -> Result<Vec<Subagent>, ApiError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SUBAGENT_COLUMNS} FROM subagents s WHERE parent_id = ?1 ORDER BY rowid DESC LIMIT 200"
+        "SELECT {SUBAGENT_COLUMNS} FROM subagents s WHERE parent_id = ?1 AND task_n IS NULL \
+         ORDER BY rowid DESC LIMIT 200"
     ))?;
     let rows = stmt
         .query_map([parent], Subagent::from_row)?
@@ -382,7 +414,9 @@ pub fn result_of(conn: &Connection, id: &str, state: SubagentState) -> Result<St
 pub fn recover(ctx: &mut Ctx) -> Result<Vec<(String, String)>, ApiError> {
     let open: Vec<Subagent> = {
         let mut stmt = ctx.conn().prepare(&format!(
-            "SELECT {SUBAGENT_COLUMNS} FROM subagents s WHERE state = ?1 ORDER BY rowid"
+            // A worker is taken up by Continue of its chat, never by a start.
+            "SELECT {SUBAGENT_COLUMNS} FROM subagents s WHERE state = ?1 AND task_n IS NULL \
+             ORDER BY rowid"
         ))?;
         let rows = stmt
             .query_map([SubagentState::Running], Subagent::from_row)?

@@ -10,6 +10,7 @@ pub mod files;
 pub mod fit;
 pub mod search;
 pub mod spawn;
+pub mod task;
 pub mod todo;
 pub mod web;
 
@@ -369,6 +370,10 @@ pub fn summarize_call(name: &str, arguments: &str) -> String {
                 spawn::title_of(task),
                 if background { " (background)" } else { "" }
             )
+        }
+        task::NAME => {
+            let title = map.get("title").and_then(Value::as_str).unwrap_or("?");
+            format!("task «{}»", one_line(title, 60))
         }
         "todo_write" => {
             let n = map
