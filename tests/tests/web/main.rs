@@ -20,5 +20,6 @@ mod push;
 mod settings;
 mod status;
 mod subagents_page;
+mod tasks_page;
 mod web;
 mod web_tools;

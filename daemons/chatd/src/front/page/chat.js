@@ -280,9 +280,11 @@ function fillReasoning(view, message) {
   $('summary', view.reasoning).textContent = message.status === 'streaming' && !message.text ? 'Thinking…' : 'Reasoning';
 }
 
-/** The calls an answer made, folded under it, each updated in place. */
+/** The calls an answer made, folded under it, each updated in place; its tasks a line each (subagents.js). */
 function fillTools(c, view, message) {
-  const calls = Array.isArray(message.tool_calls) ? message.tool_calls.filter((raw) => raw && raw.id) : [];
+  const all = Array.isArray(message.tool_calls) ? message.tool_calls.filter((raw) => raw && raw.id) : [];
+  fillTasks(c, view, all.filter(isTask));
+  const calls = all.filter((raw) => !isTask(raw));
   if (!calls.length) return;
   if (!view.tools) view.body.after(view.tools = el('details', { class: 'tools' }, el('summary')));
   $('summary', view.tools).textContent = calls.length === 1 ? '1 tool call' : `${calls.length} tool calls`;

@@ -10,8 +10,8 @@
  *             engine no longer lists stays in the list as "not served".
  *   panel     one dialog (a sheet on a phone) for a chat's settings and for
  *             the defaults of new chats: system prompt, temperature, top P,
- *             top K, reasoning effort, context size, max tokens and the
- *             permission mode. An empty field is unset (null to chatd: what
+ *             top K, reasoning effort, context size, max tokens, the
+ *             permission mode and Agents mode (sent when switched). An empty field is unset (null to chatd: what
  *             stands under it holds). chatd checks every value; its 400
  *             names the field and the page shows it there; nothing is kept.
  *             Yolo asks to be confirmed. Esc or Cancel closes the panel and
@@ -41,7 +41,7 @@ const MODES = [
 
 const models = { list: null, at: 0, loading: null };
 const tools = { chatId: null, shown: '' }; // the chat the header shows; the options it was filled with
-const panel = { target: null, back: null, savedMode: null, busy: false };
+const panel = { target: null, back: null, savedMode: null, busy: false, agents: false };
 
 /* -- model -- */
 
@@ -175,13 +175,17 @@ function buildPanel() {
   const modeBox = el('fieldset', { id: 'set-mode', class: 'field', 'aria-describedby': 'set-mode-error' },
     el('legend', { text: 'Permission mode' }), ...modes, sure,
     el('p', { id: 'set-mode-error', class: 'inline-error', role: 'alert', hidden: true }));
+  const agents = el('div', { class: 'field' }, el('label', { class: 'mode-row' },
+    el('input', { type: 'checkbox', role: 'switch', id: 'set-agents', 'aria-describedby': 'set-agents-error' }),
+    el('span', {}, el('strong', { text: 'Agents mode' }), ' The chat plans and hands writes and builds to workers.')),
+  el('p', { id: 'set-agents-error', class: 'inline-error', role: 'alert', hidden: true }));
   const form = el('form', { id: 'settings-form', novalidate: true },
     el('div', { class: 'sheet-head' },
       el('h2', { id: 'settings-title', text: 'Settings' }),
       el('p', { id: 'settings-sub', class: 'muted' })),
     el('div', { class: 'sheet-body' },
       el('p', { class: 'muted', text: 'An empty field is not set: the saved agent\'s value or the engine\'s own default holds. Changes apply from the next request.' }),
-      ...fields, modeBox, chatMcpBox()),
+      ...fields, modeBox, agents, chatMcpBox()),
     el('p', { id: 'settings-error', class: 'inline-error', role: 'alert', hidden: true }),
     el('div', { class: 'sheet-foot' },
       button('', 'Cancel', () => closePanel(), { id: 'settings-cancel' }),
@@ -253,6 +257,7 @@ function fillPanel(settings) {
   const base = SETTING_FIELDS.find((f) => f.name === 'context_size').hint;
   context.textContent = model ? `${base} At most ${Number(model.context_window).toLocaleString('en')} for ${model.id}.` : base;
   for (const radio of $$('#set-mode input[name="set-mode"]')) radio.checked = radio.value === panel.savedMode;
+  $('#set-agents').checked = panel.agents = settings.agents === true;
   $('#set-yolo-words').textContent = panel.target.kind === 'chat'
     ? 'Yes, run everything in this chat without asking'
     : 'Yes, new chats run everything without asking';
@@ -296,6 +301,8 @@ async function savePanel() {
   clearPanelErrors();
   const settings = Object.fromEntries(SETTING_FIELDS.map((f) => [f.name, fieldValue(f)]));
   const mode = chosenMode() || panel.savedMode;
+  const agents = $('#set-agents').checked;
+  if (agents !== panel.agents) settings.agents = agents; // else what stands under it (a saved agent's) holds
   if (mode === 'yolo' && panel.savedMode !== 'yolo' && !$('#set-yolo-sure').checked) {
     showInlineError($('#set-mode-error'), 'Yolo runs everything without asking: tick the box to confirm.');
     $('#set-yolo-sure').focus();

@@ -298,4 +298,6 @@ const EVENTS = {
   'pending.delivered'(c, d) { removePending(c, d.pending_id, true); },
   sub_agent_started(c) { loadSubs(c); }, // subagents.js: the count and the menu
   sub_agent_done(c, d) { subDone(c, d); },
+  task_started(c) { loadTasks(c, true); }, // subagents.js: the task's line
+  task_done(c, d) { loadTasks(c, true); if (sub.id === d.task_id) showSub(sub.id); },
 };

@@ -3,6 +3,9 @@
  * "Sub-agents (n)" menu (n running), a read-only panel that follows one's
  * own conversation, a background one's result folded in the chat, and the
  * open cards of running ones (their answers go to the sub-agent's id).
+ * Agents mode's tasks: a `task` call is one line "Task N · title · state";
+ * the same panel shows its report (an unverified check marked) over its
+ * worker's transcript.
  */
 'use strict';
 
@@ -15,10 +18,11 @@ function resultFold(m) {
 }
 
 /** The panel: the sub-agent shown, its messages and the last applied seq of its events. */
-const sub = { c: null, id: null, row: null, msgs: new Map(), nodes: new Map(), seq: 0, ctl: null };
+const sub = { c: null, id: null, kind: 'subagents', row: null, msgs: new Map(), nodes: new Map(), seq: 0, ctl: null };
 
-/** The chat's sub-agents (c.subs, newest first); `cards`: also the open cards of running ones. */
+/** The chat's sub-agents (c.subs, newest first); `cards` (the chat opened or read again): also the open cards of running ones, and its tasks. */
 async function loadSubs(c, cards) {
+  if (cards) loadTasks(c);
   const ticket = c.subTicket = (c.subTicket || 0) + 1;
   const data = await api('GET', `/conversations/${enc(c.id)}/subagents`).catch(() => null);
   if (!data || c !== chat || ticket !== c.subTicket) return;
@@ -67,32 +71,32 @@ async function stopSub(sid, target) {
   if (sub.id === sid) showSub(sid);
 }
 
-/** Shows one sub-agent in the panel (`open`: the panel too) and follows it while it runs. */
-function showSub(sid, open) {
+/** Shows one sub-agent (`kind` 'tasks': a task's worker) in the panel (`open`: the panel too) and follows it while it runs. */
+function showSub(sid, open, kind) {
   if (sub.ctl) sub.ctl.abort();
-  Object.assign(sub, { c: chat, id: sid, ctl: new AbortController() });
+  Object.assign(sub, { c: chat, id: sid, kind: open ? kind || 'subagents' : sub.kind, ctl: new AbortController() });
   if (open) {
     $('#subagents').open = false;
     $('#sub-log').replaceChildren();
     $('#sub-title').textContent = '…';
     $('#sub-panel').showModal();
   }
-  followSub(sub.ctl.signal, chat, sid);
+  followSub(sub.ctl.signal, chat, sid, sub.kind);
 }
 
 /** The sub-agent's snapshot, then its events while it runs; after a drop or a reset, both again. */
-async function followSub(signal, c, sid) {
+async function followSub(signal, c, sid, kind) {
   for (let delay = RETRY_MIN_MS; !signal.aborted; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
     const attempt = new AbortController();
     const abort = () => attempt.abort();
     signal.addEventListener('abort', abort);
     try {
-      const d = await api('GET', `/conversations/${enc(c.id)}/subagents/${enc(sid)}`);
+      const d = await api('GET', `/conversations/${enc(c.id)}/${kind}/${enc(sid)}`);
       if (signal.aborted) return;
-      Object.assign(sub, { row: d.subagent, seq: Number(d.snapshot.seq) || 0, msgs: new Map(), nodes: new Map() });
+      Object.assign(sub, { row: d.subagent || d.task, seq: Number(d.snapshot.seq) || 0, msgs: new Map(), nodes: new Map() });
       for (const m of d.snapshot.messages || []) sub.msgs.set(m.id, m);
       paintSub();
-      if (d.subagent.state !== 'running') return;
+      if (sub.row.state !== 'running') return;
       const hung = setTimeout(abort, REQUEST_MS);
       const res = await fetch(`${API}/conversations/${enc(sid)}/events?after=${sub.seq}`,
         { signal: attempt.signal, cache: 'no-store', headers: { accept: 'text/event-stream' } });
@@ -128,10 +132,12 @@ function subEvent(frame) {
 }
 
 function paintSub() {
-  const s = sub.row;
-  $('#sub-title').textContent = s.title;
-  $('#sub-state').textContent = `${s.state} · ${s.wait ? 'waited for' : 'in the background'} · read only`;
-  $('#sub-stop').hidden = s.state !== 'running';
+  const s = sub.row, task = sub.kind === 'tasks';
+  $('#sub-title').textContent = task ? `Task ${s.n}: ${s.title}` : s.title;
+  $('#sub-state').textContent = `${s.state} · ${task ? "a worker's" : s.wait ? 'waited for' : 'in the background'} · read only`;
+  $('#sub-stop').hidden = task || s.state !== 'running';
+  $('#sub-report').hidden = !task;
+  if (task) $('#sub-report').replaceChildren(taskReport(s), el('h3', { text: "The worker's transcript" }));
   $('#sub-log').replaceChildren();
   for (const m of sub.msgs.values()) paintMsg(m);
 }
@@ -158,3 +164,53 @@ const agentChip = (m) => {
   const r = (m.attachments || []).find((a) => a && a.kind === 'agent');
   return r ? el('p', { class: 'agent-chip muted', text: `For ${r.name}` }) : '';
 };
+
+/* -- tasks -- */
+
+const TASK_HEAD = /^\[The report of task (\d+) \(«.*?»\), (\w+)/;
+const isTask = (raw) => (raw.function || raw).name === 'task';
+
+/** The chat's tasks (c.tasks) when it is in Agents mode or made a task (`any`: anyway); its lines follow. */
+async function loadTasks(c, any) {
+  if (!any && !(c.conversation.settings || {}).agents && ![...c.calls.values()].some((k) => k.name === 'task')) return;
+  const ticket = c.taskTicket = (c.taskTicket || 0) + 1;
+  const data = await api('GET', `/conversations/${enc(c.id)}/tasks`).catch(() => null);
+  if (!data || c !== chat || ticket !== c.taskTicket) return;
+  c.tasks = data.tasks || [];
+  for (const [id, view] of c.views) if (view.tasks) fillTools(c, view, c.byId.get(id));
+}
+
+/** One line a task: running until its call's result, then the state its report's headline (or the list) says. */
+function fillTasks(c, view, raws) {
+  if (!raws.length) return;
+  if (!view.tasks) (view.tools || view.body).after(view.tasks = el('div', { class: 'task-lines' }));
+  view.taskNodes = view.taskNodes || new Map();
+  for (const raw of raws) {
+    let line = view.taskNodes.get(raw.id);
+    if (!line) {
+      view.taskNodes.set(raw.id, line = { text: el('span') });
+      line.open = button('task-open quiet', 'Report', () => showSub(line.id, true, 'tasks'));
+      view.tasks.append(line.root = el('div', { class: 'task-line', 'data-call-id': raw.id }, line.text, line.open));
+    }
+    const call = c.calls.get(raw.id) || {};
+    const row = (c.tasks || []).find((t) => t.call_id === raw.id) || {};
+    const [, n, said] = TASK_HEAD.exec(call.result || '') || [];
+    let a = (raw.function || raw).arguments;
+    try { a = typeof a === 'string' ? JSON.parse(a) : a; } catch { a = null; }
+    const state = said || (row.held ? 'stopped: Continue resumes it' : row.state) || (call.result != null ? 'not started' : call.status === 'failed' ? 'not run' : 'running');
+    line.id = row.id;
+    line.text.textContent = `Task${n || row.n ? ` ${n || row.n}` : ''} · ${row.title || (a && a.title) || ''} · ${state}`;
+    line.root.dataset.state = state;
+    line.open.hidden = !row.id;
+  }
+}
+
+/** A task's report (the whole one, else its call's result), each check no call ran marked. */
+function taskReport(s) {
+  const call = sub.c && sub.c.calls.get(s.call_id);
+  const text = String(s.report || (call && call.result) || '').replace(/^(\[[^\n]*\]\n*)?(# Task[^\n]*\n+)?/, ''); // the panel's title says it
+  if (!text) return el('p', { class: 'muted', text: 'No report yet: the worker is at it.' });
+  const box = el('div', { class: 'task-report' }, md.render(text.replace(/^(-[^\n]*)\n(?=[^-\s])/gm, '$1\n\n'))); // a field after a list is no part of its last item
+  for (const li of box.querySelectorAll('li')) if (/^unverified:/.test(li.textContent)) li.classList.add('unverified');
+  return box;
+}
