@@ -23,8 +23,10 @@
 //!   server that refuses a token, goes down and redirects: `mcp.rs`), and
 //!   subagents (turns whose answers start sub-agents in the foreground and
 //!   the background, past the cap and twice over, under kills and stops:
-//!   `subagents.rs`; and a chat of a saved agent kept to a folder read only,
-//!   the folder renamed away and back: `agent_folder.rs`).
+//!   `subagents.rs`; a chat of a saved agent kept to a folder read only,
+//!   the folder renamed away and back: `agent_folder.rs`; and a chat in
+//!   Agents mode whose main agent hands jobs to workers, under kills, stops
+//!   and Continue: `agents_mode.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -78,7 +80,13 @@
 //!     conversation (`subagents.rs`, `subagents_checks.rs`);
 //! 20. a chat of a saved agent kept to a folder read only left its files as
 //!     they were, and every send while the folder was away stored nothing
-//!     (`agent_folder.rs`, `agent_folder_checks.rs`).
+//!     (`agent_folder.rs`, `agent_folder_checks.rs`);
+//! 21. a chat in Agents mode: every task ended, each `task` call has exactly
+//!     one result, a brief with code started no worker, every `tasks/k.md` a
+//!     worker wrote holds k and is created once in the change sets (no write
+//!     ran again after a Continue), every done task's report is kept at
+//!     `.tandem/tasks/<n>/report.md`, and every run ended (`agents_mode.rs`,
+//!     `agents_mode_checks.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -105,6 +113,8 @@ use tokio::sync::watch;
 
 mod agent_folder;
 mod agent_folder_checks;
+mod agents_mode;
+mod agents_mode_checks;
 mod bots;
 mod bots_ledger;
 mod chats;

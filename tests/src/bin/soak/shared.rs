@@ -38,9 +38,10 @@ pub(crate) enum Inv {
     Mcp,
     Subagents,
     AgentFolder,
+    AgentsMode,
 }
 
-pub(crate) const INVARIANTS: [Inv; 20] = [
+pub(crate) const INVARIANTS: [Inv; 21] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -61,6 +62,7 @@ pub(crate) const INVARIANTS: [Inv; 20] = [
     Inv::Mcp,
     Inv::Subagents,
     Inv::AgentFolder,
+    Inv::AgentsMode,
 ];
 
 impl Inv {
@@ -85,6 +87,7 @@ impl Inv {
             Inv::Mcp => "every MCP connector's test says what its server deserves at that moment (connected, needs sign-in, down, a redirect to metadata refused); an edit without the secrets keeps them; the server only ever saw the tokens it was given; no chat turn failed for an MCP server and every call was answered by it or with a line saying why not; a resource sent as context is in front of the stored message, a send refused for it stored nothing; the context lists answered the server's entries or named it unavailable, a preview its text or 502 mcp_error / 403 mcp_refused naming the connector, none a secret",
             Inv::Subagents => "every sub-agent ended; each not stopped with its parent handed back exactly one result (its call's result, or one message or waiting message with its card) and exactly one sub_agent_done; never more than 4 running in the background in any sample; every refused repeat or 5th started no conversation",
             Inv::AgentFolder => "a chat with a saved agent kept to a folder (read only): the folder's files never changed, a write there was refused, every send while it was away was refused 409 agent_folder_missing and stored nothing, and every turn of the chat ended",
+            Inv::AgentsMode => "a chat in Agents mode: every task ended; each task call has exactly one result, a brief with code was refused and started no worker (as many tasks as calls that started one); every tasks/k.md a worker wrote holds k and is created once in the change sets (no write ran again after a Continue); every done task's report is kept at .tandem/tasks/<n>/report.md; every run of the chat ended",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -99,7 +102,7 @@ impl Inv {
             Inv::Push => Some(PartName::Push),
             Inv::Documents => Some(PartName::Documents),
             Inv::Mcp => Some(PartName::Mcp),
-            Inv::Subagents | Inv::AgentFolder => Some(PartName::Subagents),
+            Inv::Subagents | Inv::AgentFolder | Inv::AgentsMode => Some(PartName::Subagents),
             _ => None,
         }
     }

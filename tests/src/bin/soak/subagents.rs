@@ -22,7 +22,8 @@
 //! the cap. After the load the part waits (bounded) until no sub-agent runs
 //! and no run of its chats is left; the end's checks are
 //! `subagents_checks.rs` (`Inv::Subagents`). Beside them, a chat with a
-//! saved agent kept to a folder (`agent_folder.rs`, `Inv::AgentFolder`).
+//! saved agent kept to a folder (`agent_folder.rs`, `Inv::AgentFolder`), and
+//! a chat in Agents mode (`agents_mode.rs`, `Inv::AgentsMode`).
 
 use super::*;
 
@@ -153,6 +154,7 @@ pub(crate) struct SubagentsPart {
     dir: PathBuf,
     run: Mutex<Option<Run>>,
     folder: Mutex<Option<crate::agent_folder::FolderRun>>,
+    agents: Mutex<Option<crate::agents_mode::AgentsRun>>,
 }
 
 impl SubagentsPart {
@@ -162,6 +164,7 @@ impl SubagentsPart {
             dir: ctx.dir.clone(),
             run: Mutex::new(None),
             folder: Mutex::new(None),
+            agents: Mutex::new(None),
         }
     }
 }
@@ -187,6 +190,7 @@ impl Part for SubagentsPart {
             let ended = AtomicBool::new(false);
             let seeds: Vec<u64> = ids.iter().map(|_| rng.random()).collect();
             let folder = crate::agent_folder::run(&shared, &self.dir, rng.random());
+            let agents = crate::agents_mode::run(&shared, rng.random(), self.duration);
             let work = async {
                 let loads = futures_util::future::join_all(ids.iter().zip(seeds).enumerate().map(
                     |(i, (id, seed))| {
@@ -199,9 +203,10 @@ impl Part for SubagentsPart {
                 ended.store(true, Ordering::Relaxed);
                 (loads, settled)
             };
-            let (samples, (chats, settled), folder) =
-                tokio::join!(sample(&shared, &ids, &ended), work, folder);
+            let (samples, (chats, settled), folder, agents) =
+                tokio::join!(sample(&shared, &ids, &ended), work, folder, agents);
             *lock(&self.folder) = folder;
+            *lock(&self.agents) = agents;
             *lock(&self.run) = Some(Run {
                 db,
                 agent,
@@ -216,6 +221,7 @@ impl Part for SubagentsPart {
     fn finish(self: Arc<Self>, shared: Arc<Shared>) -> BoxFuture<'static, PartEnd> {
         Box::pin(async move {
             let folder = lock(&self.folder).take();
+            let agents = lock(&self.agents).take();
             let run = lock(&self.run).take();
             let mut totals = match run {
                 Some(run) => check(&shared, &run).await,
@@ -223,6 +229,9 @@ impl Part for SubagentsPart {
             };
             if let Some(folder) = folder {
                 totals.extend(crate::agent_folder_checks::check(&shared, &folder).await);
+            }
+            if let Some(agents) = agents {
+                totals.extend(crate::agents_mode_checks::check(&shared, &agents).await);
             }
             PartEnd {
                 totals,
