@@ -82,6 +82,9 @@
 //!     chat of a read-only folder agent against the same file in a plain
 //!     chat's own folder; `list_files .` of 2,000 files in the agent's
 //!     folder against the same files in a plain chat's (`agent_folder.rs`).
+//!     18f, agents_mode: a build of 8 files written and read back, in
+//!     Agents mode (a worker a file) against the one loop: the chat's last
+//!     request, the largest, the sum, the turn's time (`agents_mode.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -104,6 +107,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 mod agent_folder;
+mod agents_mode;
 mod delegated;
 mod files;
 mod floor;
@@ -185,6 +189,8 @@ enum Figure {
     SavedAgents,
     #[value(name = "agent_folder", alias = "agent-folder")]
     AgentFolder,
+    #[value(name = "agents_mode", alias = "agents-mode")]
+    AgentsMode,
 }
 
 /// How big each figure's workload is.
@@ -426,6 +432,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         agent_folder::figure(args.quick, &mut rows)
             .await
             .context("figure 18e (agent folder)")?;
+    }
+    if wants(Figure::AgentsMode) {
+        agents_mode::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18f (Agents mode)")?;
     }
     let table = table(&rows);
     say(format!(
