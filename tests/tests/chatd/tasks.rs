@@ -580,3 +580,88 @@ async fn a_worker_stops_at_40_model_calls_and_its_last_runs_no_call() -> anyhow:
     assert_eq!(rows[0]["state"], "done");
     Ok(())
 }
+
+/// A message the person sends while a worker works waits for the main
+/// agent (it reads it after the report), and the worker is shown it once,
+/// as a note before its next model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_a_worker_works_reaches_it_as_a_note_and_the_main_agent_after(
+) -> anyhow::Result<()> {
+    let (sim, _chatd, client) = start().await?;
+    let chat = agents_chat(&client).await?;
+    script(
+        &sim,
+        &chat,
+        vec![
+            json!({"tool_calls": [task("Clock", BRIEF)]}),
+            json!({"text": "Blue it is."}),
+        ],
+    )
+    .await?;
+    script(
+        &sim,
+        &worker(&chat, 1),
+        vec![
+            json!({"tokens": 300, "tps": 60, "tool_calls": [call("list_files", json!({"path": "."}))]}),
+            json!({"tokens": 1, "tool_calls": [call("list_files", json!({"path": "."}))]}),
+            json!({"text": report("none")}),
+        ],
+    )
+    .await?;
+    let run = run_id(&client.send(&chat, "Build me a clock page").await?)?;
+    wait_until("the worker to stream", LONG, || async {
+        let rows = tasks_of(&client, &chat).await.ok()?;
+        let own = client.snapshot(rows.first()?["id"].as_str()?).await.ok()?;
+        own["messages"]
+            .as_array()?
+            .iter()
+            .any(|m| m["role"] == "assistant" && m["text"].as_str().is_some_and(|t| t.len() > 20))
+            .then_some(())
+    })
+    .await?;
+    let waiting = client.send(&chat, "Make the hands blue").await?;
+    assert!(waiting["pending_id"].is_string(), "{waiting}");
+    client.wait_run(&chat, &run, &["done"], LONG).await?;
+
+    let work = bodies_of(&sim, &worker(&chat, 1)).await?;
+    let noted = |body: &Value| {
+        body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| {
+                m["role"] == "user" && m["content"].to_string().contains("Make the hands blue")
+            })
+            .count()
+    };
+    assert_eq!(work.len(), 3);
+    assert_eq!(noted(&work[0]), 0);
+    assert_eq!(
+        noted(&work[1]),
+        1,
+        "shown before its next call: {}",
+        work[1]
+    );
+    assert_eq!(noted(&work[2]), 1, "once");
+    assert!(work[1]
+        .to_string()
+        .contains("While you work, the person wrote"));
+    let main = bodies_of(&sim, &chat).await?;
+    let last = main.last().context("the main agent's last request")?;
+    let told = last["messages"].as_array().context("messages")?;
+    let report_at = told
+        .iter()
+        .position(|m| m["role"] == "tool")
+        .context("the report")?;
+    let message_at = told
+        .iter()
+        .position(|m| {
+            m["role"] == "user" && m["content"].to_string().contains("Make the hands blue")
+        })
+        .context("the message")?;
+    assert!(
+        message_at > report_at,
+        "the main agent reads it after the report"
+    );
+    Ok(())
+}

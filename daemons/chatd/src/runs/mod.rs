@@ -628,6 +628,10 @@ impl Runs {
                         }),
                         None => None,
                     };
+                    // A worker is shown what its chat got meanwhile, between steps.
+                    if worker && resume.is_none() {
+                        store::tasks::note_waiting(ctx, &cid)?;
+                    }
                     let message = match resume {
                         Some(message) => messages::resume_answer(ctx, &cid, &rid, &message.id)?,
                         None => messages::new_assistant_message(ctx, &cid, &rid)?,

@@ -409,4 +409,9 @@ ALTER TABLE subagents ADD COLUMN start_rev INTEGER;
 ALTER TABLE subagents ADD COLUMN report TEXT;
 CREATE UNIQUE INDEX subagents_task ON subagents(parent_id, task_n);
 "#,
+    r#"
+-- The chat's waiting messages a worker was shown as a note (a JSON array
+-- of their ids): each once.
+ALTER TABLE subagents ADD COLUMN noted TEXT;
+"#,
 ];

@@ -243,6 +243,43 @@ pub fn hold_queued(
     Ok(start)
 }
 
+/// Shows the worker `id` the messages its chat got while it works (they
+/// wait for the main agent, which reads them after the report), each once,
+/// as a note before its next model call. Answers how many.
+pub fn note_waiting(ctx: &mut Ctx, id: &str) -> Result<usize, ApiError> {
+    let Some(sub) = worker(ctx.conn(), id)? else {
+        return Ok(0);
+    };
+    let noted: Option<String> =
+        ctx.conn()
+            .query_row("SELECT noted FROM subagents WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })?;
+    let mut noted: Vec<String> = noted
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let new: Vec<crate::model::Pending> = queries::waiting(ctx.conn(), &sub.parent_id)?
+        .into_iter()
+        .filter(|p| p.card.is_none() && p.created >= sub.created && !noted.contains(&p.id))
+        .collect();
+    if new.is_empty() {
+        return Ok(0);
+    }
+    let mut text = "[While you work, the person wrote to the main agent, which reads it after \
+                    your report. If it bears on your task, take it into account:]"
+        .to_string();
+    for p in &new {
+        text.push_str(&format!("\n«{}»", p.text));
+        noted.push(p.id.clone());
+    }
+    super::messages::insert_message(ctx, id, Role::User, &text, None, None)?;
+    ctx.conn().execute(
+        "UPDATE subagents SET noted = ?1 WHERE id = ?2",
+        params![Value::from(noted.clone()).to_string(), id],
+    )?;
+    Ok(new.len())
+}
+
 /// What chatd checks a worker's report against: the files changed in the
 /// workspace `place` since `start_rev`, the calls the worker ran, and its
 /// last words.
