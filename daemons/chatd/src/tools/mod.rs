@@ -405,6 +405,26 @@ fn folder_shown(folder: &str) -> String {
 }
 
 /// Collapses `s` to one line of at most `max` characters.
+/// A call's arguments as an object of only `names`, or why not (the
+/// words a tool's refusal gives the model).
+pub fn object_of(
+    arguments: &str,
+    tool: &str,
+    names: &[&str],
+) -> Result<Map<String, Value>, String> {
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(arguments) else {
+        return Err("the arguments are not a JSON object".to_string());
+    };
+    if let Some(other) = map.keys().find(|k| !names.contains(&k.as_str())) {
+        return Err(format!(
+            "`{}` is not an argument of {tool} ({})",
+            other.chars().take(40).collect::<String>(),
+            names.join(", ")
+        ));
+    }
+    Ok(map)
+}
+
 pub fn one_line(s: &str, max: usize) -> String {
     let flat: String = s
         .chars()

@@ -99,20 +99,7 @@ pub struct Args {
 impl Args {
     /// The arguments, or why not, naming the field and the limit.
     pub fn parse(arguments: &str) -> Result<Args, String> {
-        let value: Value = serde_json::from_str(arguments)
-            .map_err(|_| "the arguments are not a JSON object".to_string())?;
-        let Value::Object(map) = value else {
-            return Err("the arguments are not a JSON object".to_string());
-        };
-        if let Some(other) = map
-            .keys()
-            .find(|k| !["task", "tools", "wait", "agent"].contains(&k.as_str()))
-        {
-            return Err(format!(
-                "`{}` is not an argument of spawn_agent (task, tools, wait, agent)",
-                other.chars().take(40).collect::<String>()
-            ));
-        }
+        let map = super::object_of(arguments, NAME, &["task", "tools", "wait", "agent"])?;
         let task = map
             .get("task")
             .and_then(Value::as_str)

@@ -59,20 +59,7 @@ impl Args {
     /// The arguments, or why not, naming the field and the limit. A brief
     /// without its four lines or with code in it is refused here.
     pub fn parse(arguments: &str) -> Result<Args, String> {
-        let value: Value = serde_json::from_str(arguments)
-            .map_err(|_| "the arguments are not a JSON object".to_string())?;
-        let Value::Object(map) = value else {
-            return Err("the arguments are not a JSON object".to_string());
-        };
-        if let Some(other) = map
-            .keys()
-            .find(|k| !["title", "brief", "expect"].contains(&k.as_str()))
-        {
-            return Err(format!(
-                "`{}` is not an argument of task (title, brief, expect)",
-                other.chars().take(40).collect::<String>()
-            ));
-        }
+        let map = super::object_of(arguments, NAME, &["title", "brief", "expect"])?;
         let text = |name: &str| -> Result<String, String> {
             let text = map
                 .get(name)
