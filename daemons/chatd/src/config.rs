@@ -83,6 +83,10 @@ pub struct ChatdConfig {
     pub shutdown_grace_s: u64,
     /// Model calls one run makes before it ends `paused` (Continue goes on).
     pub max_steps: u32,
+    /// Turns a goal starts by itself before it pauses (`turn_limit`).
+    pub goal_max_turns: u32,
+    /// Model calls the turns of one goal make together before it pauses.
+    pub goal_max_steps: u32,
     /// Tokens kept free for the model's answer when a request is sized.
     pub answer_tokens: u64,
     /// The compaction line, in percent of the context window.
@@ -280,6 +284,8 @@ impl Default for ChatdConfig {
             backups_kept: 7,
             shutdown_grace_s: 5,
             max_steps: 40,
+            goal_max_turns: 20,
+            goal_max_steps: 400,
             answer_tokens: 4096,
             compact_percent: 80,
             egress_socket: tandem_shared::daemon::runtime_dir().join("egress.sock"),
@@ -369,6 +375,8 @@ pub const ENV_KEYS: &[EnvKey] = &[
         env: "QSE_CHAT_MAX_STEPS",
         key: "chatd.max_steps",
     },
+    EnvKey::new("QSE_CHAT_GOAL_MAX_TURNS", "chatd.goal_max_turns"),
+    EnvKey::new("QSE_CHAT_GOAL_MAX_STEPS", "chatd.goal_max_steps"),
     EnvKey {
         env: "QSE_CHAT_ANSWER_TOKENS",
         key: "chatd.answer_tokens",
@@ -548,6 +556,18 @@ impl ChatdConfig {
             return Err(bad(
                 "max_steps",
                 format!("{} is outside 1..=1000", self.max_steps),
+            ));
+        }
+        if !(1..=1000).contains(&self.goal_max_turns) {
+            return Err(bad(
+                "goal_max_turns",
+                format!("{} is outside 1..=1000", self.goal_max_turns),
+            ));
+        }
+        if !(1..=100_000).contains(&self.goal_max_steps) {
+            return Err(bad(
+                "goal_max_steps",
+                format!("{} is outside 1..=100000", self.goal_max_steps),
             ));
         }
         if !(256..=131_072).contains(&self.answer_tokens) {
@@ -766,6 +786,10 @@ mod tests {
         check(
             |c| c.max_steps = 0,
             "chatd.max_steps: 0 is outside 1..=1000",
+        );
+        check(
+            |c| c.goal_max_turns = 0,
+            "chatd.goal_max_turns: 0 is outside 1..=1000",
         );
         check(
             |c| c.compact_percent = 99,

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::model::Message;
-use crate::words::{MessageStatus, Role};
+use crate::words::{GoalEvent, MessageStatus, Role};
 
 /// The estimate's safety margin over characters/4: a request estimated under
 /// the window is under it for any tokenizer that averages 3.5+ characters a token.
@@ -221,6 +221,7 @@ fn asked_agent(m: &Message) -> std::borrow::Cow<'_, str> {
 fn carried(m: &Message) -> bool {
     match m.role {
         Role::User | Role::Tool => true,
+        Role::Goal => m.goal_event.is_some_and(GoalEvent::starts_turn),
         Role::Assistant => !m.text.is_empty() || m.tool_calls.is_some(),
         Role::System | Role::Compacted | Role::Cleared => false,
     }
@@ -300,6 +301,9 @@ pub fn render_group(
                 one(json!({"role": "user", "content": content}))
             }
         }
+        // A goal line that starts a turn is the person's word to go on.
+        Role::Goal if carried(m) => one(json!({"role": "user", "content": m.text})),
+        Role::Goal => (Vec::new(), end),
         // A result whose call is not before it (cut by a compaction): as text.
         Role::Tool => one(json!({"role": "user", "content": format!("[tool result]\n{}", m.text)})),
         Role::Assistant => {
@@ -439,22 +443,10 @@ mod tests {
     use super::*;
 
     fn msg(id: &str, role: Role, text: &str) -> Message {
-        Message {
-            id: id.into(),
-            parent_id: None,
-            role,
-            text: text.into(),
-            reasoning: None,
-            tool_calls: None,
-            tool_call_id: None,
-            run_id: None,
-            status: None,
-            created: String::new(),
-            keep_from: None,
-            attachments: None,
-            summary: None,
-            card: None,
-        }
+        let mut m = Message::draft(role, text);
+        m.id = id.into();
+        m.created = String::new();
+        m
     }
 
     #[test]

@@ -36,6 +36,8 @@ tandem_shared::words! {
         TaskDone => "task_done",
         Compacted => "compacted",
         Cleared => "cleared",
+        /// The chat's goal changed (`goal`: the whole goal, null once cleared).
+        Goal => "goal",
         EgressUpdated => "egress.updated",
         /// A chat's files changed: a change set was kept.
         Files => "files",

@@ -101,10 +101,16 @@ pub struct Message {
     /// On a tool result: the card its line shows (`files_change`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub card: Option<Value>,
+    /// On a goal line: what it marks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal_event: Option<crate::words::GoalEvent>,
+    /// On a `continue` goal line: the goal's turn it starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal_turn: Option<i64>,
 }
 
 pub const MESSAGE_COLUMNS: &str =
-    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary, card";
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary, card, goal_event, goal_turn";
 
 /// One tool call of an answer: its id, the tool's name, the arguments' JSON text.
 pub struct CallRef<'a> {
@@ -131,6 +137,8 @@ impl Message {
             attachments: None,
             summary: None,
             card: None,
+            goal_event: None,
+            goal_turn: None,
         }
     }
 
@@ -177,6 +185,8 @@ impl Message {
             card: row
                 .get::<_, Option<String>>(13)?
                 .and_then(|c| serde_json::from_str(&c).ok()),
+            goal_event: row.get(14)?,
+            goal_turn: row.get(15)?,
         })
     }
 }
@@ -335,6 +345,8 @@ pub struct Snapshot {
     /// The chat's answered cards, the newest [`crate::store::queries::ANSWERED_SHOWN`]
     /// oldest first: a page shows each as one line under its call.
     pub answered: Vec<Consent>,
+    /// The chat's goal, if it has one.
+    pub goal: Option<Goal>,
     pub seq: i64,
 }
 
@@ -408,6 +420,59 @@ impl Subagent {
             run_id: row.get(15)?,
             agent_id: row.get(16)?,
             task_n: row.get(17)?,
+        })
+    }
+}
+
+/// A chat's goal as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Goal {
+    pub text: String,
+    pub state: crate::words::GoalState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<crate::words::PausedBy>,
+    /// Done: the model's summary; blocked: its reason; paused: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Blocked: what the model needs from the person.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needs: Option<String>,
+    /// Done: the calls or files the model named as its evidence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    pub turns: i64,
+    pub max_turns: i64,
+    pub steps: i64,
+    pub max_steps: i64,
+    pub set: String,
+    pub updated: String,
+    #[serde(skip)]
+    pub asked_evidence: bool,
+}
+
+pub const GOAL_COLUMNS: &str =
+    "text, state, paused_by, note, needs, evidence, turns, max_turns, steps, \
+                       max_steps, set_at, updated, asked_evidence";
+
+impl Goal {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Goal> {
+        let evidence: Option<String> = row.get(5)?;
+        Ok(Goal {
+            text: row.get(0)?,
+            state: row.get(1)?,
+            paused_by: row.get(2)?,
+            note: row.get(3)?,
+            needs: row.get(4)?,
+            evidence: evidence
+                .and_then(|e| serde_json::from_str(&e).ok())
+                .unwrap_or_default(),
+            turns: row.get(6)?,
+            max_turns: row.get(7)?,
+            steps: row.get(8)?,
+            max_steps: row.get(9)?,
+            set: row.get(10)?,
+            updated: row.get(11)?,
+            asked_evidence: row.get::<_, i64>(12)? != 0,
         })
     }
 }

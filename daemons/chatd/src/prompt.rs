@@ -327,6 +327,19 @@ pub fn agents_main_part() -> String {
         .to_string()
 }
 
+/// What a chat with an active goal is told at every request, from the
+/// goal's row (never from the compacted history).
+pub fn goal_part(goal: &str) -> String {
+    format!(
+        "\n\n# The goal of this chat\n\n{goal}\n\nWork toward it turn after turn: the next \
+         turn starts by itself when this one ends, and the person's messages steer the work. \
+         When the goal is reached and checked, call goal_done with a short summary and the \
+         evidence (the call ids or files that show it). If you cannot go on without the \
+         person, call goal_blocked with the reason and what you need. Do not repeat a call \
+         that gave the same result: repeating it pauses the goal."
+    )
+}
+
 /// What a worker of Agents mode is told: its job and its report's shape.
 pub fn worker_part(shape: &str) -> String {
     format!(

@@ -16,6 +16,56 @@ tandem_shared::words! {
         Compacted => "compacted",
         /// The model sees nothing before it.
         Cleared => "cleared",
+        /// A line of the chat's goal (`goal_event` says which); the lines
+        /// that start a turn reach the model as a person's words.
+        Goal => "goal",
+    }
+}
+
+tandem_shared::words! {
+    /// Where a chat's goal stands.
+    pub enum GoalState("goal state") {
+        Active => "active",
+        Paused => "paused",
+        Done => "done",
+        Blocked => "blocked",
+    }
+}
+
+tandem_shared::words! {
+    /// Why a goal paused.
+    pub enum PausedBy("paused by") {
+        User => "user",
+        TurnLimit => "turn_limit",
+        StepLimit => "step_limit",
+        Error => "error",
+        Interrupted => "interrupted",
+        /// The same call gave the same result again and again.
+        Stuck => "stuck",
+    }
+}
+
+tandem_shared::words! {
+    /// What a goal line of the transcript marks.
+    pub enum GoalEvent("goal event") {
+        Set => "set",
+        Replaced => "replaced",
+        Continue => "continue",
+        Paused => "paused",
+        Resumed => "resumed",
+        Done => "done",
+        Blocked => "blocked",
+        Cleared => "cleared",
+    }
+}
+
+impl GoalEvent {
+    /// Whether the line starts a turn, so the model reads it.
+    pub fn starts_turn(self) -> bool {
+        matches!(
+            self,
+            GoalEvent::Set | GoalEvent::Replaced | GoalEvent::Continue | GoalEvent::Resumed
+        )
     }
 }
 
@@ -250,6 +300,9 @@ mod tests {
     fn every_chat_kind_and_sub_agent_state_reads_back_as_itself() {
         check_reads_back::<ChatKind>();
         check_reads_back::<SubagentState>();
+        check_reads_back::<GoalState>();
+        check_reads_back::<PausedBy>();
+        check_reads_back::<GoalEvent>();
         check_reads_back::<OptIn>();
     }
 

@@ -10,6 +10,7 @@ mod agents;
 mod chatd;
 mod failures;
 mod files;
+mod goals;
 mod inbox;
 mod instances;
 mod listeners;

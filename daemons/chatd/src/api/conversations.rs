@@ -396,7 +396,9 @@ pub async fn export(
         .store
         .read(move |conn| {
             let conversation = queries::conversation(conn, &id, Trashed::Include)?;
-            let messages = queries::transcript(conn, &conversation)?;
+            let mut messages = queries::transcript(conn, &conversation)?;
+            // A goal is the chat's, not its words: its lines stay out.
+            messages.retain(|m| m.role != Role::Goal);
             Ok((conversation, messages))
         })
         .await?;
@@ -419,7 +421,7 @@ pub async fn export(
                 Role::Assistant => "Assistant",
                 Role::Tool => "Tool result",
                 Role::Compacted => "Summary of the earlier conversation",
-                Role::System | Role::Cleared => m.role.as_str(),
+                Role::System | Role::Cleared | Role::Goal => m.role.as_str(),
             };
             text.push_str(&format!("## {who}\n\n{}\n\n", m.text));
             for call in m.calls() {
@@ -518,7 +520,8 @@ pub async fn import(
     }
     let mut roles: Vec<Role> = Vec::with_capacity(body.messages.len());
     for (i, m) in body.messages.iter().enumerate() {
-        let Some(role) = Role::parse(&m.role) else {
+        // A goal line is never exported, so never imported either.
+        let Some(role) = Role::parse(&m.role).filter(|r| *r != Role::Goal) else {
             return Err(ApiError::bad_input(
                 &format!("messages[{i}].role"),
                 format!(

@@ -20,7 +20,7 @@ use crate::store::conversations::NewConversation;
 use crate::store::messages;
 use crate::store::messages::insert_row;
 use crate::store::queries::{self, Trashed};
-use crate::words::{MessageStatus, Origin};
+use crate::words::{MessageStatus, Origin, Role};
 use crate::workspace::Workspace;
 use crate::App;
 
@@ -76,7 +76,8 @@ pub async fn fork(
             let mut files = Vec::new();
             let mut ids: HashMap<String, String> = HashMap::new();
             let mut parent: Option<String> = None;
-            for m in &path {
+            // A fork starts with no goal: the goal's lines stay behind.
+            for m in path.iter().filter(|m| m.role != Role::Goal) {
                 let mut copy = Message::draft(m.role, &m.text);
                 copy.parent_id = parent.clone();
                 copy.status = m.status.map(|s| match s {

@@ -12,6 +12,7 @@ mod files;
 mod fork;
 mod form;
 mod forward;
+mod goals;
 mod history;
 mod invoke;
 mod mcp;
@@ -115,6 +116,12 @@ pub fn router(app: Arc<App>) -> Router {
             patch(messages::update_pending).delete(messages::remove_pending),
         )
         .route("/conversations/{id}/stop", post(messages::stop))
+        .route(
+            "/conversations/{id}/goal",
+            get(goals::get).put(goals::set).delete(goals::clear),
+        )
+        .route("/conversations/{id}/goal/resume", post(goals::resume))
+        .route("/conversations/{id}/goal/pause", post(goals::pause))
         .route("/conversations/{id}/tasks", get(tasks::list))
         .route("/conversations/{id}/tasks/{tid}", get(tasks::show))
         .route("/conversations/{id}/subagents", get(subagents::list))

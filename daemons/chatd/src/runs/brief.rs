@@ -87,6 +87,8 @@ pub(super) struct Chat {
     bash_off: Option<&'static str>,
     /// Its part in Agents mode.
     pub(super) part: Part,
+    /// The chat's goal while it is active (a person's chat only).
+    pub(super) goal: Option<crate::model::Goal>,
 }
 
 /// A chat's part in Agents mode.
@@ -135,6 +137,10 @@ impl Chat {
         if conversation.kind == ChatKind::Chat && agents_on {
             part = Part::Main;
         }
+        let goal = match conversation.kind {
+            ChatKind::Chat => crate::store::goals::active(conn, id)?,
+            ChatKind::Subagent => None,
+        };
         let mut connectors = super::mcp::usable(conn, &home, agent.as_ref())?;
         if subset.is_some() {
             // A sub-agent run as a saved agent reaches only the connectors
@@ -155,6 +161,7 @@ impl Chat {
             subset,
             bash_off: None,
             part,
+            goal,
         })
     }
 
@@ -170,6 +177,9 @@ impl Chat {
         }
         if name == crate::tools::task::NAME {
             return self.part == Part::Main;
+        }
+        if crate::tools::goal::is_goal_tool(name) {
+            return self.goal.is_some();
         }
         if self.part == Part::Main && MAIN_OFF.contains(&name) {
             return false;
@@ -200,6 +210,11 @@ impl Chat {
             return Some(
                 "`task` is the main agent's in Agents mode, and this chat is not one".to_string(),
             );
+        }
+        if crate::tools::goal::is_goal_tool(name) {
+            return Some(format!(
+                "`{shown}` is offered only while the chat's goal is active, and it is not"
+            ));
         }
         if self.part == Part::Main {
             return Some(format!(
@@ -359,6 +374,9 @@ impl Runs {
             Part::Alone => {}
             Part::Main => system.push_str(&prompt::agents_main_part()),
             Part::Worker => system.push_str(&prompt::worker_part(super::report::SHAPE)),
+        }
+        if let Some(goal) = &chat.goal {
+            system.push_str(&prompt::goal_part(&goal.text));
         }
         if let crate::agent_folder::Reach::Folder(mount) =
             self.inner.folders.reach(&conversation.id)

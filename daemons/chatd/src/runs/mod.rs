@@ -19,6 +19,7 @@ mod compaction;
 mod consent;
 mod describe;
 mod files;
+mod goals;
 mod kept;
 pub(crate) mod mcp;
 pub(crate) mod report;
@@ -187,6 +188,8 @@ impl Runs {
         registry.register(tools::spawn::spec());
         registry.register(tools::spawn::list_spec());
         registry.register(tools::task::spec());
+        registry.register(tools::goal::done_spec());
+        registry.register(tools::goal::blocked_spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {
@@ -550,7 +553,11 @@ impl Runs {
         let worker = self.task_n_of(conversation_id).await.is_some();
         let max_steps = match worker {
             true => self.worker_steps(conversation_id).await,
-            false => inner.config.max_steps,
+            // A goal's turn ends by the model calls its goal has left too.
+            false => match self.goal_steps_left(conversation_id).await? {
+                Some(left) => inner.config.max_steps.min(left),
+                None => inner.config.max_steps,
+            },
         };
         let mut steps = 0u32;
         // Continue, and a sub-agent's run taken up after a restart, write on
@@ -589,6 +596,10 @@ impl Runs {
             if *stop.borrow() == EndRequest::Stop {
                 self.end(run_id, Outcome::Stopped, None).await?;
                 return Ok(Some((origin, Outcome::Stopped)));
+            }
+            if let Some(why) = self.goal_stuck(conversation_id, &mut kept).await? {
+                self.end(run_id, Outcome::Paused, Some(&why)).await?;
+                return Ok(Some((origin, Outcome::Paused)));
             }
             if slot.is_none() {
                 match self.take_slot(run_id, &mut stop).await? {
@@ -672,7 +683,7 @@ impl Runs {
                     // there, done, and a call in it never runs.
                     if step == Step::Last && worker {
                         store::runs::finish_run(ctx, &run, Outcome::Done, None, None)?;
-                        return Ok(Some(Outcome::Done));
+                        return Ok(Some((Outcome::Done, None)));
                     }
                     if step == Step::Last {
                         let why = format!("paused after {max_steps} model calls; Continue goes on");
@@ -682,7 +693,9 @@ impl Runs {
                             json!({"run_id": run.id, "steps": steps, "reason": why}),
                         )?;
                         store::runs::finish_run(ctx, &run, Outcome::Paused, Some(&why), None)?;
-                        return Ok(Some(Outcome::Paused));
+                        // A goal goes on past a turn's own limit.
+                        let next = store::runs::goal_turn(ctx, &run)?;
+                        return Ok(Some((Outcome::Paused, next)));
                     }
                     if called_tools
                         || !queries::waiting(ctx.conn(), &run.conversation_id)?.is_empty()
@@ -690,10 +703,15 @@ impl Runs {
                         return Ok(None);
                     }
                     store::runs::finish_run(ctx, &run, Outcome::Done, None, None)?;
-                    Ok(Some(Outcome::Done))
+                    let next = store::runs::goal_turn(ctx, &run)?;
+                    Ok(Some((Outcome::Done, next)))
                 })
                 .await?;
-            if let Some(ended) = ended {
+            if let Some((ended, next)) = ended {
+                // The goal's next turn, queued in the job that ended this one.
+                if let Some(next) = next {
+                    self.spawn(next.id, conversation_id.to_string());
+                }
                 return Ok(Some((origin, ended)));
             }
         }

@@ -261,6 +261,17 @@ impl Runs {
                     }
                 }
             };
+            if tools::goal::is_goal_tool(&call.name) {
+                self.tool_started(run, &call, &summary, approved).await?;
+                match self.goal_call(run, &call.name, &call.arguments).await? {
+                    Ok(text) => {
+                        let output = tools::ToolOutput::ok(text, summary, 0);
+                        self.record_result(run, &call, output, None).await?
+                    }
+                    Err(text) => self.record_failure(run, &call, &text, "refused", 0).await?,
+                }
+                continue;
+            }
             if call.name == tools::spawn::LIST_NAME {
                 self.tool_started(run, &call, &summary, approved).await?;
                 let output = self.list_agents_call(&run.conversation_id).await?;

@@ -12,6 +12,7 @@ pub mod consents;
 pub mod conversations;
 pub mod documents;
 pub mod files;
+pub mod goals;
 pub mod inbox;
 pub mod index;
 pub mod mcp;

@@ -186,6 +186,7 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
         let consents = open_consents(conn, id)?;
         let answered = answered_consents(conn, id)?;
         let seq = conversation.last_seq;
+        let goal = goal(conn, id)?;
         Ok(Snapshot {
             conversation,
             messages,
@@ -193,11 +194,22 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
             pending,
             consents,
             answered,
+            goal,
             seq,
         })
     })();
     let _ = conn.execute_batch("COMMIT");
     result
+}
+
+/// The chat's goal, if it has one.
+pub fn goal(conn: &Connection, conversation_id: &str) -> Result<Option<Goal>, ApiError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {GOAL_COLUMNS} FROM goals WHERE conversation_id = ?1"
+        ))?
+        .query_row([conversation_id], Goal::from_row)
+        .optional()?)
 }
 
 /// The unanswered consent cards of the chat's live (waiting) run, and

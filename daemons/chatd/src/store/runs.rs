@@ -128,7 +128,7 @@ pub fn count_step(ctx: &mut Ctx, run_id: &str, message_id: &str) -> Result<(), A
         "UPDATE runs SET message_id = ?1, steps = steps + 1 WHERE id = ?2",
         params![message_id, run_id],
     )?;
-    Ok(())
+    super::goals::count_step(ctx, run_id)
 }
 
 /// Ends a run: its status, its message's status, `run.finished`, and the
@@ -169,7 +169,8 @@ pub fn finish_run(
     }
     ctx.emit(&run.conversation_id, EventKind::RunFinished, data)?;
     set_state(ctx, &run.conversation_id, ChatState::Idle)?;
-    Ok(())
+    // A turn cut short pauses the chat's goal: nothing goes on by itself.
+    super::goals::after_cut(ctx, run, outcome.run_status())
 }
 
 /// Ends the runs a crash left `running` as interrupted (their text kept);
@@ -211,4 +212,15 @@ pub fn recover(ctx: &mut Ctx) -> Result<Vec<(String, String)>, ApiError> {
         );
     }
     Ok(queued)
+}
+
+/// After a turn that ended by itself: the chat's goal's next turn, queued
+/// in the same job (or the goal paused at a limit: `None`).
+pub fn goal_turn(ctx: &mut Ctx, run: &Run) -> Result<Option<Run>, ApiError> {
+    if !super::goals::follow(ctx, run)? {
+        return Ok(None);
+    }
+    let conversation =
+        queries::conversation(ctx.conn(), &run.conversation_id, queries::Trashed::Include)?;
+    insert_run(ctx, &conversation, RunMode::Send, Origin::User, None).map(Some)
 }

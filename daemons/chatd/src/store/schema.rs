@@ -414,4 +414,28 @@ CREATE UNIQUE INDEX subagents_task ON subagents(parent_id, task_n);
 -- of their ids): each once.
 ALTER TABLE subagents ADD COLUMN noted TEXT;
 "#,
+    r#"
+-- A chat's goal: one a chat, kept until it is cleared or replaced. turns:
+-- the turns the goal started; steps: model calls while it was active;
+-- asked_evidence: goal_done without evidence was answered once.
+CREATE TABLE goals (
+    conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    state TEXT NOT NULL,
+    paused_by TEXT,
+    note TEXT,
+    needs TEXT,
+    evidence TEXT,
+    turns INTEGER NOT NULL DEFAULT 0,
+    max_turns INTEGER NOT NULL,
+    steps INTEGER NOT NULL DEFAULT 0,
+    max_steps INTEGER NOT NULL,
+    asked_evidence INTEGER NOT NULL DEFAULT 0,
+    set_at TEXT NOT NULL,
+    updated TEXT NOT NULL
+);
+-- A goal line of the transcript: what it marks and, on `continue`, the turn.
+ALTER TABLE messages ADD COLUMN goal_event TEXT;
+ALTER TABLE messages ADD COLUMN goal_turn INTEGER;
+"#,
 ];

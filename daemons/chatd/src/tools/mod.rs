@@ -8,6 +8,7 @@
 pub mod describe;
 pub mod files;
 pub mod fit;
+pub mod goal;
 pub mod search;
 pub mod spawn;
 pub mod task;
@@ -374,6 +375,15 @@ pub fn summarize_call(name: &str, arguments: &str) -> String {
         task::NAME => {
             let title = map.get("title").and_then(Value::as_str).unwrap_or("?");
             format!("task «{}»", one_line(title, 60))
+        }
+        goal::DONE | goal::BLOCKED => {
+            let field = if name == goal::DONE {
+                "summary"
+            } else {
+                "reason"
+            };
+            let note = map.get(field).and_then(Value::as_str).unwrap_or("?");
+            format!("{name} «{}»", one_line(note, 60))
         }
         "todo_write" => {
             let n = map
