@@ -797,6 +797,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "files"],
         &["chat", "subagents"],
         &["chat", "tasks"],
+        &["chat", "goal"],
         &["chat", "cancel"],
         &["chat", "continue"],
         &["chat", "tools"],
@@ -1408,6 +1409,161 @@ async fn tandem_chat_agents_mode_cancel_continue_and_tasks() {
         "{}",
         text(&again)
     );
+}
+
+/// `tandem chat goal`: a goal set from the terminal goes on by itself and
+/// ends done, shown with the model's summary and evidence; another is
+/// paused, resumed and cleared, each with its line, and a change its state
+/// does not allow exits 1 with chatd's reason; an empty goal is refused
+/// naming `text`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_chat_goal_sets_shows_pauses_resumes_and_clears() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let script = |chat: &str, next: serde_json::Value| {
+        sim.post(
+            "/sim/faults",
+            serde_json::json!({"session": format!("chat-{chat}"), "next": next}),
+        )
+    };
+    let goal = |chat: &str, args: &[&str]| {
+        let mut all = vec!["chat", "goal", chat];
+        all.extend_from_slice(args);
+        b.tandem_env(&all, &env)
+    };
+
+    // Its first turn ends the goal done, with a summary and evidence.
+    let chat = client.create_chat_in("auto").await.unwrap();
+    script(
+        &chat,
+        serde_json::json!([
+            {"tool_calls": [{"name": "goal_done", "arguments":
+                {"summary": "notes.md holds the summary", "evidence": ["notes.md"]}}]},
+            {"text": "Done: notes.md holds it."},
+        ]),
+    )
+    .await
+    .unwrap();
+    let none = goal(&chat, &[]);
+    assert!(none.status.success(), "{}", text(&none));
+    assert!(
+        text(&none).contains("this chat has no goal"),
+        "{}",
+        text(&none)
+    );
+    let set = goal(&chat, &["set", "Summarise", "the", "notes"]);
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(
+        text(&set).contains("goal set; its first turn started (run r_"),
+        "{}",
+        text(&set)
+    );
+    let shown = wait_until("the goal to be done", Duration::from_secs(60), || async {
+        let shown = goal(&chat, &[]);
+        let out = text(&shown);
+        (shown.status.success() && out.contains("state: done")).then_some(out)
+    })
+    .await
+    .unwrap();
+    assert!(shown.starts_with("goal: Summarise the notes\n"), "{shown}");
+    assert!(
+        shown.contains("state: done · turn 1 of 20 · 1 of 400 model calls"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("summary: notes.md holds the summary"),
+        "{shown}"
+    );
+    assert!(shown.contains("evidence:\n  - notes.md\n"), "{shown}");
+    // A done goal is replaced, not resumed.
+    let resumed = goal(&chat, &["resume"]);
+    assert_eq!(resumed.status.code(), Some(1), "{}", text(&resumed));
+    assert!(text(&resumed).contains("goal_state"), "{}", text(&resumed));
+
+    // Another goal's turn answers slowly (longer than the test): it runs
+    // while the goal is paused, resumed and cleared.
+    let other = client.create_chat_in("auto").await.unwrap();
+    script(&other, serde_json::json!([{"tokens": 4000, "tps": 20}]))
+        .await
+        .unwrap();
+    let set = goal(&other, &["set", "Count", "the", "words"]);
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(
+        text(&set).contains("its first turn started (run r_"),
+        "{}",
+        text(&set)
+    );
+    let shown = goal(&other, &[]);
+    assert!(
+        text(&shown).contains("state: active · turn 1 of 20"),
+        "{}",
+        text(&shown)
+    );
+    let paused = goal(&other, &["pause"]);
+    assert!(paused.status.success(), "{}", text(&paused));
+    assert!(
+        text(&paused).starts_with("goal paused;"),
+        "{}",
+        text(&paused)
+    );
+    let shown = text(&goal(&other, &[]));
+    assert!(shown.contains("state: paused"), "{shown}");
+    assert!(shown.contains("paused by: user"), "{shown}");
+    assert!(
+        shown.contains(&format!("tandem chat goal {other} resume")),
+        "{shown}"
+    );
+    let again = goal(&other, &["pause"]);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(
+        text(&again).contains("the goal is paused, not active"),
+        "{}",
+        text(&again)
+    );
+    // The slow turn still runs: the resumed goal's next turn follows it.
+    let resumed = goal(&other, &["resume"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        text(&resumed)
+            .contains("goal resumed with new counts; its next turn follows the turn that runs now"),
+        "{}",
+        text(&resumed)
+    );
+    assert!(
+        text(&goal(&other, &[])).contains("state: active · turn 0 of 20 · 0 of 400"),
+        "new counts"
+    );
+    let cleared = goal(&other, &["clear"]);
+    assert!(cleared.status.success(), "{}", text(&cleared));
+    assert!(
+        text(&cleared).starts_with("goal cleared"),
+        "{}",
+        text(&cleared)
+    );
+    assert!(text(&goal(&other, &[])).contains("this chat has no goal"));
+    let gone = goal(&other, &["clear"]);
+    assert_eq!(gone.status.code(), Some(1), "{}", text(&gone));
+
+    // An empty goal is chatd's to refuse, naming the field.
+    for empty in [&["set", "  "][..], &["set"][..]] {
+        let refused = goal(&other, empty);
+        assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+        assert!(
+            text(&refused).contains("text: the goal is empty"),
+            "{}",
+            text(&refused)
+        );
+    }
+    // Words go only with `set`.
+    let stray = goal(&other, &["pause", "now"]);
+    assert!(!stray.status.success(), "{}", text(&stray));
 }
 
 /// `tandem chat tools CHAT --saved-agents on|off` switches the opt-in and

@@ -310,6 +310,42 @@ pub enum ChatCommand {
         /// A task's id (from the list).
         id: Option<String>,
     },
+    /// Show or change a chat's goal: what it works toward turn after turn,
+    /// without anyone typing "continue".
+    ///
+    /// With a goal set, the chat keeps working: when a turn ends, the next
+    /// one starts by itself, until the model says the goal is done (with a
+    /// summary and its evidence: files or calls) or blocked (with what it
+    /// needs from you). It pauses by itself after 20 turns or 400 model
+    /// calls (`[chatd] goal_max_turns`, `goal_max_steps`), when it repeats
+    /// the same call with the same result, when a turn fails or chatd
+    /// restarts, and when you stop the chat (`tandem chat cancel`). Only a
+    /// chat you started has one; setting one replaces the last.
+    ///
+    /// Without an action, prints the goal: its text, its state with the
+    /// turns and model calls used, why it paused, the summary or reason, what
+    /// it needs, its evidence. `set WORDS…` sets it (the words joined): its
+    /// first turn starts at once, or after the turn that runs now. `pause`
+    /// lets the running turn finish and starts no other; `resume` goes on
+    /// with a paused or blocked goal with new counts; `clear` removes it.
+    /// Exit 1 when chatd refuses, with its reason.
+    ///
+    /// Examples:
+    ///
+    ///   tandem chat goal c_0123abcd set Turn the notes in research/ into a two-page summary
+    ///
+    ///   tandem chat goal c_0123abcd
+    ///
+    ///   tandem chat goal c_0123abcd resume
+    Goal {
+        /// The chat id.
+        chat: String,
+        /// set, pause, resume or clear (none: show the goal).
+        #[arg(value_parser = ["set", "pause", "resume", "clear"])]
+        action: Option<String>,
+        /// set: the goal, in words (joined with spaces).
+        words: Vec<String>,
+    },
     /// What a chat is offered, and its opt-in tools switched on or off.
     ///
     /// Lists the chat's built-in tools, its MCP servers' tools (with why one
@@ -634,6 +670,11 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             Some(id) => crate::commands::chat_tasks::show(&chat, &id).await,
             None => crate::commands::chat_tasks::list(&chat).await,
         },
+        ChatCommand::Goal {
+            chat,
+            action,
+            words,
+        } => crate::commands::chat_goal::exec(&chat, action.as_deref(), &words).await,
         ChatCommand::Subagents { chat, id, stop } => match (id, stop) {
             (Some(id), true) => subagents::stop(&chat, &id).await,
             (Some(id), false) => subagents::show(&chat, &id).await,
@@ -732,6 +773,7 @@ async fn follow(
                             eprintln!("\n{line}");
                         }
                     }
+                    "goal" => eprintln!("\n{}", crate::commands::chat_goal::event_line(&data)),
                     "tool.consent" if data["subagent_id"].is_string() => {
                         if let Some(line) = subagents::consent_line(&data) {
                             eprintln!("\n{line}");

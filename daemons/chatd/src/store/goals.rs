@@ -189,7 +189,7 @@ pub fn pause_by_person(ctx: &mut Ctx, conversation_id: &str) -> Result<Goal, Api
     if !pause(ctx, conversation_id, PausedBy::User, "paused by you")? {
         return Err(not_in(&goal, "active", "pause"));
     }
-    announced(ctx, conversation_id)
+    existing(ctx.conn(), conversation_id)
 }
 
 fn not_in(goal: &Goal, wanted: &str, verb: &str) -> ApiError {
