@@ -138,7 +138,7 @@ enum Blind {
 }
 
 /// chatd's data folder, from its environment (the same for every process).
-fn data_dir(shared: &Shared) -> anyhow::Result<PathBuf> {
+pub(crate) fn data_dir(shared: &Shared) -> anyhow::Result<PathBuf> {
     let pid = shared.pid.load(Ordering::Relaxed);
     let environ = std::fs::read(format!("/proc/{pid}/environ"))
         .with_context(|| format!("reading chatd's (pid {pid}) environment"))?;

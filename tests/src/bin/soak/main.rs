@@ -26,7 +26,8 @@
 //!   `subagents.rs`; a chat of a saved agent kept to a folder read only,
 //!   the folder renamed away and back: `agent_folder.rs`; and a chat in
 //!   Agents mode whose main agent hands jobs to workers, under kills, stops
-//!   and Continue: `agents_mode.rs`).
+//!   and Continue: `agents_mode.rs`; a chat working toward goal after goal
+//!   by itself, stopped and killed under it: `goals.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -86,7 +87,11 @@
 //!     worker wrote holds k and is created once in the change sets (no write
 //!     ran again after a Continue), every done task's report is kept at
 //!     `.tandem/tasks/<n>/report.md`, and every run ended (`agents_mode.rs`,
-//!     `agents_mode_checks.rs`).
+//!     `agents_mode_checks.rs`);
+//! 22. a chat working toward goal after goal: every run ended, the goal is
+//!     never active on an idle chat, every `continue` line follows a turn
+//!     that ended by itself and was answered by one run at most, and every
+//!     goal line has its one `goal` event (`goals.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -128,6 +133,7 @@ mod egress_load;
 mod faults;
 mod files;
 mod files_trash;
+mod goals;
 mod hostexec;
 mod hostexec_calls;
 mod hostexec_serve;

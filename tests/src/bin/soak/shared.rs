@@ -39,9 +39,10 @@ pub(crate) enum Inv {
     Subagents,
     AgentFolder,
     AgentsMode,
+    Goals,
 }
 
-pub(crate) const INVARIANTS: [Inv; 21] = [
+pub(crate) const INVARIANTS: [Inv; 22] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -63,6 +64,7 @@ pub(crate) const INVARIANTS: [Inv; 21] = [
     Inv::Subagents,
     Inv::AgentFolder,
     Inv::AgentsMode,
+    Inv::Goals,
 ];
 
 impl Inv {
@@ -88,6 +90,7 @@ impl Inv {
             Inv::Subagents => "every sub-agent ended; each not stopped with its parent handed back exactly one result (its call's result, or one message or waiting message with its card) and exactly one sub_agent_done; never more than 4 running in the background in any sample; every refused repeat or 5th started no conversation",
             Inv::AgentFolder => "a chat with a saved agent kept to a folder (read only): the folder's files never changed, a write there was refused, every send while it was away was refused 409 agent_folder_missing and stored nothing, and every turn of the chat ended",
             Inv::AgentsMode => "a chat in Agents mode: every task ended; each task call has exactly one result, a brief with code was refused and started no worker (as many tasks as calls that started one); every tasks/k.md a worker wrote holds k and is created once in the change sets (no write ran again after a Continue); every done task's report is kept at .tandem/tasks/<n>/report.md; every run of the chat ended",
+            Inv::Goals => "a chat working toward goal after goal: every run ended; the goal is never active on an idle chat; every continue line follows a turn that ended by itself (a stop, a failure or a kill pauses the goal) and was answered by one run at most; every goal line has its one goal event",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -102,7 +105,9 @@ impl Inv {
             Inv::Push => Some(PartName::Push),
             Inv::Documents => Some(PartName::Documents),
             Inv::Mcp => Some(PartName::Mcp),
-            Inv::Subagents | Inv::AgentFolder | Inv::AgentsMode => Some(PartName::Subagents),
+            Inv::Subagents | Inv::AgentFolder | Inv::AgentsMode | Inv::Goals => {
+                Some(PartName::Subagents)
+            }
             _ => None,
         }
     }

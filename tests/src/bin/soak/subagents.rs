@@ -23,7 +23,8 @@
 //! and no run of its chats is left; the end's checks are
 //! `subagents_checks.rs` (`Inv::Subagents`). Beside them, a chat with a
 //! saved agent kept to a folder (`agent_folder.rs`, `Inv::AgentFolder`), and
-//! a chat in Agents mode (`agents_mode.rs`, `Inv::AgentsMode`).
+//! a chat in Agents mode (`agents_mode.rs`, `Inv::AgentsMode`), and a chat
+//! working toward goals by itself (`goals.rs`, `Inv::Goals`).
 
 use super::*;
 
@@ -155,6 +156,7 @@ pub(crate) struct SubagentsPart {
     run: Mutex<Option<Run>>,
     folder: Mutex<Option<crate::agent_folder::FolderRun>>,
     agents: Mutex<Option<crate::agents_mode::AgentsRun>>,
+    goals: Mutex<Option<crate::goals::GoalsRun>>,
 }
 
 impl SubagentsPart {
@@ -165,6 +167,7 @@ impl SubagentsPart {
             run: Mutex::new(None),
             folder: Mutex::new(None),
             agents: Mutex::new(None),
+            goals: Mutex::new(None),
         }
     }
 }
@@ -191,6 +194,7 @@ impl Part for SubagentsPart {
             let seeds: Vec<u64> = ids.iter().map(|_| rng.random()).collect();
             let folder = crate::agent_folder::run(&shared, &self.dir, rng.random());
             let agents = crate::agents_mode::run(&shared, rng.random(), self.duration);
+            let goals = crate::goals::run(&shared, rng.random());
             let work = async {
                 let loads = futures_util::future::join_all(ids.iter().zip(seeds).enumerate().map(
                     |(i, (id, seed))| {
@@ -203,10 +207,11 @@ impl Part for SubagentsPart {
                 ended.store(true, Ordering::Relaxed);
                 (loads, settled)
             };
-            let (samples, (chats, settled), folder, agents) =
-                tokio::join!(sample(&shared, &ids, &ended), work, folder, agents);
+            let (samples, (chats, settled), folder, agents, goals) =
+                tokio::join!(sample(&shared, &ids, &ended), work, folder, agents, goals);
             *lock(&self.folder) = folder;
             *lock(&self.agents) = agents;
+            *lock(&self.goals) = goals;
             *lock(&self.run) = Some(Run {
                 db,
                 agent,
@@ -222,6 +227,7 @@ impl Part for SubagentsPart {
         Box::pin(async move {
             let folder = lock(&self.folder).take();
             let agents = lock(&self.agents).take();
+            let goals = lock(&self.goals).take();
             let run = lock(&self.run).take();
             let mut totals = match run {
                 Some(run) => check(&shared, &run).await,
@@ -232,6 +238,9 @@ impl Part for SubagentsPart {
             }
             if let Some(agents) = agents {
                 totals.extend(crate::agents_mode_checks::check(&shared, &agents).await);
+            }
+            if let Some(goals) = goals {
+                totals.extend(crate::goals::check(&shared, &goals).await);
             }
             PartEnd {
                 totals,
