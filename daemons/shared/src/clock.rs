@@ -1,6 +1,7 @@
-//! What time it is for triggerd: the system clock, or for tests a file
-//! holding an RFC 3339 time, read at every check, so a test can move time
-//! across a downtime or a daylight-saving change without waiting.
+//! What time it is for a daemon's schedules (triggerd's triggers, chatd's
+//! loops): the system clock, or for tests a file holding an RFC 3339 time,
+//! read at every check, so a test can move time across a downtime or a
+//! daylight-saving change without waiting.
 
 use std::path::PathBuf;
 

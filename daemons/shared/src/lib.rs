@@ -5,6 +5,7 @@
 //! config. A daemon's `main` is these calls in order, then its own work.
 
 pub mod chatd;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod db;

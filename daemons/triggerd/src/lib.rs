@@ -15,7 +15,7 @@
 //! second one waits for the lock before it opens anything.
 
 pub mod api;
-pub mod clock;
+pub use tandem_shared::clock;
 pub mod config;
 pub mod folders;
 pub mod metrics;
