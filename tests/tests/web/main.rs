@@ -12,6 +12,7 @@ mod files_page_preview;
 mod files_page_search;
 mod files_page_trash;
 mod front;
+mod goal_page;
 mod inbox;
 mod keyboard;
 mod mcp_apps_page;

@@ -18,7 +18,7 @@
  *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
  *   context.js   prompts, resources and templates of the chat's MCP servers in front of a message; a preview
  *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
- *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded
+ *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded; its goal
  *   agents.js    the Agents panel: saved agents, their chats, the form, import, export, templates
  *   app.js       this file, below
  *
@@ -432,6 +432,7 @@ function leaveLive() {
   closePanel(); // settings.js
   closeSwitcher(); // around.js
   renderSubs(); // subagents.js
+  renderGoal();
   if ($('#copy-dialog').open) $('#copy-dialog').close();
   closeDetails(false); // status.js
   hideToast();
@@ -647,6 +648,7 @@ function clearChatView(home) {
   for (const box of ['#messages', '#consents', '#pending']) $(box).replaceChildren();
   $('#messages').dataset.seq = '0';
   renderSubs(); // subagents.js: hidden, its panel closed
+  renderGoal(); // and the goal's line
 }
 
 /** The start screen: no chat open; the first message sent makes one. */
@@ -744,6 +746,7 @@ function init() {
   initPush(); // push.js: "Notify me on this device"
   initFileSearch(); // filesearch.js: the files pane's search box
   initSubs(); // subagents.js: the sub-agent's panel
+  initGoal(); // subagents.js: the goal's buttons
   initAgents(); // agents.js: the Agents panel
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });

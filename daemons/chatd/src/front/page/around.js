@@ -33,7 +33,7 @@ const switcher = { ticket: 0, timer: null, items: [], at: 0, back: null };
 
 /** Adds the Branch button to a message's view (app.js's makeView). */
 function addBranch(c, message, node) {
-  if (message.role === 'tool' || message.role === 'cleared') return;
+  if (message.role === 'tool' || message.role === 'cleared' || message.role === 'goal') return; // a goal line is not forked
   const branch = button('branch quiet', 'Branch', (e) => branchFrom(c, message.id, e.currentTarget),
     { title: 'A new chat with the messages up to this one', 'aria-label': 'Branch: a new chat up to this message' });
   let actions = $(':scope > .actions', node);

@@ -20,6 +20,7 @@ function buildChat(snapshot) {
   const c = {
     id: snapshot.conversation.id,
     conversation: snapshot.conversation,
+    goal: snapshot.goal || null, // its line over the composer (subagents.js)
     path: [], // the active path, oldest first, tool results included
     byId: new Map(),
     calls: new Map(), // call id → {id, name, summary, status, result, resultSummary, ownerId}
@@ -180,6 +181,7 @@ function renderChat() {
   for (const id of c.pending.keys()) paintPending(c, id);
   renderTitle();
   renderConsents();
+  renderGoal(); // subagents.js
   renderChips(c);
   renderStatus();
   renderMeter();
@@ -205,7 +207,7 @@ function placeView(c, message) {
 /** A message's DOM: reasoning and tool calls fold around the body, made once there is something to fold. */
 function makeView(c, message) {
   const result = isResult(message); // a sub-agent's (subagents.js), not the person's
-  const node = el('div', { class: 'message', 'data-message-id': message.id, 'data-role': result ? 'result' : message.role });
+  const node = el('div', { class: 'message', 'data-message-id': message.id, 'data-role': result ? 'result' : message.role, 'data-goal-event': message.goal_event });
   const view = { node, body: el('div', { class: 'body' }), reasoning: null, tools: null, note: null, callNodes: new Map(), editing: false, later: null };
   node.append(view.body);
   if (message.role === 'assistant') node.append(view.note = el('p', { class: 'note', hidden: true }));
@@ -243,6 +245,7 @@ function fillBody(body, message) {
   else if (message.role === 'compacted') {
     body.replaceChildren(el('details', { class: 'summary-fold' }, el('summary', { text: 'Summary of the earlier conversation' }), md.render(text)));
   } else if (message.role === 'cleared') body.textContent = 'Context cleared: the model does not see the messages above.';
+  else if (message.role === 'goal') body.textContent = goalLineText(message); // subagents.js
   else body.textContent = message.role === 'user' ? typedText(message) : text; // as typed (composer.js: without what chatd added for files)
   return true;
 }

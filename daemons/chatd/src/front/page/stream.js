@@ -300,4 +300,5 @@ const EVENTS = {
   sub_agent_done(c, d) { subDone(c, d); },
   task_started(c) { loadTasks(c, true); }, // subagents.js: the task's line
   task_done(c, d) { loadTasks(c, true); if (sub.id === d.task_id) showSub(sub.id); },
+  goal(c, d) { c.goal = d.goal || null; renderGoal(); }, // subagents.js: the line over the composer
 };

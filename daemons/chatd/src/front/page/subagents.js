@@ -6,6 +6,8 @@
  * Agents mode's tasks: a `task` call is one line "Task N · title · state";
  * the same panel shows its report (an unverified check marked) over its
  * worker's transcript.
+ * A goal (docs/api.md "Goals"): the line over the composer (the goal, its
+ * state, Pause, Resume, Clear), its lines in the transcript, and `/goal`.
  */
 'use strict';
 
@@ -213,4 +215,122 @@ function taskReport(s) {
   const box = el('div', { class: 'task-report' }, md.render(text.replace(/^(-[^\n]*)\n(?=[^-\s])/gm, '$1\n\n'))); // a field after a list is no part of its last item
   for (const li of box.querySelectorAll('li')) if (/^unverified:/.test(li.textContent)) li.classList.add('unverified');
   return box;
+}
+
+/* -- goal -- */
+
+/** A button's (and a command's) route: [method, path under the chat]; setting one is a PUT of /goal. */
+const GOAL_ROUTES = { pause: ['POST', '/goal/pause'], resume: ['POST', '/goal/resume'], clear: ['DELETE', '/goal'] };
+
+/** The open chat's goal over the composer: its text on one line, its state, what can be done. */
+function renderGoal() {
+  const box = $('#goal');
+  const g = chat && chat.goal;
+  box.hidden = !g;
+  if (!g) return;
+  box.dataset.state = g.state;
+  const active = g.state === 'active';
+  $('#goal-state').textContent = active ? `Goal · ${g.turns ? `turn ${g.turns} of ${g.max_turns}` : 'starts after this answer'}`
+    : g.state === 'done' ? 'Goal reached' : `Goal ${g.state}`;
+  const text = $('.goal-text', box);
+  text.textContent = oneLine(g.text);
+  text.title = g.text;
+  const note = $('.goal-note', box);
+  const evidence = (g.evidence || []).length ? ` (evidence: ${g.evidence.join(', ')})` : '';
+  const why = String(g.note || g.paused_by || '');
+  note.textContent = g.state === 'paused' ? why.charAt(0).toUpperCase() + why.slice(1)
+    : g.state === 'blocked' ? `${g.note || 'Blocked'}${g.needs ? ` It needs: ${g.needs}` : ''}`
+      : g.state === 'done' ? `${g.note || ''}${evidence}` : '';
+  note.hidden = !note.textContent;
+  $('#goal-pause').hidden = !active;
+  $('#goal-resume').hidden = g.state !== 'paused' && g.state !== 'blocked';
+  $('#goal-clear').textContent = g.state === 'done' ? 'Dismiss' : 'Clear';
+}
+
+/** A goal chatd answered (null: none), unless the chat has a newer one (its event came first). */
+function noteGoal(c, goal, was) {
+  if (goal ? c.goal && c.goal.updated > goal.updated : c.goal && c.goal.updated !== was) return;
+  c.goal = goal || null;
+  if (c === chat) renderGoal();
+}
+
+/** Sets (`text`), pauses, resumes or clears the chat's goal; a refusal is thrown (an ApiError). */
+async function goalRequest(c, action, text) {
+  const was = c.goal && c.goal.updated;
+  const [method, path] = GOAL_ROUTES[action] || ['PUT', '/goal'];
+  const call = () => api(method, `/conversations/${enc(c.id)}${path}`, method === 'DELETE' ? undefined : text ? { text } : {});
+  try {
+    const answer = await (action === 'set' || action === 'resume' ? startingRun(c, call) : call());
+    noteGoal(c, action === 'clear' ? null : answer && answer.goal, was);
+  } catch (error) {
+    if (error.status === 404 && action !== 'set') noteGoal(c, null, was); // cleared meanwhile
+    else if (error.type === 'goal_state') loadGoal(c); // changed meanwhile: as it is now
+    throw error;
+  }
+  refreshListSoon();
+}
+
+/** The chat's goal as chatd has it now. */
+async function loadGoal(c) {
+  const data = await api('GET', `/conversations/${enc(c.id)}/goal`).catch(() => null);
+  if (data) noteGoal(c, data.goal, c.goal && c.goal.updated);
+}
+
+/** Pause, Resume, Clear (a refusal shown as the page's others are). */
+async function goalButton(action, target) {
+  const c = chat;
+  if (!c) return;
+  const hadFocus = document.activeElement === target; // disabled or hidden, it drops it: handed on below
+  target.disabled = true;
+  try {
+    await goalRequest(c, action);
+  } catch (error) {
+    showError(error);
+  }
+  target.disabled = false;
+  if (hadFocus && (target.hidden || document.activeElement !== target)) ($('#goal:not([hidden]) .goal-head button:not([hidden])') || $('#composer')).focus();
+}
+
+/**
+ * `/goal …` typed and sent (composer.js; `arg` what follows): `/goal <text>` sets the goal (on the
+ * start screen in a new chat), `clear`, `resume` and `pause` do that, `/goal` alone shows the goal.
+ */
+async function goalCommand(typed, arg) {
+  const box = $('#composer');
+  const key = compose.key || NEW_CHAT_KEY;
+  const word = arg.toLowerCase();
+  page.sending = true;
+  box.value = '';
+  fitComposer();
+  try {
+    if (!arg || GOAL_ROUTES[word]) {
+      if (chat) await (arg ? goalRequest(chat, word) : loadGoal(chat));
+      if (!chat || (!arg && !chat.goal)) showToast('This chat has no goal: type /goal and what it should work toward.');
+    } else {
+      const c = chat || await startChat();
+      if (!c) throw new Error('the new chat did not open');
+      await nameChat(c, arg);
+      await goalRequest(c, 'set', arg);
+      keepBottom(true);
+    }
+    draftSet(key, '');
+  } catch (failure) {
+    if (!box.value && compose.key === key) { box.value = typed; fitComposer(); }
+    if (failure.status !== 401) showInlineError($('#composer-error'), failure);
+  } finally {
+    page.sending = false;
+  }
+}
+
+/** A goal line of the transcript: what changed, in a few words. */
+function goalLineText(m) {
+  const text = String(m.text || '');
+  if (m.goal_event === 'continue') return `Continue toward the goal${m.goal_turn ? ` · turn ${m.goal_turn}` : ''}`;
+  if (m.goal_event === 'set') return text.replace(/^Goal: /, 'Goal set: ');
+  if (m.goal_event === 'resumed') return text.replace(/^Resume work toward the goal: /, 'Goal resumed: ');
+  return text;
+}
+
+function initGoal() {
+  for (const action of Object.keys(GOAL_ROUTES)) $(`#goal-${action}`).addEventListener('click', (e) => goalButton(action, e.currentTarget));
 }
