@@ -54,6 +54,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Sets a daemon's clock file (triggerd's, chatd's loops') to RFC 3339 `at`:
+/// written whole then renamed, so the daemon never reads half a time.
+pub fn set_clock_file(path: &std::path::Path, at: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, at)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
 /// Polls `check` until it returns `Some`, failing after `bound`.
 pub async fn wait_until<T, F, Fut>(what: &str, bound: Duration, mut check: F) -> anyhow::Result<T>
 where

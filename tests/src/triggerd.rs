@@ -122,11 +122,7 @@ impl Triggerd {
 
     /// Sets the clock the test drives (RFC 3339).
     pub fn set_clock(&self, at: &str) -> anyhow::Result<()> {
-        // Written whole then renamed: triggerd never reads half a time.
-        let tmp = self.clock.with_extension("tmp");
-        std::fs::write(&tmp, at)?;
-        std::fs::rename(&tmp, &self.clock)?;
-        Ok(())
+        crate::harness::set_clock_file(&self.clock, at)
     }
 
     /// `call` on `/v1/chat-app/triggers{path}`.

@@ -87,6 +87,13 @@ pub struct ChatdConfig {
     pub goal_max_turns: u32,
     /// Model calls the turns of one goal make together before it pauses.
     pub goal_max_steps: u32,
+    /// A loop's shortest interval, and a self-paced one's shortest wait (s).
+    pub loop_min_interval_s: u32,
+    /// Loop runs started on the box in one UTC day, over all loops.
+    pub loop_daily_runs: u32,
+    /// For tests: a file holding the time loops go by (RFC 3339); empty:
+    /// the system clock.
+    pub clock_file: PathBuf,
     /// Tokens kept free for the model's answer when a request is sized.
     pub answer_tokens: u64,
     /// The compaction line, in percent of the context window.
@@ -286,6 +293,9 @@ impl Default for ChatdConfig {
             max_steps: 40,
             goal_max_turns: 20,
             goal_max_steps: 400,
+            loop_min_interval_s: 60,
+            loop_daily_runs: 200,
+            clock_file: PathBuf::new(),
             answer_tokens: 4096,
             compact_percent: 80,
             egress_socket: tandem_shared::daemon::runtime_dir().join("egress.sock"),
@@ -377,6 +387,9 @@ pub const ENV_KEYS: &[EnvKey] = &[
     },
     EnvKey::new("QSE_CHAT_GOAL_MAX_TURNS", "chatd.goal_max_turns"),
     EnvKey::new("QSE_CHAT_GOAL_MAX_STEPS", "chatd.goal_max_steps"),
+    EnvKey::new("QSE_CHAT_LOOP_MIN_INTERVAL_S", "chatd.loop_min_interval_s"),
+    EnvKey::new("QSE_CHAT_LOOP_DAILY_RUNS", "chatd.loop_daily_runs"),
+    EnvKey::new("QSE_CHAT_CLOCK_FILE", "chatd.clock_file"),
     EnvKey {
         env: "QSE_CHAT_ANSWER_TOKENS",
         key: "chatd.answer_tokens",
@@ -569,6 +582,21 @@ impl ChatdConfig {
                 "goal_max_steps",
                 format!("{} is outside 1..=100000", self.goal_max_steps),
             ));
+        }
+        if !(30..=86_400).contains(&self.loop_min_interval_s) {
+            return Err(bad(
+                "loop_min_interval_s",
+                format!("{} is outside 30..=86400", self.loop_min_interval_s),
+            ));
+        }
+        if !(1..=100_000).contains(&self.loop_daily_runs) {
+            return Err(bad(
+                "loop_daily_runs",
+                format!("{} is outside 1..=100000", self.loop_daily_runs),
+            ));
+        }
+        if !self.clock_file.as_os_str().is_empty() && !self.clock_file.is_absolute() {
+            return Err(bad("clock_file", "must be an absolute path".into()));
         }
         if !(256..=131_072).contains(&self.answer_tokens) {
             return Err(bad(
@@ -790,6 +818,10 @@ mod tests {
         check(
             |c| c.goal_max_turns = 0,
             "chatd.goal_max_turns: 0 is outside 1..=1000",
+        );
+        check(
+            |c| c.loop_min_interval_s = 29,
+            "chatd.loop_min_interval_s: 29 is outside 30..=86400",
         );
         check(
             |c| c.compact_percent = 99,

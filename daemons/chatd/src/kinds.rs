@@ -38,6 +38,8 @@ tandem_shared::words! {
         Cleared => "cleared",
         /// The chat's goal changed (`goal`: the whole goal, null once cleared).
         Goal => "goal",
+        /// The chat's loops changed (`loops`: the whole list).
+        Loops => "loops",
         EgressUpdated => "egress.updated",
         /// A chat's files changed: a change set was kept.
         Files => "files",

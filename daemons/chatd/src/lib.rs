@@ -427,6 +427,7 @@ pub async fn run(
         }
     });
     housekeeping::spawn(app.clone());
+    app.runs.start_loops();
     index.spawn(shutdown.clone());
 
     let address = listener.local_addr()?;

@@ -107,10 +107,20 @@ pub struct Message {
     /// On a `continue` goal line: the goal's turn it starts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goal_turn: Option<i64>,
+    /// On a user line a loop sent: the loop and its run number.
+    #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub loop_ref: Option<LoopRef>,
+}
+
+/// The loop a user line came from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LoopRef {
+    pub id: String,
+    pub run: i64,
 }
 
 pub const MESSAGE_COLUMNS: &str =
-    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary, card, goal_event, goal_turn";
+    "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary, card, goal_event, goal_turn, loop_id, loop_run";
 
 /// One tool call of an answer: its id, the tool's name, the arguments' JSON text.
 pub struct CallRef<'a> {
@@ -139,6 +149,7 @@ impl Message {
             card: None,
             goal_event: None,
             goal_turn: None,
+            loop_ref: None,
         }
     }
 
@@ -187,6 +198,10 @@ impl Message {
                 .and_then(|c| serde_json::from_str(&c).ok()),
             goal_event: row.get(14)?,
             goal_turn: row.get(15)?,
+            loop_ref: match (row.get::<_, Option<String>>(16)?, row.get(17)?) {
+                (Some(id), Some(run)) => Some(LoopRef { id, run }),
+                _ => None,
+            },
         })
     }
 }
@@ -347,6 +362,8 @@ pub struct Snapshot {
     pub answered: Vec<Consent>,
     /// The chat's goal, if it has one.
     pub goal: Option<Goal>,
+    /// The chat's loops, oldest first.
+    pub loops: Vec<Loop>,
     pub seq: i64,
 }
 
@@ -475,4 +492,86 @@ impl Goal {
             asked_evidence: row.get::<_, i64>(12)? != 0,
         })
     }
+}
+
+/// A chat's loop as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Loop {
+    pub id: String,
+    pub prompt: String,
+    /// `5m`, `1h30m`; null: self-paced.
+    pub interval: Option<String>,
+    pub interval_seconds: Option<i64>,
+    pub state: crate::words::LoopState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the model of a self-paced loop waits for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+    /// When it runs next (RFC 3339, by chatd's clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    #[serde(skip)]
+    pub next_at: Option<i64>,
+    pub runs: i64,
+    pub max_runs: i64,
+    pub failures: i64,
+    pub skipped: i64,
+    pub running: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip)]
+    pub conversation_id: String,
+    pub created: String,
+    pub updated: String,
+}
+
+pub const LOOP_COLUMNS: &str = "id, conversation_id, prompt, interval_s, state, reason, wait, \
+     next_at, runs, failures, skipped, current_run, created, updated";
+
+/// The runs a loop makes at most.
+pub const LOOP_MAX_RUNS: i64 = 100;
+
+impl Loop {
+    pub fn from_row(row: &Row) -> rusqlite::Result<Loop> {
+        let interval_s: Option<i64> = row.get(3)?;
+        let next_at: Option<i64> = row.get(7)?;
+        let current: Option<String> = row.get(11)?;
+        Ok(Loop {
+            id: row.get(0)?,
+            conversation_id: row.get(1)?,
+            prompt: row.get(2)?,
+            interval: interval_s.map(interval_text),
+            interval_seconds: interval_s,
+            state: row.get(4)?,
+            reason: row.get(5)?,
+            wait: row.get(6)?,
+            next: next_at.map(tandem_shared::clock::rfc3339),
+            next_at,
+            runs: row.get(8)?,
+            max_runs: LOOP_MAX_RUNS,
+            failures: row.get(9)?,
+            skipped: row.get(10)?,
+            running: current.is_some(),
+            run_id: current,
+            created: row.get(12)?,
+            updated: row.get(13)?,
+        })
+    }
+}
+
+/// Seconds as a person writes an interval: `30s`, `5m`, `2h`, `1h30m`.
+pub fn interval_text(seconds: i64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
 }

@@ -46,6 +46,18 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
+    /// Where a chat's loop stands.
+    pub enum LoopState("loop state") {
+        /// Waits for the person's yes (the chat's first loop).
+        Pending => "pending",
+        Active => "active",
+        Paused => "paused",
+        /// Ran its runs, was done, or its run called neither loop tool.
+        Ended => "ended",
+    }
+}
+
+tandem_shared::words! {
     /// What a goal line of the transcript marks.
     pub enum GoalEvent("goal event") {
         Set => "set",
@@ -303,6 +315,7 @@ mod tests {
         check_reads_back::<GoalState>();
         check_reads_back::<PausedBy>();
         check_reads_back::<GoalEvent>();
+        check_reads_back::<LoopState>();
         check_reads_back::<OptIn>();
     }
 

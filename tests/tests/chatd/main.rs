@@ -14,6 +14,7 @@ mod goals;
 mod inbox;
 mod instances;
 mod listeners;
+mod loops;
 mod notify;
 mod push;
 mod requests;

@@ -15,6 +15,7 @@ mod forward;
 mod goals;
 mod history;
 mod invoke;
+mod loops;
 mod mcp;
 mod mcp_apps;
 mod mcp_context;
@@ -122,6 +123,16 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/conversations/{id}/goal/resume", post(goals::resume))
         .route("/conversations/{id}/goal/pause", post(goals::pause))
+        .route(
+            "/conversations/{id}/loops",
+            get(loops::list)
+                .post(loops::create)
+                .delete(loops::remove_all),
+        )
+        .route(
+            "/conversations/{id}/loops/{lid}",
+            put(loops::change).delete(loops::remove_one),
+        )
         .route("/conversations/{id}/tasks", get(tasks::list))
         .route("/conversations/{id}/tasks/{tid}", get(tasks::show))
         .route("/conversations/{id}/subagents", get(subagents::list))

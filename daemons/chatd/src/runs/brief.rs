@@ -89,6 +89,8 @@ pub(super) struct Chat {
     pub(super) part: Part,
     /// The chat's goal while it is active (a person's chat only).
     pub(super) goal: Option<crate::model::Goal>,
+    /// The chat has an active self-paced loop (schedule_next, loop_done).
+    self_paced: bool,
 }
 
 /// A chat's part in Agents mode.
@@ -162,6 +164,7 @@ impl Chat {
             bash_off: None,
             part,
             goal,
+            self_paced: crate::store::loops::self_paced(conn, id)?,
         })
     }
 
@@ -180,6 +183,9 @@ impl Chat {
         }
         if crate::tools::goal::is_goal_tool(name) {
             return self.goal.is_some();
+        }
+        if crate::tools::loops::is_loop_tool(name) {
+            return self.self_paced;
         }
         if self.part == Part::Main && MAIN_OFF.contains(&name) {
             return false;
@@ -214,6 +220,11 @@ impl Chat {
         if crate::tools::goal::is_goal_tool(name) {
             return Some(format!(
                 "`{shown}` is offered only while the chat's goal is active, and it is not"
+            ));
+        }
+        if crate::tools::loops::is_loop_tool(name) {
+            return Some(format!(
+                "`{shown}` is offered only while the chat has a self-paced loop, and it has none"
             ));
         }
         if self.part == Part::Main {

@@ -21,6 +21,7 @@ mod describe;
 mod files;
 mod goals;
 mod kept;
+mod loops;
 pub(crate) mod mcp;
 pub(crate) mod report;
 mod slots;
@@ -97,6 +98,8 @@ pub struct Runs {
 
 struct Inner {
     store: Store,
+    /// The time loops go by.
+    clock: tandem_shared::clock::Clock,
     engine: Engine,
     config: Arc<ChatdConfig>,
     metrics: Arc<Metrics>,
@@ -190,6 +193,8 @@ impl Runs {
         registry.register(tools::task::spec());
         registry.register(tools::goal::done_spec());
         registry.register(tools::goal::blocked_spec());
+        registry.register(tools::loops::next_spec());
+        registry.register(tools::loops::done_spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {
@@ -198,6 +203,7 @@ impl Runs {
         let hostexec = crate::hostexec::HostExec::new(&config.hostexec_socket).ok();
         Runs {
             inner: Arc::new(Inner {
+                clock: tandem_shared::clock::Clock::new(&config.clock_file),
                 store,
                 engine,
                 config,

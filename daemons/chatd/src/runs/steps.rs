@@ -261,9 +261,14 @@ impl Runs {
                     }
                 }
             };
-            if tools::goal::is_goal_tool(&call.name) {
+            let goal_tool = tools::goal::is_goal_tool(&call.name);
+            if goal_tool || tools::loops::is_loop_tool(&call.name) {
                 self.tool_started(run, &call, &summary, approved).await?;
-                match self.goal_call(run, &call.name, &call.arguments).await? {
+                let taken = match goal_tool {
+                    true => self.goal_call(run, &call.name, &call.arguments).await?,
+                    false => self.loop_call(run, &call.name, &call.arguments).await?,
+                };
+                match taken {
                     Ok(text) => {
                         let output = tools::ToolOutput::ok(text, summary, 0);
                         self.record_result(run, &call, output, None).await?

@@ -70,11 +70,12 @@ pub fn insert_row(
     message: Message,
 ) -> Result<Message, ApiError> {
     ctx.conn().execute(
-        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created, attachments, summary, card, goal_event, goal_turn) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        "INSERT INTO messages (id, conversation_id, parent_id, role, text, tool_call_id, run_id, status, created, attachments, summary, card, goal_event, goal_turn, loop_id, loop_run) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         params![message.id, conversation_id, message.parent_id, message.role, message.text, message.tool_call_id, message.run_id, message.status, message.created,
                 message.attachments.as_ref().map(Value::to_string), message.summary, message.card.as_ref().map(Value::to_string),
-                message.goal_event, message.goal_turn],
+                message.goal_event, message.goal_turn,
+                message.loop_ref.as_ref().map(|l| l.id.as_str()), message.loop_ref.as_ref().map(|l| l.run)],
     )?;
     ctx.conn().execute(
         "UPDATE conversations SET head_id = ?1, updated = ?2 WHERE id = ?3",

@@ -15,6 +15,7 @@ pub mod files;
 pub mod goals;
 pub mod inbox;
 pub mod index;
+pub mod loops;
 pub mod mcp;
 pub mod messages;
 pub mod meta;

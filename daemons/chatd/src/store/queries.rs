@@ -187,6 +187,7 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
         let answered = answered_consents(conn, id)?;
         let seq = conversation.last_seq;
         let goal = goal(conn, id)?;
+        let loops = loops(conn, id)?;
         Ok(Snapshot {
             conversation,
             messages,
@@ -195,11 +196,21 @@ pub fn snapshot(conn: &Connection, id: &str) -> Result<Snapshot, ApiError> {
             consents,
             answered,
             goal,
+            loops,
             seq,
         })
     })();
     let _ = conn.execute_batch("COMMIT");
     result
+}
+
+/// The chat's loops, oldest first.
+pub fn loops(conn: &Connection, conversation_id: &str) -> Result<Vec<Loop>, ApiError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {LOOP_COLUMNS} FROM loops WHERE conversation_id = ?1 ORDER BY rowid"
+    ))?;
+    let rows = stmt.query_map([conversation_id], Loop::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// The chat's goal, if it has one.

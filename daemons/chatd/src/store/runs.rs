@@ -169,6 +169,8 @@ pub fn finish_run(
     }
     ctx.emit(&run.conversation_id, EventKind::RunFinished, data)?;
     set_state(ctx, &run.conversation_id, ChatState::Idle)?;
+    // The loop that started the run learns how it went.
+    super::loops::after_run(ctx, run, outcome.run_status())?;
     // A turn cut short pauses the chat's goal: nothing goes on by itself.
     super::goals::after_cut(ctx, run, outcome.run_status())
 }
@@ -223,4 +225,17 @@ pub fn goal_turn(ctx: &mut Ctx, run: &Run) -> Result<Option<Run>, ApiError> {
     let conversation =
         queries::conversation(ctx.conn(), &run.conversation_id, queries::Trashed::Include)?;
     insert_run(ctx, &conversation, RunMode::Send, Origin::User, None).map(Some)
+}
+
+/// Fires loop `id` if it is due at `now` (unix ms of chatd's clock): its
+/// user line and its run, queued in one job (`None`: not now).
+pub fn fire_loop(ctx: &mut Ctx, id: &str, now: i64, daily: i64) -> Result<Option<Run>, ApiError> {
+    match super::loops::fire(ctx, id, now, daily)? {
+        super::loops::Fired::Due(conversation) => {
+            let run = insert_run(ctx, &conversation, RunMode::Send, Origin::User, None)?;
+            super::loops::started(ctx, id, &run)?;
+            Ok(Some(run))
+        }
+        super::loops::Fired::Not => Ok(None),
+    }
 }

@@ -438,4 +438,37 @@ CREATE TABLE goals (
 ALTER TABLE messages ADD COLUMN goal_event TEXT;
 ALTER TABLE messages ADD COLUMN goal_turn INTEGER;
 "#,
+    r#"
+-- A chat's loops: a prompt sent again and again. interval_s NULL: self-paced
+-- (the model sets next_at with schedule_next). next_at: unix ms by chatd's
+-- clock (NULL: not due: a self-paced loop's run works or it waits).
+-- current_run: the run it started, until that run ends.
+CREATE TABLE loops (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    prompt TEXT NOT NULL,
+    interval_s INTEGER,
+    state TEXT NOT NULL,
+    reason TEXT,
+    wait TEXT,
+    next_at INTEGER,
+    runs INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    skipped INTEGER NOT NULL DEFAULT 0,
+    current_run TEXT,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL
+);
+CREATE INDEX loops_due ON loops(state, next_at);
+CREATE INDEX loops_chat ON loops(conversation_id);
+-- A chat whose person said yes to a loop once: later loops start at once.
+CREATE TABLE loops_confirmed (
+    conversation_id TEXT PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE
+);
+-- Loop runs started on each UTC day of chatd's clock (the box's daily cap).
+CREATE TABLE loop_days (day TEXT PRIMARY KEY, runs INTEGER NOT NULL);
+-- A user line a loop sent: the loop and its run number.
+ALTER TABLE messages ADD COLUMN loop_id TEXT;
+ALTER TABLE messages ADD COLUMN loop_run INTEGER;
+"#,
 ];

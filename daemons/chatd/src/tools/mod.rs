@@ -9,6 +9,7 @@ pub mod describe;
 pub mod files;
 pub mod fit;
 pub mod goal;
+pub mod loops;
 pub mod search;
 pub mod spawn;
 pub mod task;
@@ -376,6 +377,14 @@ pub fn summarize_call(name: &str, arguments: &str) -> String {
             let title = map.get("title").and_then(Value::as_str).unwrap_or("?");
             format!("task «{}»", one_line(title, 60))
         }
+        loops::NEXT => {
+            let wait = map.get("wait").map(|w| match w {
+                Value::String(s) => one_line(s, 20),
+                other => other.to_string(),
+            });
+            format!("schedule_next in {}", wait.unwrap_or_else(|| "?".into()))
+        }
+        loops::DONE => "loop_done".to_string(),
         goal::DONE | goal::BLOCKED => {
             let field = if name == goal::DONE {
                 "summary"
