@@ -54,6 +54,11 @@ impl Agent {
 
     /// Whether the agent may use `tool`.
     pub fn grants(&self, tool: &str) -> bool {
+        // The goal's and the loop's tools are the chat's, offered by its
+        // state (`runs/brief.rs`), never an agent's to take away.
+        if crate::tools::goal::is_goal_tool(tool) || crate::tools::loops::is_loop_tool(tool) {
+            return true;
+        }
         match &self.tools {
             Some(tools) => tools.iter().any(|t| t == tool),
             None => true,

@@ -263,7 +263,8 @@ pub fn system_message(system: &str, summary: Option<&str>) -> Option<Value> {
 pub fn group_end(all: &[&Message], i: usize) -> usize {
     let mut end = i + 1;
     if all[i].role == Role::Assistant && has_calls(all[i]) {
-        while end < all.len() && all[end].role == Role::Tool {
+        // A goal line written while the calls ran stays in their group.
+        while end < all.len() && matches!(all[end].role, Role::Tool | Role::Goal) {
             end += 1;
         }
     }
@@ -346,7 +347,7 @@ pub fn render_group(
                 vec![json!({"role": "assistant", "content": content, "tool_calls": calls_out})];
             // Its results follow it; a call the run never ran is said so.
             let mut answered: Vec<&str> = Vec::new();
-            for r in results {
+            for r in results.iter().filter(|r| r.role == Role::Tool) {
                 out.push(json!({
                     "role": "tool",
                     "tool_call_id": r.tool_call_id.clone().unwrap_or_default(),
@@ -361,6 +362,10 @@ pub fn render_group(
                 if !answered.contains(&id) {
                     out.push(json!({"role": "tool", "tool_call_id": id, "content": "not run: the run ended before this call"}));
                 }
+            }
+            // A goal line set among the results is read after them.
+            for g in results.iter().filter(|r| r.role == Role::Goal) {
+                out.push(json!({"role": "user", "content": g.text}));
             }
             (out, end)
         }

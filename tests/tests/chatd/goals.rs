@@ -143,6 +143,20 @@ async fn a_goal_goes_on_by_itself_and_ends_done_with_its_evidence_in_three_turns
         last_user_text(&bodies[1]),
         format!("Continue toward the goal: \"{GOAL}\"")
     );
+    // goal_done's result is read as its call's, though the goal's line was
+    // written between the call and its result.
+    let results: Vec<&Value> = bodies[4]["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert!(
+        results.iter().any(|m| m["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("The goal is marked reached"))),
+        "{results:?}"
+    );
     let after = offered_tools(&bodies[4]);
     assert!(
         !after.iter().any(|t| t == "goal_done"),

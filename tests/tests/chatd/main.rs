@@ -8,6 +8,7 @@ mod agent_files;
 mod agent_folders;
 mod agents;
 mod chatd;
+mod commands;
 mod failures;
 mod files;
 mod goals;

@@ -337,6 +337,10 @@ pub async fn remove(
                 conversations::delete_forever(ctx, &cid)?;
             } else {
                 conversations::trash(ctx, &cid, now_unix())?;
+                // Nothing of a chat in the trash goes on by itself.
+                let why = "the chat went to the trash";
+                crate::store::goals::pause(ctx, &cid, crate::words::PausedBy::User, why)?;
+                crate::store::loops::pause_all(ctx, &cid, why)?;
                 announce_conversation(ctx, &cid)?;
             }
             Ok(())

@@ -142,13 +142,19 @@ pub async fn pause(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let goal = app
+    let cid = id.clone();
+    let (goal, queued) = app
         .store
         .write(move |ctx| {
-            queries::conversation(ctx.conn(), &id, Trashed::Exclude)?;
-            goals::pause_by_person(ctx, &id)
+            queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
+            let goal = goals::pause_by_person(ctx, &cid)?;
+            Ok((goal, goals::queued_turn(ctx.conn(), &cid)?))
         })
         .await?;
+    // A goal turn not started yet does not follow a pause.
+    if queued {
+        app.runs.stop(&id);
+    }
     Ok(answer(Some(goal), None))
 }
 
@@ -156,11 +162,80 @@ pub async fn clear(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    app.store
+    let cid = id.clone();
+    let queued = app
+        .store
         .write(move |ctx| {
-            queries::conversation(ctx.conn(), &id, Trashed::Include)?;
-            goals::clear(ctx, &id)
+            queries::conversation(ctx.conn(), &cid, Trashed::Include)?;
+            let queued = goals::queued_turn(ctx.conn(), &cid)?;
+            goals::clear(ctx, &cid)?;
+            Ok(queued)
         })
         .await?;
+    // A goal turn not started yet does not follow a clear.
+    if queued {
+        app.runs.stop(&id);
+    }
     Ok(axum::Json(json!({"cleared": true})))
+}
+
+/// `/goal [text | clear | resume | pause]`: what a person reads, and the goal.
+pub async fn command(app: &Arc<App>, id: String, args: &str) -> Result<(String, Value), ApiError> {
+    let app = app.clone();
+    let (answer, said) = match args.trim() {
+        "" => {
+            let shown = get(State(app), Path(id)).await?.0;
+            let text = match shown["goal"].as_object() {
+                None => "This chat has no goal. Set one: /goal <what to reach>.".to_string(),
+                Some(goal) => describe(goal),
+            };
+            return Ok((text, shown));
+        }
+        "clear" => (
+            clear(State(app), Path(id)).await?.0,
+            "Goal cleared.".to_string(),
+        ),
+        "pause" => (
+            pause(State(app), Path(id)).await?.0,
+            "Goal paused; the turn that runs goes on.".to_string(),
+        ),
+        "resume" => {
+            let done = resume(State(app), Path(id)).await?.0;
+            let said = started("Goal resumed with new counts", &done);
+            (done, said)
+        }
+        text => {
+            let body = SetGoal {
+                text: text.to_string(),
+            };
+            let done = set(State(app), Path(id), Json(body)).await?.0;
+            let said = started("Goal set", &done);
+            (done, said)
+        }
+    };
+    Ok((said, answer))
+}
+
+fn started(what: &str, done: &Value) -> String {
+    match done["run_id"].as_str() {
+        Some(run) => format!("{what}; its turn started (run {run})."),
+        None => format!("{what}; it follows the turn that runs now."),
+    }
+}
+
+/// A goal in one line: its text, state and counts.
+fn describe(goal: &serde_json::Map<String, Value>) -> String {
+    let text = goal.get("text").and_then(Value::as_str).unwrap_or("");
+    let state = goal.get("state").and_then(Value::as_str).unwrap_or("?");
+    let mut line = format!(
+        "Goal: {text} — {state} · turn {} of {} · {} of {} model calls",
+        goal.get("turns").unwrap_or(&Value::Null),
+        goal.get("max_turns").unwrap_or(&Value::Null),
+        goal.get("steps").unwrap_or(&Value::Null),
+        goal.get("max_steps").unwrap_or(&Value::Null),
+    );
+    if let Some(note) = goal.get("note").and_then(Value::as_str) {
+        line.push_str(&format!(" · {note}"));
+    }
+    line
 }

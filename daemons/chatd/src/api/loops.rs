@@ -165,3 +165,116 @@ pub async fn remove_all(
         .await?;
     Ok(axum::Json(json!({ "removed": removed })))
 }
+
+/// `/loop [interval] prompt | list | stop [id]`: what a person reads, and
+/// the loop or the list.
+pub async fn command(app: &Arc<App>, id: String, args: &str) -> Result<(String, Value), ApiError> {
+    let app = app.clone();
+    let args = args.trim();
+    let (first, rest) = match args.split_once(char::is_whitespace) {
+        Some((first, rest)) => (first, rest.trim()),
+        None => (args, ""),
+    };
+    match first {
+        "" | "list" if rest.is_empty() => {
+            let listed = list(State(app), Path(id)).await?.0;
+            let lines: Vec<String> = listed["loops"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(describe)
+                .collect();
+            let text = match lines.is_empty() {
+                true => "This chat has no loops. Start one: /loop 5m <prompt>.".to_string(),
+                false => lines.join("\n"),
+            };
+            Ok((text, listed))
+        }
+        "stop" => {
+            let removed = match rest {
+                "" => remove_all(State(app), Path(id)).await?.0,
+                prefix => {
+                    let chat = id.clone();
+                    let prefix = prefix.to_string();
+                    let listed = app
+                        .store
+                        .read(move |conn| queries::loops(conn, &chat))
+                        .await?;
+                    let matching: Vec<&crate::model::Loop> = listed
+                        .iter()
+                        .filter(|l| l.id.starts_with(&prefix))
+                        .collect();
+                    let [one] = matching.as_slice() else {
+                        return Err(ApiError::bad_input(
+                            "text",
+                            format!(
+                                "{} loops of this chat start with that id: name one",
+                                matching.len()
+                            ),
+                        ));
+                    };
+                    remove_one(State(app), Path((id, one.id.clone()))).await?.0
+                }
+            };
+            let text = format!("Stopped {} loop(s).", removed["removed"]);
+            Ok((text, removed))
+        }
+        _ => {
+            // A first word with a unit (5m, 1h30m) is the interval; else the
+            // loop is self-paced and every word is its prompt.
+            let timed = first.chars().any(|c| c.is_ascii_alphabetic())
+                && first.chars().next().is_some_and(|c| c.is_ascii_digit())
+                && parse_interval(first).is_ok();
+            let (interval, prompt) = match timed {
+                true => (Some(Value::from(first)), rest),
+                false => (None, args),
+            };
+            let body = MakeLoop {
+                prompt: prompt.to_string(),
+                interval,
+            };
+            let made = answer_json(create(State(app), Path(id), Json(body)).await?).await?;
+            let every = made["interval"]
+                .as_str()
+                .map_or("self-paced".to_string(), |i| format!("every {i}"));
+            let text = match made["state"].as_str() {
+                Some("pending") => format!(
+                    "Loop made ({every}). It is this chat's first: say yes on its card, or PUT its state active."
+                ),
+                _ => format!("Loop made ({every}); its first run starts now."),
+            };
+            Ok((text, made))
+        }
+    }
+}
+
+async fn answer_json(response: Response) -> Result<Value, ApiError> {
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .map_err(|_| ApiError::internal("a loop's answer was not read"))?;
+    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// A loop in one line.
+fn describe(lp: &Value) -> String {
+    let every = lp["interval"]
+        .as_str()
+        .map_or("self-paced".to_string(), |i| format!("every {i}"));
+    let mut line = format!(
+        "{} · {every} · {} · run {} of {} · {}",
+        lp["id"].as_str().unwrap_or(""),
+        lp["state"].as_str().unwrap_or("?"),
+        lp["runs"],
+        lp["max_runs"],
+        lp["prompt"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .take(60)
+            .collect::<String>()
+    );
+    if let Some(reason) = lp["reason"].as_str() {
+        line.push_str(&format!(" ({reason})"));
+    }
+    line
+}

@@ -28,7 +28,11 @@ use crate::App;
 
 #[derive(Deserialize)]
 pub struct SendBody {
+    #[serde(default)]
     text: String,
+    /// A slash command to run (the text its arguments) instead of a message.
+    #[serde(default)]
+    command: Option<String>,
     #[serde(default)]
     attachments: Option<Vec<attachments::Upload>>,
     /// Who starts the run: user (the default), trigger or connector.
@@ -63,7 +67,23 @@ pub async fn send(
     if super::form::is_form(&request) {
         return super::uploads::send_form(app, id, request).await;
     }
-    let Json(body) = Json::<SendBody>::from_request(request, &app).await?;
+    let Json(mut body) = Json::<SendBody>::from_request(request, &app).await?;
+    // A command runs instead of being sent: `/help`, `/goal …`, `/loop …`;
+    // `/agent NAME TASK` is the message a device sends with `agent`.
+    if let Some((name, args)) = super::commands::of_send(body.command.as_deref(), &body.text)? {
+        if name == "agent" {
+            let (agent, task) = super::commands::agent_args(&args)?;
+            body.text = task;
+            body.agent = Some(agent);
+        } else if body.attachments.as_ref().is_some_and(|a| !a.is_empty()) {
+            return Err(ApiError::bad_input(
+                "attachments",
+                "a command takes no files",
+            ));
+        } else {
+            return super::commands::run(app, id, name, args).await;
+        }
+    }
     let outgoing = Outgoing::checked(body.text, body.origin, body.key)?
         .with_context(body.context.as_deref())?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
@@ -272,7 +292,11 @@ pub async fn resume(
         let at_head = transcript
             .iter()
             .rposition(|m| m.id == message_id)
-            .is_some_and(|i| transcript[i + 1..].iter().all(|m| m.role == Role::Tool));
+            .is_some_and(|i| {
+                transcript[i + 1..]
+                    .iter()
+                    .all(|m| matches!(m.role, Role::Tool | Role::Goal))
+            });
         if !at_head {
             return Err(ApiError::conflict(
                 "nothing_to_continue",

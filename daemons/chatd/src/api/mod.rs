@@ -2,6 +2,7 @@
 
 mod agent_files;
 mod agents;
+mod commands;
 mod body;
 mod chat_mcp;
 mod conversations;
@@ -116,6 +117,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/conversations/{id}/pending/{pid}",
             patch(messages::update_pending).delete(messages::remove_pending),
         )
+        .route("/commands", get(commands::list))
         .route("/conversations/{id}/stop", post(messages::stop))
         .route(
             "/conversations/{id}/goal",

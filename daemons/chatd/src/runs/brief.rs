@@ -288,6 +288,18 @@ impl Runs {
         Ok(self.brief_of(&self.placed(chat), model, lists).await)
     }
 
+    /// What `/about` says of a chat: the tools its next request offers
+    /// (with the MCP tools as the servers last listed them) and its window.
+    pub(crate) async fn about(
+        &self,
+        conversation_id: &str,
+        model: &str,
+    ) -> Result<(usize, u64), ApiError> {
+        let brief = self.brief(conversation_id, model, Lists::AsOpen).await?;
+        let tools = brief.tools.as_array().map_or(0, Vec::len);
+        Ok((tools, brief.window.window))
+    }
+
     /// Why the chat is not offered each tool it is refused, as its
     /// requests decide it (its mode, folder and opt-ins): `tandem chat tools`.
     pub(super) async fn builtin_refusals(

@@ -80,9 +80,11 @@ impl Runs {
         kept: &mut KeptPath,
     ) -> Result<Option<String>, ApiError> {
         let cid = conversation_id.to_string();
+        // A message the person wrote meanwhile starts the count again.
         let active = kept
             .current_and(&self.inner.store, move |conn| {
-                Ok(store::goals::active(conn, &cid)?.is_some())
+                Ok(store::goals::active(conn, &cid)?.is_some()
+                    && crate::store::queries::waiting(conn, &cid)?.is_empty())
             })
             .await?;
         let Some(tool) = active.then(|| stuck(kept.path())).flatten() else {

@@ -717,6 +717,11 @@ impl Runs {
                 // The goal's next turn, queued in the job that ended this one.
                 if let Some(next) = next {
                     self.spawn(next.id, conversation_id.to_string());
+                    // A stop that came as this turn ended stops the next:
+                    // it went to this run's switch, which nothing reads now.
+                    if *stop.borrow() == EndRequest::Stop {
+                        self.stop(conversation_id);
+                    }
                 }
                 return Ok(Some((origin, ended)));
             }

@@ -808,8 +808,12 @@ fn unanswered(history: &[Message]) -> Vec<ToolCall> {
     let Some(at) = history.iter().rposition(|m| m.role == Role::Assistant) else {
         return Vec::new();
     };
-    // Anything but results after it (a question, a summary) closes the step.
-    if history[at + 1..].iter().any(|m| m.role != Role::Tool) {
+    // Anything but results after it (a question, a summary) closes the step;
+    // a goal line (the goal changed meanwhile) does not.
+    if history[at + 1..]
+        .iter()
+        .any(|m| !matches!(m.role, Role::Tool | Role::Goal))
+    {
         return Vec::new();
     }
     let answered: Vec<&str> = history[at + 1..]

@@ -183,6 +183,25 @@ pub fn pause(
     Ok(true)
 }
 
+/// Whether the chat's live run is a goal's turn still queued (its goal
+/// line is the head): paused or cleared, the goal lets nothing follow, so
+/// the caller stops it.
+pub fn queued_turn(conn: &Connection, conversation_id: &str) -> Result<bool, ApiError> {
+    let queued = queries::active_run(conn, conversation_id)?
+        .is_some_and(|r| r.status == crate::words::RunStatus::Queued);
+    if !queued {
+        return Ok(false);
+    }
+    let head = queries::transcript(
+        conn,
+        &queries::conversation(conn, conversation_id, queries::Trashed::Include)?,
+    )?
+    .pop();
+    Ok(head.is_some_and(|m| {
+        m.role == Role::Goal && m.goal_event.is_some_and(GoalEvent::starts_turn)
+    }))
+}
+
 /// Pauses the goal at a person's word: 409 unless it is active.
 pub fn pause_by_person(ctx: &mut Ctx, conversation_id: &str) -> Result<Goal, ApiError> {
     let goal = existing(ctx.conn(), conversation_id)?;

@@ -187,11 +187,34 @@ pub fn remove(ctx: &mut Ctx, conversation_id: &str, id: Option<&str>) -> Result<
     Ok(gone)
 }
 
-/// Active loops due by `now`, oldest first.
+/// Pauses the chat's active and pending loops, saying `why` (the chat went
+/// to the trash: nothing of it runs there).
+pub fn pause_all(ctx: &mut Ctx, conversation_id: &str, why: &str) -> Result<(), ApiError> {
+    let changed = ctx.conn().execute(
+        "UPDATE loops SET state = ?1, reason = ?2, next_at = NULL, updated = ?3 \
+         WHERE conversation_id = ?4 AND state IN (?5, ?6)",
+        params![
+            LoopState::Paused,
+            why,
+            now_rfc3339(),
+            conversation_id,
+            LoopState::Active,
+            LoopState::Pending
+        ],
+    )?;
+    if changed > 0 {
+        announce(ctx, conversation_id)?;
+    }
+    Ok(())
+}
+
+/// Active loops due by `now`: the earliest due first and, among loops due
+/// together, the one that ran least (two loops of one chat due at once
+/// take turns, never the same one skipped every time).
 pub fn due(conn: &Connection, now: i64) -> Result<Vec<(String, String)>, ApiError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, conversation_id FROM loops WHERE state = ?1 AND next_at IS NOT NULL \
-         AND next_at <= ?2 ORDER BY next_at, rowid",
+         AND next_at <= ?2 ORDER BY next_at, runs, rowid",
     )?;
     let rows = stmt.query_map(params![LoopState::Active, now], |r| {
         Ok((r.get(0)?, r.get(1)?))
@@ -293,6 +316,10 @@ pub fn fire(ctx: &mut Ctx, id: &str, now: i64, daily: i64) -> Result<Fired, ApiE
          WHERE id = ?4",
         params![run_n, next, at, id],
     )?;
+    if run_n >= LOOP_MAX_RUNS {
+        // Its last run goes; nothing comes after it.
+        end(ctx, &lp, &format!("it ran its {LOOP_MAX_RUNS} runs"))?;
+    }
     Ok(Fired::Due(Box::new(conversation)))
 }
 
@@ -394,12 +421,13 @@ pub fn take(ctx: &mut Ctx, run_id: &str, asked: Asked) -> Result<Result<(), Stri
             "this run was not started by a loop: only a loop's run schedules it".into(),
         ));
     };
-    if lp.interval_seconds.is_some() || lp.state != LoopState::Active {
+    if let Some(every) = &lp.interval {
         return Ok(Err(format!(
-            "the loop that started this run is {} every {}: it is not self-paced",
-            lp.state,
-            lp.interval.as_deref().unwrap_or("?")
+            "the loop that started this run runs every {every}: it is not self-paced"
         )));
+    }
+    if lp.state != LoopState::Active {
+        return Ok(Err(format!("the loop that started this run is {}", lp.state)));
     }
     match asked {
         Asked::Next { at, why } => {
