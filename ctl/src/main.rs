@@ -66,7 +66,7 @@ enum Command {
     ///
     /// Example: tandem restart chat
     Restart { daemons: Vec<String> },
-    /// chatd: start, stop, restart, status, logs; send, cancel and continue an answer; attach to a chat; its files and undo; its sub-agents, tasks and goal.
+    /// chatd: start, stop, restart, status, logs; send, cancel and continue an answer; attach to a chat; its files and undo; its sub-agents, tasks, goal and loops.
     #[command(subcommand)]
     Chat(commands::chat::ChatCommand),
     /// egressd: start, stop, restart, status, logs; the sandbox user's nftables rules.

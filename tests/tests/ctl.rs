@@ -798,6 +798,7 @@ fn help_texts_match_their_snapshots() {
         &["chat", "subagents"],
         &["chat", "tasks"],
         &["chat", "goal"],
+        &["chat", "loop"],
         &["chat", "cancel"],
         &["chat", "continue"],
         &["chat", "tools"],
@@ -1564,6 +1565,184 @@ async fn tandem_chat_goal_sets_shows_pauses_resumes_and_clears() {
     // Words go only with `set`.
     let stray = goal(&other, &["pause", "now"]);
     assert!(!stray.status.success(), "{}", text(&stray));
+}
+
+/// `tandem chat loop`: the chat's first loop, said yes to with --yes, runs
+/// once at once (chatd's loop clock is held still, so never again), is
+/// paused and resumed by the start of its id; a second, self-paced loop
+/// starts without asking; `stop --all` removes both. Without --yes and
+/// without a terminal a first loop waits pending until `resume`. A bad
+/// interval exits 1 with chatd's reason naming `interval`; an id no loop
+/// has exits 1 saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_chat_loop_starts_lists_pauses_resumes_and_stops() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let clock_dir = tempfile::tempdir().unwrap();
+    let clock = clock_dir.path().join("clock");
+    tandem_tests::harness::set_clock_file(&clock, "2026-12-07T10:00:00Z").unwrap();
+    let clock = clock.to_str().unwrap().to_string();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[("QSE_CHAT_CLOCK_FILE", &clock)])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let lp = |chat: &str, args: &[&str]| {
+        let mut all = vec!["chat", "loop", chat];
+        all.extend_from_slice(args);
+        b.tandem_env(&all, &env)
+    };
+    // The short id the line on stdout names after `loop `.
+    let id_in = |out: &Output| -> String {
+        String::from_utf8_lossy(&out.stdout)
+            .strip_prefix("loop ")
+            .and_then(|rest| rest.split([' ', ',']).next())
+            .unwrap_or("")
+            .to_string()
+    };
+
+    let chat = client.create_chat().await.unwrap();
+    let none = lp(&chat, &[]);
+    assert!(none.status.success(), "{}", text(&none));
+    assert!(
+        text(&none).contains("this chat has no loops (start one: "),
+        "{}",
+        text(&none)
+    );
+
+    // The chat's first loop: the yes is asked and given with --yes.
+    let started = lp(
+        &chat,
+        &["start", "--every", "1m", "--yes", "Check", "the", "build"],
+    );
+    let said = text(&started);
+    assert!(started.status.success(), "{said}");
+    assert!(
+        said.contains("Run this every 1m until you stop it? Each run costs tokens. yes (--yes)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("started, every 1m: its first run is due now"),
+        "{said}"
+    );
+    let a = id_in(&started);
+    assert!(a.starts_with("l_"), "{said}");
+
+    // Its first run is due at once; the still clock never brings a second.
+    let listed = wait_until("the loop's first run", Duration::from_secs(60), || async {
+        let listed = lp(&chat, &[]);
+        let out = text(&listed);
+        (listed.status.success() && out.contains("active · run 1 of 100 · next ")).then_some(out)
+    })
+    .await
+    .unwrap();
+    assert!(
+        listed.starts_with(&format!("{a}  every 1m · active · run 1 of 100 · next ")),
+        "{listed}"
+    );
+    assert!(listed.contains("«Check the build»"), "{listed}");
+
+    // Paused and resumed by the start of its id.
+    let prefix = &a[..6];
+    let paused = lp(&chat, &["pause", prefix]);
+    assert!(paused.status.success(), "{}", text(&paused));
+    assert!(
+        text(&paused).contains(&format!("loop {a} paused")),
+        "{}",
+        text(&paused)
+    );
+    let listed = text(&lp(&chat, &[]));
+    assert!(
+        listed.contains("every 1m · paused · run 1 of 100"),
+        "{listed}"
+    );
+    assert!(listed.contains("paused by you"), "{listed}");
+    let again = lp(&chat, &["pause", &a]);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(text(&again).contains("loop_state"), "{}", text(&again));
+    let resumed = lp(&chat, &["resume", prefix]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains(&format!("loop {a} resumed, every 1m")),
+        "{}",
+        text(&resumed)
+    );
+
+    // The chat said yes once: a second loop starts without asking.
+    let second = lp(&chat, &["start", "Watch", "the", "deploy"]);
+    let said = text(&second);
+    assert!(second.status.success(), "{said}");
+    assert!(!said.contains("Run this"), "{said}");
+    assert!(said.contains("started, self-paced"), "{said}");
+    let listed = text(&lp(&chat, &[]));
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert!(listed.contains("  self-paced · "), "{listed}");
+    assert!(listed.contains("«Watch the deploy»"), "{listed}");
+
+    // An id no loop has, and words where none go.
+    let unknown = lp(&chat, &["stop", "l_zz"]);
+    assert_eq!(unknown.status.code(), Some(1), "{}", text(&unknown));
+    assert!(
+        text(&unknown).contains("no loop of this chat has an id starting with `l_zz`"),
+        "{}",
+        text(&unknown)
+    );
+    let stray = lp(&chat, &["stop", "--all", &a]);
+    assert_eq!(stray.status.code(), Some(1), "{}", text(&stray));
+
+    let stopped = lp(&chat, &["stop", "--all"]);
+    assert!(stopped.status.success(), "{}", text(&stopped));
+    assert!(
+        text(&stopped).contains("2 loops stopped and removed"),
+        "{}",
+        text(&stopped)
+    );
+    assert!(text(&lp(&chat, &[])).contains("this chat has no loops"));
+
+    // chatd's refusal names the field.
+    let bad = lp(&chat, &["start", "--every", "10s", "Check"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("interval: 10 seconds is outside 60 seconds to 24h"),
+        "{}",
+        text(&bad)
+    );
+
+    // Another chat's first loop, without --yes and with no terminal,
+    // waits pending; `resume` is the yes.
+    let other = client.create_chat().await.unwrap();
+    let waiting = lp(&other, &["start", "--every", "1h", "Ping"]);
+    let said = text(&waiting);
+    assert!(waiting.status.success(), "{said}");
+    assert!(said.contains("it waits for your yes"), "{said}");
+    let c = id_in(&waiting);
+    let listed = text(&lp(&other, &[]));
+    assert!(
+        listed.contains("every 1h · pending · run 0 of 100"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(&format!(
+            "a pending loop waits for your yes: tandem chat loop {other} resume {c}"
+        )),
+        "{listed}"
+    );
+    let yes = lp(&other, &["resume", &c]);
+    assert!(yes.status.success(), "{}", text(&yes));
+    assert!(
+        text(&yes).contains(&format!("loop {c} confirmed, every 1h")),
+        "{}",
+        text(&yes)
+    );
+    let gone = lp(&other, &["stop", &c]);
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert!(
+        text(&gone).contains(&format!("loop {c} stopped and removed")),
+        "{}",
+        text(&gone)
+    );
 }
 
 /// `tandem chat tools CHAT --saved-agents on|off` switches the opt-in and

@@ -346,6 +346,65 @@ pub enum ChatCommand {
         /// set: the goal, in words (joined with spaces).
         words: Vec<String>,
     },
+    /// List, start, pause, resume or stop a chat's loops: a prompt sent to
+    /// the chat again and again, as if you typed it, until you stop it.
+    ///
+    /// A loop runs at an interval (--every: 1m to 24h, as 90s, 5m, 2h or
+    /// 1h30m; `[chatd] loop_min_interval_s` sets the shortest, 60 s by
+    /// default), or self-paced (no --every): after each run the model says
+    /// when the next comes, or that the loop is done. A loop watches
+    /// something in the chat it runs in; for routine work in a new chat
+    /// each time, use a trigger (`tandem trigger`).
+    ///
+    /// A chat's first loop waits for your yes: `start` asks for it ("Run
+    /// this every 5m until you stop it? Each run costs tokens."; a no
+    /// removes the loop), takes --yes (-y) instead, and without a terminal
+    /// leaves the loop pending until `resume ID`. Once a chat said yes, its later loops start at
+    /// once. A run is skipped while the chat is busy (a self-paced one waits
+    /// for it to be free). At most 3 loops a chat and 10 on the box, 100
+    /// runs a loop (then it ends), 200 loop runs a day on the box (then
+    /// loops wait for the next UTC day); three failed runs in a row pause a
+    /// loop.
+    ///
+    /// Without an action, prints one line a loop: its short id, its pace,
+    /// state, runs, next run, why it paused, skipped or waits, and its
+    /// prompt. `pause ID` lets a run that works finish and starts no other;
+    /// `resume ID` starts a paused loop again (due at once, its failures
+    /// forgotten) and is the yes to a pending one; `stop ID` removes one,
+    /// `stop --all` every loop of the chat (a run that works goes on:
+    /// `tandem chat cancel` stops it). ID is the id or its start as the list
+    /// shows it. Exit 1 when chatd refuses, with its reason.
+    ///
+    /// Examples:
+    ///
+    ///   tandem chat loop c_0123abcd start --every 5m Check the build and tell me when it is green
+    ///
+    ///   tandem chat loop c_0123abcd start Watch the deploy until it is done
+    ///
+    ///   tandem chat loop c_0123abcd
+    ///
+    ///   tandem chat loop c_0123abcd pause l_3f9a1c2d
+    ///
+    ///   tandem chat loop c_0123abcd stop --all
+    Loop {
+        /// The chat id.
+        chat: String,
+        /// start, pause, resume or stop (none: list the loops).
+        #[arg(value_parser = ["start", "pause", "resume", "stop"])]
+        action: Option<String>,
+        /// start: the prompt, in words (joined with spaces); pause, resume,
+        /// stop: the loop's id.
+        words: Vec<String>,
+        /// start: run at this interval (1m to 24h; none: self-paced).
+        #[arg(long, value_name = "INTERVAL")]
+        every: Option<String>,
+        /// start: say yes to the chat's first loop without asking.
+        #[arg(long, short)]
+        yes: bool,
+        /// stop: every loop of the chat.
+        #[arg(long)]
+        all: bool,
+    },
     /// What a chat is offered, and its opt-in tools switched on or off.
     ///
     /// Lists the chat's built-in tools, its MCP servers' tools (with why one
@@ -675,6 +734,24 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             action,
             words,
         } => crate::commands::chat_goal::exec(&chat, action.as_deref(), &words).await,
+        ChatCommand::Loop {
+            chat,
+            action,
+            words,
+            every,
+            yes,
+            all,
+        } => {
+            let asked = crate::commands::chat_loop::Asked {
+                chat: &chat,
+                action: action.as_deref(),
+                words: &words,
+                every: every.as_deref(),
+                yes,
+                all,
+            };
+            crate::commands::chat_loop::exec(&asked).await
+        }
         ChatCommand::Subagents { chat, id, stop } => match (id, stop) {
             (Some(id), true) => subagents::stop(&chat, &id).await,
             (Some(id), false) => subagents::show(&chat, &id).await,
@@ -774,6 +851,14 @@ async fn follow(
                         }
                     }
                     "goal" => eprintln!("\n{}", crate::commands::chat_goal::event_line(&data)),
+                    "loops" => eprintln!("\n{}", crate::commands::chat_loop::event_line(&data)),
+                    "message.created" => {
+                        if let Some(line) =
+                            crate::commands::chat_loop::message_line(&data["message"])
+                        {
+                            eprintln!("\n{line}");
+                        }
+                    }
                     "tool.consent" if data["subagent_id"].is_string() => {
                         if let Some(line) = subagents::consent_line(&data) {
                             eprintln!("\n{line}");

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod chat;
 pub mod chat_files;
 pub mod chat_goal;
+pub mod chat_loop;
 pub mod chat_settings;
 pub mod chat_subagents;
 pub mod chat_tasks;
