@@ -15,6 +15,7 @@ mod front;
 mod goal_page;
 mod inbox;
 mod keyboard;
+mod loops_page;
 mod mcp_apps_page;
 mod mcp_page;
 mod push;

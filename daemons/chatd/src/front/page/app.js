@@ -18,7 +18,7 @@
  *   mcp.js       the MCP servers panel: connectors added, tested, switched, removed
  *   context.js   prompts, resources and templates of the chat's MCP servers in front of a message; a preview
  *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
- *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded; its goal
+ *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded; its goal, loops
  *   agents.js    the Agents panel: saved agents, their chats, the form, import, export, templates
  *   app.js       this file, below
  *

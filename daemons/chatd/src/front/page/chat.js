@@ -21,6 +21,7 @@ function buildChat(snapshot) {
     id: snapshot.conversation.id,
     conversation: snapshot.conversation,
     goal: snapshot.goal || null, // its line over the composer (subagents.js)
+    loops: snapshot.loops || [], // and theirs
     path: [], // the active path, oldest first, tool results included
     byId: new Map(),
     calls: new Map(), // call id → {id, name, summary, status, result, resultSummary, ownerId}
@@ -212,7 +213,7 @@ function makeView(c, message) {
   node.append(view.body);
   if (message.role === 'assistant') node.append(view.note = el('p', { class: 'note', hidden: true }));
   if (message.role === 'user' && !result) {
-    node.append(contextFold(message) || '', agentChip(message), attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
+    node.append(contextFold(message) || '', agentChip(message), loopChip(message), attachmentChips(message) || '', el('div', { class: 'actions' }, button('edit quiet', 'Edit', () => startEdit(c, message.id))));
   }
   addBranch(c, message, node); // around.js
   c.views.set(message.id, view);

@@ -18,7 +18,8 @@
  *            open the file in the files pane; the text chatd added for the
  *            model (the files' descriptions and inlined text) is not shown.
  *   drafts   the text, per chat, in localStorage; cleared when sent.
- *   /goal    `/goal <text>` sets the chat's goal, sends no message (subagents.js).
+ *   /goal    `/goal <text>` sets the chat's goal, sends no message (subagents.js);
+ *   /loop    `/loop 5m <prompt>` makes a loop, `list`, `stop [id]` (subagents.js).
  *   keys     Enter sends, Shift+Enter a new line, Esc stops the run (or
  *            cancels an upload), Up in an empty box edits the last waiting
  *            message.
@@ -255,9 +256,9 @@ async function sendComposer() {
   if ((!typed.trim() && !items.length && !picked.length) || page.sending) return;
   error.hidden = true;
   if (!chat && wantedChatId()) return showInlineError(error, 'The chat is still loading: try again in a moment.');
-  const goal = /^\/goal(?:\s+([\s\S]*))?$/.exec(typed.trim()); // subagents.js: the chat's goal, not a message
-  if (goal && (items.length || picked.length)) return showInlineError(error, 'A goal is words only: send the files and the context as a message.');
-  if (goal) return goalCommand(typed, (goal[1] || '').trim());
+  const cmd = /^\/(goal|loop)(?:\s+([\s\S]*))?$/.exec(typed.trim()); // subagents.js: the chat's goal or loops, not a message
+  if (cmd && (items.length || picked.length)) return showInlineError(error, `A ${cmd[1]} is words only: send the files and the context as a message.`);
+  if (cmd) return (cmd[1] === 'goal' ? goalCommand : loopCommand)(typed, (cmd[2] || '').trim());
   // chatd wants some text: files alone are named.
   const text = typed.trim() ? typed
     : items.length ? `Attached: ${items.map((item) => item.file.name).join(', ')}`

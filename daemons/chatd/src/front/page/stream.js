@@ -301,4 +301,5 @@ const EVENTS = {
   task_started(c) { loadTasks(c, true); }, // subagents.js: the task's line
   task_done(c, d) { loadTasks(c, true); if (sub.id === d.task_id) showSub(sub.id); },
   goal(c, d) { c.goal = d.goal || null; renderGoal(); }, // subagents.js: the line over the composer
+  loops(c, d) { c.loops = d.loops || []; renderLoops(); }, // and the loops' lines
 };

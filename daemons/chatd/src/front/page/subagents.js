@@ -8,6 +8,8 @@
  * worker's transcript.
  * A goal (docs/api.md "Goals"): the line over the composer (the goal, its
  * state, Pause, Resume, Clear), its lines in the transcript, and `/goal`.
+ * Loops ("Loops"): a line each under the goal's (a pending one the card
+ * asking for a yes), the label of a line a loop sent, and `/loop`.
  */
 'use strict';
 
@@ -222,8 +224,9 @@ function taskReport(s) {
 /** A button's (and a command's) route: [method, path under the chat]; setting one is a PUT of /goal. */
 const GOAL_ROUTES = { pause: ['POST', '/goal/pause'], resume: ['POST', '/goal/resume'], clear: ['DELETE', '/goal'] };
 
-/** The open chat's goal over the composer: its text on one line, its state, what can be done. */
+/** The open chat's goal over the composer: its text on one line, its state, what can be done; its loops' lines too. */
 function renderGoal() {
+  renderLoops();
   const box = $('#goal');
   const g = chat && chat.goal;
   box.hidden = !g;
@@ -291,28 +294,15 @@ async function goalButton(action, target) {
   if (hadFocus && (target.hidden || document.activeElement !== target)) ($('#goal:not([hidden]) .goal-head button:not([hidden])') || $('#composer')).focus();
 }
 
-/**
- * `/goal …` typed and sent (composer.js; `arg` what follows): `/goal <text>` sets the goal (on the
- * start screen in a new chat), `clear`, `resume` and `pause` do that, `/goal` alone shows the goal.
- */
-async function goalCommand(typed, arg) {
+/** A command sent (composer.js): `work` runs, the box emptied; a refusal gives the words back and says why under it. */
+async function runCommand(typed, work) {
   const box = $('#composer');
   const key = compose.key || NEW_CHAT_KEY;
-  const word = arg.toLowerCase();
   page.sending = true;
   box.value = '';
   fitComposer();
   try {
-    if (!arg || GOAL_ROUTES[word]) {
-      if (chat) await (arg ? goalRequest(chat, word) : loadGoal(chat));
-      if (!chat || (!arg && !chat.goal)) showToast('This chat has no goal: type /goal and what it should work toward.');
-    } else {
-      const c = chat || await startChat();
-      if (!c) throw new Error('the new chat did not open');
-      await nameChat(c, arg);
-      await goalRequest(c, 'set', arg);
-      keepBottom(true);
-    }
+    await work();
     draftSet(key, '');
   } catch (failure) {
     if (!box.value && compose.key === key) { box.value = typed; fitComposer(); }
@@ -321,6 +311,24 @@ async function goalCommand(typed, arg) {
     page.sending = false;
   }
 }
+
+/**
+ * `/goal …` (`arg` what follows): `/goal <text>` sets the goal (on the start screen in a new chat),
+ * `clear`, `resume` and `pause` do that, `/goal` alone shows the goal.
+ */
+const goalCommand = (typed, arg) => runCommand(typed, async () => {
+  const word = arg.toLowerCase();
+  if (!arg || GOAL_ROUTES[word]) {
+    if (chat) await (arg ? goalRequest(chat, word) : loadGoal(chat));
+    if (!chat || (!arg && !chat.goal)) showToast('This chat has no goal: type /goal and what it should work toward.');
+  } else {
+    const c = chat || await startChat();
+    if (!c) throw new Error('the new chat did not open');
+    await nameChat(c, arg);
+    await goalRequest(c, 'set', arg);
+    keepBottom(true);
+  }
+});
 
 /** A goal line of the transcript: what changed, in a few words. */
 function goalLineText(m) {
@@ -334,3 +342,94 @@ function goalLineText(m) {
 function initGoal() {
   for (const action of Object.keys(GOAL_ROUTES)) $(`#goal-${action}`).addEventListener('click', (e) => goalButton(action, e.currentTarget));
 }
+
+/* -- loops -- */
+
+const UNITS = { h: ['h', 'hour'], m: ['min', 'minute'], s: ['s', 'second'] };
+/** An interval ("1h30m") as "1 h 30 min", or `long` as "1 hour 30 minutes". */
+const ivText = (iv, long) => iv.replace(/(\d+)([hms])/g, (_, n, u) => ` ${n} ${UNITS[u][+!!long]}${long && n > 1 ? 's' : ''}`).trim();
+const loopPace = (l) => (l.interval ? `every ${ivText(l.interval)}` : 'self-paced');
+/** Each state's buttons: [act, label, the state it asks (none: removed)]. */
+const LOOP_ACTS = { pending: [['start', 'Start', 'active'], ['cancel', 'Cancel']], active: [['pause', 'Pause', 'paused'], ['stop', 'Stop']],
+  paused: [['resume', 'Resume', 'active'], ['stop', 'Stop']], ended: [['dismiss', 'Dismiss']] };
+
+/** The chat's loops under the goal, a line each (a pending one the card asking for a yes); the focus stays. */
+function renderLoops() {
+  const box = $('#loops');
+  const loops = (chat && chat.loops) || [];
+  const f = document.activeElement;
+  const was = box.contains(f) && f.dataset.act && [f.closest('.loop').dataset.loopId, f.dataset.act];
+  box.hidden = !loops.length;
+  box.replaceChildren(...loops.map(loopLine));
+  if (was) focusLoop(...was);
+}
+
+/** Focus on loop `id`'s button `act`, else another of its, another loop's, the box. */
+function focusLoop(id, act) {
+  const q = (s) => $(s, $('#loops'));
+  (q(`[data-loop-id="${id}"] [data-act="${act}"]`) || q(`[data-loop-id="${id}"] button`) || q('button') || $('#composer')).focus();
+}
+
+function loopLine(l) {
+  const pending = l.state === 'pending';
+  const head = pending ? `Run this ${l.interval ? `every ${ivText(l.interval, 1)}` : 'again and again, as the model decides,'} until you stop it?`
+    : [`Loop${l.state === 'active' ? '' : ` ${l.state}`}`, loopPace(l), l.runs && `run ${l.runs}`, l.running && 'running', l.wait && `waits for: ${l.wait}`]
+      .filter(Boolean).join(' · ');
+  const why = pending ? l.prompt : (l.reason || '').replace(/^./, (c) => c.toUpperCase());
+  return el('div', { class: `loop${pending ? ' loop-card' : ''}`, 'data-loop-id': l.id, 'data-state': l.state, role: 'group', 'aria-label': head },
+    el('div', { class: 'goal-head' }, el('span', { class: 'loop-state', text: head, title: `/loop stop ${l.id.slice(2, 8)} stops it` }),
+      pending ? null : el('span', { class: 'goal-text', text: oneLine(l.prompt), title: l.prompt }),
+      ...LOOP_ACTS[l.state].map(([act, label, state]) => button(`loop-${act}`, label, (e) => loopButton(l.id, state, e.currentTarget), { 'data-act': act }))),
+    why ? el('p', { class: 'goal-note', text: why }) : null);
+}
+
+/** Start, Cancel, Pause, Resume, Stop, Dismiss (a refusal shown as the page's others are). */
+async function loopButton(id, state, target) {
+  const had = document.activeElement === target; // disabled, it drops the focus: handed on below
+  target.disabled = true;
+  await loopRequest(chat, id, state).catch(showError);
+  target.disabled = false;
+  if (had && document.activeElement !== target) focusLoop(id, target.dataset.act);
+}
+
+/** Asks loop `id` for `state`, or removes it (no `id`: all); the `loops` event brings the new list. */
+async function loopRequest(c, id, state) {
+  try {
+    await api(state ? 'PUT' : 'DELETE', `/conversations/${enc(c.id)}/loops${id ? `/${enc(id)}` : ''}`, state && { state });
+    if (state) return;
+  } catch (error) {
+    if (error.status !== 404) throw error; // gone meanwhile: off the list
+  }
+  c.loops = (c.loops || []).filter((l) => id && l.id !== id);
+  if (c === chat) renderLoops();
+}
+
+/**
+ * `/loop 5m <prompt>` makes an interval loop, `/loop <prompt>` a self-paced one (on the start screen
+ * in a new chat); `/loop list` (or alone) shows the loops, `stop` removes them, `stop <id>` one.
+ */
+const loopCommand = (typed, arg) => runCommand(typed, async () => {
+  const [, first, rest] = /^(\S*)\s*([\s\S]*)$/.exec(arg);
+  const word = first.toLowerCase();
+  const loops = (chat && chat.loops) || [];
+  const list = !arg || (word === 'list' && !rest);
+  if (list || (word === 'stop' && !/\s/.test(rest))) {
+    if (!loops.length) return showToast('This chat has no loops: type /loop 5m and what to do each time.');
+    if (list) return focusLoop(loops[0].id);
+    const hits = loops.filter((l) => l.id.startsWith(rest) || l.id.startsWith(`l_${rest}`));
+    if (rest && hits.length !== 1) throw new ApiError(400, 'loop', `${hits.length ? 'More than one' : 'No'} loop of this chat starts with ${rest}.`);
+    return loopRequest(chat, rest && hits[0].id);
+  }
+  const interval = /^(\d+[hms])+$/i.test(word) ? word : null;
+  const prompt = interval ? rest : arg;
+  if (!prompt) throw new ApiError(400, 'loop', 'Say what the loop does each time: /loop 5m check the build.');
+  const c = chat || await startChat();
+  if (!c) throw new Error('the new chat did not open');
+  const made = await api('POST', `/conversations/${enc(c.id)}/loops`, { prompt, interval });
+  await nameChat(c, prompt);
+  if (!(c.loops ||= []).some((l) => l.id === made.id)) c.loops.push(made); // unless its event came first
+  if (c === chat) renderLoops();
+});
+
+/** A user line a loop sent: its label, so it does not read as typed. */
+const loopChip = (m) => (m.loop ? el('p', { class: 'agent-chip loop-chip muted', text: `Loop run ${m.loop.run}` }) : null);
