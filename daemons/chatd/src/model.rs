@@ -547,7 +547,9 @@ impl Loop {
             reason: row.get(5)?,
             wait: row.get(6)?,
             // 0: due as soon as the chat is free (no time to show).
-            next: next_at.filter(|at| *at > 0).map(tandem_shared::clock::rfc3339),
+            next: next_at
+                .filter(|at| *at > 0)
+                .map(tandem_shared::clock::rfc3339),
             next_at,
             runs: row.get(8)?,
             max_runs: LOOP_MAX_RUNS,

@@ -2,9 +2,9 @@
 
 mod agent_files;
 mod agents;
-mod commands;
 mod body;
 mod chat_mcp;
+mod commands;
 mod conversations;
 mod defaults;
 mod egress;

@@ -197,9 +197,8 @@ pub fn queued_turn(conn: &Connection, conversation_id: &str) -> Result<bool, Api
         &queries::conversation(conn, conversation_id, queries::Trashed::Include)?,
     )?
     .pop();
-    Ok(head.is_some_and(|m| {
-        m.role == Role::Goal && m.goal_event.is_some_and(GoalEvent::starts_turn)
-    }))
+    Ok(head
+        .is_some_and(|m| m.role == Role::Goal && m.goal_event.is_some_and(GoalEvent::starts_turn)))
 }
 
 /// Pauses the goal at a person's word: 409 unless it is active.

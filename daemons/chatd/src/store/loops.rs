@@ -427,7 +427,10 @@ pub fn take(ctx: &mut Ctx, run_id: &str, asked: Asked) -> Result<Result<(), Stri
         )));
     }
     if lp.state != LoopState::Active {
-        return Ok(Err(format!("the loop that started this run is {}", lp.state)));
+        return Ok(Err(format!(
+            "the loop that started this run is {}",
+            lp.state
+        )));
     }
     match asked {
         Asked::Next { at, why } => {

@@ -27,7 +27,8 @@
 //!   the folder renamed away and back: `agent_folder.rs`; and a chat in
 //!   Agents mode whose main agent hands jobs to workers, under kills, stops
 //!   and Continue: `agents_mode.rs`; a chat working toward goal after goal
-//!   by itself, stopped and killed under it: `goals.rs`).
+//!   by itself, stopped and killed under it: `goals.rs`; a chat with loops
+//!   on a clock the part moves a minute at a time: `loops.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -91,7 +92,11 @@
 //! 22. a chat working toward goal after goal: every run ended, the goal is
 //!     never active on an idle chat, every `continue` line follows a turn
 //!     that ended by itself and was answered by one run at most, and every
-//!     goal line has its one `goal` event (`goals.rs`).
+//!     goal line has its one `goal` event (`goals.rs`);
+//! 23. a chat with loops on a clock moved a minute at a time: every run
+//!     ended and no loop still says running; each loop's user lines are its
+//!     runs 1 to N, each once, each answered by one run at most; no active
+//!     loop has 3 failures (`loops.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -137,6 +142,7 @@ mod goals;
 mod hostexec;
 mod hostexec_calls;
 mod hostexec_serve;
+mod loops;
 mod mcp;
 mod mcp_context;
 mod mcp_pages;

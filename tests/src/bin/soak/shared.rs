@@ -40,9 +40,10 @@ pub(crate) enum Inv {
     AgentFolder,
     AgentsMode,
     Goals,
+    Loops,
 }
 
-pub(crate) const INVARIANTS: [Inv; 22] = [
+pub(crate) const INVARIANTS: [Inv; 23] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -65,6 +66,7 @@ pub(crate) const INVARIANTS: [Inv; 22] = [
     Inv::AgentFolder,
     Inv::AgentsMode,
     Inv::Goals,
+    Inv::Loops,
 ];
 
 impl Inv {
@@ -91,6 +93,7 @@ impl Inv {
             Inv::AgentFolder => "a chat with a saved agent kept to a folder (read only): the folder's files never changed, a write there was refused, every send while it was away was refused 409 agent_folder_missing and stored nothing, and every turn of the chat ended",
             Inv::AgentsMode => "a chat in Agents mode: every task ended; each task call has exactly one result, a brief with code was refused and started no worker (as many tasks as calls that started one); every tasks/k.md a worker wrote holds k and is created once in the change sets (no write ran again after a Continue); every done task's report is kept at .tandem/tasks/<n>/report.md; every run of the chat ended",
             Inv::Goals => "a chat working toward goal after goal: every run ended; the goal is never active on an idle chat; every continue line follows a turn that ended by itself (a stop, a failure or a kill pauses the goal) and was answered by one run at most; every goal line has its one goal event",
+            Inv::Loops => "a chat with loops on a clock moved a minute at a time: every run ended and no loop still says running; each loop's user lines are its runs 1 to N, each once, each answered by one run at most; no active loop has 3 failures",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -105,7 +108,7 @@ impl Inv {
             Inv::Push => Some(PartName::Push),
             Inv::Documents => Some(PartName::Documents),
             Inv::Mcp => Some(PartName::Mcp),
-            Inv::Subagents | Inv::AgentFolder | Inv::AgentsMode | Inv::Goals => {
+            Inv::Subagents | Inv::AgentFolder | Inv::AgentsMode | Inv::Goals | Inv::Loops => {
                 Some(PartName::Subagents)
             }
             _ => None,

@@ -24,7 +24,8 @@
 //! `subagents_checks.rs` (`Inv::Subagents`). Beside them, a chat with a
 //! saved agent kept to a folder (`agent_folder.rs`, `Inv::AgentFolder`), and
 //! a chat in Agents mode (`agents_mode.rs`, `Inv::AgentsMode`), and a chat
-//! working toward goals by itself (`goals.rs`, `Inv::Goals`).
+//! working toward goals by itself (`goals.rs`, `Inv::Goals`), and a chat
+//! with loops on a clock the part moves (`loops.rs`, `Inv::Loops`).
 
 use super::*;
 
@@ -157,6 +158,7 @@ pub(crate) struct SubagentsPart {
     folder: Mutex<Option<crate::agent_folder::FolderRun>>,
     agents: Mutex<Option<crate::agents_mode::AgentsRun>>,
     goals: Mutex<Option<crate::goals::GoalsRun>>,
+    loops: Mutex<Option<crate::loops::LoopsRun>>,
 }
 
 impl SubagentsPart {
@@ -168,6 +170,7 @@ impl SubagentsPart {
             folder: Mutex::new(None),
             agents: Mutex::new(None),
             goals: Mutex::new(None),
+            loops: Mutex::new(None),
         }
     }
 }
@@ -175,6 +178,18 @@ impl SubagentsPart {
 impl Part for SubagentsPart {
     fn name(&self) -> PartName {
         PartName::Subagents
+    }
+
+    /// chatd's loops go by the loops chat's clock file.
+    fn chatd_env(&self) -> Vec<(String, String)> {
+        let clock = crate::loops::clock_file(&self.dir);
+        match crate::loops::prepare(&self.dir) {
+            Ok(()) => vec![(
+                "QSE_CHAT_CLOCK_FILE".into(),
+                clock.to_string_lossy().into_owned(),
+            )],
+            Err(_) => Vec::new(),
+        }
     }
 
     fn drive(self: Arc<Self>, shared: Arc<Shared>, seed: u64) -> BoxFuture<'static, ()> {
@@ -195,6 +210,7 @@ impl Part for SubagentsPart {
             let folder = crate::agent_folder::run(&shared, &self.dir, rng.random());
             let agents = crate::agents_mode::run(&shared, rng.random(), self.duration);
             let goals = crate::goals::run(&shared, rng.random());
+            let loops = crate::loops::run(&shared, &self.dir, rng.random());
             let work = async {
                 let loads = futures_util::future::join_all(ids.iter().zip(seeds).enumerate().map(
                     |(i, (id, seed))| {
@@ -207,8 +223,15 @@ impl Part for SubagentsPart {
                 ended.store(true, Ordering::Relaxed);
                 (loads, settled)
             };
-            let (samples, (chats, settled), folder, agents, goals) =
-                tokio::join!(sample(&shared, &ids, &ended), work, folder, agents, goals);
+            let (samples, (chats, settled), folder, agents, goals, loops) = tokio::join!(
+                sample(&shared, &ids, &ended),
+                work,
+                folder,
+                agents,
+                goals,
+                loops
+            );
+            *lock(&self.loops) = loops;
             *lock(&self.folder) = folder;
             *lock(&self.agents) = agents;
             *lock(&self.goals) = goals;
@@ -228,6 +251,7 @@ impl Part for SubagentsPart {
             let folder = lock(&self.folder).take();
             let agents = lock(&self.agents).take();
             let goals = lock(&self.goals).take();
+            let loops = lock(&self.loops).take();
             let run = lock(&self.run).take();
             let mut totals = match run {
                 Some(run) => check(&shared, &run).await,
@@ -241,6 +265,9 @@ impl Part for SubagentsPart {
             }
             if let Some(goals) = goals {
                 totals.extend(crate::goals::check(&shared, &goals).await);
+            }
+            if let Some(loops) = loops {
+                totals.extend(crate::loops::check(&shared, &loops).await);
             }
             PartEnd {
                 totals,
