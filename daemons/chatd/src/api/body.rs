@@ -36,3 +36,12 @@ impl<T: DeserializeOwned + Send> FromRequest<Arc<App>> for Json<T> {
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     tandem_shared::http::parse_body(bytes)
 }
+
+/// The JSON of a route's answer, read back when a route calls another (a
+/// slash command runs the route it stands for).
+pub async fn json_of(response: axum::response::Response) -> Result<serde_json::Value, ApiError> {
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .map_err(|_| ApiError::internal("a route's answer was not read"))?;
+    Ok(serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+}

@@ -164,14 +164,6 @@ fn body<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| ApiError::bad_input("text", e))
 }
 
-/// The JSON of a route's answer, its status checked.
-async fn answer_of(response: Response) -> Result<Value, ApiError> {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .map_err(|_| ApiError::internal("a command's answer was not read"))?;
-    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
 /// Runs command `name` with `args` in chat `id`: `{command, text, …}`,
 /// `text` what a person reads (the bots send it as it is).
 pub async fn run(
@@ -197,7 +189,7 @@ pub async fn run(
                 )?),
             )
             .await?;
-            let made = answer_of(made).await?;
+            let made = super::body::json_of(made).await?;
             let new_id = made["id"].as_str().unwrap_or("").to_string();
             (
                 format!("New chat {new_id}."),

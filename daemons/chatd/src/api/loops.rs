@@ -233,7 +233,8 @@ pub async fn command(app: &Arc<App>, id: String, args: &str) -> Result<(String, 
                 prompt: prompt.to_string(),
                 interval,
             };
-            let made = answer_json(create(State(app), Path(id), Json(body)).await?).await?;
+            let made =
+                super::body::json_of(create(State(app), Path(id), Json(body)).await?).await?;
             let every = made["interval"]
                 .as_str()
                 .map_or("self-paced".to_string(), |i| format!("every {i}"));
@@ -246,13 +247,6 @@ pub async fn command(app: &Arc<App>, id: String, args: &str) -> Result<(String, 
             Ok((text, made))
         }
     }
-}
-
-async fn answer_json(response: Response) -> Result<Value, ApiError> {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .map_err(|_| ApiError::internal("a loop's answer was not read"))?;
-    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 /// A loop in one line.
