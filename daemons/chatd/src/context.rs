@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::model::Message;
-use crate::words::{GoalEvent, MessageStatus, Role};
+use crate::words::{MessageStatus, Role};
 
 /// The estimate's safety margin over characters/4: a request estimated under
 /// the window is under it for any tokenizer that averages 3.5+ characters a token.
@@ -221,7 +221,7 @@ fn asked_agent(m: &Message) -> std::borrow::Cow<'_, str> {
 fn carried(m: &Message) -> bool {
     match m.role {
         Role::User | Role::Tool => true,
-        Role::Goal => m.goal_event.is_some_and(GoalEvent::starts_turn),
+        Role::Goal => m.starts_goal_turn(),
         Role::Assistant => !m.text.is_empty() || m.tool_calls.is_some(),
         Role::System | Role::Compacted | Role::Cleared => false,
     }

@@ -122,6 +122,17 @@ pub struct LoopRef {
 pub const MESSAGE_COLUMNS: &str =
     "id, parent_id, role, text, reasoning, tool_calls, tool_call_id, run_id, status, created, keep_from, attachments, summary, card, goal_event, goal_turn, loop_id, loop_run";
 
+/// The first message of `path` at or after `id` that is not a goal line:
+/// where a compaction's kept point lands once goal lines are left out (an
+/// export, a fork).
+pub fn past_goal_lines(path: &[Message], id: &str) -> Option<String> {
+    let at = path.iter().position(|m| m.id == id)?;
+    path[at..]
+        .iter()
+        .find(|m| m.role != Role::Goal)
+        .map(|m| m.id.clone())
+}
+
 /// One tool call of an answer: its id, the tool's name, the arguments' JSON text.
 pub struct CallRef<'a> {
     pub id: &'a str,
@@ -151,6 +162,15 @@ impl Message {
             goal_turn: None,
             loop_ref: None,
         }
+    }
+
+    /// Whether it is a goal line that starts a turn (the model reads it as
+    /// the person's words, and a regenerate answers it again).
+    pub fn starts_goal_turn(&self) -> bool {
+        self.role == Role::Goal
+            && self
+                .goal_event
+                .is_some_and(crate::words::GoalEvent::starts_turn)
     }
 
     /// The tool calls of an answer, as the engine sent them (missing parts empty).

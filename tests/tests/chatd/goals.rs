@@ -190,6 +190,31 @@ async fn a_goal_goes_on_by_itself_and_ends_done_with_its_evidence_in_three_turns
         .await?;
     assert!(goal_lines(&forked).is_empty(), "{forked}");
     assert!(forked["goal"].is_null(), "a fork has no goal");
+    // A fork is a person's chat: it may have a goal of its own.
+    let fork_id = fork.body["id"].as_str().context("id")?;
+    let theirs = client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/conversations/{fork_id}/goal"),
+            Some(json!({"text": "another goal"})),
+        )
+        .await?;
+    assert_eq!(theirs.status, 200, "{theirs:?}");
+
+    // Regenerate answers the goal's last turn again; its lines stay.
+    let again = client
+        .post(&format!("/conversations/{chat}/regenerate"), json!({}))
+        .await?;
+    assert_eq!(again.status, 202, "{again:?}");
+    let run = again.body["run_id"].as_str().context("run_id")?;
+    client.wait_run(&chat, run, &["done"], LONG).await?;
+    let after = client.snapshot(&chat).await?;
+    assert_eq!(
+        goal_lines(&after).len(),
+        3,
+        "set and both continues stay; the done line was after the answer: {:?}",
+        goal_lines(&after)
+    );
     Ok(())
 }
 

@@ -401,8 +401,15 @@ pub async fn export(
         .read(move |conn| {
             let conversation = queries::conversation(conn, &id, Trashed::Include)?;
             let mut messages = queries::transcript(conn, &conversation)?;
-            // A goal is the chat's, not its words: its lines stay out.
+            // A goal is the chat's, not its words: its lines stay out, and a
+            // compaction kept from one keeps from the message after it.
+            let whole = messages.clone();
             messages.retain(|m| m.role != Role::Goal);
+            for m in &mut messages {
+                if let Some(k) = m.keep_from.take() {
+                    m.keep_from = crate::model::past_goal_lines(&whole, &k);
+                }
+            }
             Ok((conversation, messages))
         })
         .await?;

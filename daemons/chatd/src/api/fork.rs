@@ -91,7 +91,11 @@ pub async fn fork(
                 copy.tool_call_id = m.tool_call_id.clone();
                 copy.summary = m.summary.clone();
                 copy.attachments = m.attachments.clone();
-                copy.keep_from = m.keep_from.as_ref().and_then(|k| ids.get(k).cloned());
+                copy.keep_from = m
+                    .keep_from
+                    .as_deref()
+                    .and_then(|k| crate::model::past_goal_lines(&path, k))
+                    .and_then(|k| ids.get(&k).cloned());
                 files.extend(attached_paths(m));
                 let copy = insert_row(ctx, &fork.id, copy)?;
                 messages::set_forked_parts(

@@ -328,7 +328,12 @@ pub async fn regenerate(
         origin,
         |ctx, conversation| {
             let transcript = queries::transcript(ctx.conn(), conversation)?;
-            let Some(user) = transcript.iter().rev().find(|m| m.role == Role::User) else {
+            // A goal's turn answers its goal line: that is the question.
+            let Some(user) = transcript
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::User || m.starts_goal_turn())
+            else {
                 return Err(ApiError::conflict(
                     "nothing_to_regenerate",
                     "this chat has no message to answer again",

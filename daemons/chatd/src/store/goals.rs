@@ -47,7 +47,12 @@ fn existing(conn: &Connection, conversation_id: &str) -> Result<Goal, ApiError> 
 /// Only a chat a person started has a goal: a sub-agent's, a trigger's or
 /// a bot's chat never works on by itself.
 pub fn check_allowed(conversation: &Conversation) -> Result<(), ApiError> {
-    if conversation.kind != ChatKind::Chat || conversation.origin != Origin::User {
+    // A fork or an import of a person's chat is a person's chat too.
+    let person = matches!(
+        conversation.origin,
+        Origin::User | Origin::Fork | Origin::Import
+    );
+    if conversation.kind != ChatKind::Chat || !person {
         return Err(ApiError::conflict(
             "goal_not_allowed",
             "only a chat a person started can have a goal",
