@@ -85,6 +85,9 @@
 //!     18f, agents_mode: a build of 8 files written and read back, in
 //!     Agents mode (a worker a file) against the one loop: the chat's last
 //!     request, the largest, the sum, the turn's time (`agents_mode.rs`).
+//!     18g, goals: the gap from a goal turn's end to the next one's start
+//!     against a client that sends "continue" on each run.finished, and
+//!     20 turns' whole time both ways (`goals.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -111,6 +114,7 @@ mod agents_mode;
 mod delegated;
 mod files;
 mod floor;
+mod goals;
 mod hostexec;
 mod mcp;
 mod measure;
@@ -191,6 +195,7 @@ enum Figure {
     AgentFolder,
     #[value(name = "agents_mode", alias = "agents-mode")]
     AgentsMode,
+    Goals,
 }
 
 /// How big each figure's workload is.
@@ -437,6 +442,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         agents_mode::figure(args.quick, &mut rows)
             .await
             .context("figure 18f (Agents mode)")?;
+    }
+    if wants(Figure::Goals) {
+        goals::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18g (goals)")?;
     }
     let table = table(&rows);
     say(format!(

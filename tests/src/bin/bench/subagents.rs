@@ -95,7 +95,7 @@ impl Watch {
 
     /// How many events `hit` picks, once `n` of them have arrived; the
     /// arrival of the n-th.
-    async fn nth<F>(&mut self, what: &str, n: usize, hit: F) -> anyhow::Result<Instant>
+    pub(super) async fn nth<F>(&mut self, what: &str, n: usize, hit: F) -> anyhow::Result<Instant>
     where
         F: Fn(&SseEvent) -> bool,
     {
