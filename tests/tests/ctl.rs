@@ -1452,6 +1452,11 @@ async fn tandem_chat_goal_sets_shows_pauses_resumes_and_clears() {
     )
     .await
     .unwrap();
+    // `/help` sent as a message is the registry's answer, printed.
+    let help = b.tandem_env(&["chat", "send", "/help", "--chat", &chat], &env);
+    assert!(help.status.success(), "{}", text(&help));
+    assert!(text(&help).contains("/goal"), "{}", text(&help));
+    assert!(text(&help).contains("/loop"), "{}", text(&help));
     let none = goal(&chat, &[]);
     assert!(none.status.success(), "{}", text(&none));
     assert!(

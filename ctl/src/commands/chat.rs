@@ -512,6 +512,11 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 };
                 answer
             };
+            // A slash command (`/help`, `/goal …`): chatd ran it; its answer is the text.
+            if let (Some(_), Some(answer)) = (sent["command"].as_str(), sent["text"].as_str()) {
+                println!("{answer}");
+                return Ok(ExitCode::SUCCESS);
+            }
             let Some(run_id) = sent["run_id"].as_str() else {
                 eprintln!("tandem: a run is working in this chat; your message waits and reaches the model at its next request");
                 return Ok(ExitCode::SUCCESS);

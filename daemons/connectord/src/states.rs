@@ -30,6 +30,8 @@ tandem_shared::words! {
         Refused => "refused",
         /// Its notice went out.
         Noticed => "noticed",
+        /// A slash command chatd answered: its answer (the note) is due.
+        Reply => "reply",
     }
 }
 

@@ -449,6 +449,16 @@ pub fn set_refused(conn: &Connection, id: i64, note: &str) -> rusqlite::Result<(
     Ok(())
 }
 
+/// A slash command chatd answered at once: its sender gets `answer`.
+pub fn set_reply(conn: &Connection, id: i64, answer: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE inbound SET state = ?3, note = ?2,
+           message = json_set(message, '$.text', '') WHERE id = ?1",
+        params![id, answer, InboundState::Reply],
+    )?;
+    Ok(())
+}
+
 /// A refused message's notice went out (or was not due).
 pub fn set_noticed(conn: &Connection, id: i64) -> rusqlite::Result<()> {
     conn.execute(

@@ -199,6 +199,20 @@ async fn deliver(cd: &Arc<Connectord>, m: &Message) -> Result<(), Option<ChatErr
     let (run, pending) = match &sent {
         Sent::Run(run) => (Some(run.clone()), None),
         Sent::Pending(p) => (None, Some(p.clone())),
+        Sent::Command(answer) => {
+            // A command's answer goes to the sender as it is, no run to follow.
+            let answer = answer.clone();
+            cd.store
+                .call(move |conn| {
+                    store::set_reply(conn, id, &answer)?;
+                    store::set_chat(conn, &bid, &sc, &c, now)
+                })
+                .await
+                .map_err(|_| None)?;
+            tracing::info!(binding = %binding.id, message = m.id, chat = %chat, "a command answered");
+            cd.work.notify_one();
+            return Ok(());
+        }
     };
     cd.store
         .call(move |conn| {
@@ -240,6 +254,37 @@ pub fn spawn_worker(cd: &Arc<Connectord>, binding: &str, chat: &str) {
             tracing::warn!(binding = %key.0, chat = %key.1, error = %format!("{err:#}"), "a chat's turn stopped; it is taken up again");
         }
     });
+}
+
+/// Posts each command's answer chatd gave (not rate-limited like notices:
+/// the sender asked for it). One that does not go out is tried again.
+async fn send_replies(cd: &Arc<Connectord>) -> anyhow::Result<()> {
+    let due = cd
+        .store
+        .call(|conn| store::messages_in(conn, InboundState::Reply))
+        .await?;
+    for m in due {
+        let bid = m.binding_id.clone();
+        let binding = cd
+            .store
+            .call(move |conn| store::binding(conn, &bid))
+            .await?;
+        let (Some(binding), Some(answer)) = (binding, &m.note) else {
+            continue;
+        };
+        let Some(outbox) = cd.outbox(&binding) else {
+            continue;
+        };
+        if let Err(err) = outbox.post(&m.target(), answer).await {
+            tracing::warn!(binding = %m.binding_id, error = %err, "a command's answer did not go out; trying again");
+            continue;
+        }
+        let id = m.id;
+        cd.store
+            .call(move |conn| store::set_answered(conn, &[id]))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Answers the chat's unanswered messages, run by run, until none is left.
@@ -768,6 +813,7 @@ async fn post_answer(
 /// Sends the notices of refused messages (too long, too fast, chatd
 /// refused): one a minute a sender at most.
 pub async fn send_notices(cd: &Arc<Connectord>) -> anyhow::Result<()> {
+    send_replies(cd).await?;
     let refused = cd
         .store
         .call(|conn| store::messages_in(conn, InboundState::Refused))

@@ -69,6 +69,9 @@ pub enum Sent {
     /// A run works in the chat: the message waits (this pending id) and
     /// reaches the model at that run's next request.
     Pending(String),
+    /// The text was a slash command: chatd ran it, and this is its answer
+    /// for the sender (nothing was sent to the model).
+    Command(String),
 }
 
 /// How a chat run ended, as its events and snapshot say.
@@ -154,6 +157,12 @@ impl ChatClient {
             .await?;
         if value["pending_id"].is_string() {
             return Ok(Sent::Pending(id_field(&value, "pending_id")?));
+        }
+        if let Some(text) = value["text"]
+            .as_str()
+            .filter(|_| value["command"].is_string())
+        {
+            return Ok(Sent::Command(text.to_string()));
         }
         Ok(Sent::Run(id_field(&value, "run_id")?))
     }

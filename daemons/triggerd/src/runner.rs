@@ -283,6 +283,8 @@ async fn attempt(
         Ok(Sent::Run(run)) => run,
         // The chat was made for this run: nothing else can be working in it.
         Ok(Sent::Pending(_)) => return Err("the run's new chat already had a run working".into()),
+        // chatd runs no command for a trigger: its prompt is always a message.
+        Ok(Sent::Command(_)) => return Err("the trigger's prompt was taken as a command".into()),
         // The folder went after the chat was made: the empty chat goes too.
         Err(Some(err)) if err.agent_folder_missing() => {
             forget_chat(td, &run.id, &chat_id).await;

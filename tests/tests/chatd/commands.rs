@@ -86,12 +86,12 @@ async fn a_command_runs_instead_of_being_sent_and_answers_its_text() -> anyhow::
     assert_eq!(status, 202, "{sent}");
     assert!(sent["run_id"].is_string());
 
-    // A bot's text stays a message until connectord answers commands.
-    let bot = client.create_chat().await?;
+    // A trigger's prompt is always a message.
+    let theirs = client.create_chat().await?;
     let (status, sent) = command(
         &client,
-        &bot,
-        json!({"text": "/help", "origin": "connector"}),
+        &theirs,
+        json!({"text": "/help", "origin": "trigger"}),
     )
     .await?;
     assert_eq!(status, 202, "{sent}");

@@ -1001,3 +1001,47 @@ async fn a_message_waiting_when_the_agents_folder_goes_gets_the_folders_sentence
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_slash_command_from_telegram_gets_chatds_answer_and_never_reaches_the_model(
+) -> anyhow::Result<()> {
+    let b = boxed(&["--tokens-per-second", "0"], "").await?;
+    bind(&b, json!({})).await?;
+    // The answer a page or `tandem chat send '/help'` gets.
+    let own = b.client.create_chat().await?;
+    let asked = b
+        .client
+        .post(
+            &format!("/conversations/{own}/messages"),
+            json!({"text": "/help"}),
+        )
+        .await?;
+    assert_eq!(asked.status, 200, "{asked:?}");
+    let help = asked.body["text"].as_str().context("text")?.to_string();
+    assert!(help.contains("/goal"), "{help}");
+    let before = b.sim.requests().await?.len();
+
+    b.bot.push_private(42, "ann", "/help");
+    let sent = b
+        .bot
+        .wait_sent("the command's answer to ann", QUICK, |s| {
+            s.iter()
+                .any(|m| m.chat_id == "42" && m.visible.contains("/goal"))
+        })
+        .await?;
+    let answer = sent
+        .iter()
+        .find(|m| m.chat_id == "42")
+        .context("an answer")?;
+    assert_eq!(answer.visible.trim(), help.trim(), "the same answer");
+    // Nothing went to the model, and a next message is a turn again.
+    assert_eq!(b.sim.requests().await?.len(), before, "no model call");
+    b.bot.push_private(42, "ann", "What is on today?");
+    let text = stored_answer(&b.client).await?;
+    b.bot
+        .wait_sent("the model's answer after the command", QUICK, |s| {
+            s.iter().any(|m| m.chat_id == "42" && m.visible == text)
+        })
+        .await?;
+    Ok(())
+}

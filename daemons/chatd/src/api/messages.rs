@@ -70,12 +70,11 @@ pub async fn send(
     let Json(mut body) = Json::<SendBody>::from_request(request, &app).await?;
     // A command runs instead of being sent: `/help`, `/goal …`, `/loop …`;
     // `/agent NAME TASK` is the message a device sends with `agent`.
-    // (A bot's or a trigger's text stays a message until connectord and
-    // triggerd answer a command: a person's only, for now.)
-    let person = Origin::requested(body.origin.as_deref())? == Origin::User;
-    let command = match person {
-        true => super::commands::of_send(body.command.as_deref(), &body.text)?,
-        false => None,
+    // A trigger's prompt is always a message; a person's and a bot
+    // sender's command runs (connectord posts its answer).
+    let command = match Origin::requested(body.origin.as_deref())? {
+        Origin::Trigger => None,
+        _ => super::commands::of_send(body.command.as_deref(), &body.text)?,
     };
     if let Some((name, args)) = command {
         if name == "agent" {
