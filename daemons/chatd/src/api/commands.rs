@@ -307,22 +307,6 @@ async fn model(
     ))
 }
 
-/// `/agent NAME TASK`: the saved agent and the task, for the message a
-/// device sends with `agent` (the name is the first word, or in quotes).
-pub fn agent_args(args: &str) -> Result<(String, String), ApiError> {
-    let (name, task) = match args.strip_prefix('"').and_then(|a| a.split_once('"')) {
-        Some((name, task)) => (name.to_string(), task.trim().to_string()),
-        None => match args.split_once(char::is_whitespace) {
-            Some((name, task)) => (name.to_string(), task.trim().to_string()),
-            None => (args.to_string(), String::new()),
-        },
-    };
-    if name.is_empty() || task.is_empty() {
-        return Err(ApiError::bad_input("text", "write /agent NAME TASK"));
-    }
-    Ok((name, task))
-}
-
 /// The command of a send: its `command` field (the text its arguments),
 /// or its text when that names one. `Err` for a `command` not in the registry.
 pub fn of_send(

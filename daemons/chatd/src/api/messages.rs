@@ -78,9 +78,9 @@ pub async fn send(
     };
     if let Some((name, args)) = command {
         if name == "agent" {
-            let (agent, task) = super::commands::agent_args(&args)?;
-            body.text = task;
-            body.agent = Some(agent);
+            // `/agent NAME TASK` is a message: invoke.rs reads its lead
+            // (a name of several words too) as the `agent` field does.
+            body.text = format!("/agent {args}");
         } else if body.attachments.as_ref().is_some_and(|a| !a.is_empty()) {
             return Err(ApiError::bad_input(
                 "attachments",

@@ -11,7 +11,9 @@
 //!   `goals/k.md`, which its first step wrote; `goal_blocked`; or the same
 //!   failing `read_file` four times (stuck). A script engine-sim still holds
 //!   (a kill took its turn) is not topped up. An active goal with no run
-//!   working is never right: the goal and its next turn are one job.
+//!   working is never right: the goal and its next turn are one job;
+//! - one look in five sends `/goal` as a message: the command registry must
+//!   answer 200 with the goal's line (a `goals` violation otherwise).
 //!
 //! After the load the part waits (bounded) until no run of the chat works.
 //! `check` (`Inv::Goals`): every run ended; the goal is not active on an
@@ -46,6 +48,8 @@ pub(crate) struct Tally {
     pub(crate) leftover: u64,
     /// Looks that found the goal active with no run working.
     pub(crate) active_idle: u64,
+    /// `/goal` sent as a message: answered with the goal's line, nothing stored.
+    pub(crate) commands: u64,
     /// Goals seen ended, by their end (done, blocked, paused_by …).
     pub(crate) ends: BTreeMap<String, u64>,
 }
@@ -135,6 +139,11 @@ async fn load(shared: &Shared, run: &mut GoalsRun, rng: &mut StdRng) {
         };
         let goal = &snapshot["goal"];
         let state = goal["state"].as_str().unwrap_or("none");
+        // One look in five asks `/goal` as a person would type it: the
+        // registry answers with the goal, and no message is stored.
+        if rng.random_bool(0.2) {
+            command(shared, run, &snapshot).await;
+        }
         if working {
             if state == "active" && rng.random_bool(0.1) {
                 stop(shared, run).await;
@@ -241,6 +250,31 @@ fn steps(k: u64, slow: bool, shape: u8) -> Vec<Value> {
     }
     steps.push(json!({"text": format!("goal #{k}: said")}));
     steps
+}
+
+/// `/goal` as a message: 200 with the goal's line, and no message more.
+async fn command(shared: &Shared, run: &mut GoalsRun, before: &Value) {
+    let (status, answer) = match shared.send_text(&run.chat, "/goal").await {
+        Ok(answered) => answered,
+        Err(_) => {
+            run.tally.down += 1;
+            return;
+        }
+    };
+    let shows = match before["goal"]["text"].as_str() {
+        Some(text) => answer["text"].as_str().is_some_and(|t| t.contains(text)),
+        None => answer["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("no goal")),
+    };
+    if status != 200 || answer["command"] != "goal" || !shows {
+        shared.violate(
+            Inv::Goals,
+            format!("goals: `/goal` answered {status} {}", answer["text"]),
+        );
+        return;
+    }
+    run.tally.commands += 1;
 }
 
 async fn stop(shared: &Shared, run: &mut GoalsRun) {
@@ -381,13 +415,15 @@ fn summary(run: &GoalsRun, continues: usize) -> Vec<String> {
     let t = &run.tally;
     vec![format!(
         "goals: {} set, {} resumed, {continues} turns went on by themselves, ends {:?}, \
-         {} stops ({} idle), {} busy, {} leftover scripts, {} engine away, {} down; settled {}",
+         {} stops ({} idle), {} busy, {} `/goal` commands, {} leftover scripts, {} engine away, \
+         {} down; settled {}",
         t.sets,
         t.resumes,
         t.ends,
         t.stops,
         t.stops_idle,
         t.busy,
+        t.commands,
         t.leftover,
         t.engine_away,
         t.down,

@@ -20,6 +20,13 @@
  *   drafts   the text, per chat, in localStorage; cleared when sent.
  *   /goal    `/goal <text>` sets the chat's goal, sends no message (subagents.js);
  *   /loop    `/loop 5m <prompt>` makes a loop, `list`, `stop [id]` (subagents.js).
+ *   /        a `/` at the start lists chatd's commands (GET /commands, docs/api.md
+ *            "Slash commands"; the start screen's `home` ones), filtered as
+ *            you type, then the argument's choices after `/name `: Up/Down
+ *            pick, Enter runs a command without argument or completes, Tab
+ *            completes, Esc closes. A command sent is no message: its answer's
+ *            text shows under the composer; /new opens the new chat, /attach
+ *            the file picker.
  *   keys     Enter sends, Shift+Enter a new line, Esc stops the run (or
  *            cancels an upload), Up in an empty box edits the last waiting
  *            message.
@@ -72,11 +79,14 @@ function switchComposer() {
   box.value = draftGet(key);
   fitComposer();
   $('#composer-error').hidden = true;
+  $('#command-note').hidden = true;
+  closeMenu();
   paintAttached();
 }
 
 function onComposerInput() {
   fitComposer();
+  onCommandInput();
   if (compose.key) draftSet(compose.key, $('#composer').value);
 }
 
@@ -259,6 +269,9 @@ async function sendComposer() {
   const cmd = /^\/(goal|loop)(?:\s+([\s\S]*))?$/.exec(typed.trim()); // subagents.js: the chat's goal or loops, not a message
   if (cmd && (items.length || picked.length)) return showInlineError(error, `A ${cmd[1]} is words only: send the files and the context as a message.`);
   if (cmd) return (cmd[1] === 'goal' ? goalCommand : loopCommand)(typed, (cmd[2] || '').trim());
+  const named = COMMAND_TEXT.exec(typed.trim());
+  if (named && (items.length || picked.length) && named[1].toLowerCase() !== 'attach') return showInlineError(error, 'A command takes no files: send them as a message.');
+  if (named) return chatCommand(typed, named[1].toLowerCase());
   // chatd wants some text: files alone are named.
   const text = typed.trim() ? typed
     : items.length ? `Attached: ${items.map((item) => item.file.name).join(', ')}`
@@ -390,6 +403,7 @@ function attachmentChips(message) {
 /* -- keys -- */
 
 function onComposerKey(event) {
+  if (menuKey(event)) return;
   if (event.key === 'Escape') {
     if (stopFromKeyboard()) event.preventDefault();
     return;
@@ -428,6 +442,154 @@ function editLastWaiting() {
   return true;
 }
 
+/* -- commands -- */
+
+/** chatd's commands but the composer's own /goal and /loop (subagents.js): `/name args`. */
+const COMMAND_TEXT = /^\/(help|about|model|new|compact|clear|agent|attach)(?:\s+([\s\S]*))?$/i;
+
+/** The `/` menu: chatd's list for chat `key` (the last fetched: shown until the new one comes), the items shown, the selected one. */
+const menu = { open: false, list: null, key: null, items: [], at: 0, ticket: 0, off: false };
+
+/** The open chat's id for chatd (null on the start screen). */
+const commandChat = () => (compose.key && compose.key !== NEW_CHAT_KEY ? compose.key : null);
+
+/** chatd's commands for `id`'s chat (null: the start screen's). */
+async function commandList(id) {
+  const data = await api('GET', `/commands${id ? `?conversation_id=${enc(id)}` : ''}`, undefined, { quiet: true });
+  return (data.commands || []).filter((c) => id || c.home);
+}
+
+/** Text that starts with `/` opens the menu (its list fetched then); without, it closes (Esc's closing too). */
+function onCommandInput() {
+  const text = $('#composer').value;
+  if (!text.startsWith('/') || text === '/') menu.off = false; // a new `/` opens it again after an Esc
+  if (!text.startsWith('/')) return closeMenu();
+  if (menu.off) return;
+  if (!menu.open) {
+    const key = commandChat();
+    const ticket = ++menu.ticket;
+    menu.open = true;
+    commandList(key).then((list) => {
+      if (ticket !== menu.ticket) return;
+      Object.assign(menu, { list, key });
+      paintMenu();
+    }).catch(() => {});
+  }
+  paintMenu();
+}
+
+function closeMenu() {
+  Object.assign(menu, { open: false, items: [], at: 0, ticket: menu.ticket + 1 });
+  paintMenuBox();
+}
+
+/** The commands whose name starts with what is typed; after `/name `, that command's choices that start with the rest. */
+function paintMenu() {
+  const [, name, arg] = /^\/(\S*)(?:\s([\s\S]*))?$/.exec($('#composer').value) || [];
+  if (name == null || !menu.list || menu.key !== commandChat()) { // its list yet to come
+    menu.items = [];
+    return paintMenuBox();
+  }
+  const word = name.toLowerCase();
+  const cmd = menu.list.find((c) => c.name === word);
+  const items = arg == null
+    ? menu.list.filter((c) => c.name.startsWith(word)).map((c) => ({ cmd: c }))
+    : ((cmd && cmd.choices) || [])
+      .filter((v) => !arg.includes('\n') && v.toLowerCase().startsWith(arg.trimStart().toLowerCase()))
+      .map((choice) => ({ cmd, choice }));
+  if (items.length !== menu.items.length || items.some((item, i) => item.choice !== menu.items[i].choice || item.cmd !== menu.items[i].cmd)) menu.at = 0;
+  menu.items = items;
+  paintMenuBox();
+}
+
+function paintMenuBox() {
+  const list = $('#command-menu');
+  const box = $('#composer');
+  const shown = menu.items.length > 0;
+  list.hidden = !shown;
+  box.setAttribute('aria-expanded', String(shown));
+  list.replaceChildren(...menu.items.map(({ cmd, choice }, i) => el('li', {
+    id: `command-${i}`, class: 'command-item', role: 'option', 'aria-selected': String(i === menu.at), 'data-at': i,
+  }, ...(choice != null ? [el('span', { class: 'command-name', text: choice })]
+    : [el('span', { class: 'command-name', text: `/${cmd.name}${cmd.usage ? ` ${cmd.usage}` : ''}` }), el('span', { class: 'muted', text: ` — ${cmd.about}` })]))));
+  if (shown) {
+    box.setAttribute('aria-activedescendant', `command-${menu.at}`);
+    $(`#command-${menu.at}`).scrollIntoView({ block: 'nearest' });
+  } else box.removeAttribute('aria-activedescendant');
+}
+
+/** The menu's keys; true when the key was the menu's. */
+function menuKey(event) {
+  const n = menu.items.length;
+  if (!n || event.isComposing || event.altKey || event.ctrlKey || event.metaKey) return false;
+  if (event.key === 'ArrowDown' || event.key === 'ArrowUp') {
+    menu.at = (menu.at + (event.key === 'ArrowDown' ? 1 : n - 1)) % n;
+    paintMenuBox();
+  } else if (event.key === 'Escape') {
+    menu.off = true;
+    closeMenu();
+  } else if (event.key === 'Tab' && !event.shiftKey) pickItem(menu.at, false);
+  else if (event.key !== 'Enter' || event.shiftKey || !pickItem(menu.at, true)) return false;
+  event.preventDefault();
+  return true;
+}
+
+/**
+ * Item `at` into the box: a command with an argument as `/name ` (its choices then), a choice after its
+ * command; `run` (Enter, a click): a command without argument is sent. False when the box already says
+ * it (Enter sends what is typed).
+ */
+function pickItem(at, run) {
+  const item = menu.items[at];
+  if (!item) return false;
+  const box = $('#composer');
+  const bare = item.choice == null && !item.cmd.usage;
+  const text = item.choice != null ? `/${item.cmd.name} ${item.choice}` : `/${item.cmd.name}${bare ? '' : ' '}`;
+  if (run && (bare || box.value.trim() === text.trim())) {
+    box.value = text;
+    closeMenu();
+    sendComposer();
+    return true;
+  }
+  if (box.value === text) return false;
+  box.value = text;
+  box.setSelectionRange(text.length, text.length);
+  onComposerInput();
+  return true;
+}
+
+/** A command's answer (its text, lines kept) under the composer, until dismissed or the chat changes. */
+function showNote(text) {
+  $('.command-text', $('#command-note')).textContent = text;
+  $('#command-note').hidden = false;
+}
+
+/**
+ * A command of chatd's registry (`name` lower case): sent as a message, which chatd runs and stores
+ * not; its answer's text is shown. /new opens the chat it made, /attach the file picker; on the start
+ * screen /help is the list and /new does nothing (it is a new chat).
+ */
+function chatCommand(typed, name) {
+  if (name === 'attach') {
+    $('#composer').value = '';
+    onComposerInput();
+    return $('#attach').click();
+  }
+  return runCommand(typed, async () => {
+    if (!chat && name === 'help') {
+      return showNote(['Commands:', ...(await commandList(null)).map((c) => `/${c.name}${c.usage ? ` ${c.usage}` : ''} — ${c.about}`)].join('\n'));
+    }
+    if (!chat && name === 'new') return;
+    const c = chat || await startChat();
+    if (!c) throw new Error('the new chat did not open');
+    const answer = await api('POST', `/conversations/${enc(c.id)}/messages`, { text: typed.trim() });
+    refreshListSoon();
+    if (answer && answer.conversation_id) location.hash = chatHref(answer.conversation_id);
+    else if (answer && answer.command && answer.text) showNote(answer.text);
+    else keepBottom(true); // /agent: a message, sent
+  });
+}
+
 /* -- paste, drop -- */
 
 const carriesFiles = (event) => !!event.dataTransfer && [...event.dataTransfer.types].includes('Files');
@@ -454,6 +616,14 @@ function initComposer() {
     box.focus();
   });
   $('#upload-cancel').addEventListener('click', cancelUpload);
+  $('#command-note-close').addEventListener('click', () => { $('#command-note').hidden = true; box.focus(); });
+  // A click on an item does what Enter does; the focus stays in the box.
+  $('#command-menu').addEventListener('mousedown', (e) => e.preventDefault());
+  $('#command-menu').addEventListener('click', (e) => {
+    const item = e.target.closest('.command-item');
+    if (item) pickItem(Number(item.dataset.at), true) || sendComposer();
+  });
+  box.addEventListener('blur', closeMenu);
   // A paste outside any field (the page itself has the focus) attaches too.
   document.addEventListener('paste', (e) => { if (e.target === document.body) onPaste(e); });
   document.addEventListener('keydown', (e) => {
