@@ -254,12 +254,9 @@ fn steps(k: u64, slow: bool, shape: u8) -> Vec<Value> {
 
 /// `/goal` as a message: 200 with the goal's line, and no message more.
 async fn command(shared: &Shared, run: &mut GoalsRun, before: &Value) {
-    let (status, answer) = match shared.send_text(&run.chat, "/goal").await {
-        Ok(answered) => answered,
-        Err(_) => {
-            run.tally.down += 1;
-            return;
-        }
+    let Ok((status, answer)) = shared.send_text(&run.chat, "/goal").await else {
+        run.tally.down += 1;
+        return;
     };
     let shows = match before["goal"]["text"].as_str() {
         Some(text) => answer["text"].as_str().is_some_and(|t| t.contains(text)),
