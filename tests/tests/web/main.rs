@@ -5,6 +5,7 @@
 mod accessibility;
 mod agents_page;
 mod around;
+mod commands_page;
 mod composer;
 mod files_page;
 mod files_page_gone;
