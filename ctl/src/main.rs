@@ -93,6 +93,9 @@ enum Command {
     /// Saved agents: list, show, add, edit, export, import, rm, templates.
     #[command(subcommand, long_about = commands::agent::LONG_ABOUT)]
     Agent(commands::agent::AgentCommand),
+    /// Skills the chats offer: list, show, add, edit, rm, and per chat off, on.
+    #[command(subcommand, long_about = commands::skill::LONG_ABOUT)]
+    Skill(commands::skill::SkillCommand),
     /// MCP servers for the chats' tools: list, add, test, on, off, rm.
     #[command(subcommand, long_about = commands::mcp::LONG_ABOUT)]
     Mcp(commands::mcp::McpCommand),
@@ -154,6 +157,7 @@ fn main() -> ExitCode {
             Command::Connector(command) => commands::connector::exec(command).await,
             Command::Agent(command) => commands::agent::exec(command).await,
             Command::Mcp(command) => commands::mcp::exec(command).await,
+            Command::Skill(command) => commands::skill::exec(command).await,
             Command::Watchdog => commands::watchdog::exec().await,
             Command::Doctor => commands::doctor::exec().await,
             Command::Completions { shell } => {

@@ -1817,6 +1817,121 @@ async fn tandem_chat_tools_switches_saved_agents_and_send_asks_for_one() {
     assert!(said.contains("«Reviewer: check it"), "{said}");
 }
 
+/// `tandem skill`: one of the owner's added from a file (its front matter
+/// taken off) is listed in front of the built-in ones and shown; a bad
+/// name exits 1 naming the field; `off --chat` switches one off for that
+/// chat only, `on --all` undoes it; a message `/review …` sent from the
+/// terminal runs with it; `rm` moves it to the trash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tandem_skill_adds_lists_shows_switches_and_removes() {
+    let sim = Sim::start(&["--tokens-per-second", "0"]).unwrap();
+    let chatd = tandem_tests::harness::Chatd::start(&sim.url(), &[])
+        .await
+        .unwrap();
+    let mut b = Box_::new(&sim.url());
+    b.port = chatd.port;
+    let secrets = chatd.dir.path().join("secrets.env");
+    let env = [("QSE_SECRETS", secrets.to_str().unwrap())];
+    let client = chatd.client();
+    let file = chatd.dir.path().join("review.md");
+    std::fs::write(
+        &file,
+        "---\nname: old\ndescription: old\n---\nRead the diff.\nSay what you find.\n",
+    )
+    .unwrap();
+
+    let added = b.tandem_env(
+        &[
+            "skill",
+            "add",
+            "review",
+            "--description",
+            "Check a change before it ships",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(added.status.success(), "{}", text(&added));
+    assert!(
+        text(&added).contains("added review (owner layer)"),
+        "{}",
+        text(&added)
+    );
+    let bad = b.tandem_env(
+        &[
+            "skill",
+            "add",
+            "Bad Name",
+            "--description",
+            "d",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(text(&bad).contains("a-z 0-9"), "{}", text(&bad));
+
+    let listed = b.tandem_env(&["skill", "list"], &env);
+    let out = text(&listed);
+    assert!(listed.status.success(), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("review") && l.contains("owner") && l.contains("on")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("pdf") && l.contains("builtin") && l.contains("[exec]")),
+        "{out}"
+    );
+    let shown = b.tandem_env(&["skill", "show", "review"], &env);
+    let out = text(&shown);
+    assert!(
+        out.contains("review (owner layer)") && out.contains("Read the diff.\nSay what you find."),
+        "{out}"
+    );
+    assert!(
+        !out.contains("name: old"),
+        "the file's front matter is not the procedure: {out}"
+    );
+
+    let chat = client.create_chat().await.unwrap();
+    let off = b.tandem_env(&["skill", "off", "review", "pdf", "--chat", &chat], &env);
+    let out = text(&off);
+    assert!(off.status.success(), "{out}");
+    assert!(
+        out.contains("4 of 6 skills on") && out.contains("off: pdf, review"),
+        "{out}"
+    );
+    let refused = b.tandem_env(&["chat", "send", "/review the diff", "--chat", &chat], &env);
+    assert_eq!(
+        refused.status.code(),
+        Some(0),
+        "off, /review is a plain message: {}",
+        text(&refused)
+    );
+    let on = b.tandem_env(&["skill", "on", "--all", "--chat", &chat], &env);
+    assert!(text(&on).contains("6 of 6 skills on"), "{}", text(&on));
+    let sent = b.tandem_env(&["chat", "send", "/review the diff", "--chat", &chat], &env);
+    assert!(sent.status.success(), "{}", text(&sent));
+    let snapshot = client.snapshot(&chat).await.unwrap();
+    let invoked: Vec<&serde_json::Value> = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["invoked"]["name"] == "review")
+        .collect();
+    assert_eq!(invoked.len(), 1, "{snapshot}");
+    assert_eq!(invoked[0]["text"], "the diff");
+
+    let removed = b.tandem_env(&["skill", "rm", "review"], &env);
+    assert!(removed.status.success(), "{}", text(&removed));
+    let gone = b.tandem_env(&["skill", "show", "review"], &env);
+    assert_eq!(gone.status.code(), Some(1), "{}", text(&gone));
+}
+
 /// `tandem agent`: an agent added with two tools is listed; an edit of its
 /// model keeps everything else; its file is written 0600 and never over an
 /// existing one without --force; imported again it is "Reviewer (2)", with

@@ -15,6 +15,7 @@ pub mod mcp;
 mod mcp_context;
 pub mod sandbox;
 pub mod service;
+pub mod skill;
 pub mod status;
 pub mod trigger;
 pub mod up;

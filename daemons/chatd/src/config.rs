@@ -138,6 +138,8 @@ pub struct ChatdConfig {
     /// The box's shared folder: the workspace of every chat made with
     /// `workspace: "shared"` (a trigger's chats; file triggers watch it).
     pub shared_workspace: PathBuf,
+    /// The owner's skills, every chat's (skills/owner.rs).
+    pub skills_dir: PathBuf,
     /// Each chat's container (`[chatd.sandbox]`).
     pub sandbox: SandboxConfig,
     /// The listeners' timeouts and caps (`[chatd.connections]`).
@@ -315,6 +317,7 @@ impl Default for ChatdConfig {
             triggers_socket: tandem_shared::daemon::runtime_dir().join("triggers.sock"),
             connectors_socket: tandem_shared::daemon::runtime_dir().join("connectors.sock"),
             shared_workspace: home.join(".tandemllm/workspace"),
+            skills_dir: home.join(".tandemllm/skills"),
             sandbox: SandboxConfig::default(),
             connections: crate::listeners::ConnectionsConfig::default(),
         }
@@ -429,6 +432,7 @@ pub const ENV_KEYS: &[EnvKey] = &[
     EnvKey::new("QSE_TRIGGERS_SOCKET", "chatd.triggers_socket"),
     EnvKey::new("QSE_CONNECTORS_SOCKET", "chatd.connectors_socket"),
     EnvKey::new("QSE_SHARED_WORKSPACE", "chatd.shared_workspace"),
+    EnvKey::new("QSE_CHAT_SKILLS_DIR", "chatd.skills_dir"),
     EnvKey::new("QSE_SANDBOX_SOCKET", "chatd.sandbox.socket"),
     EnvKey::new("QSE_SANDBOX_IMAGE", "chatd.sandbox.image"),
     EnvKey::new("QSE_SANDBOX_MEM_GB", "chatd.sandbox.mem_gb"),

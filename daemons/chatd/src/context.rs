@@ -195,7 +195,8 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
     }
 }
 
-/// A person's message as the model reads it: one that asks for a saved
+/// A person's message as the model reads it: one run with a skill leads
+/// with the skill's text as it was sent; one that asks for a saved
 /// agent (api/invoke.rs) leads with the call to make, the same wherever the
 /// message stands (a run keeps rendered messages: runs/kept.rs); the
 /// transcript keeps the person's words alone.
@@ -205,6 +206,22 @@ fn asked_agent(m: &Message) -> std::borrow::Cow<'_, str> {
         .as_ref()
         .and_then(Value::as_array)
         .and_then(|records| records.iter().find(|r| r["kind"] == "agent"));
+    let skill = m
+        .attachments
+        .as_ref()
+        .and_then(Value::as_array)
+        .and_then(|records| records.iter().find(|r| r["kind"] == "skill"));
+    if let Some(r) = skill {
+        let (name, body) = (
+            r["name"].as_str().unwrap_or(""),
+            r["body"].as_str().unwrap_or(""),
+        );
+        return std::borrow::Cow::Owned(format!(
+            "{}{}",
+            crate::skills::prompt::invoked(name, body),
+            m.text
+        ));
+    }
     match record {
         Some(r) => std::borrow::Cow::Owned(format!(
             "[The person asks you to hand a task to their saved agent {:?}: call spawn_agent \

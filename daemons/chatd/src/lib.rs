@@ -38,6 +38,7 @@ pub mod push;
 pub mod runs;
 pub mod sandbox;
 pub mod settings;
+pub mod skills;
 pub mod store;
 pub mod titles;
 pub mod tools;

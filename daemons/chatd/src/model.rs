@@ -110,6 +110,19 @@ pub struct Message {
     /// On a user line a loop sent: the loop and its run number.
     #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
     pub loop_ref: Option<LoopRef>,
+    /// On a user message sent with a skill or for a saved agent:
+    /// `{kind: "skill"|"agent", name}` (from its records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invoked: Option<Value>,
+}
+
+/// What a message's records say it invoked: a skill or a saved agent.
+fn invoked_of(records: Option<&Value>) -> Option<Value> {
+    records?
+        .as_array()?
+        .iter()
+        .find(|r| r["kind"] == "skill" || r["kind"] == "agent")
+        .map(|r| serde_json::json!({"kind": r["kind"], "name": r["name"]}))
 }
 
 /// The loop a user line came from.
@@ -161,6 +174,7 @@ impl Message {
             goal_event: None,
             goal_turn: None,
             loop_ref: None,
+            invoked: None,
         }
     }
 
@@ -197,6 +211,9 @@ impl Message {
     pub fn from_row(row: &Row) -> rusqlite::Result<Message> {
         let tool_calls: Option<String> = row.get(5)?;
         let reasoning: Option<String> = row.get(4)?;
+        let attachments: Option<Value> = row
+            .get::<_, Option<String>>(11)?
+            .and_then(|a| serde_json::from_str(&a).ok());
         Ok(Message {
             id: row.get(0)?,
             parent_id: row.get(1)?,
@@ -209,9 +226,8 @@ impl Message {
             status: row.get(8)?,
             created: row.get(9)?,
             keep_from: row.get(10)?,
-            attachments: row
-                .get::<_, Option<String>>(11)?
-                .and_then(|a| serde_json::from_str(&a).ok()),
+            invoked: invoked_of(attachments.as_ref()),
+            attachments,
             summary: row.get(12)?,
             card: row
                 .get::<_, Option<String>>(13)?

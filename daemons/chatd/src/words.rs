@@ -132,6 +132,18 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
+    /// Where a skill comes from, nearest first: the nearest wins a name.
+    pub enum SkillLayer("skill layer") {
+        /// `.skills/<name>/SKILL.md` in the chat's workspace.
+        Workspace => "workspace",
+        /// `~/.tandemllm/skills/<name>/SKILL.md`, the owner's.
+        Owner => "owner",
+        /// Compiled into chatd.
+        Builtin => "builtin",
+    }
+}
+
+tandem_shared::words! {
     /// The network a saved agent's chats start with (egressd's presets),
     /// capped by the box's ceiling.
     pub enum NetPreset("network preset") {
@@ -317,6 +329,7 @@ mod tests {
         check_reads_back::<GoalEvent>();
         check_reads_back::<LoopState>();
         check_reads_back::<OptIn>();
+        check_reads_back::<SkillLayer>();
     }
 
     #[test]

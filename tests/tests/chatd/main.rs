@@ -22,6 +22,7 @@ mod requests;
 mod saved_agents;
 mod scripted;
 mod sim;
+mod skills;
 mod subagents;
 mod tasks;
 mod uploads;

@@ -183,3 +183,58 @@ async fn the_command_menu_lists_filters_runs_completes_and_new_opens_a_chat() ->
     b.close().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_is_a_command_of_its_own_and_its_message_shows_its_chip() -> anyhow::Result<()> {
+    if !browser::available() {
+        return Ok(());
+    }
+    let sim = Sim::start(&["--tokens-per-second", "0"])?;
+    let chatd = Chatd::start_with_front(&sim.url(), &[], None).await?;
+    let client = chatd.client();
+    let made = client
+        .post(
+            "/skills",
+            serde_json::json!({"name": "review", "description": "Check a change before it ships", "body": "Read the diff."}),
+        )
+        .await?;
+    ensure!(made.status == 201, "{made:?}");
+    let driver = Chromedriver::start().await?;
+    let chat = client.create_chat().await?;
+    let b = Browser::open_chat(&driver, DESKTOP, &chatd.front_url(), Some(&chat), READY).await?;
+
+    // `/rev`: the skill, after the registry's commands; Tab completes it.
+    b.type_into("#composer", "/rev").await?;
+    b.wait_js(
+        "only /review",
+        &format!("const l = (() => {{ {ITEMS} }})(); return l.length === 1 && l[0].startsWith('/review [words]');"),
+        BOUND,
+    )
+    .await?;
+    let shown = items(&b).await?;
+    ensure!(
+        shown[0].contains("Check a change before it ships · skill"),
+        "{shown:?}"
+    );
+    b.type_into("#composer", TAB).await?;
+    ensure!(composer_text(&b).await? == "/review ", "completed");
+    b.type_into("#composer", &format!("check the diff{ENTER}"))
+        .await?;
+
+    // The message keeps the words, with the skill's chip; the model got the procedure.
+    b.wait_text(".skill-chip", |t| t == "Skill review", BOUND)
+        .await?;
+    let stored = client.snapshot(&chat).await?;
+    let first = &stored["messages"][0];
+    ensure!(first["text"] == "check the diff", "{first}");
+    ensure!(first["invoked"]["name"] == "review", "{first}");
+    let requests = sim.requests().await?;
+    ensure!(
+        requests
+            .iter()
+            .any(|r| r["body"].to_string().contains("Read the diff.")),
+        "the procedure reached the model"
+    );
+    b.close().await?;
+    Ok(())
+}

@@ -29,7 +29,7 @@ pub struct Command {
     pub home: bool,
 }
 
-pub const COMMANDS: [Command; 10] = [
+pub const COMMANDS: [Command; 11] = [
     Command {
         name: "help",
         usage: "",
@@ -86,6 +86,12 @@ pub const COMMANDS: [Command; 10] = [
         home: true,
     },
     Command {
+        name: "skill",
+        usage: "name [words]",
+        about: "send your words with one of the chat's skills (or type /name of the skill)",
+        home: true,
+    },
+    Command {
         name: "attach",
         usage: "",
         about: "send files: the page's clip button, or tandem chat send --file",
@@ -120,6 +126,14 @@ pub async fn list(
     Query(query): Query<ListQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let chat = query.conversation_id;
+    let skills = match &chat {
+        Some(id) => Some(app.runs.chat_skills_of(id).await?),
+        None => None,
+    };
+    let skills: Vec<crate::skills::Skill> = skills
+        .as_ref()
+        .map(|s| s.on().into_iter().cloned().collect())
+        .unwrap_or_default();
     let (goal, loops, agents) = app
         .store
         .read(move |conn| {
@@ -145,6 +159,7 @@ pub async fn list(
             let choices: Vec<String> = match c.name {
                 "model" => models.clone(),
                 "agent" => agents.iter().map(|a| a.name.clone()).collect(),
+                "skill" => skills.iter().map(|s| s.name.clone()).collect(),
                 "goal" if goal.is_some() => ["clear", "resume", "pause"].map(String::from).to_vec(),
                 "loop" => {
                     let mut verbs = vec!["list".to_string()];
@@ -156,7 +171,22 @@ pub async fn list(
             json!({"name": c.name, "usage": c.usage, "about": c.about, "home": c.home, "choices": choices})
         })
         .collect();
-    Ok(axum::Json(json!({ "commands": commands })))
+    // Each skill of the chat is a command of its own, unless a command
+    // of the registry has its name (`/skill NAME` reaches it then).
+    let skills: Vec<Value> = skills
+        .iter()
+        .map(|s| {
+            let usage = if of_text(&format!("/{}", s.name)).is_some() {
+                format!("/skill {} [words]", s.name)
+            } else {
+                format!("/{} [words]", s.name)
+            };
+            json!({"name": s.name, "usage": usage, "about": s.description, "layer": s.layer})
+        })
+        .collect();
+    Ok(axum::Json(
+        json!({ "commands": commands, "skills": skills }),
+    ))
 }
 
 /// A body for a route, made as a device would send it.
@@ -214,6 +244,12 @@ pub async fn run(
         "loop" => super::loops::command(&app, id, &args).await?,
         // A message with its agent: `messages::send` sends it as one.
         "agent" => return Err(ApiError::bad_input("text", "write /agent NAME TASK")),
+        "skill" => {
+            return Err(ApiError::bad_input(
+                "text",
+                "write /skill NAME and your words",
+            ))
+        }
         _ => (
             "Attach files with the clip button on the page, or `tandem chat send --file PATH`."
                 .to_string(),
@@ -253,6 +289,7 @@ async fn about(
         .runs
         .about(&conversation.id, &conversation.model)
         .await?;
+    let skills = app.runs.chat_skills_of(&conversation.id).await?.on().len();
     let commands = if app.sandboxes.is_some() {
         "in the chat's sandbox"
     } else {
@@ -263,12 +300,12 @@ async fn about(
         }
     };
     let text = format!(
-        "Model: {} ({}). Tools: {tools}. Skills: 0. Commands run {commands}. Context: {window} tokens.",
+        "Model: {} ({}). Tools: {tools}. Skills: {skills}. Commands run {commands}. Context: {window} tokens.",
         conversation.model,
         if loaded { "the engine serves it" } else { "the engine does not list it" },
     );
     let extra = json!({"model": conversation.model, "loaded": loaded, "tools": tools,
-                       "skills": 0, "commands_run": commands, "context_window": window});
+                       "skills": skills, "commands_run": commands, "context_window": window});
     Ok((text, extra))
 }
 

@@ -50,6 +50,9 @@ pub struct SendBody {
     /// A saved agent (id or name) the model is asked to start with the text as its task.
     #[serde(default)]
     agent: Option<String>,
+    /// One of the chat's skills the message runs with (api/skills.rs).
+    #[serde(default)]
+    skill: Option<String>,
 }
 
 /// The body of send-now, continue and regenerate: all optional.
@@ -77,10 +80,11 @@ pub async fn send(
         _ => super::commands::of_send(body.command.as_deref(), &body.text)?,
     };
     if let Some((name, args)) = command {
-        if name == "agent" {
+        if name == "agent" || name == "skill" {
             // `/agent NAME TASK` is a message: invoke.rs reads its lead
-            // (a name of several words too) as the `agent` field does.
-            body.text = format!("/agent {args}");
+            // (a name of several words too) as the `agent` field does;
+            // `/skill NAME …` one skills.rs reads.
+            body.text = format!("/{name} {args}");
         } else if body.attachments.as_ref().is_some_and(|a| !a.is_empty()) {
             return Err(ApiError::bad_input(
                 "attachments",
@@ -89,6 +93,13 @@ pub async fn send(
         } else {
             return super::commands::run(app, id, name, args).await;
         }
+    }
+    let skill = match Origin::requested(body.origin.as_deref())? {
+        Origin::Trigger if body.skill.is_none() => None,
+        _ => super::skills::asked(&app, &id, body.skill.as_deref(), &body.text).await?,
+    };
+    if let Some((_, words)) = &skill {
+        body.text.clone_from(words);
     }
     let outgoing = Outgoing::checked(body.text, body.origin, body.key)?
         .with_context(body.context.as_deref())?;
@@ -108,6 +119,10 @@ pub async fn send(
         let saved = attached(&app, &id, attachments::Incoming::Decoded(files)).await?;
         text.push_str(&saved.text);
         records.extend(saved.records);
+    }
+    if let Some((record, _)) = skill {
+        super::skills::note_loaded(&app, &id, &record).await?;
+        records.push(record);
     }
     let records = (!records.is_empty()).then_some(Value::Array(records));
     outgoing.store(&app, id, text, records).await

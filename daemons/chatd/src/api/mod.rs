@@ -28,6 +28,7 @@ mod push;
 mod rules;
 mod sandbox;
 mod search;
+mod skills;
 mod subagents;
 mod system;
 mod tasks;
@@ -118,6 +119,12 @@ pub fn router(app: Arc<App>) -> Router {
             patch(messages::update_pending).delete(messages::remove_pending),
         )
         .route("/commands", get(commands::list))
+        .route("/skills", get(skills::list).post(skills::create))
+        .route(
+            "/skills/{name}",
+            get(skills::get).put(skills::update).delete(skills::remove),
+        )
+        .route("/conversations/{id}/skills", put(skills::set_off))
         .route("/conversations/{id}/stop", post(messages::stop))
         .route(
             "/conversations/{id}/goal",

@@ -91,6 +91,8 @@ pub(super) struct Chat {
     pub(super) goal: Option<crate::model::Goal>,
     /// The chat has an active self-paced loop (schedule_next, loop_done).
     self_paced: bool,
+    /// The skills a compaction summarized away, newest first: put back.
+    skills_kept: Vec<String>,
 }
 
 /// A chat's part in Agents mode.
@@ -165,6 +167,7 @@ impl Chat {
             part,
             goal,
             self_paced: crate::store::loops::self_paced(conn, id)?,
+            skills_kept: crate::store::skills::summarized_away(conn, id)?,
         })
     }
 
@@ -180,6 +183,11 @@ impl Chat {
         }
         if name == crate::tools::task::NAME {
             return self.part == Part::Main;
+        }
+        // A sub-agent gets it with its parent's skills; brief_of takes it
+        // away where the chat has none.
+        if name == crate::tools::skill::NAME {
+            return true;
         }
         if crate::tools::goal::is_goal_tool(name) {
             return self.goal.is_some();
@@ -337,14 +345,13 @@ impl Runs {
             .models
             .sight(model, &self.inner.config.image_model);
         let mcp = self.mcp_tools(&chat.home, &chat.connectors, lists).await;
+        let skills = self.chat_skills(&chat.home).await.ok();
+        let has_skills = skills.as_ref().is_some_and(|s| !s.on().is_empty());
+        let allows = |n: &str| chat.allows(n) && (has_skills || n != crate::tools::skill::NAME);
         let mut tools = self.offered_tools(agent, &sight);
         if let Value::Array(offered) = &mut tools {
             offered.extend(mcp.openai_tools());
-            offered.retain(|t| {
-                t["function"]["name"]
-                    .as_str()
-                    .is_some_and(|n| chat.allows(n))
-            });
+            offered.retain(|t| t["function"]["name"].as_str().is_some_and(allows));
         }
         let names: Vec<&'static str> = self
             .inner
@@ -352,7 +359,7 @@ impl Runs {
             .specs()
             .iter()
             .map(|s| s.name)
-            .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight) && chat.allows(n))
+            .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight) && allows(n))
             .collect();
         let needs_network = names
             .iter()
@@ -397,6 +404,9 @@ impl Runs {
             Part::Alone => {}
             Part::Main => system.push_str(&prompt::agents_main_part()),
             Part::Worker => system.push_str(&prompt::worker_part(super::report::SHAPE)),
+        }
+        if let Some(skills) = skills.as_ref().filter(|_| has_skills) {
+            system.push_str(&skills_part(skills, chat, &tools));
         }
         if let Some(goal) = &chat.goal {
             system.push_str(&prompt::goal_part(&goal.text));
@@ -573,6 +583,27 @@ impl Runs {
         }
         kept.told.clone().filter(|(_, line)| !line.is_empty())
     }
+}
+
+/// The chat's skills in its system block: the list, then the ones a
+/// compaction summarized away, put back whole.
+fn skills_part(skills: &super::skills::ChatSkills, chat: &Chat, tools: &Value) -> String {
+    use crate::skills::prompt;
+    let on = skills.on();
+    let mut out = String::new();
+    if let Some(list) = prompt::list_part(&on, super::skills::can_exec(tools)) {
+        out.push_str("\n\n");
+        out.push_str(&list);
+    }
+    let kept: Vec<&crate::skills::Skill> = chat
+        .skills_kept
+        .iter()
+        .filter_map(|name| on.iter().find(|s| s.name == *name).copied())
+        .collect();
+    if let Some(part) = prompt::kept_part(&kept) {
+        out.push_str(&part);
+    }
+    out
 }
 
 /// Whether offering tool `name` can help a chat that gets at images by

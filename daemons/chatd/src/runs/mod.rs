@@ -24,6 +24,8 @@ mod kept;
 mod loops;
 pub(crate) mod mcp;
 pub(crate) mod report;
+mod skills;
+pub(crate) use skills::ChatSkills;
 mod slots;
 mod steps;
 mod subagents;
@@ -195,6 +197,7 @@ impl Runs {
         registry.register(tools::goal::blocked_spec());
         registry.register(tools::loops::next_spec());
         registry.register(tools::loops::done_spec());
+        registry.register(tools::skill::spec());
         if let Some(sandboxes) = &sandboxes {
             registry.register(crate::sandbox::exec::bash_spec(sandboxes));
         } else if config.host_exec() != crate::config::HostExec::Off {

@@ -262,11 +262,16 @@ impl Runs {
                 }
             };
             let goal_tool = tools::goal::is_goal_tool(&call.name);
-            if goal_tool || tools::loops::is_loop_tool(&call.name) {
+            let skill_tool = call.name == tools::skill::NAME;
+            if goal_tool || skill_tool || tools::loops::is_loop_tool(&call.name) {
                 self.tool_started(run, &call, &summary, approved).await?;
-                let taken = match goal_tool {
-                    true => self.goal_call(run, &call.name, &call.arguments).await?,
-                    false => self.loop_call(run, &call.name, &call.arguments).await?,
+                let taken = if goal_tool {
+                    self.goal_call(run, &call.name, &call.arguments).await?
+                } else if skill_tool {
+                    let (home, args) = (&chat.home, &call.arguments);
+                    self.skill_call(run, home, args, &brief.tools).await?
+                } else {
+                    self.loop_call(run, &call.name, &call.arguments).await?
                 };
                 match taken {
                     Ok(text) => {

@@ -25,6 +25,7 @@ pub mod queries;
 pub mod rules;
 pub mod runs;
 pub mod schema;
+pub mod skills;
 pub mod subagents;
 pub mod tasks;
 mod writer;

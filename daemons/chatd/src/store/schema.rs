@@ -471,4 +471,21 @@ CREATE TABLE loop_days (day TEXT PRIMARY KEY, runs INTEGER NOT NULL);
 ALTER TABLE messages ADD COLUMN loop_id TEXT;
 ALTER TABLE messages ADD COLUMN loop_run INTEGER;
 "#,
+    r#"
+-- The skills a chat switched off: a name (the skill that wins it) or
+-- layer:name (that layer's only). Stored off, not on: a new skill is on.
+CREATE TABLE chat_skills_off (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    switch TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, switch)
+);
+-- The skills a chat's model loaded (load_skill) or a message ran, last
+-- first by `at` (unix ms): put back after a compaction took them out.
+CREATE TABLE chat_skills_loaded (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, name)
+);
+"#,
 ];

@@ -11,6 +11,7 @@ pub mod fit;
 pub mod goal;
 pub mod loops;
 pub mod search;
+pub mod skill;
 pub mod spawn;
 pub mod task;
 pub mod todo;

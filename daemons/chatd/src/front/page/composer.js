@@ -456,7 +456,11 @@ const commandChat = () => (compose.key && compose.key !== NEW_CHAT_KEY ? compose
 /** chatd's commands for `id`'s chat (null: the start screen's). */
 async function commandList(id) {
   const data = await api('GET', `/commands${id ? `?conversation_id=${enc(id)}` : ''}`, undefined, { quiet: true });
-  return (data.commands || []).filter((c) => id || c.home);
+  const commands = data.commands || [];
+  // The chat's skills as commands of their own, after the registry's (a command keeps its name: /skill reaches the skill).
+  const skills = (data.skills || []).filter((s) => !commands.some((c) => c.name === s.name))
+    .map((s) => ({ name: s.name, usage: '[words]', about: `${s.about} · skill`, home: false, choices: [] }));
+  return [...commands, ...skills].filter((c) => id || c.home);
 }
 
 /** Text that starts with `/` opens the menu (its list fetched then); without, it closes (Esc's closing too). */

@@ -163,10 +163,13 @@ function initSubs() {
   $('#sub-stop').addEventListener('click', (e) => stopSub(sub.id, e.currentTarget));
 }
 
-/** The saved agent a person's message asked for (`/agent`), as a chip; '' for none. */
+/** The saved agent a person's message asked for (`/agent`), or the skill it ran with (`/review`), as a chip; '' for none. */
 const agentChip = (m) => {
-  const r = (m.attachments || []).find((a) => a && a.kind === 'agent');
-  return r ? el('p', { class: 'agent-chip muted', text: `For ${r.name}` }) : '';
+  const r = (m.attachments || []).find((a) => a && (a.kind === 'agent' || a.kind === 'skill'));
+  if (!r) return '';
+  return r.kind === 'skill'
+    ? el('p', { class: 'agent-chip skill-chip muted', text: `Skill ${r.name}`, title: `Sent with the ${r.layer} skill ${r.name}` })
+    : el('p', { class: 'agent-chip muted', text: `For ${r.name}` });
 };
 
 /* -- tasks -- */
