@@ -88,6 +88,9 @@
 //!     18g, goals: the gap from a goal turn's end to the next one's start
 //!     against a client that sends "continue" on each run.finished, and
 //!     20 turns' whole time both ways (`goals.rs`).
+//!     18h, skills: a turn with 200 skills in the owner's folder against
+//!     the same chatd's chat with every skill switched off, the system
+//!     block both ways, and a turn that loads one skill (`skills.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -121,6 +124,7 @@ mod measure;
 mod rawstream;
 mod relay;
 mod saved_agents;
+mod skills;
 mod snapshot;
 mod status;
 mod subagents;
@@ -196,6 +200,7 @@ enum Figure {
     #[value(name = "agents_mode", alias = "agents-mode")]
     AgentsMode,
     Goals,
+    Skills,
 }
 
 /// How big each figure's workload is.
@@ -447,6 +452,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         goals::figure(args.quick, &mut rows)
             .await
             .context("figure 18g (goals)")?;
+    }
+    if wants(Figure::Skills) {
+        skills::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18h (skills)")?;
     }
     let table = table(&rows);
     say(format!(
