@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tandem_tests::harness::{run_id, Chatd, Client, Sim};
+use tandem_tests::harness::{form_body, run_id, Chatd, Client, FormPart, Sim};
 
 use crate::scripted::{bodies_of, call, script, turn, LONG};
 
@@ -314,6 +314,37 @@ async fn a_slash_skill_message_carries_the_skill_again_on_regenerate_and_after_a
         .unwrap_or("")
         .contains("Did you mean review?"));
     turn(&client, &chat, "/usr/bin is where it lives").await?;
+
+    // A form with a file runs a skill the same way (`skill`, or the lead).
+    script(&sim, &chat, vec![json!({"text": "ok"})]).await?;
+    let parts = [
+        FormPart::setting("text", "/review the attached patch"),
+        FormPart::file("fix.patch", "text/x-diff", "--- a\n+++ b\n"),
+    ];
+    let sent = client
+        .send_form(
+            reqwest::Method::POST,
+            &format!("/conversations/{chat}/messages"),
+            form_body(&parts),
+        )
+        .await?;
+    assert_eq!(sent.status, 202, "{sent:?}");
+    client
+        .wait_run(&chat, &run_id(&sent.body)?, &["done"], LONG)
+        .await?;
+    let snapshot = client.snapshot(&chat).await?;
+    let last_user = snapshot["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user").cloned())
+        .context("the form's message")?;
+    assert_eq!(last_user["invoked"]["name"], "review", "{last_user}");
+    assert!(
+        last_user["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("the attached patch"),
+        "{last_user}"
+    );
 
     // A compaction summarizes the turns away: the skill is put back.
     for i in 0..4 {

@@ -94,13 +94,6 @@ pub async fn send(
             return super::commands::run(app, id, name, args).await;
         }
     }
-    let skill = match Origin::requested(body.origin.as_deref())? {
-        Origin::Trigger if body.skill.is_none() => None,
-        _ => super::skills::asked(&app, &id, body.skill.as_deref(), &body.text).await?,
-    };
-    if let Some((_, words)) = &skill {
-        body.text.clone_from(words);
-    }
     let outgoing = Outgoing::checked(body.text, body.origin, body.key)?
         .with_context(body.context.as_deref())?;
     let files = attachments::check(body.attachments.unwrap_or_default())?;
@@ -108,7 +101,11 @@ pub async fn send(
         return Ok(accepted(again));
     }
     app.folders.check_reach(&id)?;
-    let outgoing = outgoing.asking(&app, &id, body.agent).await?;
+    let outgoing = outgoing
+        .asking(&app, &id, body.agent)
+        .await?
+        .skilled(&app, &id, body.skill)
+        .await?;
     // Asked of the servers before any file is saved: a refusal stores nothing.
     let context = super::mcp_context::expand(&app, &id, &outgoing.context).await?;
     let mut records = context.records;
@@ -119,10 +116,6 @@ pub async fn send(
         let saved = attached(&app, &id, attachments::Incoming::Decoded(files)).await?;
         text.push_str(&saved.text);
         records.extend(saved.records);
-    }
-    if let Some((record, _)) = skill {
-        super::skills::note_loaded(&app, &id, &record).await?;
-        records.push(record);
     }
     let records = (!records.is_empty()).then_some(Value::Array(records));
     outgoing.store(&app, id, text, records).await

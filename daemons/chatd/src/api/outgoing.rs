@@ -93,6 +93,8 @@ pub struct Outgoing {
     pub context: Vec<crate::mcp::context::Asked>,
     /// The saved agent it asks for (`invoke.rs`): its record.
     invoked: Option<Value>,
+    /// The skill it runs with (`skills.rs`): its record.
+    skill: Option<Value>,
 }
 
 impl Outgoing {
@@ -120,7 +122,29 @@ impl Outgoing {
             key,
             context: Vec::new(),
             invoked: None,
+            skill: None,
         })
+    }
+
+    /// With the skill it runs with (`skill`, or a `/skill NAME` or
+    /// `/NAME` lead, taken off the text): checked now, before a file is
+    /// saved. A trigger's prompt runs one only by its field.
+    pub async fn skilled(
+        mut self,
+        app: &App,
+        id: &str,
+        field: Option<String>,
+    ) -> Result<Outgoing, ApiError> {
+        if self.origin == Origin::Trigger && field.is_none() {
+            return Ok(self);
+        }
+        if let Some((record, words)) =
+            super::skills::asked(app, id, field.as_deref(), &self.text).await?
+        {
+            self.text = words;
+            self.skill = Some(record);
+        }
+        Ok(self)
     }
 
     /// With the saved agent it asks for (`agent`, or a `/agent <name>`
@@ -172,6 +196,18 @@ impl Outgoing {
     ) -> Result<Response, ApiError> {
         let (cid, key, origin) = (id.clone(), self.key, self.origin);
         let invoked = self.invoked;
+        let records = match (records, self.skill) {
+            (records, None) => records,
+            (records, Some(skill)) => {
+                super::skills::note_loaded(app, &id, &skill).await?;
+                let mut all = match records {
+                    Some(Value::Array(all)) => all,
+                    _ => Vec::new(),
+                };
+                all.push(skill);
+                Some(Value::Array(all))
+            }
+        };
         let records = match (records, &invoked) {
             (Some(Value::Array(mut all)), Some(record)) => {
                 all.push(record.clone());

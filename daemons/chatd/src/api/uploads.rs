@@ -32,6 +32,7 @@ const MESSAGE_SETTINGS: &[(&str, u64)] = &[
     ("key", 256),
     ("context", 64 * 1024),
     ("agent", 200),
+    ("skill", 80),
 ];
 /// A file put's one setting: the version it replaces.
 const PUT_SETTINGS: &[(&str, u64)] = &[("base", 32)];
@@ -184,12 +185,13 @@ async fn read_message(
             Part::File(file) => file,
         };
         if outgoing.is_none() {
-            let (checked, agent) = checked(std::mem::take(&mut settings))?;
+            let (checked, agent, skill) = checked(std::mem::take(&mut settings))?;
             // A send already answered saves no file again.
             if let Some(again) = checked.answered(app, id).await? {
                 return Ok(Err(again));
             }
-            outgoing = Some(checked.asking(app, id, agent).await?);
+            let asking = checked.asking(app, id, agent).await?;
+            outgoing = Some(asking.skilled(app, id, skill).await?);
         }
         if written.staged.len() == MAX_FILES {
             return Err(attachments::too_many(MAX_FILES + 1));
@@ -200,24 +202,33 @@ async fn read_message(
     match outgoing {
         Some(outgoing) => Ok(Ok(outgoing)),
         None => {
-            let (checked, agent) = checked(settings)?;
+            let (checked, agent, skill) = checked(settings)?;
             match checked.answered(app, id).await? {
                 Some(again) => Ok(Err(again)),
-                None => Ok(Ok(checked.asking(app, id, agent).await?)),
+                None => {
+                    let asking = checked.asking(app, id, agent).await?;
+                    Ok(Ok(asking.skilled(app, id, skill).await?))
+                }
             }
         }
     }
 }
 
-/// The message's settings, checked as a JSON send's are.
-fn checked(settings: Vec<(&str, String)>) -> Result<(Outgoing, Option<String>), ApiError> {
-    let (mut text, mut origin, mut key, mut context, mut agent) = (None, None, None, None, None);
+/// The message's settings, checked as a JSON send's are: with the agent
+/// and the skill it names.
+#[allow(clippy::type_complexity)]
+fn checked(
+    settings: Vec<(&str, String)>,
+) -> Result<(Outgoing, Option<String>, Option<String>), ApiError> {
+    let (mut text, mut origin, mut key, mut context) = (None, None, None, None);
+    let (mut agent, mut skill) = (None, None);
     for (name, value) in settings {
         let slot = match name {
             "text" => &mut text,
             "origin" => &mut origin,
             "context" => &mut context,
             "agent" => &mut agent,
+            "skill" => &mut skill,
             _ => &mut key,
         };
         if slot.replace(value).is_some() {
@@ -238,6 +249,7 @@ fn checked(settings: Vec<(&str, String)>) -> Result<(Outgoing, Option<String>), 
     Ok((
         Outgoing::checked(text, origin, key)?.with_context(context.as_deref())?,
         agent,
+        skill,
     ))
 }
 

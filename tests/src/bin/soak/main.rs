@@ -28,7 +28,8 @@
 //!   Agents mode whose main agent hands jobs to workers, under kills, stops
 //!   and Continue: `agents_mode.rs`; a chat working toward goal after goal
 //!   by itself, stopped and killed under it: `goals.rs`; a chat with loops
-//!   on a clock the part moves a minute at a time: `loops.rs`).
+//!   on a clock the part moves a minute at a time: `loops.rs`; a chat using
+//!   skills rewritten under it, with broken ones beside: `skills.rs`).
 //!
 //! Then it stops sending, waits (bounded) until every run has ended, has
 //! every device catch up to the last seq, stops chatd and checks:
@@ -96,7 +97,11 @@
 //! 23. a chat with loops on a clock moved a minute at a time: every run
 //!     ended and no loop still says running; each loop's user lines are its
 //!     runs 1 to N, each once, each answered by one run at most; no active
-//!     loop has 3 failures (`loops.rs`).
+//!     loop has 3 failures (`loops.rs`);
+//! 24. a chat using skills while they are rewritten (by the routes and by
+//!     hand) and broken ones come and go: every skill message and every
+//!     load_skill result holds a whole version that was written, a broken
+//!     folder never serves, every send with a skill was taken (`skills.rs`).
 //!
 //! It prints the counts, faults, relay latency, events/s and the RSS curve,
 //! and ends with `soak: N passed, N failed`; the exit status is 0 only when
@@ -151,6 +156,7 @@ mod parts;
 mod push;
 mod push_checks;
 mod shared;
+mod skills;
 mod sse;
 mod subagents;
 mod subagents_checks;

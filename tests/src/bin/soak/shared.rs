@@ -41,9 +41,11 @@ pub(crate) enum Inv {
     AgentsMode,
     Goals,
     Loops,
+    /// 24: skills rewritten under a chat (`skills.rs`).
+    Skills,
 }
 
-pub(crate) const INVARIANTS: [Inv; 23] = [
+pub(crate) const INVARIANTS: [Inv; 24] = [
     Inv::Text,
     Inv::Seqs,
     Inv::Live,
@@ -67,6 +69,7 @@ pub(crate) const INVARIANTS: [Inv; 23] = [
     Inv::AgentsMode,
     Inv::Goals,
     Inv::Loops,
+    Inv::Skills,
 ];
 
 impl Inv {
@@ -94,6 +97,7 @@ impl Inv {
             Inv::AgentsMode => "a chat in Agents mode: every task ended; each task call has exactly one result, a brief with code was refused and started no worker (as many tasks as calls that started one); every tasks/k.md a worker wrote holds k and is created once in the change sets (no write ran again after a Continue); every done task's report is kept at .tandem/tasks/<n>/report.md; every run of the chat ended",
             Inv::Goals => "a chat working toward goal after goal: every run ended; the goal is never active on an idle chat; every continue line follows a turn that ended by itself (a stop, a failure or a kill pauses the goal) and was answered by one run at most; every goal line has its one goal event",
             Inv::Loops => "a chat with loops on a clock moved a minute at a time: every run ended and no loop still says running; each loop's user lines are its runs 1 to N, each once, each answered by one run at most; no active loop has 3 failures",
+            Inv::Skills => "a chat using skills rewritten under it (by the routes and by hand) with broken ones beside: every skill message and every load_skill result holds a whole version that was written, a broken folder never serves, every send with a skill was taken",
             Inv::Files => "every file a host command made is in its chat's file list, an undone or deleted one is gone from the disk, a restored one is back whole, a purged one is out of the trash, and the changes list pages each set once",
         }
     }
@@ -108,9 +112,12 @@ impl Inv {
             Inv::Push => Some(PartName::Push),
             Inv::Documents => Some(PartName::Documents),
             Inv::Mcp => Some(PartName::Mcp),
-            Inv::Subagents | Inv::AgentFolder | Inv::AgentsMode | Inv::Goals | Inv::Loops => {
-                Some(PartName::Subagents)
-            }
+            Inv::Subagents
+            | Inv::AgentFolder
+            | Inv::AgentsMode
+            | Inv::Goals
+            | Inv::Loops
+            | Inv::Skills => Some(PartName::Subagents),
             _ => None,
         }
     }

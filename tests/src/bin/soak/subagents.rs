@@ -159,6 +159,7 @@ pub(crate) struct SubagentsPart {
     agents: Mutex<Option<crate::agents_mode::AgentsRun>>,
     goals: Mutex<Option<crate::goals::GoalsRun>>,
     loops: Mutex<Option<crate::loops::LoopsRun>>,
+    skills: Mutex<Option<crate::skills::SkillsRun>>,
 }
 
 impl SubagentsPart {
@@ -171,6 +172,7 @@ impl SubagentsPart {
             agents: Mutex::new(None),
             goals: Mutex::new(None),
             loops: Mutex::new(None),
+            skills: Mutex::new(None),
         }
     }
 }
@@ -180,16 +182,22 @@ impl Part for SubagentsPart {
         PartName::Subagents
     }
 
-    /// chatd's loops go by the loops chat's clock file.
+    /// chatd's loops go by the loops chat's clock file; its owner's
+    /// skills are the part's (`skills.rs`).
     fn chatd_env(&self) -> Vec<(String, String)> {
         let clock = crate::loops::clock_file(&self.dir);
-        match crate::loops::prepare(&self.dir) {
-            Ok(()) => vec![(
+        let skills = crate::skills::skills_dir(&self.dir);
+        let mut env = vec![(
+            "QSE_CHAT_SKILLS_DIR".to_string(),
+            skills.to_string_lossy().into_owned(),
+        )];
+        if crate::loops::prepare(&self.dir).is_ok() {
+            env.push((
                 "QSE_CHAT_CLOCK_FILE".into(),
                 clock.to_string_lossy().into_owned(),
-            )],
-            Err(_) => Vec::new(),
+            ));
         }
+        env
     }
 
     fn drive(self: Arc<Self>, shared: Arc<Shared>, seed: u64) -> BoxFuture<'static, ()> {
@@ -211,6 +219,7 @@ impl Part for SubagentsPart {
             let agents = crate::agents_mode::run(&shared, rng.random(), self.duration);
             let goals = crate::goals::run(&shared, rng.random());
             let loops = crate::loops::run(&shared, &self.dir, rng.random());
+            let skills = crate::skills::run(&shared, &self.dir, rng.random());
             let work = async {
                 let loads = futures_util::future::join_all(ids.iter().zip(seeds).enumerate().map(
                     |(i, (id, seed))| {
@@ -223,15 +232,17 @@ impl Part for SubagentsPart {
                 ended.store(true, Ordering::Relaxed);
                 (loads, settled)
             };
-            let (samples, (chats, settled), folder, agents, goals, loops) = tokio::join!(
+            let (samples, (chats, settled), folder, agents, goals, loops, skills) = tokio::join!(
                 sample(&shared, &ids, &ended),
                 work,
                 folder,
                 agents,
                 goals,
-                loops
+                loops,
+                skills
             );
             *lock(&self.loops) = loops;
+            *lock(&self.skills) = skills;
             *lock(&self.folder) = folder;
             *lock(&self.agents) = agents;
             *lock(&self.goals) = goals;
@@ -252,6 +263,7 @@ impl Part for SubagentsPart {
             let agents = lock(&self.agents).take();
             let goals = lock(&self.goals).take();
             let loops = lock(&self.loops).take();
+            let skills = lock(&self.skills).take();
             let run = lock(&self.run).take();
             let mut totals = match run {
                 Some(run) => check(&shared, &run).await,
@@ -268,6 +280,9 @@ impl Part for SubagentsPart {
             }
             if let Some(loops) = loops {
                 totals.extend(crate::loops::check(&shared, &loops).await);
+            }
+            if let Some(skills) = skills {
+                totals.extend(crate::skills::check(&shared, &skills).await);
             }
             PartEnd {
                 totals,
