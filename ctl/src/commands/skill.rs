@@ -143,6 +143,21 @@ fn without_front_matter(text: &str) -> &str {
     }
 }
 
+/// A skill's name as a path segment: its own characters only, so no name
+/// reaches another route (`../conversations/…`).
+fn segment(name: &str) -> anyhow::Result<&str> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    anyhow::ensure!(
+        ok,
+        "{name:?} is no skill's name: 1 to 64 of a-z 0-9 - _ (tandem skill list shows them)"
+    );
+    Ok(name)
+}
+
 pub async fn exec(command: SkillCommand) -> anyhow::Result<ExitCode> {
     let client = Client::new()?;
     match command {
@@ -156,8 +171,8 @@ pub async fn exec(command: SkillCommand) -> anyhow::Result<ExitCode> {
         }
         SkillCommand::Show { name, chat } => {
             let path = match &chat {
-                Some(id) => format!("/skills/{name}?conversation_id={id}"),
-                None => format!("/skills/{name}"),
+                Some(id) => format!("/skills/{}?conversation_id={id}", segment(&name)?),
+                None => format!("/skills/{}", segment(&name)?),
             };
             let skill = client.ask(Method::GET, &path, None).await?;
             println!(
@@ -181,7 +196,7 @@ pub async fn exec(command: SkillCommand) -> anyhow::Result<ExitCode> {
         }
         SkillCommand::Edit(args) => {
             let body = args.body()?;
-            let path = format!("/skills/{}", args.name);
+            let path = format!("/skills/{}", segment(&args.name)?);
             let changed = client.ask(Method::PUT, &path, Some(body)).await?;
             println!("changed {}", text(&changed["name"]));
         }

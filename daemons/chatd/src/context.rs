@@ -195,6 +195,54 @@ pub fn transcript(history: &[Message]) -> Transcript<'_> {
     }
 }
 
+/// The skills a compaction summarized away on the active path, newest
+/// first: loaded (`load_skill` called without `file`) or run by a message
+/// after the last clear, in a message the request no longer carries.
+pub fn summarized_skills(history: &[Message]) -> Vec<String> {
+    let start = history
+        .iter()
+        .rposition(|m| m.role == Role::Cleared)
+        .map_or(0, |i| i + 1);
+    let path = &history[start..];
+    let Some(c) = path.iter().rposition(|m| m.role == Role::Compacted) else {
+        return Vec::new();
+    };
+    let carried: std::collections::HashSet<&str> = transcript(history)
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for m in path[..c]
+        .iter()
+        .rev()
+        .filter(|m| !carried.contains(m.id.as_str()))
+    {
+        let mut found: Vec<String> = m
+            .calls()
+            .iter()
+            .filter(|call| call.name == crate::tools::skill::NAME)
+            .filter_map(|call| serde_json::from_str::<Value>(call.arguments).ok())
+            .filter(|args| args["file"].is_null())
+            .filter_map(|args| args["name"].as_str().map(str::to_string))
+            .collect();
+        if let Some(records) = m.attachments.as_ref().and_then(Value::as_array) {
+            found.extend(
+                records
+                    .iter()
+                    .filter(|r| r["kind"] == "skill")
+                    .filter_map(|r| r["name"].as_str().map(str::to_string)),
+            );
+        }
+        for name in found {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
 /// A person's message as the model reads it: one run with a skill leads
 /// with the skill's text as it was sent; one that asks for a saved
 /// agent (api/invoke.rs) leads with the call to make, the same wherever the

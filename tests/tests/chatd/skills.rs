@@ -346,7 +346,19 @@ async fn a_slash_skill_message_carries_the_skill_again_on_regenerate_and_after_a
         "{last_user}"
     );
 
-    // A compaction summarizes the turns away: the skill is put back.
+    // The model loads a skill itself too.
+    script(
+        &sim,
+        &chat,
+        vec![
+            json!({"tool_calls": [call("load_skill", json!({"name": "writing"}))]}),
+            json!({"text": "Loaded."}),
+        ],
+    )
+    .await?;
+    turn(&client, &chat, "write it up").await?;
+
+    // A compaction summarizes the turns away: the skills are put back.
     for i in 0..4 {
         script(&sim, &chat, vec![json!({"text": format!("answer {i}")})]).await?;
         let long = format!("more {i}: {}", "words of a long paste ".repeat(1_200));
@@ -367,6 +379,29 @@ async fn a_slash_skill_message_carries_the_skill_again_on_regenerate_and_after_a
     assert!(
         system.contains("# Skills loaded before the summary")
             && system.contains("REVIEW-PROCEDURE-7"),
+        "{system}"
+    );
+    assert!(system.contains("# Writing for a reader"), "{system}");
+    let (kept, summary) = (
+        system
+            .find("# Skills loaded before the summary")
+            .unwrap_or(0),
+        system
+            .find("Summary of the conversation")
+            .context("the summary")?,
+    );
+    assert!(kept < summary, "the summary comes last: {system}");
+
+    // After a clear nothing is put back.
+    let cleared = client
+        .post(&format!("/conversations/{chat}/clear"), json!({}))
+        .await?;
+    assert_eq!(cleared.status, 200, "{cleared:?}");
+    script(&sim, &chat, vec![json!({"text": "fresh"})]).await?;
+    turn(&client, &chat, "start over").await?;
+    let system = last_system(&sim, &chat).await?;
+    assert!(
+        !system.contains("# Skills loaded before the summary"),
         "{system}"
     );
     Ok(())

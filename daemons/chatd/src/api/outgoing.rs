@@ -199,7 +199,6 @@ impl Outgoing {
         let records = match (records, self.skill) {
             (records, None) => records,
             (records, Some(skill)) => {
-                super::skills::note_loaded(app, &id, &skill).await?;
                 let mut all = match records {
                     Some(Value::Array(all)) => all,
                     _ => Vec::new(),

@@ -131,14 +131,18 @@ pub async fn create(
     };
     skills::check_name(&name).map_err(|why| ApiError::bad_input("name", why))?;
     let catalog = scan(&app).await?;
-    if owners(&catalog, &name).is_some() {
+    let folder = app.config.skills_dir.join(&name);
+    if owners(&catalog, &name).is_some() || std::fs::symlink_metadata(&folder).is_ok() {
         return Err(ApiError::conflict(
             "exists",
-            format!("the owner's skill {name} exists: PUT /skills/{name} changes it"),
+            format!(
+                "the owner's skill {name} (or a folder of that name) exists: PUT /skills/{name} \
+                 changes a skill"
+            ),
         ));
     }
     let text = checked_text(&name, &body, None)?;
-    write(&app, &name, text).await?;
+    write(&app, folder, text).await?;
     tracing::info!(skill = %name, "skill written");
     let made = scan(&app).await?;
     let skill = owners(&made, &name).ok_or_else(|| not_found(&name))?;
@@ -163,7 +167,10 @@ pub async fn update(
         return Err(only_owners(&catalog, &name));
     };
     let text = checked_text(&name, &body, Some(&before))?;
-    write(&app, &name, text).await?;
+    let skills::Folder::Owner(folder) = before.folder.clone() else {
+        return Err(only_owners(&catalog, &name));
+    };
+    write(&app, folder, text).await?;
     tracing::info!(skill = %name, "skill changed");
     let made = scan(&app).await?;
     let skill = owners(&made, &name).ok_or_else(|| not_found(&name))?;
@@ -217,6 +224,17 @@ pub async fn set_off(
             ),
         ));
     }
+    if let Some(long) = body.off.iter().find(|s| s.len() > 2 * skills::MAX_NAME) {
+        return Err(ApiError::bad_input(
+            "off",
+            format!(
+                "an entry of {} bytes names no skill: a name is {} at most, layer:name {} more",
+                long.len(),
+                skills::MAX_NAME,
+                "builtin:".len()
+            ),
+        ));
+    }
     check_chat(&app, &id).await?;
     let known = app.runs.chat_skills_of(&id).await?;
     for switch in &body.off {
@@ -262,6 +280,16 @@ pub async fn asked(
 ) -> Result<Option<(Value, String)>, ApiError> {
     let lead = text.trim_start();
     let (word, rest, from_field) = match field {
+        Some(name) if name.len() > skills::MAX_NAME => {
+            return Err(ApiError::bad_input(
+                "skill",
+                format!(
+                    "is {} bytes; a skill's name is {} at most",
+                    name.len(),
+                    skills::MAX_NAME
+                ),
+            ))
+        }
         Some(name) => (name.to_string(), text.to_string(), true),
         None => {
             let Some(after) = lead.strip_prefix('/') else {
@@ -277,8 +305,9 @@ pub async fn asked(
                     ));
                 }
                 (name.to_string(), rest.to_string(), true)
-            } else if skills::check_name(first).is_ok() {
-                (first.to_string(), rest.to_string(), false)
+            } else if skills::check_name(&first.to_lowercase()).is_ok() {
+                // `/PDF …` runs pdf, as `/HELP` runs help.
+                (first.to_lowercase(), rest.to_string(), false)
             } else {
                 return Ok(None);
             }
@@ -309,18 +338,6 @@ pub async fn asked(
     let record = json!({"kind": "skill", "name": skill.name, "layer": skill.layer,
                         "body": skill.body});
     Ok(Some((record, words)))
-}
-
-/// Notes that chat `id` ran the skill of `record`, so a compaction puts
-/// it back.
-pub async fn note_loaded(app: &App, id: &str, record: &Value) -> Result<(), ApiError> {
-    let (cid, name) = (
-        id.to_string(),
-        record["name"].as_str().unwrap_or("").to_string(),
-    );
-    app.store
-        .write(move |ctx| Ok(crate::store::skills::loaded(ctx.conn(), &cid, &name)?))
-        .await
 }
 
 /// The first word of `text` and what follows it (trimmed).
@@ -391,9 +408,9 @@ fn checked_text(name: &str, body: &SkillBody, before: Option<&Skill>) -> Result<
     Ok(rendered)
 }
 
-async fn write(app: &App, name: &str, text: String) -> Result<(), ApiError> {
-    let (dir, name) = (app.config.skills_dir.clone(), name.to_string());
-    tokio::task::spawn_blocking(move || owner::write(&dir, &name, &text))
+async fn write(app: &App, folder: std::path::PathBuf, text: String) -> Result<(), ApiError> {
+    let dir = app.config.skills_dir.clone();
+    tokio::task::spawn_blocking(move || owner::write(&dir, &folder, &text))
         .await
         .map_err(|_| ApiError::internal("the write did not finish"))?
         .map_err(|e| ApiError::internal(format!("cannot write the skill: {e}")))

@@ -154,6 +154,8 @@ impl Chat {
             let parents = super::mcp::usable(conn, &home, parent_agent.as_ref())?;
             connectors.retain(|c| parents.iter().any(|p| p.id == c.id));
         }
+        let path = queries::path_to(conn, id, conversation.head_id.as_deref())?;
+        let skills_kept = context::summarized_skills(&path);
         Ok(Chat {
             saved_agents: subset.is_none()
                 && crate::store::opt_in::is_on(conn, id, crate::words::OptIn::SavedAgents)?,
@@ -167,7 +169,7 @@ impl Chat {
             part,
             goal,
             self_paced: crate::store::loops::self_paced(conn, id)?,
-            skills_kept: crate::store::skills::summarized_away(conn, id)?,
+            skills_kept,
         })
     }
 
@@ -361,6 +363,7 @@ impl Runs {
             .map(|s| s.name)
             .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight) && allows(n))
             .collect();
+        let offers_skills = names.contains(&crate::tools::skill::NAME);
         let needs_network = names
             .iter()
             .any(|n| matches!(*n, "bash" | "web_fetch" | "web_search"));
@@ -405,9 +408,6 @@ impl Runs {
             Part::Main => system.push_str(&prompt::agents_main_part()),
             Part::Worker => system.push_str(&prompt::worker_part(super::report::SHAPE)),
         }
-        if let Some(skills) = skills.as_ref().filter(|_| has_skills) {
-            system.push_str(&skills_part(skills, chat, &tools));
-        }
         if let Some(goal) = &chat.goal {
             system.push_str(&prompt::goal_part(&goal.text));
         }
@@ -421,6 +421,12 @@ impl Runs {
             None => conversation.settings.clone(),
         };
         let window = self.window_with(&conversation.id, model, &settings);
+        // Last, just before the summary: the list, and the skills a
+        // compaction took away (held to an eighth of the window).
+        if let Some(skills) = skills.as_ref().filter(|_| offers_skills) {
+            let room = usize::try_from(window.window / 2).unwrap_or(usize::MAX);
+            system.push_str(&skills_part(skills, chat, &tools, room));
+        }
         Brief {
             system,
             tools,
@@ -587,11 +593,17 @@ impl Runs {
 
 /// The chat's skills in its system block: the list, then the ones a
 /// compaction summarized away, put back whole.
-fn skills_part(skills: &super::skills::ChatSkills, chat: &Chat, tools: &Value) -> String {
+fn skills_part(
+    skills: &super::skills::ChatSkills,
+    chat: &Chat,
+    tools: &Value,
+    room: usize,
+) -> String {
     use crate::skills::prompt;
     let on = skills.on();
+    let can_exec = super::skills::can_exec(tools);
     let mut out = String::new();
-    if let Some(list) = prompt::list_part(&on, super::skills::can_exec(tools)) {
+    if let Some(list) = prompt::list_part(&on, can_exec) {
         out.push_str("\n\n");
         out.push_str(&list);
     }
@@ -599,8 +611,9 @@ fn skills_part(skills: &super::skills::ChatSkills, chat: &Chat, tools: &Value) -
         .skills_kept
         .iter()
         .filter_map(|name| on.iter().find(|s| s.name == *name).copied())
+        .filter(|s| can_exec || !s.requires_exec)
         .collect();
-    if let Some(part) = prompt::kept_part(&kept) {
+    if let Some(part) = prompt::kept_part(&kept, room) {
         out.push_str(&part);
     }
     out

@@ -6,7 +6,6 @@ use serde_json::Value;
 use tandem_shared::http::ApiError;
 
 use super::Runs;
-use crate::model::Run;
 use crate::skills::{self, prompt, Catalog, Folder, Skill};
 use crate::tools::{self, Args};
 use crate::workspace::Workspace;
@@ -126,10 +125,10 @@ impl Runs {
 
     /// Takes a `load_skill` call: the skill's text (or one of its files),
     /// or why not. A skill that needs commands where the chat has none
-    /// says so. A loaded skill is noted, to be put back after a compaction.
+    /// says so. (A compaction that summarizes the call away puts the skill
+    /// back: `context::summarized_skills`.)
     pub(super) async fn skill_call(
         &self,
-        run: &Run,
         home: &str,
         arguments: &str,
         offered: &Value,
@@ -165,11 +164,6 @@ impl Runs {
                 .await
                 .map_err(|_| ApiError::internal("the skill's file read did not finish"));
         }
-        let (cid, skill_name) = (run.conversation_id.clone(), skill.name.clone());
-        self.inner
-            .store
-            .write(move |ctx| Ok(crate::store::skills::loaded(ctx.conn(), &cid, &skill_name)?))
-            .await?;
         Ok(Ok(prompt::loaded(&skill)))
     }
 }

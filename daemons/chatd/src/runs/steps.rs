@@ -269,7 +269,7 @@ impl Runs {
                     self.goal_call(run, &call.name, &call.arguments).await?
                 } else if skill_tool {
                     let (home, args) = (&chat.home, &call.arguments);
-                    self.skill_call(run, home, args, &brief.tools).await?
+                    self.skill_call(home, args, &brief.tools).await?
                 } else {
                     self.loop_call(run, &call.name, &call.arguments).await?
                 };

@@ -23,6 +23,8 @@ use crate::workspace::{EntryKind, Workspace};
 
 /// The largest `SKILL.md` read; a bigger one is refused.
 pub const MAX_SKILL_BYTES: u64 = 64 * 1024;
+/// The largest front matter read.
+pub const MAX_FRONT_BYTES: usize = 4 * 1024;
 /// The most files of a skill's folder `load_skill` names.
 pub const MAX_FILES_NAMED: usize = 20;
 /// The most skills a layer holds; past it a folder is a problem, not a skill.
@@ -173,6 +175,18 @@ pub fn parse(text: &str, folder_name: &str) -> Result<Parsed, String> {
             text.len()
         ));
     }
+    // The front matter is a few lines: a deep YAML nesting in a long one
+    // would cost the parser's stack, so it is held to 4 KiB.
+    let front_end = text
+        .strip_prefix("---")
+        .and_then(|rest| rest.find("\n---"))
+        .unwrap_or(0);
+    if front_end > MAX_FRONT_BYTES {
+        return Err(format!(
+            "its front matter is over {MAX_FRONT_BYTES} bytes: it holds name, description \
+             and requires only"
+        ));
+    }
     let parsed = gray_matter::Matter::<YAML>::new()
         .parse::<Front>(text)
         .map_err(|e| format!("its front matter is not YAML with name and description: {e}"))?;
@@ -232,6 +246,10 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// The names of `known` nearest to `asked`, best first (at most 3): the
 /// same name in another case, then the ones close in spelling.
 pub fn nearest<'a>(asked: &str, known: impl Iterator<Item = &'a str>) -> Vec<String> {
+    // No name is longer: a long ask is near none (and costs no edit matrix).
+    if asked.len() > 2 * MAX_NAME {
+        return Vec::new();
+    }
     let asked = asked.to_lowercase();
     let mut scored: Vec<(f64, &str)> = known
         .map(|name| {

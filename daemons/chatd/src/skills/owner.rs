@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use super::{
@@ -20,12 +20,22 @@ pub(super) fn scan(dir: &Path, catalog: &mut Catalog) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let mut folders: Vec<(String, std::path::PathBuf)> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
-        .filter(|(name, _)| !name.starts_with('.'))
-        .collect();
+    let mut folders: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        match entry.file_type() {
+            _ if name.starts_with('.') => {}
+            Ok(t) if t.is_dir() => folders.push((name, entry.path())),
+            Ok(t) if t.is_symlink() => catalog.problems.push(Problem {
+                layer: SkillLayer::Owner,
+                folder: name,
+                why: "is a link, which is not followed: put the folder itself here".into(),
+            }),
+            _ => {}
+        }
+    }
     folders.sort();
     let mut found = Vec::new();
     for (folder, path) in folders {
@@ -161,34 +171,32 @@ fn yaml_line(text: &str) -> String {
     serde_json::Value::String(one).to_string()
 }
 
-/// Writes the owner's skill `name` (its folder made 0700, `SKILL.md` 0600,
-/// replaced whole through a temp file). Blocking.
-pub fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
+/// Writes a skill's `SKILL.md` into `folder` of the owner's layer `dir`
+/// (the layer and a new folder made 0700; a folder that is a link is
+/// refused), replaced whole through a temp file of a name of its own (0600).
+/// Blocking.
+pub fn write(dir: &Path, folder: &Path, text: &str) -> std::io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let folder = dir.join(name);
-    match fs::symlink_metadata(&folder) {
+    match fs::symlink_metadata(folder) {
         Ok(meta) if !meta.is_dir() => {
             return Err(std::io::Error::other(format!(
-                "{} is not a folder",
+                "{} is not a folder (a link is not followed)",
                 folder.display()
             )))
         }
         Ok(_) => {}
-        Err(_) => fs::DirBuilder::new().mode(0o700).create(&folder)?,
+        Err(_) => fs::DirBuilder::new().mode(0o700).create(folder)?,
     }
-    let temp = folder.join(format!(".{FILE}.tmp"));
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    fs::rename(&temp, folder.join(FILE))
+    let mut temp = tempfile::Builder::new()
+        .prefix(".SKILL.md.")
+        .tempfile_in(folder)?;
+    temp.write_all(text.as_bytes())?;
+    temp.as_file().sync_all()?;
+    temp.persist(folder.join(FILE)).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Takes an owner's skill away: its `folder` moves to `.trash/<folder>-<ms>`
@@ -203,5 +211,12 @@ pub fn remove(dir: &Path, folder: &Path, now_ms: i64) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    fs::rename(folder, trash.join(format!("{name}-{now_ms}")))
+    // Two deletes of one name in one millisecond each keep their folder.
+    let mut to = trash.join(format!("{name}-{now_ms}"));
+    let mut n = 1;
+    while fs::symlink_metadata(&to).is_ok() {
+        n += 1;
+        to = trash.join(format!("{name}-{now_ms}-{n}"));
+    }
+    fs::rename(folder, to)
 }

@@ -118,9 +118,10 @@ pub fn invoked(name: &str, body: &str) -> String {
     )
 }
 
-/// The skills a compaction took out of the transcript, put back after the
-/// summary: the most recent first, held to [`KEPT_CHARS`].
-pub fn kept_part(skills: &[&Skill]) -> Option<String> {
+/// The skills a compaction took out of the transcript, put back at the end
+/// of the system block (the summary follows it): the most recent first,
+/// held to [`KEPT_CHARS`] and to `room`.
+pub fn kept_part(skills: &[&Skill], room: usize) -> Option<String> {
     if skills.is_empty() {
         return None;
     }
@@ -130,7 +131,7 @@ pub fn kept_part(skills: &[&Skill]) -> Option<String> {
     );
     for skill in skills {
         let part = format!("\n## {}\n\n{}\n", skill.name, skill.body);
-        if out.len() + part.len() > KEPT_CHARS {
+        if out.len() + part.len() > KEPT_CHARS.min(room) {
             out.push_str(&format!(
                 "\n## {}\n\n(left out for room: load_skill {} reads it again)\n",
                 skill.name, skill.name

@@ -145,7 +145,7 @@ fn an_owner_skill_written_reads_back_and_its_files_are_listed() {
         true,
         "Read the diff.",
     );
-    owner::write(dir.path(), "review", &text).unwrap();
+    owner::write(dir.path(), &dir.path().join("review"), &text).unwrap();
     std::fs::create_dir_all(dir.path().join("review/scripts")).unwrap();
     std::fs::write(dir.path().join("review/scripts/check.sh"), "echo").unwrap();
     std::os::unix::fs::symlink("/etc/passwd", dir.path().join("review/passwd")).unwrap();

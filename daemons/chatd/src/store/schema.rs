@@ -479,13 +479,5 @@ CREATE TABLE chat_skills_off (
     switch TEXT NOT NULL,
     PRIMARY KEY (conversation_id, switch)
 );
--- The skills a chat's model loaded (load_skill) or a message ran, last
--- first by `at` (unix ms): put back after a compaction took them out.
-CREATE TABLE chat_skills_loaded (
-    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    name TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    PRIMARY KEY (conversation_id, name)
-);
 "#,
 ];
