@@ -141,9 +141,10 @@ impl Rig {
 /// Every screen of a live page: the start screen, a chat with rich
 /// answers, a tool call and its file chips, the meter's details, the
 /// settings panel, the inbox, a waiting card, a failed reply's banner, the
-/// composer with a file attached, the files pane and a workbook's preview
-/// with its sheet tabs, the chat's menu, the
-/// Ctrl+K switcher, the MCP servers panel, and on a phone the chat list's drawer.
+/// composer with a file attached, the chat's Skills menu and the Skills
+/// panel, the files pane and a workbook's preview with its sheet tabs, the
+/// chat's menu, the Ctrl+K switcher, the MCP servers panel, and on a phone
+/// the chat list's drawer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
     if !browser::available() {
@@ -194,6 +195,8 @@ async fn no_serious_violation_on_any_screen() -> anyhow::Result<()> {
         b.wait_count("#attachments .attach-chip", |n| n >= 1, WAIT)
             .await?;
         check(&b, &axe, "attached", viewport, &mut failures).await?;
+
+        skills(&b, &axe, viewport, &mut failures).await?;
 
         b.click("#chat-menu > summary").await?;
         check(&b, &axe, "chat-menu", viewport, &mut failures).await?;
@@ -265,6 +268,29 @@ async fn mcp_panel(
     check(b, axe, "mcp", viewport, failures).await?;
     b.type_into("#mcp-panel", "\u{e00c}").await?; // Escape
     b.wait_hidden("#mcp-panel", WAIT).await
+}
+
+/// The chat's Skills menu, then the Skills panel from its "Manage skills",
+/// checked and closed.
+async fn skills(
+    b: &Browser,
+    axe: &str,
+    viewport: Viewport,
+    failures: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    b.click("#skills-open").await?;
+    b.wait_js(
+        "the Skills menu read",
+        "return / of \\d+ on$/.test(document.querySelector('#skills-count').textContent) || null;",
+        WAIT,
+    )
+    .await?;
+    check(b, axe, "skills-menu", viewport, failures).await?;
+    b.click("#skills-manage").await?;
+    b.wait_count("#sk-layers section", |n| n >= 3, WAIT).await?;
+    check(b, axe, "skills-panel", viewport, failures).await?;
+    b.click("#skills-close").await?;
+    b.wait_hidden("#skills-panel", WAIT).await
 }
 
 /// The sign-in card (an admin token is set) and its refusal.

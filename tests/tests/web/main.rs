@@ -21,6 +21,7 @@ mod mcp_apps_page;
 mod mcp_page;
 mod push;
 mod settings;
+mod skills_page;
 mod status;
 mod subagents_page;
 mod tasks_page;

@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 22] = [
+const PAGE_FILES: [(&str, &str, &str); 23] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -67,6 +67,7 @@ const PAGE_FILES: [(&str, &str, &str); 22] = [
         JS,
     ),
     ("/chat-app/agents.js", include_str!("page/agents.js"), JS),
+    ("/chat-app/skills.js", include_str!("page/skills.js"), JS),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",

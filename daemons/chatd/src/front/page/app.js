@@ -20,6 +20,7 @@
  *   apps.js      MCP Apps: a tool's own page in a sandboxed frame under its call
  *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded; its goal, loops
  *   agents.js    the Agents panel: saved agents, their chats, the form, import, export, templates
+ *   skills.js    the chat's Skills menu (a switch a skill) and the Skills panel (the layers, yours written)
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -430,6 +431,7 @@ function leaveLive() {
   closeFilesPane();
   // Nothing of the session stays open over the sign-in card.
   closePanel(); // settings.js
+  closeSkills(); // skills.js
   closeSwitcher(); // around.js
   renderSubs(); // subagents.js
   renderGoal();
@@ -748,6 +750,7 @@ function init() {
   initSubs(); // subagents.js: the sub-agent's panel
   initGoal(); // subagents.js: the goal's buttons
   initAgents(); // agents.js: the Agents panel
+  initSkills(); // skills.js: the chat's skills menu, the Skills panel
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', toggleFilesPane);

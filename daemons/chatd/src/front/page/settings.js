@@ -82,6 +82,7 @@ function renderChatTools() {
   const c = chat;
   if (panel.target && panel.target.kind === 'chat' && (!c || c.id !== panel.target.id)) closePanel();
   box.hidden = !c;
+  skillsFollow(c); // skills.js: the composer's Skills button
   if (!c) { tools.chatId = null; return; }
   if (tools.chatId !== c.id) {
     tools.chatId = c.id;
