@@ -372,9 +372,9 @@ async fn fill(client: &Client, chat: &str, n: usize, words: usize) -> anyhow::Re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_refusal_retries_then_compacts_and_goes_on() -> anyhow::Result<()> {
-    // The engine's memory holds 6,000 tokens, its window 16,384.
+    // The engine's memory holds 6,400 tokens, its window 16,384.
     let (sim, chatd, client) = start(
-        &["--context-window", "16384", "--memory-limit-tokens", "6000"],
+        &["--context-window", "16384", "--memory-limit-tokens", "6400"],
         &[],
     )
     .await?;
@@ -406,7 +406,7 @@ async fn a_memory_refusal_retries_then_compacts_and_goes_on() -> anyhow::Result<
     assert_eq!(compacted.len(), 1, "then one compaction");
     let before = compacted[0].data["before"].as_u64().context("before")?;
     let after = compacted[0].data["after"].as_u64().context("after")?;
-    assert!(before > 6_000 && after < 6_000, "{before} -> {after}");
+    assert!(before > 6_400 && after < 6_400, "{before} -> {after}");
     assert!(chatd.log().contains("[compact]"), "a [compact] log line");
 
     // From now on the chat compacts at 80 % of the refused size, before sending.
@@ -1075,7 +1075,7 @@ async fn a_resumed_run_that_no_longer_asks_is_running_and_its_card_expired() -> 
 async fn a_failed_summary_call_keeps_the_history() -> anyhow::Result<()> {
     let (sim, chatd, client) = start(&["--context-window", "8192"], &[]).await?;
     let (chat, _) = chat(&client, &chatd, "auto").await?;
-    fill(&client, &chat, 3, 300).await?;
+    fill(&client, &chat, 3, 250).await?;
     let before = messages(&client.snapshot(&chat).await?).len();
     // The next request is at the line: its summary call meets a 500, the
     // answer itself goes through.

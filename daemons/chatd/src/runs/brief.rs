@@ -186,11 +186,6 @@ impl Chat {
         if name == crate::tools::task::NAME {
             return self.part == Part::Main;
         }
-        // A sub-agent gets it with its parent's skills; brief_of takes it
-        // away where the chat has none.
-        if name == crate::tools::skill::NAME {
-            return true;
-        }
         if crate::tools::goal::is_goal_tool(name) {
             return self.goal.is_some();
         }
