@@ -66,20 +66,19 @@ pub(crate) fn scan(root: &std::path::Path, owner_dir: &std::path::Path) -> Catal
 }
 
 impl Runs {
+    /// Chat `id` (in the trash too).
+    async fn conversation_of(&self, id: &str) -> Result<crate::model::Conversation, ApiError> {
+        let cid = id.to_string();
+        let trashed = crate::store::queries::Trashed::Include;
+        self.inner
+            .store
+            .read(move |conn| crate::store::queries::conversation(conn, &cid, trashed))
+            .await
+    }
+
     /// The skills of chat `id`: its parent's for a sub-agent.
     pub(crate) async fn chat_skills_of(&self, id: &str) -> Result<ChatSkills, ApiError> {
-        let cid = id.to_string();
-        let conversation = self
-            .inner
-            .store
-            .read(move |conn| {
-                crate::store::queries::conversation(
-                    conn,
-                    &cid,
-                    crate::store::queries::Trashed::Include,
-                )
-            })
-            .await?;
+        let conversation = self.conversation_of(id).await?;
         let home = match (&conversation.kind, &conversation.parent_id) {
             (crate::words::ChatKind::Subagent, Some(parent)) => parent.clone(),
             _ => conversation.id.clone(),
@@ -89,18 +88,7 @@ impl Runs {
 
     /// Whether chat `id`'s requests offer a way to run commands.
     pub(crate) async fn can_exec(&self, id: &str) -> Result<bool, ApiError> {
-        let cid = id.to_string();
-        let conversation = self
-            .inner
-            .store
-            .read(move |conn| {
-                crate::store::queries::conversation(
-                    conn,
-                    &cid,
-                    crate::store::queries::Trashed::Include,
-                )
-            })
-            .await?;
+        let conversation = self.conversation_of(id).await?;
         let brief = self
             .brief(id, &conversation.model, super::mcp::Lists::AsOpen)
             .await?;

@@ -103,8 +103,19 @@ pub(crate) async fn run(shared: &Shared, dir: &Path, seed: u64) -> Option<LoopsR
     };
     load(shared, dir, &mut run, &mut rng).await;
     let load_end = shared.t();
-    let chat = run.chat.clone();
-    let settled = wait_until("the loops chat to settle", SETTLE, || async {
+    run.settled = settled(shared, &run.chat, load_end, "the loops chat to settle").await;
+    Some(run)
+}
+
+/// Waits (bounded) until no run of `chat` works: the seconds it took from
+/// `load_end`, or what still ran.
+pub(crate) async fn settled(
+    shared: &Shared,
+    chat: &str,
+    load_end: f64,
+    what: &str,
+) -> Result<f64, String> {
+    let settled = wait_until(what, SETTLE, || async {
         let (status, snapshot) = shared
             .call(Method::GET, &format!("/conversations/{chat}"), None)
             .await
@@ -116,10 +127,9 @@ pub(crate) async fn run(shared: &Shared, dir: &Path, seed: u64) -> Option<LoopsR
         (status == 200 && !working).then_some(())
     })
     .await;
-    run.settled = settled
+    settled
         .map(|()| shared.t() - load_end)
-        .map_err(|e| format!("{e:#}"));
-    Some(run)
+        .map_err(|e| format!("{e:#}"))
 }
 
 async fn load(shared: &Shared, dir: &Path, run: &mut LoopsRun, rng: &mut StdRng) {

@@ -22,7 +22,6 @@ use super::*;
 
 use reqwest::Method;
 use rusqlite::{Connection, OpenFlags};
-use tandem_tests::harness::wait_until;
 
 use crate::subagents::{sim_queued, RIDE, SETTLE};
 
@@ -100,22 +99,8 @@ pub(crate) async fn run(shared: &Shared, dir: &Path, seed: u64) -> Option<Skills
     };
     load(shared, dir, &mut run, &mut rng).await;
     let load_end = shared.t();
-    let chat = run.chat.clone();
-    let settled = wait_until("the skills chat to settle", SETTLE, || async {
-        let (status, snapshot) = shared
-            .call(Method::GET, &format!("/conversations/{chat}"), None)
-            .await
-            .ok()?;
-        let working = snapshot["runs"]
-            .as_array()?
-            .iter()
-            .any(|r| matches!(r["status"].as_str(), Some("queued" | "running" | "waiting")));
-        (status == 200 && !working).then_some(())
-    })
-    .await;
-    run.settled = settled
-        .map(|()| shared.t() - load_end)
-        .map_err(|e| format!("{e:#}"));
+    run.settled =
+        crate::loops::settled(shared, &run.chat, load_end, "the skills chat to settle").await;
     Some(run)
 }
 
