@@ -317,3 +317,74 @@ fn answer_text(u: &mut Unstructured, expected: &mut Expected) -> arbitrary::Resu
     }
     Ok(out)
 }
+
+/// A `SKILL.md` as a person or a model writes one (a workspace's `.skills/`
+/// is the model's to write): reading it never panics, and what it reads is
+/// a skill chatd can list: a name a slash command can carry, one line of
+/// description within its room, a body without its front matter.
+pub(super) fn skill_md(u: &mut Unstructured) -> Verdict {
+    use chatd::skills::{check_name, parse, MAX_DESCRIPTION};
+    const PIECES: &[&str] = &[
+        "---\n",
+        "---",
+        "\n",
+        "name: ",
+        "description: ",
+        "requires: ",
+        "[exec]",
+        "[gpu]",
+        "review",
+        "PDF",
+        "pdf",
+        "x",
+        " ",
+        "  ",
+        "- ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ":",
+        ": ",
+        ",",
+        "\"",
+        "'",
+        "&a ",
+        "*a",
+        "!!str ",
+        "!!binary ",
+        "|",
+        ">",
+        "#",
+        "\t",
+        "é",
+        "\u{0}",
+        "\r\n",
+        "~",
+        "null",
+        "true",
+        "1e9",
+        "<<: ",
+        "? ",
+    ];
+    let text = text_of(u, PIECES, 200);
+    let folder = if u.ratio(1, 2).unwrap_or(false) {
+        "folder"
+    } else {
+        "Bad Folder"
+    };
+    let Ok(skill) = parse(&text, folder) else {
+        return Ok(());
+    };
+    check_name(&skill.name).map_err(|e| format!("read a name no command carries: {e}"))?;
+    if skill.description.is_empty()
+        || skill.description.contains('\n')
+        || skill.description.chars().count() > MAX_DESCRIPTION
+    {
+        return Err(format!("a description of {:?}", skill.description));
+    }
+    if skill.body.starts_with("---\nname:") {
+        return Err("the body kept its front matter".into());
+    }
+    Ok(())
+}

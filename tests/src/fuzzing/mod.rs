@@ -88,6 +88,10 @@ pub fn all() -> Vec<Target> {
             name: "documents",
             run: documents::documents,
         },
+        Target {
+            name: "skill-md",
+            run: chatd::skill_md,
+        },
     ]
 }
 

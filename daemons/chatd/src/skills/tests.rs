@@ -168,3 +168,18 @@ fn an_owner_skill_written_reads_back_and_its_files_are_listed() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+#[test]
+fn a_deeply_nested_front_matter_is_refused_or_read_without_a_crash() {
+    for (nest, times) in [("- ", 2_000), ("[", 2_000), ("{a: ", 1_000), ("- a: ", 800)] {
+        let deep = nest.repeat(times);
+        let text = format!("---\nname: x\ndescription: d\nextra: {deep}\n---\nbody");
+        // In a thread with a small stack, as a blocking task would have.
+        let out = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || parse(&text, "x").is_ok())
+            .unwrap()
+            .join();
+        assert!(out.is_ok(), "{nest:?}: the parser's thread died");
+    }
+}
