@@ -168,6 +168,46 @@ async fn the_nearest_layer_wins_a_name_and_a_switch_lets_the_next_one_serve() ->
         .body;
     assert_eq!(listed["off"], json!(["owner:pdf", "workspace:pdf"]));
 
+    // A fork keeps the chat's switches (and its opt-in groups).
+    put(
+        &client,
+        &format!("/conversations/{chat}/builtins"),
+        json!({"on": ["saved_agents"]}),
+    )
+    .await?;
+    let last = client.snapshot(&chat).await?["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["id"].as_str().map(str::to_string))
+        .context("a message to fork from")?;
+    let forked = client
+        .post(
+            &format!("/conversations/{chat}/fork"),
+            json!({"from_message_id": last}),
+        )
+        .await?;
+    assert_eq!(forked.status, 201, "{forked:?}");
+    let fork = forked.body["id"].as_str().context("the fork's id")?;
+    let fork_view = client
+        .get(&format!("/skills?conversation_id={fork}"))
+        .await?
+        .body;
+    assert_eq!(
+        fork_view["off"],
+        json!(["owner:pdf", "workspace:pdf"]),
+        "{fork_view}"
+    );
+    let tools = client
+        .get(&format!("/conversations/{fork}/tools"))
+        .await?
+        .body;
+    assert!(
+        tools["opt_in"].as_array().is_some_and(|g| g
+            .iter()
+            .any(|g| g["name"] == "saved_agents" && g["on"] == true)),
+        "{tools}"
+    );
+
     // Every skill off: no list, no load_skill.
     let all = [
         "workspace:pdf",

@@ -73,6 +73,16 @@ pub async fn fork(
                 agent_id: source.agent_id.clone(),
             };
             let fork = insert_conversation(ctx, &new)?;
+            // A fork keeps its source's switches: skills and MCP connectors
+            // off, opt-in groups on.
+            let conn = ctx.conn();
+            crate::store::skills::set_off(conn, &fork.id, &crate::store::skills::off(conn, &id)?)?;
+            crate::store::mcp::set_off_in(conn, &fork.id, &crate::store::mcp::off_in(conn, &id)?)?;
+            crate::store::opt_in::set_on_in(
+                conn,
+                &fork.id,
+                &crate::store::opt_in::on_in(conn, &id)?,
+            )?;
             let mut files = Vec::new();
             let mut ids: HashMap<String, String> = HashMap::new();
             let mut parent: Option<String> = None;
