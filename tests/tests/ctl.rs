@@ -1906,11 +1906,17 @@ async fn tandem_skill_adds_lists_shows_switches_and_removes() {
         "{out}"
     );
     let refused = b.tandem_env(&["chat", "send", "/review the diff", "--chat", &chat], &env);
-    assert_eq!(
-        refused.status.code(),
-        Some(0),
-        "off, /review is a plain message: {}",
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("switched off for this chat")
+            && text(&refused).contains("nothing was sent"),
+        "{}",
         text(&refused)
+    );
+    let stored = client.snapshot(&chat).await.unwrap();
+    assert!(
+        stored["messages"].as_array().is_none_or(Vec::is_empty),
+        "{stored}"
     );
     let on = b.tandem_env(&["skill", "on", "--all", "--chat", &chat], &env);
     assert!(text(&on).contains("6 of 6 skills on"), "{}", text(&on));

@@ -316,8 +316,18 @@ pub async fn asked(
     let chat = app.runs.chat_skills_of(id).await?;
     let skill = match chat.find(&word) {
         Ok(skill) => skill.clone(),
-        // `/something` that names no skill is a message like any other.
-        Err(_) if !from_field => return Ok(None),
+        // `/something` that names no skill is a message like any other;
+        // one that names a skill switched off here says so.
+        Err(_) if !from_field && chat.catalog.winner(&word).is_none() => return Ok(None),
+        Err(why) if !from_field => {
+            return Err(ApiError::bad_input(
+                "skill",
+                format!(
+                    "{why} (switch it on in the chat's Skills menu, or tandem skill on {word} \
+                     --chat {id}); nothing was sent"
+                ),
+            ))
+        }
         Err(why) => return Err(ApiError::bad_input("skill", why)),
     };
     if skill.requires_exec && !app.runs.can_exec(id).await? {
