@@ -383,8 +383,20 @@ pub(super) fn skill_md(u: &mut Unstructured) -> Verdict {
     {
         return Err(format!("a description of {:?}", skill.description));
     }
-    if skill.body.starts_with("---\nname:") {
-        return Err("the body kept its front matter".into());
+    // The body comes from after the front matter's closing line (it may
+    // itself start with a block like a front matter).
+    let close = text
+        .strip_prefix("---")
+        .and_then(|rest| rest.find("\n---"))
+        .map_or(0, |at| at + 3 + 4);
+    if !text
+        .get(close..)
+        .is_some_and(|rest| rest.contains(skill.body.as_str()))
+    {
+        return Err(format!(
+            "the body {:?} is not what follows the front matter",
+            skill.body
+        ));
     }
     Ok(())
 }
