@@ -405,19 +405,29 @@ pub enum ChatCommand {
         #[arg(long)]
         all: bool,
     },
-    /// What a chat is offered, and its opt-in tools switched on or off.
+    /// What a chat is offered, and its tool groups switched on or off.
     ///
     /// Lists the chat's built-in tools, its MCP servers' tools (with why one
-    /// is not usable) and the opt-in groups. `--saved-agents on` lets the
-    /// chat's model list the saved agents (`list_agents`) and start one as
-    /// a sub-agent (`spawn_agent` with `agent`), and lets a message ask for
-    /// one (`tandem chat send --agent NAME`, or text `/agent NAME task`).
+    /// is not usable) and its tool groups: shell (bash), files, web, media
+    /// (describe_image), subagents (spawn_agent, task), saved_agents and
+    /// triggers. Every group is on until switched off, except saved_agents,
+    /// off until switched on: it lets the model list the saved agents and
+    /// start one as a sub-agent, and a message ask for one (`tandem chat
+    /// send --agent NAME`, or text `/agent NAME task`). A switch takes
+    /// effect at the chat's next turn; its sub-agents follow it.
     ///
-    /// Example: tandem chat tools c_0123abcd --saved-agents on
+    /// Example: tandem chat tools c_0123abcd --off web --off shell
+    /// Example: tandem chat tools c_0123abcd --on saved_agents
     Tools {
         /// The chat id.
         chat: String,
-        /// Switch saved agents on or off for this chat.
+        /// Switch a group off (repeat, or a,b); `mcp:ID` is a connector.
+        #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+        off: Vec<String>,
+        /// Switch a group on (repeat, or a,b).
+        #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+        on: Vec<String>,
+        /// Switch saved agents on or off (as --on/--off saved_agents).
         #[arg(long, value_name = "on|off")]
         saved_agents: Option<Switch>,
     },
@@ -469,7 +479,7 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                         .to_string();
                     eprintln!("tandem: new chat {id}");
                     if asks_agent {
-                        subagents::switch(&client, &id, true).await?;
+                        subagents::saved_agents_on(&client, &id).await?;
                     }
                     id
                 }
@@ -718,8 +728,18 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }
         }
-        ChatCommand::Tools { chat, saved_agents } => {
-            subagents::tools(&chat, saved_agents.map(|s| s == Switch::On)).await
+        ChatCommand::Tools {
+            chat,
+            mut off,
+            mut on,
+            saved_agents,
+        } => {
+            match saved_agents {
+                Some(Switch::On) => on.push("saved_agents".into()),
+                Some(Switch::Off) => off.push("saved_agents".into()),
+                None => {}
+            }
+            subagents::tools(&chat, &off, &on).await
         }
         ChatCommand::Cancel { chat } => crate::commands::chat_tasks::stop(&chat).await,
         ChatCommand::Continue { chat } => {

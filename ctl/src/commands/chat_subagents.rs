@@ -140,29 +140,39 @@ pub async fn stop(chat: &str, id: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `tandem chat tools`: the chat's tools and opt-in groups, after
-/// switching saved agents on or off when asked.
-pub async fn tools(chat: &str, saved_agents: Option<bool>) -> anyhow::Result<ExitCode> {
+/// `tandem chat tools`: the chat's tools and tool groups, after
+/// switching the groups `off` and `on` names (the others left as they are).
+pub async fn tools(chat: &str, off: &[String], on: &[String]) -> anyhow::Result<ExitCode> {
     let client = Client::new()?;
-    let view = match saved_agents {
-        Some(on) => switch(&client, chat, on).await?,
-        None => {
-            client
-                .ask(
-                    reqwest::Method::GET,
-                    &format!("/conversations/{chat}/tools"),
-                    None,
-                )
-                .await?
+    let view = if off.is_empty() && on.is_empty() {
+        client
+            .ask(
+                reqwest::Method::GET,
+                &format!("/conversations/{chat}/tools"),
+                None,
+            )
+            .await?
+    } else {
+        let view = set_groups(&client, chat, off, on).await?;
+        for (list, word) in [(off, "off"), (on, "on")] {
+            if !list.is_empty() {
+                eprintln!("tandem: {} {word} for {chat}", list.join(", "));
+            }
         }
+        view
     };
     print!("{}", super::mcp::tools_text(&view));
     Ok(ExitCode::SUCCESS)
 }
 
-/// Switches saved agents on or off for a chat, its other opt-in groups
-/// left as they are; answers its tools.
-pub async fn switch(client: &Client, chat: &str, on: bool) -> anyhow::Result<Value> {
+/// Switches groups `off` and `on` for a chat (`mcp:<id>` a connector),
+/// the rest left as they are; answers its tools.
+pub async fn set_groups(
+    client: &Client,
+    chat: &str,
+    off: &[String],
+    on: &[String],
+) -> anyhow::Result<Value> {
     let now = client
         .ask(
             reqwest::Method::GET,
@@ -170,27 +180,52 @@ pub async fn switch(client: &Client, chat: &str, on: bool) -> anyhow::Result<Val
             None,
         )
         .await?;
-    let mut groups: Vec<String> = now["opt_in"]
+    let listed = |field: &str| -> Vec<String> {
+        now[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let mut new_off: Vec<String> = listed("off")
+        .into_iter()
+        .filter(|g| !on.contains(g))
+        .collect();
+    new_off.extend(
+        off.iter()
+            .filter(|g| !new_off.contains(g))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let mut new_on: Vec<String> = now["groups"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|g| g["on"] == true && g["name"] != "saved_agents")
+        .filter(|g| g["opt_in"] == true && g["on"] == true)
         .map(|g| text(&g["name"]).to_string())
+        .filter(|g| !off.contains(g))
         .collect();
-    if on {
-        groups.push("saved_agents".into());
-    }
-    let view = client
+    new_on.extend(
+        on.iter()
+            .filter(|g| !new_on.contains(g) && !g.starts_with("mcp:"))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    client
         .ask(
             reqwest::Method::PUT,
             &format!("/conversations/{chat}/builtins"),
-            Some(json!({ "on": groups })),
+            Some(json!({ "off": new_off, "on": new_on })),
         )
-        .await?;
-    eprintln!(
-        "tandem: saved agents {} for {chat}",
-        if on { "on" } else { "off" }
-    );
+        .await
+}
+
+/// Switches saved agents on for a chat, its other switches left as they
+/// are; answers its tools.
+pub async fn saved_agents_on(client: &Client, chat: &str) -> anyhow::Result<Value> {
+    let view = set_groups(client, chat, &[], &["saved_agents".to_string()]).await?;
+    eprintln!("tandem: saved agents on for {chat}");
     Ok(view)
 }
 

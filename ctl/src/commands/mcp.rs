@@ -346,17 +346,26 @@ pub(crate) fn tools_text(view: &Value) -> String {
             c["reason"].as_str().unwrap_or("used here")
         ));
     }
-    let groups = view["opt_in"].as_array().cloned().unwrap_or_default();
+    let groups: Vec<&Value> = view["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| !text(&g["name"]).starts_with("mcp:"))
+        .collect();
     if !groups.is_empty() {
-        out.push_str("Opt-in tools:\n");
+        out.push_str("Tool groups (tandem chat tools CHAT --off GROUP | --on GROUP):\n");
     }
-    for g in &groups {
+    for g in groups {
         let why = match g["reason"].as_str() {
             Some(r) => format!("  (cannot serve now: {r})"),
             None => String::new(),
         };
         let word = if g["on"] == true { "on" } else { "off" };
-        out.push_str(&format!("  {:<20} {word}{why}\n", text(&g["name"])));
+        out.push_str(&format!(
+            "  {:<14} {:<14} {word}{why}\n",
+            text(&g["name"]),
+            text(&g["label"])
+        ));
     }
     out
 }

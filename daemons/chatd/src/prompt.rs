@@ -54,6 +54,8 @@ pub enum Commands {
     Host { asks: bool },
     /// There is no `bash` in this chat.
     Nowhere,
+    /// The person switched commands off for this chat (group `shell`).
+    SwitchedOff,
 }
 
 /// What the block is made from.
@@ -207,11 +209,25 @@ fn commands_paragraph(offer: &Offer) -> String {
                 ""
             }
         ),
-        _ => "There is NO command execution in this chat: you cannot run programs, scripts, \
-              tests, builds or shell commands. Never say or imply that you ran, executed or \
-              tested anything, and never present output you did not get from a tool. You may \
-              write files and tell the person what to run and what to look for.\n"
-            .to_string(),
+        (_, commands) => {
+            let why = if commands == Commands::SwitchedOff {
+                "The person switched commands off for this chat (they can switch Run commands \
+                 back on in the chat's Tools menu). "
+            } else {
+                ""
+            };
+            let instead = if offer.has("write_file") {
+                "You may write files and tell the person what to run and what to look for."
+            } else {
+                "You may tell the person what to run and what to look for."
+            };
+            format!(
+                "{why}There is NO command execution in this chat: you cannot run programs, \
+                 scripts, tests, builds or shell commands. Never say or imply that you ran, \
+                 executed or tested anything, and never present output you did not get from a \
+                 tool. {instead}\n"
+            )
+        }
     }
 }
 

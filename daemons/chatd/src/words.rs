@@ -124,10 +124,24 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
-    /// A group of tools a chat has only once it is switched on for it.
-    pub enum OptIn("opt-in tool group") {
-        /// list_agents, and spawn_agent's `agent`: saved agents as sub-agents.
+    /// A group of built-in tools a chat switches together (tools/groups.rs
+    /// says which tools are in each). Every group is on until the chat
+    /// switches it off, except the opt-in ones, off until switched on.
+    pub enum ToolGroup("tool group") {
+        /// `bash`, wherever it runs (the sandbox or this machine).
+        Shell => "shell",
+        /// The workspace's file tools and read_document.
+        Files => "files",
+        /// web_search and web_fetch.
+        Web => "web",
+        /// describe_image.
+        Media => "media",
+        /// spawn_agent, and `task` (Agents mode hands work to workers).
+        Subagents => "subagents",
+        /// list_agents, and spawn_agent's `agent`: saved agents as sub-agents (opt-in).
         SavedAgents => "saved_agents",
+        /// The trigger tools: none in chatd yet, so the group serves nothing.
+        Triggers => "triggers",
     }
 }
 
@@ -328,7 +342,7 @@ mod tests {
         check_reads_back::<PausedBy>();
         check_reads_back::<GoalEvent>();
         check_reads_back::<LoopState>();
-        check_reads_back::<OptIn>();
+        check_reads_back::<ToolGroup>();
         check_reads_back::<SkillLayer>();
     }
 

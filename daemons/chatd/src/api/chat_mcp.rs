@@ -1,7 +1,7 @@
 //! One chat's tools and its MCP switches (docs/api.md "A chat's tools"):
 //! `GET …/tools` says what the chat is offered and why not the rest;
 //! `PUT …/mcp {off}` switches connectors off for this chat alone; `PUT
-//! …/builtins {on}` switches opt-in groups on for it.
+//! …/builtins {off, on}` switches its tool groups (connectors too).
 
 use std::sync::Arc;
 
@@ -10,10 +10,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tandem_shared::http::ApiError;
 
+use super::switches;
 use super::Json;
 use crate::store::mcp as rows;
 use crate::store::queries::{self, Trashed};
-use crate::words::OptIn;
+use crate::store::tool_groups;
 use crate::App;
 
 /// `GET /conversations/{id}/tools`.
@@ -78,45 +79,114 @@ pub async fn set_off(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinsBody {
-    on: Vec<String>,
+    off: Option<Vec<String>>,
+    on: Option<Vec<String>>,
 }
 
-/// `PUT /conversations/{id}/builtins {on: [groups]}`: replaces the opt-in
-/// groups switched on for the chat (`saved_agents`); an unknown name
+/// `PUT /conversations/{id}/builtins {off?, on?}`: `off` replaces what
+/// the chat switched off (groups, and connectors as `mcp:<id>`), `on` the
+/// opt-in groups switched on; a list left out stays as it was, a bad entry
 /// refuses the whole body. Answers as `GET …/tools`.
 pub async fn set_builtins(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
     Json(body): Json<BuiltinsBody>,
 ) -> Result<Response, ApiError> {
-    let mut on = Vec::new();
-    for name in &body.on {
-        let Some(group) = OptIn::parse(name) else {
-            return Err(ApiError::bad_input(
-                "on",
-                format!(
-                    "{:?} is not an opt-in group: use {}",
-                    name.chars().take(64).collect::<String>(),
-                    OptIn::ALL
-                        .iter()
-                        .map(|g| g.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        };
-        if !on.contains(&group) {
-            on.push(group);
-        }
-    }
-    let (cid, count) = (id.clone(), on.len());
-    app.store
+    let named = switches::named(
+        "off",
+        body.off.as_deref().unwrap_or_default(),
+        "on",
+        body.on.as_deref().unwrap_or_default(),
+    )?;
+    let (cid, given_off, given_on) = (id.clone(), body.off.is_some(), body.on.is_some());
+    let wanted = named.clone();
+    let closed = app
+        .store
         .write(move |ctx| {
-            queries::conversation(ctx.conn(), &cid, Trashed::Exclude)?;
-            crate::store::opt_in::set_on_in(ctx.conn(), &cid, &on)?;
-            Ok(())
+            let conn = ctx.conn();
+            queries::conversation(conn, &cid, Trashed::Exclude)?;
+            let mut now = tool_groups::of(conn, &cid)?;
+            let was = rows::off_in(conn, &cid)?;
+            if given_off {
+                switches::check_connectors(conn, "off", &wanted.mcp_off)?;
+                now.off = wanted.groups.off;
+                rows::set_off_in(conn, &cid, &wanted.mcp_off)?;
+            }
+            if given_on {
+                now.on = wanted.groups.on;
+            }
+            if now.on.iter().any(|g| now.off.contains(g)) {
+                return Err(ApiError::bad_input("on", "a group is both off and on"));
+            }
+            tool_groups::set(conn, &cid, &now)?;
+            let closed: Vec<String> = if given_off {
+                wanted
+                    .mcp_off
+                    .into_iter()
+                    .filter(|c| !was.contains(c))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            Ok(closed)
         })
         .await?;
-    tracing::info!(conversation = %id, on = count, "chat's opt-in tools switched");
+    for connector in &closed {
+        app.runs.mcp().close_one(&id, connector).await;
+    }
+    tracing::info!(conversation = %id, off = named.groups.off.len() + named.mcp_off.len(),
+        on = named.groups.on.len(), "chat's tool groups switched");
     tools(State(app), Path(id)).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraftParams {
+    model: Option<String>,
+    agent_id: Option<String>,
+}
+
+/// `GET /draft/tools?model=&agent_id=`: what a chat made now would be
+/// offered, each switch at its default, in `GET …/tools`'s shape (the
+/// page shows the switches before the chat exists). A model the engine
+/// does not list is 400, an unknown agent 404.
+pub async fn draft_tools(
+    State(app): State<Arc<App>>,
+    axum::extract::Query(params): axum::extract::Query<DraftParams>,
+) -> Result<Response, ApiError> {
+    let agent = match &params.agent_id {
+        Some(id) => {
+            let wanted = id.clone();
+            let found = app
+                .store
+                .read(move |conn| crate::agents::find(conn, &wanted))
+                .await?;
+            Some(found.ok_or_else(|| ApiError::not_found("agent", id).with("field", "agent_id"))?)
+        }
+        None => None,
+    };
+    let model = match params.model {
+        Some(model) => {
+            let listed = app.engine_state().models;
+            if model.is_empty() || model.len() > super::conversations::MAX_MODEL {
+                return Err(ApiError::bad_input("model", "must be 1 to 200 bytes"));
+            }
+            if !listed.is_empty() && !listed.iter().any(|m| m.id == model) {
+                return Err(ApiError::bad_input(
+                    "model",
+                    format!(
+                        "the engine has no model {:?}",
+                        model.chars().take(64).collect::<String>()
+                    ),
+                ));
+            }
+            model
+        }
+        None => match &agent {
+            Some(agent) if !agent.model.is_empty() => agent.model.clone(),
+            _ => app.default_model(),
+        },
+    };
+    let view = app.runs.draft_tools_view(&model, agent).await?;
+    Ok(axum::Json(view).into_response())
 }

@@ -39,6 +39,8 @@ pub struct CreateBody {
     origin: Option<String>,
     /// Where its files are: own (the default) or shared (the box's shared folder).
     workspace: Option<String>,
+    /// What it starts with switched: stored with it, so its first turn has them.
+    switches: Option<super::switches::CreateSwitches>,
 }
 
 fn check_workspace(workspace: Option<String>) -> Result<String, ApiError> {
@@ -145,6 +147,34 @@ pub async fn create(
         }
     }
     let network = agent.as_ref().and_then(|a| a.network);
+    let switches = body.switches.unwrap_or_default();
+    let named = super::switches::named(
+        "switches.builtins_off",
+        &switches.builtins_off,
+        "switches.builtins_on",
+        &switches.builtins_on,
+    )?;
+    let mut mcp_off = named.mcp_off.clone();
+    for id in &switches.mcp_off {
+        if id.len() > 200 {
+            return Err(ApiError::bad_input(
+                "switches.mcp_off",
+                "an id is 200 bytes at most",
+            ));
+        }
+        if !mcp_off.contains(id) {
+            mcp_off.push(id.clone());
+        }
+    }
+    let skills_off = if switches.skills_off.is_empty() {
+        Vec::new()
+    } else {
+        let dir = app.config.skills_dir.clone();
+        let catalog = tokio::task::spawn_blocking(move || crate::skills::Catalog::scan(None, &dir))
+            .await
+            .map_err(|_| ApiError::internal("the skills scan did not finish"))?;
+        super::skills::check_off("switches.skills_off", switches.skills_off, &catalog)?
+    };
     let new = NewConversation {
         title,
         model,
@@ -162,7 +192,15 @@ pub async fn create(
             if let Some(id) = &new.agent_id {
                 crate::agents::get(ctx.conn(), id)?;
             }
-            insert_conversation(ctx, &new)
+            // Checked in the write that stores them: a connector removed
+            // meanwhile refuses the chat rather than leaving a dangling switch.
+            crate::api::switches::check_connectors(ctx.conn(), "switches.mcp_off", &mcp_off)?;
+            let made = insert_conversation(ctx, &new)?;
+            let conn = ctx.conn();
+            crate::store::tool_groups::set(conn, &made.id, &named.groups)?;
+            crate::store::mcp::set_off_in(conn, &made.id, &mcp_off)?;
+            crate::store::skills::set_off(conn, &made.id, &skills_off)?;
+            Ok(made)
         })
         .await
         .map_err(|e| match &agent_id {

@@ -74,14 +74,14 @@ pub async fn fork(
             };
             let fork = insert_conversation(ctx, &new)?;
             // A fork keeps its source's switches: skills and MCP connectors
-            // off, opt-in groups on.
+            // off, tool groups switched.
             let conn = ctx.conn();
             crate::store::skills::set_off(conn, &fork.id, &crate::store::skills::off(conn, &id)?)?;
             crate::store::mcp::set_off_in(conn, &fork.id, &crate::store::mcp::off_in(conn, &id)?)?;
-            crate::store::opt_in::set_on_in(
+            crate::store::tool_groups::set(
                 conn,
                 &fork.id,
-                &crate::store::opt_in::on_in(conn, &id)?,
+                &crate::store::tool_groups::of(conn, &id)?,
             )?;
             let mut files = Vec::new();
             let mut ids: HashMap<String, String> = HashMap::new();

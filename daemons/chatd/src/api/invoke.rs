@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use tandem_shared::http::ApiError;
 
 use crate::agents::{self, Agent};
-use crate::store::opt_in;
-use crate::words::OptIn;
+use crate::store::tool_groups;
+use crate::words::ToolGroup;
 use crate::App;
 
 /// What a message's text starts with to ask for an agent.
@@ -63,7 +63,14 @@ pub async fn asked(
                     None => return Err(unknown(rest.split_whitespace().next().unwrap_or(""), &all)),
                 }
             };
-            if !opt_in::is_on(conn, &chat, OptIn::SavedAgents)? {
+            if !tool_groups::is_on(conn, &chat, ToolGroup::Subagents)? {
+                return Err(ApiError::bad_input(
+                    "agent",
+                    "sub-agents are switched off for this chat: switch them on first \
+                     (PUT …/builtins, or the chat's Tools menu on the page)",
+                ));
+            }
+            if !tool_groups::is_on(conn, &chat, ToolGroup::SavedAgents)? {
                 return Err(ApiError::bad_input(
                     "agent",
                     "saved agents are switched off for this chat: switch them on first \

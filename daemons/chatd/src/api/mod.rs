@@ -30,6 +30,7 @@ mod sandbox;
 mod search;
 mod skills;
 mod subagents;
+mod switches;
 mod system;
 mod tasks;
 mod uploads;
@@ -215,6 +216,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/conversations/{id}/tools", get(chat_mcp::tools))
         .route("/conversations/{id}/mcp", put(chat_mcp::set_off))
         .route("/conversations/{id}/builtins", put(chat_mcp::set_builtins))
+        .route("/draft/tools", get(chat_mcp::draft_tools))
         .route(
             "/conversations/{id}/mcp/prompts",
             get(mcp_context::prompts).post(mcp_context::preview_prompt),

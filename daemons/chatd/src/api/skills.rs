@@ -214,49 +214,10 @@ pub async fn set_off(
     Path(id): Path<String>,
     Json(body): Json<OffBody>,
 ) -> Result<Response, ApiError> {
-    let most = crate::store::skills::MAX_OFF;
-    if body.off.len() > most {
-        return Err(ApiError::bad_input(
-            "off",
-            format!(
-                "names {} skills; a chat switches off {most} at most",
-                body.off.len()
-            ),
-        ));
-    }
-    if let Some(long) = body.off.iter().find(|s| s.len() > 2 * skills::MAX_NAME) {
-        return Err(ApiError::bad_input(
-            "off",
-            format!(
-                "an entry of {} bytes names no skill: a name is {} at most, layer:name {} more",
-                long.len(),
-                skills::MAX_NAME,
-                "builtin:".len()
-            ),
-        ));
-    }
     check_chat(&app, &id).await?;
     let known = app.runs.chat_skills_of(&id).await?;
-    for switch in &body.off {
-        if !known.catalog.knows_switch(switch) {
-            let near =
-                skills::nearest(switch, known.catalog.skills.iter().map(|s| s.name.as_str()));
-            let hint = near
-                .first()
-                .map(|n| format!("; did you mean {n}?"))
-                .unwrap_or_default();
-            return Err(ApiError::bad_input(
-                "off",
-                format!(
-                    "{:?} names no skill (a name, or layer:name){hint}",
-                    switch.chars().take(80).collect::<String>()
-                ),
-            ));
-        }
-    }
-    let (cid, mut off) = (id.clone(), body.off);
-    off.sort();
-    off.dedup();
+    let off = check_off("off", body.off, &known.catalog)?;
+    let cid = id.clone();
     let count = off.len();
     app.store
         .write(move |ctx| {
@@ -267,6 +228,55 @@ pub async fn set_off(
         .await?;
     tracing::info!(conversation = %id, off = count, "chat's skills switched");
     Ok(axum::Json(view(&app.runs.chat_skills_of(&id).await?, &app)).into_response())
+}
+
+/// A chat's skill switches as `catalog` knows them (a skill's name, or
+/// `layer:name`), sorted, once each; one that names no skill refuses them all.
+pub fn check_off(
+    field: &str,
+    mut off: Vec<String>,
+    catalog: &skills::Catalog,
+) -> Result<Vec<String>, ApiError> {
+    let most = crate::store::skills::MAX_OFF;
+    if off.len() > most {
+        return Err(ApiError::bad_input(
+            field,
+            format!(
+                "names {} skills; a chat switches off {most} at most",
+                off.len()
+            ),
+        ));
+    }
+    if let Some(long) = off.iter().find(|s| s.len() > 2 * skills::MAX_NAME) {
+        return Err(ApiError::bad_input(
+            field,
+            format!(
+                "an entry of {} bytes names no skill: a name is {} at most, layer:name {} more",
+                long.len(),
+                skills::MAX_NAME,
+                "builtin:".len()
+            ),
+        ));
+    }
+    for switch in &off {
+        if !catalog.knows_switch(switch) {
+            let near = skills::nearest(switch, catalog.skills.iter().map(|s| s.name.as_str()));
+            let hint = near
+                .first()
+                .map(|n| format!("; did you mean {n}?"))
+                .unwrap_or_default();
+            return Err(ApiError::bad_input(
+                field,
+                format!(
+                    "{:?} names no skill (a name, or layer:name){hint}",
+                    switch.chars().take(80).collect::<String>()
+                ),
+            ));
+        }
+    }
+    off.sort();
+    off.dedup();
+    Ok(off)
 }
 
 /// The skill a message asks for: the `skill` field, `/skill <name> …`, or

@@ -23,7 +23,7 @@ use crate::prompt::{self, Commands, Network, Offer, Reach, Sight};
 use crate::settings::Settings;
 use crate::store::mcp::Connector;
 use crate::store::queries::{self, Trashed};
-use crate::words::{ChatKind, Origin};
+use crate::words::{ChatKind, Origin, ToolGroup};
 
 /// What the last call the step limit allows is told (it gets no tools).
 const LAST_STEP: &str =
@@ -51,6 +51,9 @@ pub(super) const HOST_OFF: &str = "`bash` would run on this machine, where nothi
 const SHARED_SANDBOX_OFF: &str = "`bash` runs in the parent chat's sandbox, which binds the \
     parent's folders, not this sub-agent's: it is not offered here; the file tools reach this \
     sub-agent's folder";
+
+/// The id a chat not made yet is read under: no chat has it (ids start `c_`).
+pub(super) const DRAFT: &str = "draft";
 
 /// How long a request waits for egressd to say a chat's network.
 const NETWORK_WAIT: Duration = Duration::from_secs(2);
@@ -81,6 +84,9 @@ pub(super) struct Chat {
     subset: Option<Option<Vec<String>>>,
     /// The chat switched saved agents on (list_agents, spawn_agent's `agent`).
     pub(super) saved_agents: bool,
+    /// The tool groups switched off: the chat's own and, for a sub-agent,
+    /// its parent's (a sub-agent never gets a group its parent lost).
+    groups_off: Vec<ToolGroup>,
     /// Why `bash` is never offered to it, when it is not: kept to a folder
     /// with no sandbox (a command on this machine reaches any file), or a
     /// sub-agent kept to other folders than the parent whose sandbox it shares.
@@ -136,9 +142,19 @@ impl Chat {
             Some(agent) => conversation.settings.over(&agent.settings).agents_on(),
             None => conversation.settings.agents_on(),
         };
+        let switches = crate::store::tool_groups::of(conn, id)?;
+        let mut groups_off = switches.off.clone();
+        if home != id {
+            groups_off.extend(crate::store::tool_groups::of(conn, &home)?.off);
+        }
         // Only a person's chat plans: a sub-agent (even as a saved agent
-        // whose settings say Agents mode) never gets `task`.
-        if conversation.kind == ChatKind::Chat && agents_on {
+        // whose settings say Agents mode) never gets `task`. Agents mode
+        // hands its work to workers: with sub-agents switched off the chat
+        // works as one loop.
+        if conversation.kind == ChatKind::Chat
+            && agents_on
+            && !groups_off.contains(&ToolGroup::Subagents)
+        {
             part = Part::Main;
         }
         let goal = match conversation.kind {
@@ -157,8 +173,8 @@ impl Chat {
         let path = queries::path_to(conn, id, conversation.head_id.as_deref())?;
         let skills_kept = context::summarized_skills(&path);
         Ok(Chat {
-            saved_agents: subset.is_none()
-                && crate::store::opt_in::is_on(conn, id, crate::words::OptIn::SavedAgents)?,
+            saved_agents: subset.is_none() && switches.is_on(ToolGroup::SavedAgents),
+            groups_off,
             connectors,
             conversation,
             agent,
@@ -173,10 +189,70 @@ impl Chat {
         })
     }
 
-    /// Whether the chat may be offered tool `name`: list_agents only where
-    /// saved agents are switched on; a sub-agent never starts sub-agents,
-    /// and has only the tools its call named.
+    /// A chat not made yet, on `model` with `agent`, every switch at its
+    /// default: what `GET /draft/tools` shows. `sandboxed`: commands run
+    /// in a sandbox (else a chat kept to the agent's folder has no `bash`).
+    pub(super) fn draft(
+        conn: &rusqlite::Connection,
+        model: &str,
+        agent: Option<Agent>,
+        sandboxed: bool,
+    ) -> Result<Chat, ApiError> {
+        let settings = match &agent {
+            Some(_) => Settings::default(),
+            None => crate::store::meta::default_settings(conn)?,
+        };
+        let conversation = Conversation {
+            id: DRAFT.to_string(),
+            title: String::new(),
+            model: model.to_string(),
+            created: String::new(),
+            updated: String::new(),
+            state: crate::words::ChatState::Idle,
+            permission_mode: crate::store::meta::default_mode(conn)?,
+            settings,
+            origin: Origin::User,
+            workspace: "own".to_string(),
+            agent_id: agent.as_ref().map(|a| a.id.clone()),
+            deleted: None,
+            kind: ChatKind::Chat,
+            parent_id: None,
+            head_id: None,
+            last_seq: 0,
+        };
+        let agents_on = match &agent {
+            Some(a) => conversation.settings.over(&a.settings).agents_on(),
+            None => conversation.settings.agents_on(),
+        };
+        let confined = agent.as_ref().is_some_and(|a| a.folder.is_some());
+        Ok(Chat {
+            saved_agents: false,
+            groups_off: Vec::new(),
+            connectors: super::mcp::usable(conn, DRAFT, agent.as_ref())?,
+            conversation,
+            agent,
+            watched: true,
+            home: DRAFT.to_string(),
+            subset: None,
+            bash_off: (confined && !sandboxed).then_some(HOST_OFF),
+            part: if agents_on { Part::Main } else { Part::Alone },
+            goal: None,
+            self_paced: false,
+            skills_kept: Vec::new(),
+        })
+    }
+
+    /// Whether the chat may be offered tool `name`: not in a group
+    /// switched off, and allowed by the chat's other rules.
     pub(super) fn allows(&self, name: &str) -> bool {
+        self.switched_off(name).is_none() && self.by_rules(name)
+    }
+
+    /// Whether the chat's rules other than its group switches allow tool
+    /// `name`: list_agents only where saved agents are switched on; a
+    /// sub-agent never starts sub-agents, and has only the tools its call
+    /// named.
+    fn by_rules(&self, name: &str) -> bool {
         if name == crate::tools::spawn::LIST_NAME && !self.saved_agents {
             return false;
         }
@@ -208,9 +284,39 @@ impl Chat {
 }
 
 impl Chat {
+    pub(super) fn agent(&self) -> Option<&Agent> {
+        self.agent.as_ref()
+    }
+
+    pub(super) fn model(&self) -> &str {
+        &self.conversation.model
+    }
+
+    pub(super) fn kind(&self) -> ChatKind {
+        self.conversation.kind
+    }
+
+    /// The switched-off group tool `name` is in, when it is.
+    pub(super) fn switched_off(&self, name: &str) -> Option<ToolGroup> {
+        crate::tools::groups::group_of(name).filter(|g| self.groups_off.contains(g))
+    }
+
     /// Why a call to `name` is refused in this chat, when it is.
     pub(super) fn refusal(&self, name: &str) -> Option<String> {
-        if self.allows(name) {
+        if let Some(group) = self.switched_off(name) {
+            return Some(format!(
+                "`{}` is in the {} group ({}), which the person switched off for this chat",
+                name.chars().take(60).collect::<String>(),
+                crate::tools::groups::label(group),
+                group.as_str()
+            ));
+        }
+        self.rule_refusal(name)
+    }
+
+    /// Why the chat's rules other than its switches refuse `name`, when they do.
+    pub(super) fn rule_refusal(&self, name: &str) -> Option<String> {
+        if self.by_rules(name) {
             return None;
         }
         let shown = name.chars().take(60).collect::<String>();
@@ -305,20 +411,15 @@ impl Runs {
         Ok((tools, brief.window.window))
     }
 
-    /// Why the chat is not offered each tool it is refused, as its
-    /// requests decide it (its mode, folder and opt-ins): `tandem chat tools`.
-    pub(super) async fn builtin_refusals(
-        &self,
-        conversation_id: &str,
-    ) -> Result<impl Fn(&str) -> Option<String>, ApiError> {
+    /// The chat as its next request reads it: what `GET …/tools` shows.
+    pub(super) async fn placed_chat(&self, conversation_id: &str) -> Result<Chat, ApiError> {
         let cid = conversation_id.to_string();
         let chat = self
             .inner
             .store
             .read(move |conn| Chat::read(conn, &cid))
             .await?;
-        let chat = self.placed(chat);
-        Ok(move |name: &str| chat.refusal(name))
+        Ok(self.placed(chat))
     }
 
     /// The chat as its folders place it: no host `bash` when its agent
@@ -367,7 +468,9 @@ impl Runs {
         } else {
             Network::Unavailable
         };
-        let commands = if chat.bash_off.is_some() {
+        let commands = if chat.groups_off.contains(&ToolGroup::Shell) {
+            Commands::SwitchedOff
+        } else if chat.bash_off.is_some() {
             Commands::Nowhere
         } else if self.inner.sandboxes.is_some() {
             Commands::Sandbox
@@ -617,7 +720,7 @@ fn skills_part(
 /// Whether offering tool `name` can help a chat that gets at images by
 /// `sight`: describe_image only where the chat's model does not see images
 /// and another model does.
-fn useful(name: &str, sight: &Sight) -> bool {
+pub(super) fn useful(name: &str, sight: &Sight) -> bool {
     name != crate::tools::describe::NAME || matches!(sight, Sight::Described(_))
 }
 

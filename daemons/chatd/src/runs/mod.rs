@@ -30,6 +30,7 @@ mod slots;
 mod steps;
 mod subagents;
 mod tasks;
+mod tools_view;
 
 pub use crate::store::runs::Outcome;
 pub use body::{request_body, RequestBody};

@@ -16,11 +16,11 @@ use super::{EndRequest, Outcome, Runs};
 use crate::agents::Agent;
 use crate::history::Place;
 use crate::model::Run;
-use crate::store::opt_in;
 use crate::store::queries::{self, Trashed};
 use crate::store::subagents::{self, End, NewSub};
+use crate::store::tool_groups;
 use crate::tools::spawn::{self, Args};
-use crate::words::{OptIn, SubagentState};
+use crate::words::{SubagentState, ToolGroup};
 
 /// How long a stopped sub-agent's run is given to end before its parent
 /// goes on without waiting further.
@@ -158,7 +158,7 @@ impl Runs {
         self.inner
             .store
             .read(move |conn| {
-                if !opt_in::is_on(conn, &chat, OptIn::SavedAgents)? {
+                if !tool_groups::is_on(conn, &chat, ToolGroup::SavedAgents)? {
                     return Ok(Err(
                         "saved agents are switched off for this chat; the person can \
                          switch them on in the chat's tools, or you can do the task with \

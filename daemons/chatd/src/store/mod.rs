@@ -19,7 +19,6 @@ pub mod loops;
 pub mod mcp;
 pub mod messages;
 pub mod meta;
-pub mod opt_in;
 pub mod push;
 pub mod queries;
 pub mod rules;
@@ -28,6 +27,7 @@ pub mod schema;
 pub mod skills;
 pub mod subagents;
 pub mod tasks;
+pub mod tool_groups;
 mod writer;
 
 use std::path::{Path, PathBuf};

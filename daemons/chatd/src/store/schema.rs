@@ -480,4 +480,17 @@ CREATE TABLE chat_skills_off (
     PRIMARY KEY (conversation_id, switch)
 );
 "#,
+    r#"
+-- A chat's tool group switches, one table for both kinds: a default-on
+-- group switched off (is_on 0) and an opt-in group switched on (is_on 1).
+CREATE TABLE chat_tool_groups (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    is_on INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, name)
+);
+INSERT INTO chat_tool_groups (conversation_id, name, is_on)
+    SELECT conversation_id, name, 1 FROM chat_opt_in;
+DROP TABLE chat_opt_in;
+"#,
 ];

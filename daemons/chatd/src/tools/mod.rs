@@ -9,6 +9,7 @@ pub mod describe;
 pub mod files;
 pub mod fit;
 pub mod goal;
+pub mod groups;
 pub mod loops;
 pub mod search;
 pub mod skill;
