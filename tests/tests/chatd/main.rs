@@ -25,4 +25,5 @@ mod sim;
 mod skills;
 mod subagents;
 mod tasks;
+mod tool_switches;
 mod uploads;

@@ -154,14 +154,15 @@ pub async fn create(
         "switches.builtins_on",
         &switches.builtins_on,
     )?;
-    let mut mcp_off = named.mcp_off.clone();
+    let named_mcp = named.mcp_off.clone();
+    if switches.mcp_off.len() > super::switches::MAX_ENTRIES {
+        return Err(ApiError::bad_input(
+            "switches.mcp_off",
+            format!("{} entries at most", super::switches::MAX_ENTRIES),
+        ));
+    }
+    let mut mcp_off = named_mcp.clone();
     for id in &switches.mcp_off {
-        if id.len() > 200 {
-            return Err(ApiError::bad_input(
-                "switches.mcp_off",
-                "an id is 200 bytes at most",
-            ));
-        }
         if !mcp_off.contains(id) {
             mcp_off.push(id.clone());
         }
@@ -194,7 +195,9 @@ pub async fn create(
             }
             // Checked in the write that stores them: a connector removed
             // meanwhile refuses the chat rather than leaving a dangling switch.
-            crate::api::switches::check_connectors(ctx.conn(), "switches.mcp_off", &mcp_off)?;
+            let check = crate::api::switches::check_connectors;
+            check(ctx.conn(), "switches.builtins_off", &named_mcp)?;
+            check(ctx.conn(), "switches.mcp_off", &switches.mcp_off)?;
             let made = insert_conversation(ctx, &new)?;
             let conn = ctx.conn();
             crate::store::tool_groups::set(conn, &made.id, &named.groups)?;

@@ -52,6 +52,8 @@ pub fn named(
         }
     }
     let mut named = Named::default();
+    // Opt-in groups named off: off already, but not to be named on too.
+    let mut opt_ins_off = Vec::new();
     for entry in off {
         if let Some(id) = entry.strip_prefix(MCP) {
             if !named.mcp_off.iter().any(|c| c == id) {
@@ -60,14 +62,15 @@ pub fn named(
             continue;
         }
         let group = group(off_field, entry, true)?;
-        // An opt-in group named off is off already.
-        if !groups::opt_in(group) && !named.groups.off.contains(&group) {
+        if groups::opt_in(group) {
+            opt_ins_off.push(group);
+        } else if !named.groups.off.contains(&group) {
             named.groups.off.push(group);
         }
     }
     for entry in on {
         let group = group(on_field, entry, false)?;
-        if named.groups.off.contains(&group) {
+        if named.groups.off.contains(&group) || opt_ins_off.contains(&group) {
             return Err(ApiError::bad_input(
                 on_field,
                 format!("{group} is named both off and on"),
@@ -128,7 +131,7 @@ mod tests {
     fn off_takes_groups_and_connectors_on_takes_opt_ins() {
         let named = named(
             "off",
-            &words(&["web", "mcp:c1", "files", "web", "saved_agents"]),
+            &words(&["web", "mcp:c1", "files", "web"]),
             "on",
             &words(&["saved_agents", "shell"]),
         )
@@ -144,6 +147,9 @@ mod tests {
         assert_eq!(e.extra["field"], "off");
         assert!(e.message.contains("shell, files, web"), "{}", e.message);
         let e = named("off", &words(&["web"]), "on", &words(&["web"])).unwrap_err();
+        assert_eq!(e.extra["field"], "on");
+        let both = words(&["saved_agents"]);
+        let e = named("off", &both, "on", &both).unwrap_err();
         assert_eq!(e.extra["field"], "on");
         let e = named("off", &[], "on", &words(&["mcp:c1"])).unwrap_err();
         assert_eq!(e.extra["field"], "on");

@@ -173,7 +173,10 @@ impl Chat {
         let path = queries::path_to(conn, id, conversation.head_id.as_deref())?;
         let skills_kept = context::summarized_skills(&path);
         Ok(Chat {
-            saved_agents: subset.is_none() && switches.is_on(ToolGroup::SavedAgents),
+            // Saved agents start as sub-agents: none where those are off.
+            saved_agents: subset.is_none()
+                && switches.is_on(ToolGroup::SavedAgents)
+                && !groups_off.contains(&ToolGroup::Subagents),
             groups_off,
             connectors,
             conversation,
