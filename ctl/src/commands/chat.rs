@@ -164,6 +164,13 @@ pub enum ChatCommand {
     ///   tandem chat settings c_0123abcd agents=on
     ///
     ///   tandem chat settings c_0123abcd --system-prompt-file prompt.md
+    ///
+    /// permission_mode=plan|ask|auto|yolo sets the chat's mode with the
+    /// settings in one request: plan offers the read tools only (the model
+    /// looks and writes a plan), ask asks before every write and command,
+    /// auto runs what stays in the chat's workspace, yolo runs everything.
+    ///
+    ///   tandem chat settings c_0123abcd permission_mode=plan
     Settings {
         /// The chat id, or `defaults` for what a new chat starts with.
         chat: String,
@@ -405,6 +412,27 @@ pub enum ChatCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Tool policies: always, ask or never, for the box or one chat.
+    ///
+    /// A tool set to `never` is not offered and a call to it is refused;
+    /// `ask` shows a card before each call in every mode (yolo too), and
+    /// is refused in a run nobody watches (a trigger's or a bot's); `always`
+    /// runs without a card (a deny rule still refuses). A tool with no
+    /// policy follows the chat's permission mode. A chat's policy is laid
+    /// over the box's. TOOL is a built-in tool's name or an MCP tool as
+    /// mcp:CONNECTOR:TOOL; TOOL= drops one. Prints the policies in force.
+    ///
+    /// Examples:
+    ///
+    ///   tandem chat policies defaults bash=ask web_fetch=never
+    ///
+    ///   tandem chat policies c_0123abcd bash=always
+    Policies {
+        /// The chat id, or `defaults` for the box's.
+        target: String,
+        /// TOOL=always|ask|never to set, TOOL= to drop.
+        changes: Vec<String>,
+    },
     /// What a chat is offered, and its tool groups switched on or off.
     ///
     /// Lists the chat's built-in tools, its MCP servers' tools (with why one
@@ -641,11 +669,39 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 "defaults" => "/defaults".to_string(),
                 chat => format!("/conversations/{chat}"),
             };
+            let (mode, changes): (Vec<String>, Vec<String>) = changes
+                .into_iter()
+                .partition(|c| c.trim_start().starts_with("permission_mode="));
+            let mode = mode
+                .last()
+                .and_then(|m| m.split_once('='))
+                .map(|(_, m)| m.trim().to_string());
             let patch =
                 crate::commands::chat_settings::patch(&changes, system_prompt_file.as_deref())?;
             let client = Client::new()?;
-            let shown = match patch {
-                Some(patch) => {
+            let shown = match (patch, mode, chat.as_str()) {
+                // A chat's mode and settings in one write.
+                (patch, Some(mode), id) if id != "defaults" => {
+                    let mut body = patch.unwrap_or_else(|| json!({}));
+                    body["permission_mode"] = json!(mode);
+                    let path = format!("/conversations/{id}/settings");
+                    client
+                        .call(reqwest::Method::PATCH, &path, Some(body))
+                        .await?;
+                    client
+                        .call(reqwest::Method::GET, &format!("/conversations/{id}"), None)
+                        .await?
+                }
+                (patch, Some(mode), _) => {
+                    let mut body = json!({ "permission_mode": mode });
+                    if let Some(patch) = patch {
+                        body["settings"] = patch;
+                    }
+                    client
+                        .call(reqwest::Method::PATCH, &path, Some(body))
+                        .await?
+                }
+                (Some(patch), None, _) => {
                     client
                         .call(
                             reqwest::Method::PATCH,
@@ -654,8 +710,14 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                         )
                         .await?
                 }
-                None => client.call(reqwest::Method::GET, &path, None).await?,
+                (None, None, _) => client.call(reqwest::Method::GET, &path, None).await?,
             };
+            let mode = shown
+                .pointer("/conversation/permission_mode")
+                .or_else(|| shown.get("permission_mode"));
+            if let Some(mode) = mode.and_then(Value::as_str) {
+                println!("permission_mode: {mode}");
+            }
             let settings = shown
                 .pointer("/conversation/settings")
                 .or_else(|| shown.get("settings"))
@@ -727,6 +789,9 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 (Some(verb), None) => anyhow::bail!("{verb} what? give a change set or a path"),
                 (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }
+        }
+        ChatCommand::Policies { target, changes } => {
+            crate::commands::chat_policies::run(&target, &changes).await
         }
         ChatCommand::Tools {
             chat,

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod chat_files;
 pub mod chat_goal;
 pub mod chat_loop;
+pub mod chat_policies;
 pub mod chat_settings;
 pub mod chat_subagents;
 pub mod chat_tasks;

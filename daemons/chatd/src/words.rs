@@ -146,6 +146,18 @@ tandem_shared::words! {
 }
 
 tandem_shared::words! {
+    /// What is done with a call to a tool, over the permission mode.
+    pub enum ToolPolicy("tool policy") {
+        /// Runs without a card in every mode (a deny rule still refuses).
+        Always => "always",
+        /// A card in every mode, yolo too; refused in a run nobody watches.
+        Ask => "ask",
+        /// Not offered, and a call refused.
+        Never => "never",
+    }
+}
+
+tandem_shared::words! {
     /// Where a skill comes from, nearest first: the nearest wins a name.
     pub enum SkillLayer("skill layer") {
         /// `.skills/<name>/SKILL.md` in the chat's workspace.
@@ -343,6 +355,7 @@ mod tests {
         check_reads_back::<GoalEvent>();
         check_reads_back::<LoopState>();
         check_reads_back::<ToolGroup>();
+        check_reads_back::<ToolPolicy>();
         check_reads_back::<SkillLayer>();
     }
 

@@ -17,6 +17,7 @@ mod instances;
 mod listeners;
 mod loops;
 mod notify;
+mod policies;
 mod push;
 mod requests;
 mod saved_agents;

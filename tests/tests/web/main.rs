@@ -25,5 +25,6 @@ mod skills_page;
 mod status;
 mod subagents_page;
 mod tasks_page;
+mod tools_menu;
 mod web;
 mod web_tools;

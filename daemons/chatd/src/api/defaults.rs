@@ -88,7 +88,10 @@ pub fn check_mode(field: &str, mode: &str) -> Result<Mode, ApiError> {
         .into_iter()
         .find(|known| known.as_str() == mode)
         .ok_or_else(|| {
-            ApiError::bad_input(field, format!("{mode:?} is not one of ask, auto, yolo"))
+            ApiError::bad_input(
+                field,
+                format!("{mode:?} is not one of plan, ask, auto, yolo"),
+            )
         })
 }
 
@@ -113,7 +116,7 @@ mod tests {
             assert_eq!(err.kind, "bad_input");
             assert_eq!(
                 err.message,
-                format!("permission_mode: {refused:?} is not one of ask, auto, yolo")
+                format!("permission_mode: {refused:?} is not one of plan, ask, auto, yolo")
             );
             assert_eq!(err.extra["field"], "permission_mode");
         }

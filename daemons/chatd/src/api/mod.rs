@@ -23,6 +23,7 @@ mod mcp_context;
 mod messages;
 mod notifications;
 mod outgoing;
+mod policies;
 mod preview;
 mod push;
 mod rules;
@@ -106,6 +107,18 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/conversations/{id}/files/undo", post(history::undo))
         .route("/conversations/{id}/clear", post(conversations::clear))
         .route("/conversations/{id}/compact", post(conversations::compact))
+        .route(
+            "/conversations/{id}/settings",
+            axum::routing::patch(policies::patch_settings),
+        )
+        .route(
+            "/conversations/{id}/tools/policies",
+            get(policies::chat_policies).put(policies::set_chat_policies),
+        )
+        .route(
+            "/tools/policies",
+            get(policies::box_policies).put(policies::set_box_policies),
+        )
         .route(
             "/conversations/{id}/permission-mode",
             get(conversations::permission_mode).put(conversations::set_permission_mode),

@@ -29,7 +29,7 @@ use crate::App;
 /// The page and its files, served as they are: no build step. index.html
 /// loads the scripts in this order (app.js last: its `init()` starts the page).
 const INDEX_HTML: &str = include_str!("page/index.html");
-const PAGE_FILES: [(&str, &str, &str); 23] = [
+const PAGE_FILES: [(&str, &str, &str); 24] = [
     (
         "/chat-app/composer.js",
         include_str!("page/composer.js"),
@@ -68,6 +68,7 @@ const PAGE_FILES: [(&str, &str, &str); 23] = [
     ),
     ("/chat-app/agents.js", include_str!("page/agents.js"), JS),
     ("/chat-app/skills.js", include_str!("page/skills.js"), JS),
+    ("/chat-app/tools.js", include_str!("page/tools.js"), JS),
     ("/chat-app/app.js", include_str!("page/app.js"), JS),
     (
         "/chat-app/app.css",

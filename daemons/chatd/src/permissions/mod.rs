@@ -2,8 +2,9 @@
 //! the user or is refused. Pure logic, no I/O: the caller works out whether a
 //! call stays inside the chat's workspace or sandbox and passes that in.
 //!
-//! Modes: `ask` asks before every write and command, `auto` (the default)
-//! runs what stays inside and asks for what leaves, `yolo` runs everything.
+//! Modes: `plan` runs the read tools only, `ask` asks before every write
+//! and command, `auto` (the default) runs what stays inside and asks for
+//! what leaves, `yolo` runs everything.
 //! Two things hold in every mode: a deny rule refuses, and `rm`/`rmdir`
 //! aimed at `/`, the workspace root or a home asks.
 //!
@@ -29,6 +30,8 @@ use protected::protected_target;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// The read tools only: the model looks and plans, changes nothing.
+    Plan,
     Ask,
     #[default]
     Auto,
@@ -36,7 +39,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Ask, Mode::Auto, Mode::Yolo];
+    /// Strictest first.
+    pub const ALL: [Mode; 4] = [Mode::Plan, Mode::Ask, Mode::Auto, Mode::Yolo];
 
     /// The one of the two that lets less run without asking (a sub-agent
     /// holds its own mode and its parent's, now, to the stricter).
@@ -51,6 +55,7 @@ impl Mode {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Mode::Plan => "plan",
             Mode::Ask => "ask",
             Mode::Auto => "auto",
             Mode::Yolo => "yolo",
@@ -60,11 +65,12 @@ impl Mode {
     /// Parses a mode as a user or a config file writes it.
     pub fn parse(text: &str) -> Result<Mode, String> {
         match text.trim().to_ascii_lowercase().as_str() {
+            "plan" => Ok(Mode::Plan),
             "ask" => Ok(Mode::Ask),
             "auto" => Ok(Mode::Auto),
             "yolo" => Ok(Mode::Yolo),
             _ => Err(format!(
-                "{text:?} is not a permission mode: use ask, auto or yolo"
+                "{text:?} is not a permission mode: use plan, ask, auto or yolo"
             )),
         }
     }
@@ -221,6 +227,9 @@ pub struct Part {
 
 const ASK_REASON: &str = "ask mode asks before writes and commands";
 const LEAVES_REASON: &str = "it leaves the chat's workspace";
+pub const PLAN_REASON: &str =
+    "the chat is in plan mode, which offers the read tools only: write the plan, and the \
+     person switches the mode to carry it out";
 
 /// Decides whether `call` runs, asks or is refused under `mode` and `rules`
 /// (rules of other tools are ignored).
@@ -260,6 +269,13 @@ pub fn decide(mode: Mode, call: &Call, rules: &[Rule]) -> Decision {
                 };
             }
         }
+    }
+
+    // Plan mode changes nothing: only what reads runs.
+    if mode == Mode::Plan && call.effect != Effect::Read {
+        return Decision::Refuse {
+            reason: PLAN_REASON.to_string(),
+        };
     }
 
     // 2. rm aimed at /, the workspace root or a home asks in every mode.
@@ -312,7 +328,7 @@ pub fn decide(mode: Mode, call: &Call, rules: &[Rule]) -> Decision {
         Mode::Auto => Decision::Ask {
             reason: LEAVES_REASON.to_string(),
         },
-        Mode::Ask if call.effect == Effect::Read => Decision::Run(Approval::Auto),
+        Mode::Ask | Mode::Plan if call.effect == Effect::Read => Decision::Run(Approval::Auto),
         _ => Decision::Ask {
             reason: ASK_REASON.to_string(),
         },

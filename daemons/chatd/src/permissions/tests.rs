@@ -47,7 +47,7 @@ fn modes_parse_and_print() {
     assert_eq!(Mode::parse(" YOLO "), Ok(Mode::Yolo));
     assert_eq!(
         Mode::parse("x"),
-        Err("\"x\" is not a permission mode: use ask, auto or yolo".to_string())
+        Err("\"x\" is not a permission mode: use plan, ask, auto or yolo".to_string())
     );
     assert_eq!(Mode::default(), Mode::Auto);
     assert_eq!(
@@ -448,4 +448,20 @@ fn the_stricter_of_two_modes_asks_more() {
     assert_eq!(Mode::Ask.stricter(Mode::Auto), Mode::Ask);
     assert_eq!(Mode::Auto.stricter(Mode::Yolo), Mode::Auto);
     assert_eq!(Mode::Yolo.stricter(Mode::Yolo), Mode::Yolo);
+}
+
+#[test]
+fn plan_mode_runs_what_reads_and_refuses_the_rest_even_with_an_allow_rule() {
+    let read = tool("read_file", Effect::Read, true);
+    assert_eq!(
+        decide(Mode::Plan, &read, &[]),
+        Decision::Run(Approval::Auto)
+    );
+    let allow = [Rule::allow("write_file", ""), Rule::allow("bash", "")];
+    let write = tool("write_file", Effect::Write, true);
+    assert!(is_refuse(&decide(Mode::Plan, &write, &allow)));
+    assert!(is_refuse(&decide(Mode::Plan, &bash("ls", true), &allow)));
+    // The stricter of a sub-agent's mode and its parent's.
+    assert_eq!(Mode::Yolo.stricter(Mode::Plan), Mode::Plan);
+    assert_eq!(Mode::parse("Plan"), Ok(Mode::Plan));
 }

@@ -16,14 +16,15 @@ use super::{Request, RequestBody, Runs, Step};
 use crate::agents::Agent;
 use crate::config::HostExec;
 use crate::context::{self, Window};
-use crate::mcp::offer::ChatTools;
+use crate::mcp::offer::{ChatTools, McpTool};
 use crate::model::{Conversation, Message};
 use crate::permissions::Mode;
 use crate::prompt::{self, Commands, Network, Offer, Reach, Sight};
 use crate::settings::Settings;
 use crate::store::mcp::Connector;
+use crate::store::policies::Policies;
 use crate::store::queries::{self, Trashed};
-use crate::words::{ChatKind, Origin, ToolGroup};
+use crate::words::{ChatKind, Origin, ToolGroup, ToolPolicy};
 
 /// What the last call the step limit allows is told (it gets no tools).
 const LAST_STEP: &str =
@@ -87,6 +88,10 @@ pub(super) struct Chat {
     /// The tool groups switched off: the chat's own and, for a sub-agent,
     /// its parent's (a sub-agent never gets a group its parent lost).
     groups_off: Vec<ToolGroup>,
+    /// The tool policies over the mode (its parent's for a sub-agent).
+    pub(super) policies: Policies,
+    /// In plan mode (or its parent is): the read tools only.
+    plan: bool,
     /// Why `bash` is never offered to it, when it is not: kept to a folder
     /// with no sandbox (a command on this machine reaches any file), or a
     /// sub-agent kept to other folders than the parent whose sandbox it shares.
@@ -111,6 +116,32 @@ pub(super) enum Part {
     /// A worker on one task.
     Worker,
 }
+
+/// The tools plan mode offers: those that read, the todo list, skills,
+/// and the goal and loop tools (they change nothing outside the chat).
+const PLAN_TOOLS: [&str; 15] = [
+    "read_file",
+    "list_files",
+    "grep",
+    crate::index::tool::NAME,
+    "read_document",
+    "web_search",
+    "web_fetch",
+    crate::tools::describe::NAME,
+    "todo_write",
+    crate::tools::skill::NAME,
+    crate::tools::spawn::LIST_NAME,
+    crate::tools::goal::DONE,
+    crate::tools::goal::BLOCKED,
+    crate::tools::loops::NEXT,
+    crate::tools::loops::DONE,
+];
+
+/// What a chat in plan mode is told at each request.
+const PLAN_PART: &str = "\n\n# Plan mode\n\nThis chat is in plan mode: you have the read tools \
+    only, and nothing you do changes a file, runs a command or starts an agent. Look at what \
+    you need, then answer with a plan: the steps, the files each one changes and how to check \
+    it. The person switches the chat out of plan mode to carry it out.";
 
 /// The tools the main agent of Agents mode is never offered.
 const MAIN_OFF: [&str; 7] = [
@@ -157,6 +188,10 @@ impl Chat {
         {
             part = Part::Main;
         }
+        let plan = conversation.permission_mode == Mode::Plan
+            || (home != id
+                && queries::conversation(conn, &home, Trashed::Include)?.permission_mode
+                    == Mode::Plan);
         let goal = match conversation.kind {
             ChatKind::Chat => crate::store::goals::active(conn, id)?,
             ChatKind::Subagent => None,
@@ -178,6 +213,8 @@ impl Chat {
                 && switches.is_on(ToolGroup::SavedAgents)
                 && !groups_off.contains(&ToolGroup::Subagents),
             groups_off,
+            policies: crate::store::policies::effective(conn, &home)?,
+            plan,
             connectors,
             conversation,
             agent,
@@ -231,6 +268,8 @@ impl Chat {
         Ok(Chat {
             saved_agents: false,
             groups_off: Vec::new(),
+            policies: crate::store::policies::of_box(conn)?,
+            plan: conversation.permission_mode == Mode::Plan,
             connectors: super::mcp::usable(conn, DRAFT, agent.as_ref())?,
             conversation,
             agent,
@@ -297,6 +336,39 @@ impl Chat {
 
     pub(super) fn kind(&self) -> ChatKind {
         self.conversation.kind
+    }
+
+    /// Why the chat's policies or plan mode keep tool `name` (MCP tool
+    /// `mcp`, whose policy goes by its rule name and whose read-only hint
+    /// is its server's word) from the chat, when they do.
+    pub(super) fn policy_refusal(&self, name: &str, mcp: Option<&McpTool>) -> Option<String> {
+        let key = mcp.map_or_else(|| name.to_string(), McpTool::rule_name);
+        let shown = name.chars().take(60).collect::<String>();
+        if self.policies.get(&key) == Some(&ToolPolicy::Never) {
+            return Some(format!(
+                "`{shown}` is set to never on this box or in this chat"
+            ));
+        }
+        let reads = mcp.map_or(PLAN_TOOLS.contains(&name), |t| t.read_only);
+        if self.plan && !reads {
+            return Some(format!(
+                "`{shown}` is not offered: {}",
+                crate::permissions::PLAN_REASON
+            ));
+        }
+        None
+    }
+
+    /// Whether tool `name` (MCP tool `mcp`) may be offered: `allows` and
+    /// the chat's policies and plan mode.
+    pub(super) fn allows_with(&self, name: &str, mcp: Option<&McpTool>) -> bool {
+        self.allows(name) && self.policy_refusal(name, mcp).is_none()
+    }
+
+    /// Why a call to `name` (MCP tool `mcp`) is refused, when it is.
+    pub(super) fn refusal_with(&self, name: &str, mcp: Option<&McpTool>) -> Option<String> {
+        self.refusal(name)
+            .or_else(|| self.policy_refusal(name, mcp))
     }
 
     /// The switched-off group tool `name` is in, when it is.
@@ -452,7 +524,14 @@ impl Runs {
         let mut tools = self.offered_tools(agent, &sight);
         if let Value::Array(offered) = &mut tools {
             offered.extend(mcp.openai_tools());
-            offered.retain(|t| t["function"]["name"].as_str().is_some_and(allows));
+            offered.retain(|t| {
+                t["function"]["name"]
+                    .as_str()
+                    .is_some_and(|n| match mcp.find(n) {
+                        Some(tool) => chat.allows_with(n, Some(tool)),
+                        None => allows(n) && chat.policy_refusal(n, None).is_none(),
+                    })
+            });
         }
         let names: Vec<&'static str> = self
             .inner
@@ -460,7 +539,12 @@ impl Runs {
             .specs()
             .iter()
             .map(|s| s.name)
-            .filter(|n| agent.is_none_or(|a| a.grants(n)) && useful(n, &sight) && allows(n))
+            .filter(|n| {
+                agent.is_none_or(|a| a.grants(n))
+                    && useful(n, &sight)
+                    && allows(n)
+                    && chat.policy_refusal(n, None).is_none()
+            })
             .collect();
         let offers_skills = names.contains(&crate::tools::skill::NAME);
         let needs_network = names
@@ -508,6 +592,9 @@ impl Runs {
             Part::Alone => {}
             Part::Main => system.push_str(&prompt::agents_main_part()),
             Part::Worker => system.push_str(&prompt::worker_part(super::report::SHAPE)),
+        }
+        if chat.plan {
+            system.push_str(PLAN_PART);
         }
         if let Some(goal) = &chat.goal {
             system.push_str(&prompt::goal_part(&goal.text));

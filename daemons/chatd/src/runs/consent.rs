@@ -68,14 +68,14 @@ impl Runs {
             .await
     }
 
-    /// The chat's mode and rules. A sub-agent's are its parent's, read now
+    /// The chat's mode, rules and tool policies. A sub-agent's are its parent's, read now
     /// (a parent switched to `ask` holds its sub-agents too): the stricter
     /// of the two modes, and the parent's rules, so no deny rule of the
     /// parent's is ever passed.
     pub(super) async fn permissions_of(
         &self,
         conversation_id: &str,
-    ) -> Result<(Mode, Vec<Rule>), ApiError> {
+    ) -> Result<(Mode, Vec<Rule>, crate::store::policies::Policies), ApiError> {
         let cid = conversation_id.to_string();
         let home = self.inner.folders.home(conversation_id);
         self.inner
@@ -99,7 +99,8 @@ impl Runs {
                         },
                     })
                     .collect();
-                Ok((mode, rules))
+                let policies = crate::store::policies::effective(conn, &home)?;
+                Ok((mode, rules, policies))
             })
             .await
     }

@@ -22,7 +22,7 @@ use crate::permissions::{self, Approval, Call, Decision, Rule};
 use crate::store::messages::{self, ToolResult};
 use crate::store::queries;
 use crate::tools::{self, ToolContext};
-use crate::words::{Choice, MessageStatus, Role, RunStatus};
+use crate::words::{Choice, MessageStatus, Origin, Role, RunStatus, ToolPolicy};
 use crate::workspace::Workspace;
 
 /// One call of an answer, as the model sent it.
@@ -122,14 +122,14 @@ impl Runs {
                     agent.tools.as_deref().unwrap_or_default().join(", ")
                 )),
                 // A sub-agent has its call's tools, never spawn_agent.
-                _ => chat.refusal(&call.name),
+                _ => chat.refusal_with(&call.name, mcp_tool.as_ref()),
             };
             if let Some(text) = refused {
                 self.record_failure(run, &call, &text, "not granted", text.len() as u64)
                     .await?;
                 continue;
             }
-            let (mode, rules) = self.permissions_of(&run.conversation_id).await?;
+            let (mode, mut rules, policies) = self.permissions_of(&run.conversation_id).await?;
             let summary = match &mcp_tool {
                 Some(t) => mcp_summary(t, &call.arguments),
                 None => tools::summarize_call(&call.name, &call.arguments),
@@ -184,6 +184,12 @@ impl Runs {
                 },
                 workspace_root: host.then_some(workspace_text.as_str()),
             };
+            let policy = policies.get(permission.tool).copied();
+            // `always` is an allow rule for any use: a deny rule, plan mode
+            // and an rm at / still win.
+            if policy == Some(ToolPolicy::Always) {
+                rules.push(Rule::allow(permission.tool, ""));
+            }
             let mut decision = permissions::decide(mode, &permission, &rules);
             // host_exec = ask: every command on this machine asks, unless a
             // saved rule allows it ("Always on this instance").
@@ -193,6 +199,13 @@ impl Runs {
                         reason: HOST_ASK_REASON.to_string(),
                     };
                 }
+            }
+            // `ask` asks over the mode; an allow rule the person saved
+            // (Always on such a card) is their answer for good.
+            if let (Some(ToolPolicy::Ask), Decision::Run(Approval::Auto | Approval::Yolo))
+            | (Some(ToolPolicy::Ask), Decision::Ask { .. }) = (policy, &decision)
+            {
+                decision = policy_ask(&shown, run.origin);
             }
             if waiting && !matches!(decision, Decision::Ask { .. }) {
                 self.set_running(run).await?;
@@ -840,4 +853,19 @@ fn unanswered(history: &[Message]) -> Vec<ToolCall> {
             },
         })
         .collect()
+}
+
+/// A call to a tool set to `ask`: a card in every mode, but refused in a
+/// run nobody watches (a trigger's or a bot's), where no card is answered.
+fn policy_ask(tool: &str, origin: Origin) -> Decision {
+    match origin {
+        Origin::User => Decision::Ask {
+            reason: format!("`{tool}` is set to ask"),
+        },
+        other => Decision::Refuse {
+            reason: format!(
+                "`{tool}` is set to ask, and nobody is asked in a run a {other} started"
+            ),
+        },
+    }
 }

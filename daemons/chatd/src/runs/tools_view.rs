@@ -149,9 +149,10 @@ impl Runs {
                 );
             }
             let refused = if switched {
-                chat.refusal(name)
+                chat.refusal_with(name, None)
             } else {
                 chat.rule_refusal(name)
+                    .or_else(|| chat.policy_refusal(name, None))
             };
             refused.map(|why| {
                 if name == crate::tools::spawn::LIST_NAME {
@@ -260,14 +261,17 @@ impl Runs {
                 tools: names,
             });
         }
-        tools.extend(offered.tools.into_iter().map(|t| ToolLine {
-            group: Some(format!("mcp:{}", t.connector_id)),
-            name: t.name,
-            source: "mcp",
-            connector: Some(t.connector_id),
-            description: first_line(&t.description),
-            usable: true,
-            reason: None,
+        tools.extend(offered.tools.into_iter().map(|t| {
+            let reason = chat.policy_refusal(&t.name, Some(&t));
+            ToolLine {
+                group: Some(format!("mcp:{}", t.connector_id)),
+                connector: Some(t.connector_id.clone()),
+                description: first_line(&t.description),
+                usable: reason.is_none(),
+                reason,
+                name: t.name,
+                source: "mcp",
+            }
         }));
         let mut off: Vec<String> = parts
             .switches

@@ -19,6 +19,7 @@ pub mod loops;
 pub mod mcp;
 pub mod messages;
 pub mod meta;
+pub mod policies;
 pub mod push;
 pub mod queries;
 pub mod rules;

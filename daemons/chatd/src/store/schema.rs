@@ -493,4 +493,18 @@ INSERT INTO chat_tool_groups (conversation_id, name, is_on)
     SELECT conversation_id, name, 1 FROM chat_opt_in;
 DROP TABLE chat_opt_in;
 "#,
+    r#"
+-- Tool policies (always, ask, never) for the box and for one chat (over
+-- the box's); a tool with none follows the permission mode.
+CREATE TABLE tool_policies (
+    tool TEXT PRIMARY KEY,
+    policy TEXT NOT NULL
+);
+CREATE TABLE chat_tool_policies (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    tool TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, tool)
+);
+"#,
 ];

@@ -21,6 +21,7 @@
  *   subagents.js the chat's sub-agents: the header's menu, a read-only panel, results folded; its goal, loops
  *   agents.js    the Agents panel: saved agents, their chats, the form, import, export, templates
  *   skills.js    the chat's Skills menu (a switch a skill) and the Skills panel (the layers, yours written)
+ *   tools.js     the chat's Tools menu (a switch a tool group or connector)
  *   app.js       this file, below
  *
  * This file, top to bottom:
@@ -432,6 +433,7 @@ function leaveLive() {
   // Nothing of the session stays open over the sign-in card.
   closePanel(); // settings.js
   closeSkills(); // skills.js
+  closeTools(); // tools.js
   closeSwitcher(); // around.js
   renderSubs(); // subagents.js
   renderGoal();
@@ -651,6 +653,7 @@ function clearChatView(home) {
   $('#messages').dataset.seq = '0';
   renderSubs(); // subagents.js: hidden, its panel closed
   renderGoal(); // and the goal's line
+  closeTools(); // tools.js
 }
 
 /** The start screen: no chat open; the first message sent makes one. */
@@ -751,6 +754,7 @@ function init() {
   initGoal(); // subagents.js: the goal's buttons
   initAgents(); // agents.js: the Agents panel
   initSkills(); // skills.js: the chat's skills menu, the Skills panel
+  initTools(); // tools.js: the chat's Tools menu
   for (const action of ['stop', 'continue', 'regenerate', 'send-now']) on(`#${action}`, 'click', (e) => runAction(e.currentTarget, action));
   on('#scroller', 'scroll', onScroll, { passive: true });
   on('#files-toggle', 'click', toggleFilesPane);

@@ -313,7 +313,7 @@ async function sendComposer() {
 
 /** The start screen's first message: a new chat, opened (its files and draft go with it), then the send. */
 async function startChat() {
-  const conversation = await api('POST', '/conversations', {});
+  const conversation = await newChatWithTools(); // tools.js: with its switches
   compose.files.set(conversation.id, attachedOf(NEW_CHAT_KEY));
   compose.files.delete(NEW_CHAT_KEY);
   contextPicks.set(conversation.id, contextOf(NEW_CHAT_KEY));

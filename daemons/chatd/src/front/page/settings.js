@@ -34,6 +34,7 @@ const SETTING_FIELDS = [
 ];
 
 const MODES = [
+  ['plan', 'Plan', 'the read tools only: the model looks and writes a plan, and changes nothing.'],
   ['ask', 'Ask', 'asks before every write and command; reads run.'],
   ['auto', 'Auto', "runs what stays in the chat's workspace; asks for what leaves it."],
   ['yolo', 'Yolo', 'runs every tool and command without asking (a deny rule still refuses).'],
