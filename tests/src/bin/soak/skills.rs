@@ -9,14 +9,18 @@
 //! - one in five puts a broken folder in the layer or takes it away (a
 //!   `SKILL.md` over 64 KiB, or one with no front matter): it never serves;
 //! - while the chat is idle, a turn: its model scripted to call `load_skill
-//!   soak-k`, sent as `/soak-j words` (a message with skill j) or plain.
+//!   soak-k` and then `read_file`, sent as `/soak-j words` (a message with
+//!   skill j) or plain; one turn in three first switches the chat's file
+//!   tools off or on (`PUT …/builtins`), and the message says which.
 //!
 //! After the load the part waits (bounded) until no run of the chat works.
 //! `check` (`Inv::Skills`): every `/soak-j` send was taken (202); every
 //! message sent with a skill carries a version of it that was written, and
 //! every load_skill result a whole version written (never a torn or a
 //! broken file), or a refusal when chatd was asked in the instant a kill
-//! took; the broken folder never serves; every run ended.
+//! took; the broken folder never serves; every run ended; a read_file in a
+//! turn sent with the file tools off was refused for that switch, and one
+//! sent with them on was not.
 
 use super::*;
 
@@ -35,6 +39,7 @@ pub(crate) struct Tally {
     pub(crate) broken: u64,
     pub(crate) turns: u64,
     pub(crate) skill_sends: u64,
+    pub(crate) flips: u64,
     pub(crate) down: u64,
 }
 
@@ -44,8 +49,17 @@ pub(crate) struct SkillsRun {
     pub(crate) tally: Tally,
     /// The versions written of each skill (1 is the first).
     pub(crate) written: Vec<u64>,
+    /// Whether the chat's file tools are off, as chatd last said; `None`
+    /// after a switch whose answer a kill took.
+    pub(crate) files_off: Option<bool>,
     pub(crate) settled: Result<f64, String>,
 }
+
+/// What a turn's message says of the file tools.
+const FILES_OFF: &str = "[files off]";
+const FILES_ON: &str = "[files on]";
+/// The words of a refusal for a switched-off group.
+const SWITCHED: &str = "which the person switched off for this chat";
 
 /// The owner's skills folder chatd reads, in the part's folder.
 pub(crate) fn skills_dir(dir: &Path) -> PathBuf {
@@ -95,6 +109,7 @@ pub(crate) async fn run(shared: &Shared, dir: &Path, seed: u64) -> Option<Skills
         data,
         tally: Tally::default(),
         written: vec![1; SKILLS as usize],
+        files_off: Some(false),
         settled: Err("not waited for".into()),
     };
     load(shared, dir, &mut run, &mut rng).await;
@@ -178,10 +193,30 @@ async fn turn(shared: &Shared, run: &mut SkillsRun, rng: &mut StdRng) {
     if snapshot["conversation"]["state"] != "idle" {
         return;
     }
+    if rng.random_bool(0.33) {
+        let off = !run.files_off.unwrap_or(false);
+        let body = json!({"off": if off { vec!["files"] } else { Vec::new() }});
+        let path = format!("/conversations/{}/builtins", run.chat);
+        match shared.call(Method::PUT, &path, Some(body)).await {
+            Ok((200, _)) => {
+                run.files_off = Some(off);
+                run.tally.flips += 1;
+            }
+            Ok((status, body)) => {
+                shared.violate(Inv::Skills, format!("skills: PUT builtins → {status} {body}"))
+            }
+            Err(_) => {
+                run.files_off = None;
+                run.tally.down += 1;
+            }
+        }
+    }
     let k = rng.random_range(0..SKILLS);
     let call =
         json!({"tool_calls": [{"name": "load_skill", "arguments": {"name": format!("soak-{k}")}}]});
-    let body = json!({"session": session, "next": [call, {"text": "Done with the skill."}]});
+    let read = json!({"tool_calls": [{"name": "read_file", "arguments": {"path": "soak-notes.md"}}]});
+    let body =
+        json!({"session": session, "next": [call, read, {"text": "Done with the skill."}]});
     let posted = shared
         .http
         .post(format!("{}/sim/faults", shared.sim_url))
@@ -193,10 +228,15 @@ async fn turn(shared: &Shared, run: &mut SkillsRun, rng: &mut StdRng) {
         return;
     }
     let with_skill = rng.random_bool(0.5);
+    let files = match run.files_off {
+        Some(true) => FILES_OFF,
+        Some(false) => FILES_ON,
+        None => "",
+    };
     let text = if with_skill {
-        format!("/soak-{} do the soak job", rng.random_range(0..SKILLS))
+        format!("/soak-{} do the soak job {files}", rng.random_range(0..SKILLS))
     } else {
-        "do the soak job".to_string()
+        format!("do the soak job {files}")
     };
     match shared.send_text(&run.chat, &text).await {
         Ok((202, _)) => {
@@ -211,8 +251,9 @@ async fn turn(shared: &Shared, run: &mut SkillsRun, rng: &mut StdRng) {
     }
 }
 
-/// `(skill record's name and body, or none; load_skill results' texts)`.
-type Seen = (Vec<(String, String)>, Vec<String>);
+/// `(skill record's name and body, or none; load_skill results' texts;
+/// each read_file result's text with its turn's message)`.
+type Seen = (Vec<(String, String)>, Vec<String>, Vec<(String, String)>);
 
 fn seen(db: &Path, chat: &str) -> rusqlite::Result<Seen> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
@@ -239,7 +280,44 @@ fn seen(db: &Path, chat: &str) -> rusqlite::Result<Seen> {
     let results = statement
         .query_map([chat], |r| r.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<String>>>()?;
-    Ok((records, results))
+    Ok((records, results, reads(&conn, chat)?))
+}
+
+/// Each read_file result with the message of its turn (up the parents to
+/// the person's line).
+fn reads(conn: &Connection, chat: &str) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut statement = conn.prepare(
+        "SELECT id, parent_id, role, text, COALESCE(tool_calls, '') FROM messages \
+         WHERE conversation_id = ?1",
+    )?;
+    type Row = (Option<String>, String, String, String);
+    let mut all: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
+    for row in statement.query_map([chat], |r| {
+        Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+    })? {
+        let (id, row) = row?;
+        all.insert(id, row);
+    }
+    let mut out = Vec::new();
+    for (parent, role, text, _) in all.values() {
+        let call = parent.as_ref().and_then(|p| all.get(p));
+        if role != "tool" || !call.is_some_and(|c| c.3.contains("\"read_file\"")) {
+            continue;
+        }
+        let mut up = parent.clone();
+        // Bounded: a path is at most every message of the chat.
+        for _ in 0..all.len() {
+            match up.as_ref().and_then(|p| all.get(p)) {
+                Some((_, r, t, _)) if r == "user" => {
+                    out.push((t.clone(), text.clone()));
+                    break;
+                }
+                Some((p, _, _, _)) => up = p.clone(),
+                None => break,
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Whether `text` holds a whole version of skill `k` that was written.
@@ -262,7 +340,7 @@ pub(crate) async fn check(shared: &Shared, run: &SkillsRun) -> Vec<String> {
             SETTLE.as_secs()
         ));
     }
-    let (records, results) = match seen(&run.data.join("chat.sqlite3"), chat) {
+    let (records, results, reads) = match seen(&run.data.join("chat.sqlite3"), chat) {
         Ok(seen) => seen,
         Err(e) => {
             bad(format!("the store could not be read: {e}"));
@@ -286,6 +364,23 @@ pub(crate) async fn check(shared: &Shared, run: &SkillsRun) -> Vec<String> {
             ));
         }
     }
+    let mut switched = 0;
+    for (asked, result) in &reads {
+        let refused = result.contains(SWITCHED);
+        let cut = result.contains("cut off") || result.contains("not run");
+        if asked.contains(FILES_OFF) && !refused && !cut {
+            bad(format!(
+                "read_file ran in a turn sent with the file tools off: {result:.120}"
+            ));
+        }
+        if asked.contains(FILES_ON) && refused {
+            bad(format!(
+                "read_file was refused as switched off in a turn sent with the file tools on: \
+                 {result:.120}"
+            ));
+        }
+        switched += u64::from(refused);
+    }
     if let Ok((200, listed)) = shared.call(Method::GET, "/skills", None).await {
         let serving = listed["skills"]
             .as_array()
@@ -299,13 +394,17 @@ pub(crate) async fn check(shared: &Shared, run: &SkillsRun) -> Vec<String> {
     let t = &run.tally;
     vec![format!(
         "skills: {} versions by PUT, {} by hand, {} broken folders, {} turns ({} with a skill), \
-         {} skill messages and {loaded} load_skill results checked, {} looks while chatd was down",
+         {} skill messages and {loaded} load_skill results checked, {} file-tool switches, {} \
+         read_file results checked ({switched} refused as switched off), {} looks while chatd \
+         was down",
         t.versions,
         t.by_hand,
         t.broken,
         t.turns,
         t.skill_sends,
         records.len(),
+        t.flips,
+        reads.len(),
         t.down
     )]
 }
