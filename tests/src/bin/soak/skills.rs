@@ -202,9 +202,10 @@ async fn turn(shared: &Shared, run: &mut SkillsRun, rng: &mut StdRng) {
                 run.files_off = Some(off);
                 run.tally.flips += 1;
             }
-            Ok((status, body)) => {
-                shared.violate(Inv::Skills, format!("skills: PUT builtins → {status} {body}"))
-            }
+            Ok((status, body)) => shared.violate(
+                Inv::Skills,
+                format!("skills: PUT builtins → {status} {body}"),
+            ),
             Err(_) => {
                 run.files_off = None;
                 run.tally.down += 1;
@@ -214,9 +215,9 @@ async fn turn(shared: &Shared, run: &mut SkillsRun, rng: &mut StdRng) {
     let k = rng.random_range(0..SKILLS);
     let call =
         json!({"tool_calls": [{"name": "load_skill", "arguments": {"name": format!("soak-{k}")}}]});
-    let read = json!({"tool_calls": [{"name": "read_file", "arguments": {"path": "soak-notes.md"}}]});
-    let body =
-        json!({"session": session, "next": [call, read, {"text": "Done with the skill."}]});
+    let read =
+        json!({"tool_calls": [{"name": "read_file", "arguments": {"path": "soak-notes.md"}}]});
+    let body = json!({"session": session, "next": [call, read, {"text": "Done with the skill."}]});
     let posted = shared
         .http
         .post(format!("{}/sim/faults", shared.sim_url))
@@ -234,7 +235,10 @@ async fn turn(shared: &Shared, run: &mut SkillsRun, rng: &mut StdRng) {
         None => "",
     };
     let text = if with_skill {
-        format!("/soak-{} do the soak job {files}", rng.random_range(0..SKILLS))
+        format!(
+            "/soak-{} do the soak job {files}",
+            rng.random_range(0..SKILLS)
+        )
     } else {
         format!("do the soak job {files}")
     };
@@ -293,7 +297,10 @@ fn reads(conn: &Connection, chat: &str) -> rusqlite::Result<Vec<(String, String)
     type Row = (Option<String>, String, String, String);
     let mut all: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
     for row in statement.query_map([chat], |r| {
-        Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        Ok((
+            r.get::<_, String>(0)?,
+            (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?),
+        ))
     })? {
         let (id, row) = row?;
         all.insert(id, row);
