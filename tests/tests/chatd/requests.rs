@@ -277,7 +277,7 @@ You have these tools: read_file, grep.\n\
 File paths are relative to this chat's workspace folder (for example notes/a.md); the workspace is the only place you can read files (you cannot change them), and symlinks are not followed.\n\
 A long result is cut; its last line says how to read on (read_file offset/column) or where the whole output was saved.\n\
 No model of this box sees images: when one is attached, say so and ask what it shows.\n\
-There is NO command execution in this chat: you cannot run programs, scripts, tests, builds or shell commands. Never say or imply that you ran, executed or tested anything, and never present output you did not get from a tool. You may write files and tell the person what to run and what to look for.\n\
+There is NO command execution in this chat: you cannot run programs, scripts, tests, builds or shell commands. Never say or imply that you ran, executed or tested anything, and never present output you did not get from a tool. You may tell the person what to run and what to look for.\n\
 You cannot reach the web in this chat.\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
