@@ -20,7 +20,7 @@ use crate::egressbench::{loadavg, Line};
 use crate::harness::{Chatd, Sim};
 
 /// The page's bytes may not pass this (the "kept in a budget").
-pub const WEIGHT_BUDGET: u64 = 391 * 1024;
+pub const WEIGHT_BUDGET: u64 = 394 * 1024;
 /// A cold first paint on loopback may not take longer than this.
 pub const PAINT_BUDGET_MS: f64 = 600.0;
 

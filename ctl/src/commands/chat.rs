@@ -35,6 +35,11 @@ pub enum ChatCommand {
     /// CHAT` lists them); --arg gives a prompt's arguments.
     ///
     /// Example: tandem chat send 'Go ahead' --prompt Docs:review --arg lang=Go --resource Wiki:wiki://home
+    ///
+    /// A new chat can start in a mode and with tool groups off (`tandem chat
+    /// tools` lists them); both are stored before its first turn.
+    ///
+    /// Example: tandem chat send 'How would you split app.rs?' --mode plan --off web
     Send {
         /// The message.
         text: String,
@@ -58,6 +63,13 @@ pub enum ChatCommand {
         /// `/agent NAME`. A new chat gets saved agents switched on.
         #[arg(long, value_name = "NAME")]
         agent: Option<String>,
+        /// A new chat's permission mode: plan (the read tools only), ask,
+        /// auto or yolo.
+        #[arg(long, value_name = "MODE")]
+        mode: Option<String>,
+        /// A tool group a new chat starts with switched off (repeat, or a,b).
+        #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+        off: Vec<String>,
     },
     /// Stop a chat's answer (the page's Stop), with the worker or
     /// sub-agents it waits on.
@@ -490,16 +502,32 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
             resource,
             args,
             agent,
+            mode,
+            off,
         } => {
             let client = Client::new()?;
+            if chat.is_some() && (mode.is_some() || !off.is_empty()) {
+                anyhow::bail!(
+                    "--mode and --off are for a new chat; for this one use `tandem chat settings \
+                     CHAT permission_mode=MODE` and `tandem chat tools CHAT --off GROUP`"
+                );
+            }
             let asks_agent = agent.is_some() || text.trim_start().starts_with("/agent ");
             // Checked before a new chat is made for it: a mistake leaves none.
             super::mcp_context::check(&client, &prompt, &resource, &args).await?;
             let chat = match chat {
                 Some(chat) => chat,
                 None => {
+                    let mut body = json!({});
+                    if let Some(mode) = &mode {
+                        body["permission_mode"] = json!(mode);
+                    }
+                    if asks_agent || !off.is_empty() {
+                        let on: &[&str] = if asks_agent { &["saved_agents"] } else { &[] };
+                        body["switches"] = json!({"builtins_off": off, "builtins_on": on});
+                    }
                     let created = client
-                        .call(reqwest::Method::POST, "/conversations", Some(json!({})))
+                        .call(reqwest::Method::POST, "/conversations", Some(body))
                         .await?;
                     let id = created["id"]
                         .as_str()
@@ -507,7 +535,7 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                         .to_string();
                     eprintln!("tandem: new chat {id}");
                     if asks_agent {
-                        subagents::saved_agents_on(&client, &id).await?;
+                        eprintln!("tandem: saved agents on for {id}");
                     }
                     id
                 }

@@ -221,14 +221,6 @@ pub async fn set_groups(
         .await
 }
 
-/// Switches saved agents on for a chat, its other switches left as they
-/// are; answers its tools.
-pub async fn saved_agents_on(client: &Client, chat: &str) -> anyhow::Result<Value> {
-    let view = set_groups(client, chat, &[], &["saved_agents".to_string()]).await?;
-    eprintln!("tandem: saved agents on for {chat}");
-    Ok(view)
-}
-
 /// A conversation's messages as the terminal shows them: each role and its
 /// words, each tool call as `> name summary` (the line `send` prints).
 pub fn transcript(messages: &[Value]) -> String {

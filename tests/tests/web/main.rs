@@ -19,6 +19,7 @@ mod keyboard;
 mod loops_page;
 mod mcp_apps_page;
 mod mcp_page;
+mod policies_page;
 mod push;
 mod settings;
 mod skills_page;

@@ -154,17 +154,7 @@ pub async fn draft_tools(
     State(app): State<Arc<App>>,
     axum::extract::Query(params): axum::extract::Query<DraftParams>,
 ) -> Result<Response, ApiError> {
-    let agent = match &params.agent_id {
-        Some(id) => {
-            let wanted = id.clone();
-            let found = app
-                .store
-                .read(move |conn| crate::agents::find(conn, &wanted))
-                .await?;
-            Some(found.ok_or_else(|| ApiError::not_found("agent", id).with("field", "agent_id"))?)
-        }
-        None => None,
-    };
+    let agent = super::conversations::agent_of(&app, params.agent_id.as_deref()).await?;
     let model = match params.model {
         Some(model) => {
             let listed = app.engine_state().models;

@@ -82,32 +82,33 @@ pub fn insert_conversation(ctx: &mut Ctx, new: &NewConversation) -> Result<Conve
     announce_conversation(ctx, &id)
 }
 
+/// The saved agent a request's `agent_id` names (by id or name), if it
+/// names one: an unknown one is 404 naming the field.
+pub async fn agent_of(
+    app: &App,
+    agent_id: Option<&str>,
+) -> Result<Option<crate::agents::Agent>, ApiError> {
+    let Some(id) = agent_id else {
+        return Ok(None);
+    };
+    let wanted = id.to_string();
+    let found = app
+        .store
+        .read(move |conn| crate::agents::find(conn, &wanted))
+        .await?;
+    match found {
+        Some(agent) => Ok(Some(agent)),
+        None => Err(ApiError::not_found("agent", id).with("field", "agent_id")),
+    }
+}
+
 pub async fn create(
     State(app): State<Arc<App>>,
     Json(body): Json<CreateBody>,
 ) -> Result<Response, ApiError> {
     let title = body.title.unwrap_or_default();
     check_title(&title)?;
-    let agent = match &body.agent_id {
-        Some(id) => {
-            let id = id.clone();
-            let found = app
-                .store
-                .read(move |conn| crate::agents::find(conn, &id))
-                .await?;
-            match found {
-                Some(agent) => Some(agent),
-                None => {
-                    return Err(ApiError::not_found(
-                        "agent",
-                        body.agent_id.as_deref().unwrap_or_default(),
-                    )
-                    .with("field", "agent_id"))
-                }
-            }
-        }
-        None => None,
-    };
+    let agent = agent_of(&app, body.agent_id.as_deref()).await?;
     let model = match body.model {
         Some(model) => {
             check_model(&model)?;

@@ -17,6 +17,10 @@
  *             Yolo asks to be confirmed. Esc or Cancel closes the panel and
  *             the focus goes back to what opened it. A chat's panel also
  *             holds its MCP servers' switches (mcp.js).
+ *   policies  the panel's Tool permissions: per built-in tool Always, Ask,
+ *             Never or none (the mode decides); the chat's own over the
+ *             box's ("Box: ask"), or the box's for the defaults. Saved with
+ *             the panel, one PUT of the whole map when it changed.
  */
 'use strict';
 
@@ -42,7 +46,7 @@ const MODES = [
 
 const models = { list: null, at: 0, loading: null };
 const tools = { chatId: null, shown: '' }; // the chat the header shows; the options it was filled with
-const panel = { target: null, back: null, savedMode: null, busy: false, agents: false };
+const panel = { target: null, back: null, savedMode: null, busy: false, agents: false, policies: {} };
 
 /* -- model -- */
 
@@ -187,7 +191,7 @@ function buildPanel() {
       el('p', { id: 'settings-sub', class: 'muted' })),
     el('div', { class: 'sheet-body' },
       el('p', { class: 'muted', text: 'An empty field is not set: the saved agent\'s value or the engine\'s own default holds. Changes apply from the next request.' }),
-      ...fields, modeBox, agents, chatMcpBox()),
+      ...fields, modeBox, policiesBox(), agents, chatMcpBox()),
     el('p', { id: 'settings-error', class: 'inline-error', role: 'alert', hidden: true }),
     el('div', { class: 'sheet-foot' },
       button('', 'Cancel', () => closePanel(), { id: 'settings-cancel' }),
@@ -222,9 +226,9 @@ async function openPanel(kind, opener) {
       const held = await api('GET', `/conversations/${enc(c.id)}/permission-mode`);
       settings = c.conversation.settings || {};
       mode = (held && held.mode) || c.conversation.permission_mode;
-      await fillChatMcp(c.id);
+      await Promise.all([fillChatMcp(c.id), fillPolicies(c.id)]);
     } else {
-      await fillChatMcp(null);
+      await Promise.all([fillChatMcp(null), fillPolicies(null)]);
       const defaults = await api('GET', '/defaults');
       settings = (defaults && defaults.settings) || {};
       mode = defaults && defaults.permission_mode;
@@ -285,11 +289,13 @@ function fieldValue(f) {
 function showPanelError(error) {
   const field = String((error.detail && error.detail.field) || '');
   const name = field.startsWith('settings.') ? field.slice('settings.'.length)
-    : (field === 'mode' || field === 'permission_mode') ? 'mode' : null;
+    : (field === 'mode' || field === 'permission_mode') ? 'mode' : /^policies\b/.test(field) ? 'pol' : null;
   const line = name && $(`#set-${name}-error`);
   if (!line) return showInlineError($('#settings-error'), error);
   showInlineError(line, error);
-  const input = name === 'mode' ? $('#set-mode input[name="set-mode"]:checked') : $(`#set-${name}`);
+  if (name === 'pol') $('#set-pol-list').open = true;
+  const input = name === 'mode' ? $('#set-mode input[name="set-mode"]:checked')
+    : name === 'pol' ? document.getElementById(`set-pol-${field.slice(9)}`) || $('#set-pol select') : $(`#set-${name}`);
   if (input) {
     if (name !== 'mode') input.setAttribute('aria-invalid', 'true');
     input.focus();
@@ -318,23 +324,14 @@ async function savePanel() {
       const shown = chat && chat.id === target.id && updated;
       if (shown) { chat.conversation = updated; renderTitle(); }
       if (mode !== panel.savedMode) {
-        try {
-          await api('PUT', `/conversations/${enc(target.id)}/permission-mode`, { mode });
-        } catch (error) {
-          // Two routes, one after the other: say which half was kept.
-          if (!error.lost && error.status !== 401) error.message = `The settings were saved; the mode was not: ${error.message}`;
-          throw error;
-        }
+        await thenSave('The settings were', 'the mode was', () => api('PUT', `/conversations/${enc(target.id)}/permission-mode`, { mode }));
         if (shown) { chat.conversation = Object.assign(chat.conversation, { permission_mode: mode }); renderTitle(); }
       }
-      try {
-        await saveChatMcp(target.id);
-      } catch (error) {
-        if (!error.lost && error.status !== 401) error.message = `The settings were saved; the MCP switches were not: ${error.message}`;
-        throw error;
-      }
+      await thenSave('The settings were', 'the MCP switches were', () => saveChatMcp(target.id));
+      await thenSave('The settings were', 'the tool permissions were', () => savePolicies(target.id));
     } else {
       await api('PATCH', '/defaults', { settings, permission_mode: mode });
+      await thenSave('The defaults were', 'the tool permissions were', () => savePolicies(null));
     }
   } catch (error) {
     if (error.status === 401 || error.lost) return showError(error);
@@ -345,6 +342,65 @@ async function savePanel() {
   }
   closePanel();
   showToast(target.kind === 'chat' ? 'Saved: the chat uses these from its next request.' : 'Saved: new chats start with these.');
+}
+
+/** A later route of the save, one after the other: its refusal says which half was kept. */
+async function thenSave(kept, what, step) {
+  try {
+    await step();
+  } catch (error) {
+    if (!error.lost && error.status !== 401) error.message = `${kept} saved; ${what} not: ${error.message}`;
+    throw error;
+  }
+}
+
+/* -- tool permissions -- */
+
+/** The panel's fieldset for the tool policies, its rows in a disclosure (filled when the panel opens). */
+function policiesBox() {
+  return el('fieldset', { id: 'set-pol', class: 'field', 'aria-describedby': 'set-pol-hint set-pol-error' },
+    el('legend', { text: 'Tool permissions' }),
+    el('p', { id: 'set-pol-hint', class: 'hint muted', text: 'Always runs the tool without asking; Ask asks before each call in every mode (a trigger\'s or bot\'s run is refused it); Never takes it away. Else the permission mode decides.' }),
+    el('details', { id: 'set-pol-list' }, el('summary'), el('div', { id: 'set-pol-rows' })),
+    el('p', { id: 'set-pol-error', class: 'inline-error', role: 'alert', hidden: true }));
+}
+
+/** A tool's description as a short line: its first sentence, cut at 80 characters. */
+function shortLine(text) {
+  const line = String(text || '').split(/(?<=\.)\s/)[0];
+  return line.length > 80 ? `${line.slice(0, 79)}…` : line;
+}
+
+/** Fills the rows for chat `id` (null: the defaults, the box's own): each built-in tool with its choice. */
+async function fillPolicies(id) {
+  const at = id ? `/conversations/${enc(id)}` : '';
+  const [view, held] = await Promise.all([api('GET', id ? `${at}/tools` : '/draft/tools'), api('GET', `${at}/tools/policies`)]);
+  const own = panel.policies = (held && held.policies) || {};
+  const box = (id && held && held.box) || {};
+  const builtins = ((view && view.tools) || []).filter((t) => t.source === 'builtin');
+  $('#set-pol-rows').replaceChildren(...builtins.map((t) => {
+    const sid = `set-pol-${t.name}`;
+    const select = el('select', { id: sid, 'data-tool': t.name },
+      el('option', { value: '', text: box[t.name] ? `Box: ${box[t.name]}` : 'Mode decides' }),
+      ...['always', 'ask', 'never'].map((p) => el('option', { value: p, text: p[0].toUpperCase() + p.slice(1) })));
+    select.value = own[t.name] || '';
+    return el('div', { class: 'mode-row' }, el('label', { for: sid, title: t.description }, el('strong', { text: t.name }), ` ${shortLine(t.description)}`), select);
+  }));
+  const set = builtins.filter((t) => own[t.name] || box[t.name]).length;
+  $('#set-pol-list summary').textContent = `${builtins.length} built-in tools${set ? ` · ${set} set` : ''}`;
+  $('#set-pol-list').open = set > 0; // what holds is seen; else the list stays folded
+}
+
+/** PUTs the rows' choices (over the entries not shown, an MCP tool's) when they changed; throws chatd's refusal. */
+async function savePolicies(id) {
+  const rows = $$('#set-pol-rows select');
+  const shown = new Set(rows.map((s) => s.dataset.tool));
+  const next = Object.fromEntries(Object.entries(panel.policies).filter(([tool]) => !shown.has(tool)));
+  for (const s of rows) if (s.value) next[s.dataset.tool] = s.value;
+  const key = (map) => JSON.stringify(Object.entries(map).sort());
+  if (key(next) === key(panel.policies)) return;
+  await api('PUT', `${id ? `/conversations/${enc(id)}` : ''}/tools/policies`, { policies: next });
+  panel.policies = next;
 }
 
 function closePanel() {
