@@ -1,5 +1,5 @@
 /*
- * tandem — the web page's Tools menu (docs/api.md "A chat's tools").
+ * tandem — the web page's Tools menu (docs/api.md "Tool switches").
  *
  *   menu   "Tools" beside Skills: a switch a tool group and a connector of the
  *          open chat (one that cannot serve it off, disabled, with why), "N of
