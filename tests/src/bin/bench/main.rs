@@ -91,6 +91,10 @@
 //!     18h, skills: a turn with 200 skills in the owner's folder against
 //!     the same chatd's chat with every skill switched off, the system
 //!     block both ways, and a turn that loads one skill (`skills.rs`).
+//!     18i, switches: a turn of a chat with 3 tool groups off and 20
+//!     policies of its own over 40 of the box's against a chat with none,
+//!     the request's tools and system block both ways, a turn calling
+//!     `list_files` and `GET …/tools` both ways (`switches.rs`).
 //!
 //! Build with `cargo build --release --workspace`, then `target/release/bench`.
 //! `--quick` shrinks everything for a smoke run (well under a minute).
@@ -128,6 +132,7 @@ mod skills;
 mod snapshot;
 mod status;
 mod subagents;
+mod switches;
 mod throughput;
 mod toolloop;
 mod uploads;
@@ -201,6 +206,7 @@ enum Figure {
     AgentsMode,
     Goals,
     Skills,
+    Switches,
 }
 
 /// How big each figure's workload is.
@@ -457,6 +463,11 @@ async fn run(args: Args, nofile: (u64, u64)) -> anyhow::Result<()> {
         skills::figure(args.quick, &mut rows)
             .await
             .context("figure 18h (skills)")?;
+    }
+    if wants(Figure::Switches) {
+        switches::figure(args.quick, &mut rows)
+            .await
+            .context("figure 18i (switches)")?;
     }
     let table = table(&rows);
     say(format!(
