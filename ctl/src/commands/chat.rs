@@ -424,6 +424,29 @@ pub enum ChatCommand {
         #[arg(long)]
         all: bool,
     },
+    /// The box's web search settings: which provider web_search asks.
+    ///
+    /// provider=duckduckgo|searxng, searxng_url (your SearXNG's search
+    /// address, its JSON format on), searxng_auth_header (the header its
+    /// login goes in, like Authorization), max_results 1-20 (8),
+    /// safe_search=off|moderate|strict, language (en, de-CH; empty for
+    /// any), time_range=day|week|month|year (empty for any), timeout_s
+    /// 2-30 (10). The login's value comes from --auth-value-file (- for
+    /// stdin; an empty file clears it); it is kept sealed and never shown.
+    /// Prints the settings in force.
+    ///
+    /// Example:
+    ///
+    ///   tandem chat web-search provider=searxng searxng_url=https://searx.example.org/search
+    ///
+    ///   printf 'Basic %s' "$(printf me:pw | base64)" | tandem chat web-search searxng_auth_header=Authorization --auth-value-file -
+    WebSearch {
+        /// NAME=VALUE to set.
+        changes: Vec<String>,
+        /// Read the SearXNG login's value from this file (- for stdin).
+        #[arg(long, value_name = "FILE")]
+        auth_value_file: Option<std::path::PathBuf>,
+    },
     /// Tool policies: always, ask or never, for the box or one chat.
     ///
     /// A tool set to `never` is not offered and a call to it is refused;
@@ -818,6 +841,10 @@ pub async fn exec(command: ChatCommand) -> anyhow::Result<ExitCode> {
                 (None, Some(t)) => anyhow::bail!("`{t}`: say `undo {t}` to undo it"),
             }
         }
+        ChatCommand::WebSearch {
+            changes,
+            auth_value_file,
+        } => crate::commands::web_search::run(&changes, auth_value_file.as_deref()).await,
         ChatCommand::Policies { target, changes } => {
             crate::commands::chat_policies::run(&target, &changes).await
         }

@@ -21,3 +21,4 @@ pub mod status;
 pub mod trigger;
 pub mod up;
 pub mod watchdog;
+pub mod web_search;

@@ -28,3 +28,4 @@ mod subagents;
 mod tasks;
 mod tool_switches;
 mod uploads;
+mod web_search;

@@ -35,6 +35,7 @@ mod switches;
 mod system;
 mod tasks;
 mod uploads;
+mod web_search;
 
 use std::sync::Arc;
 
@@ -115,6 +116,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/conversations/{id}/tools/policies",
             get(policies::chat_policies).put(policies::set_chat_policies),
         )
+        .route("/web-search", get(web_search::show).put(web_search::update))
         .route(
             "/tools/policies",
             get(policies::box_policies).put(policies::set_box_policies),

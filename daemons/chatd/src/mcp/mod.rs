@@ -77,6 +77,21 @@ impl Mcp {
         self.addresses.current()
     }
 
+    /// A secret of chatd's own (not a connector's) sealed for `owner`,
+    /// with the same key (`web-search:auth` is the search login's).
+    pub fn seal_for(&self, owner: &str, value: &str) -> String {
+        self.seal.seal(value, owner)
+    }
+
+    /// Opens what `seal_for` made for `owner`.
+    pub fn open_for(
+        &self,
+        owner: &str,
+        sealed: &str,
+    ) -> Result<tandem_shared::secrets::Secret, tandem_shared::seal::OpenError> {
+        self.seal.open(sealed, owner)
+    }
+
     pub fn seal(&self, id: &str, what: Secretive, value: &str) -> String {
         self.seal.seal(value, &what.owner(id))
     }

@@ -609,8 +609,26 @@ impl Runs {
         let documents = self.inner.documents.clone();
         let (name, arguments, call_id) =
             (call.name.clone(), call.arguments.clone(), call.id.clone());
+        // The box's web search settings, read at each web call: a change
+        // counts from the next search.
+        let web_settings = if tools::web::is_web_tool(&name) {
+            let config = self.inner.config.clone();
+            let search = self
+                .inner
+                .store
+                .read(move |conn| crate::store::meta::web_search(conn, &config))
+                .await?;
+            let auth = search.searxng_auth_sealed.as_deref().and_then(|sealed| {
+                let owner = tools::web::search_settings::AUTH_OWNER;
+                // A value that does not open (another key) is no login.
+                self.inner.mcp.mcp().open_for(owner, sealed).ok()
+            });
+            tools::web::WebSettings::with_search(&self.inner.config, &search, auth)
+        } else {
+            tools::web::WebSettings::from_config(&self.inner.config)
+        };
         let web = tools::web::WebAccess::new(
-            tools::web::WebSettings::from_config(&self.inner.config),
+            web_settings,
             &self.inner.folders.home(&run.conversation_id),
             &self.inner.forward_key,
         );

@@ -56,3 +56,40 @@ pub fn set_default_mode(ctx: &mut Ctx, mode: Mode) -> Result<(), ApiError> {
     )?;
     Ok(())
 }
+
+/// The box's web search settings; `config` (chatd's `search_engine` and
+/// `search_url`) until they are set.
+pub fn web_search(
+    conn: &Connection,
+    config: &crate::config::ChatdConfig,
+) -> Result<crate::tools::web::search_settings::SearchSettings, ApiError> {
+    use crate::tools::web::search_settings::SearchSettings;
+    let text: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'web_search'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    // A stored text this build cannot read is the config's, said here.
+    Ok(match text.map(|t| serde_json::from_str(&t)) {
+        Some(Ok(settings)) => settings,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "web_search: the stored settings do not read; the config's hold");
+            SearchSettings::from_config(config)
+        }
+        None => SearchSettings::from_config(config),
+    })
+}
+
+pub fn set_web_search(
+    ctx: &mut Ctx,
+    settings: &crate::tools::web::search_settings::SearchSettings,
+) -> Result<(), ApiError> {
+    let text = serde_json::to_string(settings)
+        .map_err(|e| ApiError::internal(format!("web_search: {e}")))?;
+    ctx.conn().execute(
+        "INSERT INTO meta (key, value) VALUES ('web_search', ?1) \
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [text],
+    )?;
+    Ok(())
+}

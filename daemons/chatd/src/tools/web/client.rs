@@ -79,6 +79,12 @@ fn check_url(url: &Url) -> Result<(), String> {
 #[derive(Debug, Clone)]
 pub(super) enum Method {
     Get,
+    /// A GET with a login header (a SearXNG's): sent on the first hop
+    /// only, so a redirect never carries it elsewhere.
+    GetAuthed {
+        header: String,
+        value: tandem_shared::secrets::Secret,
+    },
     /// A form: its `application/x-www-form-urlencoded` body.
     PostForm(String),
 }
@@ -195,7 +201,7 @@ pub(super) async fn fetch(web: &WebAccess, url: Url, method: Method) -> Result<F
             }
             let mut next = next;
             next.set_fragment(None);
-            if matches!(status, 301..=303) {
+            if matches!(status, 301..=303) || matches!(method, Method::GetAuthed { .. }) {
                 method = Method::Get;
             }
             url = next;
@@ -367,6 +373,18 @@ async fn open(
         .header("accept-encoding", "identity")
         .header("connection", "close");
     let body = match method {
+        Method::GetAuthed { header, value } => {
+            let mut secret =
+                hyper::header::HeaderValue::from_str(value.expose()).map_err(|_| {
+                    Failure::Other("the search login cannot be sent in a header".into())
+                })?;
+            secret.set_sensitive(true);
+            request = request
+                .method("GET")
+                .header("accept", "application/json")
+                .header(header.as_str(), secret);
+            Bytes::new()
+        }
         Method::Get => {
             request = request.method("GET").header(
                 "accept",

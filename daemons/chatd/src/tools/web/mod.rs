@@ -36,6 +36,7 @@ mod client;
 mod content;
 mod fetch;
 mod search;
+pub mod search_settings;
 #[cfg(test)]
 mod tests;
 
@@ -47,8 +48,6 @@ pub const CARD_WAIT: Duration = Duration::from_secs(60);
 /// Redirects web_fetch follows, each through egressd again.
 pub const MAX_REDIRECTS: usize = 5;
 /// Results web_search gives by default, and at most.
-const DEFAULT_RESULTS: u64 = 5;
-const MAX_RESULTS: u64 = 10;
 /// The longest answer head (egressd's or an origin's) read.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Of a refusal's body, the most read (egressd's is one line).
@@ -97,6 +96,31 @@ pub struct WebSettings {
     pub max_bytes: usize,
     /// How long a hop may wait for egressd's card besides `timeout`.
     pub card_wait: Duration,
+    /// What a search asks for (the box's web search settings).
+    pub query: SearchQuery,
+}
+
+/// What a search asks for, and the login a SearXNG takes.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    pub max_results: u64,
+    pub safe_search: search_settings::SafeSearch,
+    pub language: String,
+    pub time_range: Option<search_settings::TimeRange>,
+    /// The header and its opened value (never in a result, log or error).
+    pub auth: Option<(String, Secret)>,
+}
+
+impl Default for SearchQuery {
+    fn default() -> SearchQuery {
+        SearchQuery {
+            max_results: search_settings::DEFAULT_RESULTS,
+            safe_search: search_settings::SafeSearch::Moderate,
+            language: String::new(),
+            time_range: None,
+            auth: None,
+        }
+    }
 }
 
 impl WebSettings {
@@ -112,7 +136,38 @@ impl WebSettings {
             timeout: Duration::from_secs(config.web_timeout_s),
             max_bytes: config.web_max_bytes,
             card_wait: CARD_WAIT,
+            query: SearchQuery::default(),
         }
+    }
+
+    /// The config's settings with the box's web search settings over them
+    /// (`auth`: the login's value, opened).
+    pub fn with_search(
+        config: &ChatdConfig,
+        search: &search_settings::SearchSettings,
+        auth: Option<Secret>,
+    ) -> WebSettings {
+        let mut settings = WebSettings::from_config(config);
+        if search.provider == search_settings::Provider::Searxng {
+            settings.engine = SearchEngine::Searxng;
+            settings.search_url = search.searxng_url.clone();
+        } else {
+            settings.engine = SearchEngine::DuckDuckGo;
+            if config.search_engine == "searxng" {
+                settings.search_url = "https://html.duckduckgo.com/html/".into();
+            }
+        }
+        settings.timeout = Duration::from_secs(search.timeout_s);
+        settings.query = SearchQuery {
+            max_results: search.max_results,
+            safe_search: search.safe_search,
+            language: search.language.clone(),
+            time_range: search.time_range,
+            auth: auth
+                .filter(|_| !search.searxng_auth_header.is_empty())
+                .map(|value| (search.searxng_auth_header.clone(), value)),
+        };
+        settings
     }
 }
 
@@ -182,8 +237,8 @@ pub fn web_search_spec() -> ToolSpec {
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "what to search for"},
-                "max_results": {"type": "integer", "minimum": 1, "maximum": 10,
-                    "description": "how many results (default 5, at most 10)"}
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 20,
+                    "description": "how many results (at most what the box's settings give, 8 unless set)"}
             },
             "required": ["query"]
         }),

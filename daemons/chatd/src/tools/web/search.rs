@@ -7,7 +7,8 @@ use serde_json::Value;
 use url::Url;
 
 use super::client::{block_on, fetch, Method};
-use super::{access, SearchEngine, DEFAULT_RESULTS, MAX_RESULTS, UNTRUSTED};
+use super::search_settings::{SafeSearch, TimeRange};
+use super::{access, SearchEngine, UNTRUSTED};
 use crate::tools::fit::fit_output;
 use crate::tools::{one_line, Args, ToolContext, ToolOutput};
 use crate::workspace::ToolError;
@@ -18,6 +19,11 @@ pub struct Hit {
     pub title: String,
     pub url: String,
     pub snippet: String,
+    /// When the page was published, as the provider says (SearXNG's
+    /// `publishedDate`), if it does.
+    pub date: Option<String>,
+    /// The engine SearXNG had it from, if it says.
+    pub engine: Option<String>,
 }
 
 pub fn web_search(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -31,12 +37,11 @@ pub fn web_search(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
     if query.chars().count() > 500 {
         return Err(args.field_error("query", "is longer than 500 characters; say it shorter"));
     }
-    let wanted = args
-        .opt_count("max_results", 1)?
-        .unwrap_or(DEFAULT_RESULTS)
-        .min(MAX_RESULTS) as usize;
     let web = access(ctx)?;
     let settings = &web.settings;
+    let most = settings.query.max_results;
+    let wanted = args.opt_count("max_results", 1)?.unwrap_or(most).min(most) as usize;
+    let query_settings = &settings.query;
     let engine = settings.engine;
     let mut url = Url::parse(&settings.search_url).map_err(|e| {
         ToolError::new(format!(
@@ -46,17 +51,47 @@ pub fn web_search(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
     })?;
     let method = match engine {
         SearchEngine::DuckDuckGo => {
-            let form = url::form_urlencoded::Serializer::new(String::new())
-                .append_pair("q", &query)
-                .append_pair("b", "")
-                .finish();
-            Method::PostForm(form)
+            let mut form = url::form_urlencoded::Serializer::new(String::new());
+            form.append_pair("q", &query).append_pair("b", "");
+            // DuckDuckGo's own words: kp safe search, df the time range.
+            match query_settings.safe_search {
+                SafeSearch::Moderate => {}
+                SafeSearch::Off => {
+                    form.append_pair("kp", "-2");
+                }
+                SafeSearch::Strict => {
+                    form.append_pair("kp", "1");
+                }
+            }
+            if let Some(range) = query_settings.time_range {
+                form.append_pair("df", &range.as_str()[..1]);
+            }
+            Method::PostForm(form.finish())
         }
         SearchEngine::Searxng => {
-            url.query_pairs_mut()
-                .append_pair("q", &query)
-                .append_pair("format", "json");
-            Method::Get
+            {
+                let mut pairs = url.query_pairs_mut();
+                pairs.append_pair("q", &query).append_pair("format", "json");
+                let safe = match query_settings.safe_search {
+                    SafeSearch::Off => "0",
+                    SafeSearch::Moderate => "1",
+                    SafeSearch::Strict => "2",
+                };
+                pairs.append_pair("safesearch", safe);
+                if !query_settings.language.is_empty() {
+                    pairs.append_pair("language", &query_settings.language);
+                }
+                if let Some(range) = query_settings.time_range {
+                    pairs.append_pair("time_range", TimeRange::as_str(range));
+                }
+            }
+            match &query_settings.auth {
+                Some((header, value)) => Method::GetAuthed {
+                    header: header.clone(),
+                    value: value.clone(),
+                },
+                None => Method::Get,
+            }
         }
     };
     let fetched = block_on(fetch(web, url, method))??;
@@ -78,6 +113,12 @@ pub fn web_search(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
                     None => "wait a minute before searching again".into(),
                 }
             )))
+        }
+        (SearchEngine::Searxng, 401) => {
+            return Err(ToolError::new(
+                "SearXNG refused the login (401): tell the person to check the login header and \
+                 value in the web search settings",
+            ))
         }
         (SearchEngine::Searxng, 403) => {
             return Err(ToolError::new(
@@ -135,6 +176,16 @@ pub fn web_search(args: &Args, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         if !hit.snippet.is_empty() {
             let _ = writeln!(out, "   {}", hit.snippet);
         }
+        let said: Vec<String> = [
+            hit.date.as_ref().map(|d| format!("published {d}")),
+            hit.engine.as_ref().map(|e| format!("from {e}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !said.is_empty() {
+            let _ = writeln!(out, "   ({})", said.join(", "));
+        }
     }
     let bytes = out.len() as u64;
     let text = fit_output(ctx.workspace, ctx.call_id, out, ctx.budget_chars);
@@ -188,6 +239,8 @@ pub fn parse_duckduckgo(html: &str) -> Vec<Hit> {
             title: if title.is_empty() { url.clone() } else { title },
             url,
             snippet,
+            date: None,
+            engine: None,
         });
     }
     hits
@@ -235,6 +288,14 @@ pub fn parse_searxng(value: &Value) -> Vec<Hit> {
             title: if title.is_empty() { url.clone() } else { title },
             url,
             snippet: one_line(&squash(r["content"].as_str().unwrap_or("")), 500),
+            date: r["publishedDate"]
+                .as_str()
+                .filter(|d| !d.is_empty())
+                .map(|d| one_line(d, 40)),
+            engine: r["engine"]
+                .as_str()
+                .filter(|e| !e.is_empty())
+                .map(|e| one_line(e, 40)),
         });
     }
     hits

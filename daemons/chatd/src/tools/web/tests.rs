@@ -313,6 +313,7 @@ fn settings(proxy: SocketAddr) -> WebSettings {
         timeout: Duration::from_secs(10),
         max_bytes: 2 << 20,
         card_wait: Duration::from_secs(5),
+        query: super::SearchQuery::default(),
     }
 }
 
@@ -857,16 +858,22 @@ fn duckduckgo_results_are_parsed_and_their_links_decoded() {
                 title: "Asynchronous Programming in Rust".into(),
                 url: "https://rust-lang.github.io/async-book/".into(),
                 snippet: "This book aims to be a thorough guide to asynchronous programming in Rust, from beginner to advanced.".into(),
+                date: None,
+                engine: None,
             },
             Hit {
                 title: "Tutorial | Tokio - An asynchronous Rust runtime".into(),
                 url: "https://tokio.rs/tokio/tutorial?a=1&b=2".into(),
                 snippet: "Tokio is an asynchronous runtime for the Rust programming language.".into(),
+                date: None,
+                engine: None,
             },
             Hit {
                 title: "futures - Rust".into(),
                 url: "https://docs.rs/futures/".into(),
                 snippet: "Abstractions for asynchronous programming.".into(),
+                date: None,
+                engine: None,
             },
         ]
     );
@@ -948,7 +955,7 @@ fn web_search_asks_duckduckgo_by_form_and_lists_results() {
         Some("application/x-www-form-urlencoded")
     );
 
-    // At most 10, 5 by default.
+    // At most what the settings give (8 by default).
     let out = call.run(
         "web_search",
         json!({"query": "rust async", "max_results": 50}),
@@ -1012,7 +1019,8 @@ fn searxng_answers_in_json_or_says_how_to_enable_it() {
     let (site, _proxy, call) = search_call(SearchEngine::Searxng, |r| {
         if r.target.starts_with("/search?q=rust+async&format=json") {
             let body = json!({"query": "rust async", "results": [
-                {"title": "The async book", "url": "https://rust-lang.github.io/async-book/", "content": "A guide."},
+                {"title": "The async book", "url": "https://rust-lang.github.io/async-book/", "content": "A guide.",
+                 "publishedDate": "2026-11-30T08:00:00", "engine": "duckduckgo"},
                 {"title": "", "url": "https://tokio.rs/", "content": ""},
                 {"title": "dup", "url": "https://tokio.rs/"},
             ]});
@@ -1032,6 +1040,12 @@ fn searxng_answers_in_json_or_says_how_to_enable_it() {
     });
     let out = call.run("web_search", json!({"query": "rust async"}));
     assert!(out.ok, "{}", out.text);
+    assert!(
+        out.text
+            .contains("   (published 2026-11-30T08:00:00, from duckduckgo)\n"),
+        "{}",
+        out.text
+    );
     assert!(
         out.text
             .contains("Search results from SearXNG for \"rust async\": 2 results\n"),
@@ -1102,4 +1116,61 @@ fn without_web_access_the_tools_say_so() {
         &Secret::new(KEY.into()),
     );
     assert!(!format!("{access:?}").contains(&token()));
+}
+
+#[test]
+fn a_searxng_login_and_the_query_settings_go_to_it_and_the_login_is_never_shown() {
+    use super::search_settings::{SafeSearch, TimeRange};
+    const LOGIN: &str = "Basic c2VhcnhuZzpzM2NyZXQ=";
+    let site = origin(|r| {
+        let authed = r.header("x-searx-auth").as_deref() == Some(LOGIN);
+        if !authed {
+            return answer("401 Unauthorized", "text/plain", "", b"who are you");
+        }
+        let body = json!({"results": [
+            {"title": "One", "url": "https://one.example/", "content": "1"},
+            {"title": "Two", "url": "https://two.example/", "content": "2"},
+            {"title": "Three", "url": "https://three.example/", "content": "3"},
+        ]});
+        answer(
+            "200 OK",
+            "application/json",
+            "",
+            body.to_string().as_bytes(),
+        )
+    });
+    let proxy = egress(&[("search.test", site.addr)], &[]);
+    let mut settings = WebSettings {
+        engine: SearchEngine::Searxng,
+        search_url: format!("http://search.test:{}/search", site.addr.port()),
+        ..settings(proxy.addr)
+    };
+    settings.query = super::SearchQuery {
+        max_results: 2,
+        safe_search: SafeSearch::Strict,
+        language: "de-CH".into(),
+        time_range: Some(TimeRange::Week),
+        auth: Some(("X-Searx-Auth".into(), Secret::new(LOGIN.into()))),
+    };
+    let call = Call::new(settings.clone());
+    let out = call.run("web_search", json!({"query": "rust", "max_results": 9}));
+    assert!(out.ok, "{}", out.text);
+    // The box's max_results caps what the model asks for.
+    assert!(out.text.contains(": 2 results\n"), "{}", out.text);
+    assert!(!out.text.contains("c2VhcnhuZzpzM2NyZXQ"), "{}", out.text);
+    let seen = site.seen.lock().unwrap().clone();
+    assert!(
+        seen[0]
+            .target
+            .contains("format=json&safesearch=2&language=de-CH&time_range=week"),
+        "{}",
+        seen[0].target
+    );
+
+    // A wrong login: the 401 says where to look, and shows no value.
+    settings.query.auth = Some(("X-Searx-Auth".into(), Secret::new("Basic d3Jvbmc=".into())));
+    let out = Call::new(settings).run("web_search", json!({"query": "rust"}));
+    assert!(!out.ok);
+    assert!(out.text.contains("refused the login (401)"), "{}", out.text);
+    assert!(!out.text.contains("d3Jvbmc"), "{}", out.text);
 }
